@@ -1,0 +1,34 @@
+"""Per-model severity-level manifests: ``levels/<model>__<kappa>.parquet`` (the "per-model split")."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+LEVEL_COLUMNS = ["level", "class_id", "class_index", "class_score", "level_score", "percentile"]
+
+
+def level_file_name(model: str, kappa: str) -> str:
+    """``<model>__<kappa>.parquet`` with characters outside [A-Za-z0-9_-] replaced by '-'."""
+    safe = lambda s: re.sub(r"[^A-Za-z0-9_-]", "-", s)  # noqa: E731
+    return f"{safe(model)}__{safe(kappa)}.parquet"
+
+
+def level_table(level_classes: list[list[int]], class_scores: list[float], level_scores: list[float],
+                percentiles: list[float], class_ids: list[str]) -> pd.DataFrame:
+    """One row per (level, class), classes in ascending score order within each level."""
+    rows = [
+        {"level": level, "class_id": class_ids[c], "class_index": int(c), "class_score": float(class_scores[c]),
+         "level_score": float(level_scores[level]), "percentile": float(percentiles[level])}
+        for level, classes in enumerate(level_classes) for c in classes
+    ]
+    return pd.DataFrame(rows, columns=LEVEL_COLUMNS)
+
+
+def write_level_table(table: pd.DataFrame, folder: Path, model: str, kappa: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / level_file_name(model, kappa)
+    table.to_parquet(path, index=False)
+    return path

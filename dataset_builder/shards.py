@@ -1,0 +1,130 @@
+"""WebDataset shards: deterministic writing (sorted members, mtime 0, atomic rename) and checked reading.
+
+A sample is ``{"__key__": key, <image_ext>: image bytes, "json": {"class_id": ...}}``. Keys contain
+no dots (WebDataset splits member names at the first dot).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import webdataset as wds
+
+from dataset_builder.errors import BenchmarkError
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard as the manifest lists it (``path`` relative to the benchmark root)."""
+
+    path: str
+    split: str
+    sha256: str
+    num_samples: int
+    num_bytes: int
+    class_id: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def sample_key(class_id: str, image_key: str) -> str:
+    """A WebDataset-safe sample key: ``<class_id>__<image stem>`` with dots replaced."""
+    stem = image_key.rsplit("/", 1)[-1]
+    stem = stem.rsplit(".", 1)[0] if "." in stem else stem
+    return f"{class_id}__{stem}".replace(".", "_")
+
+
+def make_sample(key: str, image_ext: str, image: bytes, class_id: str) -> dict:
+    return {"__key__": key, image_ext: image, "json": json.dumps({"class_id": class_id}, sort_keys=True).encode()}
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_shard(root: Path, relpath: str, split: str, samples: Iterable[dict], class_id: str | None = None) -> ShardInfo:
+    """Write ``samples`` (in the given order) to ``root/relpath`` atomically; return its manifest entry."""
+    target = root / relpath
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    count = 0
+    with open(partial, "wb") as f:
+        writer = wds.TarWriter(f, user="cood", group="cood", mode=0o444, mtime=0, encoder=False)
+        for sample in samples:
+            writer.write(sample)
+            count += 1
+        writer.close()
+    os.replace(partial, target)
+    return ShardInfo(relpath, split, file_sha256(target), count, target.stat().st_size, class_id)
+
+
+def shard_info_if_complete(root: Path, relpath: str, split: str, num_samples: int, class_id: str | None = None) -> ShardInfo | None:
+    """The entry of an already written shard holding ``num_samples`` samples (for resuming), else None."""
+    target = root / relpath
+    if not target.is_file():
+        return None
+    try:
+        count = sum(1 for _ in iter_samples(target))
+    except BenchmarkError:
+        return None
+    if count != num_samples:
+        return None
+    return ShardInfo(relpath, split, file_sha256(target), count, target.stat().st_size, class_id)
+
+
+def iter_samples(path: str | os.PathLike) -> Iterator[dict]:
+    """Samples of one shard as dicts of raw bytes; a broken tar raises BenchmarkError naming the shard."""
+    try:
+        with tarfile.open(path, "r|") as tar:
+            current: dict | None = None
+            for member in tar:
+                if not member.isfile():
+                    continue
+                key, _, field = member.name.partition(".")
+                data = tar.extractfile(member).read()
+                if current is None or current["__key__"] != key:
+                    if current is not None:
+                        yield current
+                    current = {"__key__": key}
+                current[field] = data
+            if current is not None:
+                yield current
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BenchmarkError(f"corrupt shard {path}: {exc}") from None
+
+
+class RollingShards:
+    """Writes samples into ``<folder>/000000.tar, 000001.tar, ...`` of at most ``maxcount`` samples each."""
+
+    def __init__(self, root: Path, folder: str, split: str, maxcount: int = 10_000):
+        self.root, self.folder, self.split, self.maxcount = root, folder, split, maxcount
+        self.pending: list[dict] = []
+        self.infos: list[ShardInfo] = []
+
+    def add(self, samples: Iterable[dict]) -> None:
+        self.pending.extend(samples)
+        while len(self.pending) >= self.maxcount:
+            self._flush(self.pending[: self.maxcount])
+            self.pending = self.pending[self.maxcount :]
+
+    def close(self) -> list[ShardInfo]:
+        if self.pending:
+            self._flush(self.pending)
+            self.pending = []
+        return self.infos
+
+    def _flush(self, samples: list[dict]) -> None:
+        relpath = f"{self.folder}/{len(self.infos):06d}.tar"
+        self.infos.append(write_shard(self.root, relpath, self.split, samples))

@@ -1,0 +1,72 @@
+"""``cood-harness``: a thin command line over :func:`harness.run.submit`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from dataset_builder.errors import BenchmarkError
+from harness.errors import HarnessError
+from harness.kappas import DEFAULT_KAPPAS
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate classifiers on a C-OOD benchmark.")
+
+
+@app.callback()
+def _main() -> None:
+    """Evaluate classifiers on a C-OOD benchmark."""
+
+
+@app.command()
+def submit(
+    target: str = typer.Argument(..., help="A submission file (see the README for the contract)."),
+    benchmark: str = typer.Option("glyphs", help="'glyphs' (embedded, built on first use) or a benchmark folder."),
+    kappa: List[str] = typer.Option(list(DEFAULT_KAPPAS), "--kappa", "-k", help="Confidence function; repeat for several."),
+    out: Optional[Path] = typer.Option(None, help="Output folder [default: cood-results/<model name>]."),
+    levels: int = typer.Option(11, help="Number of severity levels."),
+    batch_size: int = typer.Option(256, help="Images per batch."),
+    workers: int = typer.Option(2, help="Data-loading worker processes."),
+    device: str = typer.Option("cpu", help="torch device, e.g. cpu or cuda."),
+    seed: int = typer.Option(0, help="Seed for stochastic kappas (MC-dropout)."),
+    odin_preset: str = typer.Option("paper", help="ODIN preset: paper (T=2, eps=1e-5) or original (T=1000, eps=0.0014)."),
+    mc_passes: int = typer.Option(30, help="Stochastic passes for mc_dropout."),
+    verify: bool = typer.Option(True, help="Check every shard's sha256 against the manifest before evaluating."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
+    from harness.run import submit as run_submit
+
+    result = run_submit(target, benchmark=benchmark, kappas=kappa, out=out, num_levels=levels, batch_size=batch_size,
+                        workers=workers, device=device, seed=seed, odin_preset=odin_preset, mc_passes=mc_passes,
+                        verify=verify, progress=progress)
+    bench = result.benchmark.identity()
+    typer.echo(f"{result.submission.name} on {bench['id']} {bench['version']} ({bench['num_id_classes']} ID classes, "
+               f"{bench['num_ood_classes']} OOD classes, revision {bench['manifest_sha256'][:12]})")
+    typer.echo(result.table)
+    typer.echo(f"wrote {len(result.paths['records'])} records, {result.paths['csv']} and {result.paths['plot']} "
+               f"in {result.records[0]['timings']['total_s']:.1f} s")
+
+
+def main() -> None:
+    """Entry point: user errors become one line on stderr and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except (HarnessError, BenchmarkError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except (typer.Exit, SystemExit) as exc:
+        sys.exit(getattr(exc, "exit_code", getattr(exc, "code", 0)))
+    except Exception as exc:  # click usage errors and anything unexpected: still one line
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if os.environ.get("COOD_DEBUG"):
+            raise
+        typer.echo(f"error: {type(exc).__name__}: {exc} (set COOD_DEBUG=1 for the traceback)", err=True)
+        sys.exit(1)

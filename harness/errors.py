@@ -1,0 +1,5 @@
+"""The one error type the harness raises for bad input; the CLI prints it as one line."""
+
+
+class HarnessError(Exception):
+    """A user-facing problem (bad submission, bad scores, bad benchmark) with a one-line message."""

@@ -1,0 +1,95 @@
+"""Severity levels of SPEC.md section 3: per-model groups of |ID| OOD classes, easiest to hardest.
+
+Pure numpy, no I/O. Integer window starts (canonical) and stable ordering (ties by class index).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.errors import HarnessError
+
+DEFAULT_NUM_LEVELS = 11
+
+
+@dataclass(frozen=True)
+class SeverityLevels:
+    """The levels of one (model, kappa) pair.
+
+    ``classes[l]`` holds the indices (into the OOD class list) of level ``l``, ordered by class
+    score; ``class_scores`` is the per-class mean kappa on the estimation split for all K classes.
+    """
+
+    classes: np.ndarray  # (L, W) int64
+    level_scores: np.ndarray  # (L,) float64, mean class score of each level's window
+    percentiles: np.ndarray  # (L,) float64, l / (L - 1)
+    starts: np.ndarray  # (L,) int64, window start in the ascending class order
+    class_scores: np.ndarray  # (K,) float64
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.level_scores)
+
+
+def class_scores(scores: np.ndarray, class_index: np.ndarray, num_classes: int) -> np.ndarray:
+    """Mean kappa per OOD class from per-sample estimation scores (``class_index`` in [0, K))."""
+    scores = np.asarray(scores, dtype=np.float64)
+    class_index = np.asarray(class_index, dtype=np.int64)
+    if scores.shape != class_index.shape or scores.ndim != 1:
+        raise HarnessError(f"scores {scores.shape} and class indices {class_index.shape} must be matching 1-D arrays")
+    if not np.all(np.isfinite(scores)):
+        raise HarnessError(f"{int(np.sum(~np.isfinite(scores)))} estimation scores are NaN or infinite")
+    if class_index.size and (class_index.min() < 0 or class_index.max() >= num_classes):
+        raise HarnessError(f"class indices must lie in [0, {num_classes})")
+    counts = np.bincount(class_index, minlength=num_classes)
+    if np.any(counts == 0):
+        missing = np.flatnonzero(counts == 0)
+        raise HarnessError(f"{len(missing)} OOD classes have no estimation images (first: index {missing[0]})")
+    sums = np.zeros(num_classes, dtype=np.float64)
+    # Exact per-class sums (fsum) keep the result independent of sample order.
+    order = np.argsort(class_index, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    sorted_scores = scores[order]
+    for c in range(num_classes):
+        sums[c] = math.fsum(sorted_scores[bounds[c] : bounds[c + 1]])
+    return sums / counts
+
+
+def window_starts(num_windows: int, num_levels: int) -> np.ndarray:
+    """Integer window starts: ``(l * N) // (L - 1)`` for l < L-1, and ``N - 1`` for the last level."""
+    if num_levels < 2:
+        raise HarnessError(f"the number of severity levels must be at least 2, got {num_levels}")
+    if num_windows < 1:
+        raise HarnessError("there must be at least one window")
+    starts = [(level * num_windows) // (num_levels - 1) for level in range(num_levels - 1)]
+    starts.append(num_windows - 1)
+    return np.asarray(starts, dtype=np.int64)
+
+
+def severity_levels(class_score: np.ndarray, window: int, num_levels: int = DEFAULT_NUM_LEVELS) -> SeverityLevels:
+    """Form ``num_levels`` levels of ``window`` (= |Y_ID|) classes each from per-class scores.
+
+    Level 0 starts at the least confident class, the last level ends at the most confident.
+    """
+    s = np.asarray(class_score, dtype=np.float64)
+    if s.ndim != 1:
+        raise HarnessError("class scores must be a 1-D array")
+    if not np.all(np.isfinite(s)):
+        raise HarnessError("class scores contain NaN or infinite values")
+    if window < 1:
+        raise HarnessError(f"the window (number of ID classes) must be positive, got {window}")
+    if num_levels < 2:
+        raise HarnessError(f"the number of severity levels must be at least 2, got {num_levels}")
+    k = len(s)
+    if k < window:
+        raise HarnessError(f"too few OOD classes: {k} OOD classes cannot fill a level of {window} (the number of ID classes)")
+    order = np.argsort(s, kind="stable")
+    starts = window_starts(k - window + 1, num_levels)
+    classes = np.stack([order[start : start + window] for start in starts])
+    # fsum is exactly rounded, so level scores of overlapping sorted windows never decrease.
+    level_scores = np.array([math.fsum(s[level]) / window for level in classes])
+    percentiles = np.arange(num_levels, dtype=np.float64) / (num_levels - 1)
+    return SeverityLevels(classes, level_scores, percentiles, starts, s)
