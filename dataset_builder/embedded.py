@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -15,12 +17,12 @@ def cache_root() -> Path:
     return Path(os.environ.get("COOD_BENCH_CACHE", Path.home() / ".cache" / "cood-bench"))
 
 
-def embedded_benchmark(name: str = "glyphs", *, progress: bool = True, **options) -> Path:
-    """The folder of an embedded benchmark with the given build options, building it if it is not there yet."""
+def embedded_benchmark(name: str = "glyphs", *, progress: bool = True, workers: int = 2, **settings) -> Path:
+    """The folder of an embedded benchmark built with ``settings`` (defaults: the builder's), building it on first use."""
     builder = EMBEDDED[name]
-    settings = {**builder.DEFAULTS, **options}
-    tag = "-".join(f"{k}{v}" for k, v in sorted(settings.items()) if v != builder.DEFAULTS.get(k))
-    folder = cache_root() / f"{name}-{builder.BENCHMARK_VERSION}" / (tag or "default")
+    changed = {k: v for k, v in settings.items() if builder.DEFAULTS.get(k, object()) != v}
+    tag = "default" if not changed else "custom-" + hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
+    folder = cache_root() / f"{name}-{builder.BENCHMARK_VERSION}" / tag
     if not (folder / "manifest.json").is_file():
-        builder.build(folder, progress=progress, **settings)
+        builder.build(folder, progress=progress, workers=workers, **{**builder.DEFAULTS, **settings})
     return folder

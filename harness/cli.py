@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+
+from dataset_builder.console import run_app
 
 from dataset_builder.errors import BenchmarkError
 from harness.errors import HarnessError
@@ -52,21 +52,4 @@ def submit(
 
 
 def main() -> None:
-    """Entry point: user errors become one line on stderr and exit code 2."""
-    try:
-        app(standalone_mode=False)
-    except (HarnessError, BenchmarkError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except (typer.Exit, SystemExit) as exc:
-        sys.exit(getattr(exc, "exit_code", getattr(exc, "code", 0)))
-    except Exception as exc:  # click usage errors and anything unexpected: still one line
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if os.environ.get("COOD_DEBUG"):
-            raise
-        typer.echo(f"error: {type(exc).__name__}: {exc} (set COOD_DEBUG=1 for the traceback)", err=True)
-        sys.exit(1)
+    run_app(app, (HarnessError, BenchmarkError))

@@ -18,17 +18,30 @@ def _to_example(sample: dict, image_ext: str, transform: Callable, channels: int
     class_id = sample["json"]["class_id"]
     if class_id not in label_of:
         raise ValueError(f"sample {sample['__key__']} has class '{class_id}', which is not in this split's class list")
-    return sample["__key__"], transform(image), label_of[class_id]
+    return sample["__url__"], sample["__key__"], transform(image), label_of[class_id]
 
 
 def _collate(examples: list) -> dict:
-    keys, images, labels = zip(*examples)
-    return {"keys": list(keys), "images": torch.stack(images), "labels": torch.tensor(labels, dtype=torch.int64)}
+    urls, keys, images, labels = zip(*examples)
+    return {"shard": urls[0], "keys": list(keys), "images": torch.stack(images), "labels": torch.tensor(labels, dtype=torch.int64)}
+
+
+def batches_within_shards(examples: Iterator[tuple], batch_size: int) -> Iterator[dict]:
+    """Batches that never span two shards, so that a batch's content depends on its shard and the batch
+    size alone (not on the number of workers): stochastic kappas and resumed runs stay reproducible."""
+    batch: list = []
+    for example in examples:
+        if batch and (len(batch) == batch_size or example[0] != batch[0][0]):
+            yield _collate(batch)
+            batch = []
+        batch.append(example)
+    if batch:
+        yield _collate(batch)
 
 
 def split_batches(benchmark: Benchmark, split: str, transform: Callable, channels: int, label_of: dict[str, int],
                   batch_size: int = 256, workers: int = 2, shards: list[dict] | None = None) -> Iterator[dict]:
-    """Batches ``{"keys", "images", "labels"}`` of one split; ``label_of`` maps class ids to label indices.
+    """Batches ``{"shard", "keys", "images", "labels"}`` of one split; ``label_of`` maps class ids to label indices.
 
     ``shards`` restricts the stream to some of the split's shards (the default is all of them).
     """
@@ -42,7 +55,7 @@ def split_batches(benchmark: Benchmark, split: str, transform: Callable, channel
                        workersplitter=wds.split_by_worker if workers > 1 else None)
         .decode("pil")
         .map(functools.partial(_to_example, image_ext=benchmark.image_ext, transform=transform, channels=channels, label_of=label_of))
-        .batched(batch_size, collation_fn=_collate, partial=True)
+        .compose(functools.partial(batches_within_shards, batch_size=batch_size))
     )
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers,
                                          pin_memory=torch.cuda.is_available(), persistent_workers=False)

@@ -26,6 +26,7 @@ DEFAULTS = {
     "n_test": 50,
     "id_test_per_class": 50,
     "id_train_per_class": 300,
+    "rule_sets": {"visually_ambiguous": True},
 }
 TEST_GROUP_SIZE = 1000
 

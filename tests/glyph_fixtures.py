@@ -1,0 +1,32 @@
+"""Glyph benchmarks for the tests: a tiny one (seconds) and the embedded default one (what the demo uses)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dataset_builder.glyphs.build import build
+
+TINY = dict(seed=0, pool_size=48, images_per_class=24, n_test=8, id_test_per_class=8, id_train_per_class=0)
+
+
+@pytest.fixture(scope="session")
+def benchmark_cache(tmp_path_factory) -> Path:
+    """A fresh cache folder for embedded benchmarks, also seen by CLI subprocesses."""
+    folder = tmp_path_factory.mktemp("cood-cache")
+    os.environ["COOD_BENCH_CACHE"] = str(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_glyphs(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny") / "glyphs"
+    build(folder, progress=False, **TINY)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def default_glyphs(benchmark_cache) -> Path:
+    from dataset_builder.embedded import embedded_benchmark
+
+    return embedded_benchmark("glyphs", progress=False)

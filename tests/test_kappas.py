@@ -1,0 +1,99 @@
+"""Confidence functions: logit kappas, ODIN, MC-dropout, kappa resolution."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import softmax
+
+from harness.errors import HarnessError
+from harness.inference import resolve_kappas, score_batch
+from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits
+from harness.model_kappas import mc_dropout, odin
+
+LOGITS = np.array([[2.0, 1.0, 0.0], [0.0, 0.0, 0.0], [-1.0, 3.0, 0.5]])
+
+
+def test_logit_kappas_match_their_definitions():
+    p = softmax(LOGITS, axis=1)
+    score, conf = BUILTIN_LOGIT_KAPPAS["softmax"](LOGITS)
+    np.testing.assert_allclose(conf, p.max(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(score, np.log(p.max(axis=1)), rtol=1e-12)
+    np.testing.assert_allclose(BUILTIN_LOGIT_KAPPAS["entropy"](LOGITS)[0], np.sum(p * np.log(p), axis=1), rtol=1e-12)
+    np.testing.assert_allclose(BUILTIN_LOGIT_KAPPAS["max_logit"](LOGITS)[0], [2.0, 0.0, 3.0])
+    np.testing.assert_allclose(BUILTIN_LOGIT_KAPPAS["energy"](LOGITS)[0], np.log(np.exp(LOGITS).sum(axis=1)), rtol=1e-12)
+
+
+def test_softmax_ranking_does_not_saturate_at_one():
+    logits = np.array([[40.0, 0.0], [45.0, 0.0], [45.0, 0.0]])
+    score, conf = BUILTIN_LOGIT_KAPPAS["softmax"](logits)
+    assert conf[0] == conf[1] == 1.0  # the probability itself rounds to 1.0 in float64 ...
+    assert score[0] < score[1] == score[2] < 0.0  # ... the ranking score keeps them apart
+    assert score[0] == pytest.approx(-np.exp(-40.0), rel=1e-12)
+
+
+def test_bad_logits_are_refused():
+    with pytest.raises(HarnessError, match=r"shape \(3, 3\), expected \(batch, 5\)"):
+        check_logits(LOGITS, 5)
+    with pytest.raises(HarnessError, match="NaN"):
+        check_logits(np.array([[0.0, np.nan]]), 2)
+
+
+def test_odin_hand_computed_on_a_linear_model():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3).double()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    temperature, epsilon = 2.0, 0.01
+    score, conf = odin(model, x, temperature, epsilon)
+    # gradient of -log softmax(Wx/T)[yhat] w.r.t. x is -(W[yhat] - p @ W) / T
+    with torch.no_grad():
+        p = torch.softmax(model(x) / temperature, dim=1)
+        yhat = p.argmax(dim=1)
+        grad = -(model.weight[yhat] - p @ model.weight) / temperature
+        expected = torch.softmax(model(x - epsilon * torch.sign(grad)) / temperature, dim=1).max(dim=1).values
+    torch.testing.assert_close(conf, expected)
+    torch.testing.assert_close(score, expected.log())
+    assert torch.all(conf >= p.max(dim=1).values - 1e-12)  # the perturbation raises the top probability
+
+
+def test_mc_dropout_is_seeded_and_needs_dropout():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 3)).eval()
+    x = torch.randn(6, 4)
+    a, b = mc_dropout(model, x, 30, 123), mc_dropout(model, x, 30, 123)
+    torch.testing.assert_close(a, b)
+    assert not model[1].training  # dropout back in eval mode
+    deterministic = torch.sum(torch.softmax(model(x).double(), 1) * torch.log_softmax(model(x).double(), 1), 1)
+    assert not torch.allclose(a, deterministic)  # the passes really are stochastic
+    assert torch.all(a <= 0)
+    with pytest.raises(HarnessError, match="dropout"):
+        mc_dropout(torch.nn.Linear(4, 3), x, 30, 0)
+
+
+def test_resolve_kappas():
+    specs = resolve_kappas(["softmax", "odin", "mc_dropout", "softmax"], odin_preset="original", mc_passes=7)
+    assert [s.name for s in specs] == ["softmax", "odin", "mc_dropout"]
+    assert specs[1].params == {"preset": "original", "temperature": 1000.0, "epsilon": 0.0014}
+    assert specs[2].params == {"passes": 7}
+    with pytest.raises(HarnessError, match="unknown kappa 'msp'"):
+        resolve_kappas(["msp"])
+    with pytest.raises(HarnessError, match="unknown ODIN preset"):
+        resolve_kappas(["odin"], odin_preset="fast")
+
+
+def test_one_forward_pass_serves_every_logit_kappa():
+    calls = []
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            calls.append(len(x))
+            return self.linear(x)
+
+    batch = {"keys": ["a", "b"], "images": torch.randn(2, 4), "labels": torch.tensor([0, 1])}
+    scored = score_batch(Counting().eval(), batch, 3, resolve_kappas(["softmax", "entropy", "max_logit", "energy"]),
+                         torch.device("cpu"), seed=0)
+    assert calls == [2]
+    assert set(scored.scores) == {"softmax", "entropy", "max_logit", "energy"}

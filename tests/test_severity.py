@@ -1,0 +1,90 @@
+"""Severity levels (SPEC.md section 3): hand-computed cases, properties, errors, the compatible rule."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.errors import HarnessError
+from harness.severity import class_scores, severity_levels, window_starts
+
+
+def test_hand_computed_levels():
+    # K = 6 classes, W = 2, L = 3: N = 5 windows, starts (0*5)//2 = 0, (1*5)//2 = 2, last = 4.
+    s = np.array([0.5, 0.1, 0.9, 0.3, 0.7, 0.2])
+    levels = severity_levels(s, window=2, num_levels=3)
+    # ascending order of classes: 1 (0.1), 5 (0.2), 3 (0.3), 0 (0.5), 4 (0.7), 2 (0.9)
+    assert levels.starts.tolist() == [0, 2, 4]
+    assert levels.classes.tolist() == [[1, 5], [3, 0], [4, 2]]
+    assert levels.level_scores == pytest.approx([0.15, 0.4, 0.8])
+    assert levels.percentiles.tolist() == [0.0, 0.5, 1.0]
+
+
+def test_ties_are_broken_by_class_index():
+    levels = severity_levels(np.array([1.0, 0.0, 1.0, 0.0]), window=2, num_levels=2)
+    assert levels.classes.tolist() == [[1, 3], [0, 2]]
+
+
+def test_eleven_levels_integer_starts():
+    # K = 30, W = 10: N = 21 windows; start_l = (l * 21) // 10 for l < 10, and 20 for the last level.
+    assert window_starts(21, 11).tolist() == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
+    assert window_starts(7, 4).tolist() == [0, 2, 4, 6]
+
+
+def test_integer_rule_matches_original_float_rule_for_eleven_levels():
+    for n in list(range(1, 2000)) + [9_001, 10_321, 29_999, 30_000]:
+        original = [int(x * n) for x in np.linspace(0, 1, 11)]
+        original[-1] -= 1
+        assert window_starts(n, 11).tolist() == original, n
+
+
+def test_class_scores_are_means_per_class():
+    scores = np.array([1.0, 3.0, 10.0, 0.5, 1.5])
+    labels = np.array([0, 0, 2, 1, 1])
+    assert class_scores(scores, labels, 3).tolist() == [2.0, 1.0, 10.0]
+
+
+@pytest.mark.parametrize("k, w, levels, message", [
+    (3, 4, 11, "too few OOD classes"),
+    (10, 4, 1, "at least 2"),
+    (10, 0, 11, "must be positive"),
+])
+def test_impossible_inputs(k, w, levels, message):
+    with pytest.raises(HarnessError, match=message):
+        severity_levels(np.arange(k, dtype=float), window=w, num_levels=levels)
+
+
+def test_nan_scores_are_refused():
+    with pytest.raises(HarnessError, match="NaN"):
+        severity_levels(np.array([0.1, np.nan, 0.3]), window=1, num_levels=2)
+    with pytest.raises(HarnessError, match="NaN"):
+        class_scores(np.array([0.1, np.nan]), np.array([0, 1]), 2)
+
+
+def test_class_without_estimation_images_is_refused():
+    with pytest.raises(HarnessError, match="no estimation images"):
+        class_scores(np.array([0.1, 0.2]), np.array([0, 0]), 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scores=st.lists(st.floats(-1e6, 1e6, allow_nan=False) | st.sampled_from([0.0, 1.0, 0.5]), min_size=1, max_size=120),
+    window=st.integers(1, 40),
+    num_levels=st.integers(2, 15),
+)
+def test_level_properties(scores, window, num_levels):
+    s = np.array(scores)
+    if len(s) < window:
+        with pytest.raises(HarnessError):
+            severity_levels(s, window, num_levels)
+        return
+    levels = severity_levels(s, window, num_levels)
+    order = np.argsort(s, kind="stable")
+    assert levels.classes.shape == (num_levels, window)
+    for level in levels.classes:  # each level holds exactly W distinct classes
+        assert len(set(level.tolist())) == window
+    assert np.all(np.diff(levels.level_scores) >= 0)  # non-decreasing level scores
+    assert levels.classes[0][0] == order[0]  # level 0 starts at the least confident class
+    assert levels.classes[-1][-1] == order[-1]  # the last level ends at the most confident
+    for level, start in zip(levels.classes, levels.starts):
+        assert level.tolist() == order[start : start + window].tolist()

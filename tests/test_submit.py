@@ -1,0 +1,143 @@
+"""`cood-harness submit` end to end: outputs, determinism, the paper's curve shape, errors."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import spearmanr
+
+from harness.errors import HarnessError
+from harness.run import submit
+
+ROOT = Path(__file__).resolve().parents[1]
+CNN, MLP = ROOT / "examples" / "glyph_cnn.py", ROOT / "examples" / "glyph_mlp.py"
+ALL_KAPPAS = ["softmax", "entropy", "max_logit", "energy", "odin", "mc_dropout"]
+
+
+def stable(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in ("created", "timings")}
+
+
+def test_submit_writes_every_output(tiny_glyphs, tmp_path):
+    result = submit(CNN, benchmark=tiny_glyphs, kappas=ALL_KAPPAS, out=tmp_path / "run", mc_passes=3, progress=False, workers=1)
+    records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "run" / "records").glob("*.json")}
+    assert set(records) == set(ALL_KAPPAS)
+    rec = records["softmax"]
+    assert rec["benchmark"]["manifest_sha256"] == result.benchmark.sha256
+    assert rec["benchmark"]["num_ood_classes"] == 48 and rec["num_levels"] == 11
+    assert [lvl["level"] for lvl in rec["levels"]] == list(range(11))
+    assert [lvl["percentile"] for lvl in rec["levels"]] == pytest.approx([i / 10 for i in range(11)])
+    assert all(lvl["num_ood"] == 36 * 8 and lvl["num_id"] == 36 * 8 for lvl in rec["levels"])
+    assert rec["model"]["weights_sha256"] == result.submission.weights_sha256 and len(rec["model"]["file_sha256"]) == 64
+    assert records["odin"]["kappa"] == {"name": "odin", "params": {"preset": "paper", "temperature": 2.0, "epsilon": 1e-5}}
+    assert records["mc_dropout"]["kappa"]["params"] == {"passes": 3}
+    assert rec["summary"]["mean_ood_auroc"] == pytest.approx(np.mean([lvl["ood_auroc"] for lvl in rec["levels"]]))
+    csv = pd.read_csv(tmp_path / "run" / "per_level.csv")
+    assert list(csv.columns[:10]) == ["severity level", "percentile", "ood-auroc", "ood_avg_conf", "id-acc", "id-auroc",
+                                      "id_avg_conf", "model name", "confidence function", "model name - confidence function"]
+    assert len(csv) == 11 * len(ALL_KAPPAS)
+    levels = pd.read_parquet(tmp_path / "run" / "levels" / "glyph_cnn__softmax.parquet")
+    assert len(levels) == 11 * 36 and levels.groupby("level")["class_id"].nunique().eq(36).all()
+    assert set(levels["class_id"]) <= set(result.benchmark.ood_classes["id"])
+    assert (tmp_path / "run" / "severity_curves.png").read_bytes()[:4] == b"\x89PNG"
+    # the same inputs and seed give the same record, whatever the loading parallelism and batch size
+    again = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax", "mc_dropout"], out=tmp_path / "again", mc_passes=3,
+                   progress=False, workers=2, batch_size=256)
+    assert stable(again.records[0]) == stable(rec)
+    assert stable(again.records[1]) == stable(records["mc_dropout"])
+
+
+def test_user_kappa_and_mc_dropout_without_dropout(tiny_glyphs, tmp_path):
+    result = submit(MLP, benchmark=tiny_glyphs, kappas=["margin", "softmax"], out=tmp_path / "mlp", progress=False)
+    assert [r["kappa"]["name"] for r in result.records] == ["margin", "softmax"]
+    assert result.records[0]["kappa"]["params"] == {"source": "submission"}
+    with pytest.raises(HarnessError, match="no(ne)? .*dropout|dropout layers"):
+        submit(MLP, benchmark=tiny_glyphs, kappas=["mc_dropout"], out=tmp_path / "mcd", progress=False)
+    assert not (tmp_path / "mcd").exists()
+
+
+@pytest.mark.parametrize("model", [CNN, MLP], ids=["glyph_cnn", "glyph_mlp"])
+def test_paper_shape_on_the_embedded_benchmark(default_glyphs, tmp_path, model):
+    result = submit(model, benchmark="glyphs", kappas=["softmax", "entropy"], out=tmp_path / "run", progress=False)
+    assert result.benchmark.root == default_glyphs
+    for rec in result.records:
+        auroc = [lvl["ood_auroc"] for lvl in rec["levels"]]
+        conf = [lvl["ood_avg_conf"] for lvl in rec["levels"]]
+        assert spearmanr(range(11), auroc).statistic < -0.95, auroc  # detection gets harder with the level
+        assert spearmanr(range(11), conf).statistic > 0.95, conf  # and OOD confidence rises
+        assert auroc[0] - auroc[-1] > 0.2
+
+
+def test_training_script_reproduces_the_committed_weights(default_glyphs, tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "examples" / "train_glyphs.py"), "--benchmark", str(default_glyphs),
+                    "--out", str(tmp_path), "--models", "glyph_mlp"], check=True, capture_output=True)
+    assert (tmp_path / "glyph_mlp.safetensors").read_bytes() == (ROOT / "examples" / "weights" / "glyph_mlp.safetensors").read_bytes()
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_cli_prints_the_per_level_table(tiny_glyphs, tmp_path):
+    done = run_cli("submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--no-progress", "-k", "softmax")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split() == ["level", "pct", "softmax", "auroc", "softmax", "fpr95"]
+    assert [line.split()[0] for line in lines[2:13]] == [str(i) for i in range(11)]
+    assert "mean ood-auroc" in done.stdout
+
+
+BAD_MODELS = {
+    "no_entry_point.py": ("DATA_CONFIG = {'input_size': (1, 32, 32)}\n", "defines no build_model"),
+    "wrong_classes.py": ("import torch\nDATA_CONFIG = {'input_size': (1, 32, 32), 'mean': (0.5,), 'std': (0.5,), 'crop_pct': 1.0}\n"
+                         "def build_model():\n    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 10))\n",
+                         r"logits of shape \(\d+, 10\), expected \(batch, 36\)"),
+    "nan_logits.py": ("import torch\nDATA_CONFIG = {'input_size': (1, 32, 32), 'mean': (0.5,), 'std': (0.5,), 'crop_pct': 1.0}\n"
+                      "class M(torch.nn.Module):\n    def forward(self, x):\n        return torch.full((len(x), 36), float('nan'))\n"
+                      "def build_model():\n    return M()\n", "NaN or infinite logits"),
+    "syntax_error.py": ("def build_model(:\n", "cannot load submission"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_MODELS))
+def test_bad_submissions_fail_in_one_line(tiny_glyphs, tmp_path, name):
+    source, message = BAD_MODELS[name]
+    (tmp_path / name).write_text(source)
+    done = run_cli("submit", tmp_path / name, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--no-progress")
+    assert_one_line_error(done, message)
+    assert not (tmp_path / "out").exists()
+
+
+def assert_one_line_error(done, pattern):
+    import re
+
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_missing_file_and_unknown_kappa(tiny_glyphs, tmp_path):
+    assert_one_line_error(run_cli("submit", tmp_path / "nope.py", "--benchmark", tiny_glyphs), "not found")
+    assert_one_line_error(run_cli("submit", CNN, "--benchmark", tiny_glyphs, "-k", "msp", "--no-progress"), "unknown kappa 'msp'")
+
+
+def test_corrupted_shard_is_reported(tiny_glyphs, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_glyphs, broken)
+    shard = broken / json.loads((broken / "manifest.json").read_text())["shards"][-1]["path"]
+    data = bytearray(shard.read_bytes())
+    data[1600:1700] = b"\xff" * 100  # inside the first image (after the json member and the png header)
+    shard.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--no-progress"), "corrupt shard .*sha256")
+    shard.write_bytes(bytes(data[:2000]))  # truncated: even without the sha256 check it is caught
+    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--no-progress", "--no-verify"), "corrupt shard")
+    assert not out.exists()
