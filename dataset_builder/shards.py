@@ -7,7 +7,6 @@ no dots (WebDataset splits member names at the first dot).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tarfile
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import webdataset as wds
+from webdataset.tariterators import tarfile_samples
 
 from dataset_builder.errors import BenchmarkError
 
@@ -85,24 +85,14 @@ def shard_info_if_complete(root: Path, relpath: str, split: str, num_samples: in
 
 
 def iter_samples(path: str | os.PathLike) -> Iterator[dict]:
-    """Samples of one shard as dicts of raw bytes; a broken tar raises BenchmarkError naming the shard."""
+    """Samples of one shard (webdataset's tar reader): ``__key__`` plus raw bytes per field.
+
+    A broken tar raises BenchmarkError naming the shard."""
     try:
-        with tarfile.open(path, "r|") as tar:
-            current: dict | None = None
-            for member in tar:
-                if not member.isfile():
-                    continue
-                key, _, field = member.name.partition(".")
-                data = tar.extractfile(member).read()
-                if current is None or current["__key__"] != key:
-                    if current is not None:
-                        yield current
-                    current = {"__key__": key}
-                current[field] = data
-            if current is not None:
-                yield current
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise BenchmarkError(f"corrupt shard {path}: {exc}") from None
+        for sample in tarfile_samples([{"url": str(path)}]):
+            yield {k: v for k, v in sample.items() if k != "__url__"}
+    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+        raise BenchmarkError(f"corrupt shard {path}: {exc.args[0] if exc.args else type(exc).__name__}") from None
 
 
 class RollingShards:

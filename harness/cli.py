@@ -36,19 +36,22 @@ def submit(
     mc_passes: int = typer.Option(30, help="Stochastic passes for mc_dropout."),
     verify: bool = typer.Option(True, help="Check every shard's sha256 against the manifest before evaluating."),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
 ) -> None:
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
     from harness.run import submit as run_submit
 
     result = run_submit(target, benchmark=benchmark, kappas=kappa, out=out, num_levels=levels, batch_size=batch_size,
                         workers=workers, device=device, seed=seed, odin_preset=odin_preset, mc_passes=mc_passes,
-                        verify=verify, progress=progress)
+                        verify=verify, progress=progress, leaderboard=leaderboard)
     bench = result.benchmark.identity()
     typer.echo(f"{result.submission.name} on {bench['id']} {bench['version']} ({bench['num_id_classes']} ID classes, "
                f"{bench['num_ood_classes']} OOD classes, revision {bench['manifest_sha256'][:12]})")
     typer.echo(result.table)
     typer.echo(f"wrote {len(result.paths['records'])} records, {result.paths['csv']} and {result.paths['plot']} "
                f"in {result.records[0]['timings']['total_s']:.1f} s")
+    if leaderboard is not None:
+        typer.echo(f"added {len(result.records)} entries to the leaderboard in {leaderboard}")
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ import pandas as pd  # noqa: E402
 
 from dataset_builder.levels import level_table, write_level_table  # noqa: E402
 from harness.evaluate import KappaResult  # noqa: E402
+from leaderboard.schema import SCHEMA_VERSION  # noqa: E402
 
-SCHEMA_VERSION = 1
 PAPER_COLUMNS = {"level": "severity level", "percentile": "percentile", "ood_auroc": "ood-auroc", "ood_avg_conf": "ood_avg_conf"}
 EXTRA_COLUMNS = {"fpr_at_95_tpr": "fpr@95", "aupr_in": "aupr-in", "aupr_out": "aupr-out", "level_score": "level score"}
 

@@ -23,6 +23,8 @@ from harness.model_kappas import MC_DROPOUT_PASSES
 from harness.outputs import record, summary_table, write_outputs
 from harness.severity import DEFAULT_NUM_LEVELS
 from harness.submission import Submission, load_file
+from leaderboard.errors import LeaderboardError
+from leaderboard.store import add_records
 
 EVAL_SPLITS = ("id_test", "ood_estimation", "ood_test")
 
@@ -66,8 +68,10 @@ def score_splits(submission: Submission, benchmark: Benchmark, kappas, *, device
 
 def submit(target: str | Path, *, benchmark: str | Path = "glyphs", kappas=DEFAULT_KAPPAS, out: str | Path | None = None,
            num_levels: int = DEFAULT_NUM_LEVELS, batch_size: int = 256, workers: int = 2, device: str = "cpu", seed: int = 0,
-           odin_preset: str = "paper", mc_passes: int = MC_DROPOUT_PASSES, verify: bool = True, progress: bool = True) -> RunResult:
-    """Evaluate ``target`` (a submission file) on ``benchmark`` and write records, CSV, level manifests and plot to ``out``."""
+           odin_preset: str = "paper", mc_passes: int = MC_DROPOUT_PASSES, verify: bool = True, progress: bool = True,
+           leaderboard: str | Path | None = None) -> RunResult:
+    """Evaluate ``target`` (a submission file) on ``benchmark`` and write records, CSV, level manifests and plot to ``out``;
+    with ``leaderboard``, also add the records to that local leaderboard folder (created on first use)."""
     started = time.perf_counter()
     created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
     if num_levels < 2:
@@ -102,4 +106,9 @@ def submit(target: str | Path, *, benchmark: str | Path = "glyphs", kappas=DEFAU
                for spec, result in zip(specs, results)]
     out = Path(out) if out is not None else Path("cood-results") / submission.name
     paths = write_outputs(out, submission.name, results, records, list(bench.ood_classes["id"]))
+    if leaderboard is not None:
+        try:
+            add_records(Path(leaderboard), records, create=True)
+        except LeaderboardError as exc:
+            raise HarnessError(f"the run's outputs are in {out}, but the leaderboard refused its records: {exc}") from None
     return RunResult(submission, bench, results, records, paths)

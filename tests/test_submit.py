@@ -141,3 +141,17 @@ def test_corrupted_shard_is_reported(tiny_glyphs, tmp_path):
     shard.write_bytes(bytes(data[:2000]))  # truncated: even without the sha256 check it is caught
     assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--no-progress", "--no-verify"), "corrupt shard")
     assert not out.exists()
+
+
+def test_records_are_valid_and_go_to_a_leaderboard(tiny_glyphs, tmp_path):
+    from leaderboard.schema import validate_record
+    from leaderboard.store import current_table
+
+    board = tmp_path / "board"
+    result = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax", "energy"], out=tmp_path / "run", progress=False, leaderboard=board)
+    for rec in result.records:
+        validate_record(rec)
+    table = current_table(board)
+    assert sorted(table["kappa"]) == ["energy(temperature=1)", "softmax"]
+    with pytest.raises(HarnessError, match="leaderboard refused.*duplicate"):
+        submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "again", progress=False, leaderboard=board)

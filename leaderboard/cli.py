@@ -1,0 +1,148 @@
+"""``cood-leaderboard``: a thin command line over the leaderboard's Python API."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from leaderboard import paper, publish as hub, release as releases, report as reports, site as sites, store, views
+from leaderboard.errors import LeaderboardError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Validated, versioned C-OOD results: add records, release versions, view and publish them.")
+DIR = typer.Option(Path("cood-leaderboard"), "--dir", "-d", envvar="COOD_LEADERBOARD",
+                   help="Leaderboard directory (env COOD_LEADERBOARD).")
+VERSION = typer.Option(None, "--version", "-v", help="A released version N (default: the current, unreleased table).")
+
+
+def _table(directory: Path, version: Optional[int]):
+    return store.current_table(directory) if version is None else releases.release_table(directory, version)
+
+
+def _label(version: Optional[int]) -> str:
+    return "current (unreleased)" if version is None else f"v{version}"
+
+
+@app.command()
+def init(
+    directory: Path = DIR,
+    record: Optional[Path] = typer.Option(None, help="Take the benchmark revision and level count from this record."),
+    benchmark_id: Optional[str] = typer.Option(None),
+    benchmark_version: Optional[str] = typer.Option(None),
+    manifest_sha256: Optional[str] = typer.Option(None),
+    num_id_classes: Optional[int] = typer.Option(None),
+    num_ood_classes: Optional[int] = typer.Option(None),
+    num_levels: int = typer.Option(11, help="Severity levels every record must have."),
+) -> None:
+    """Create a leaderboard tied to one benchmark revision."""
+
+    if record is not None:
+        data = store.parse_record(record.read_bytes(), str(record))
+        if not isinstance(data, dict) or not isinstance(data.get("benchmark"), dict):
+            raise LeaderboardError(f"{record}: no benchmark block")
+        benchmark, num_levels = data["benchmark"], data.get("num_levels", num_levels)
+    else:
+        benchmark = {"id": benchmark_id, "version": benchmark_version, "manifest_sha256": manifest_sha256,
+                     "num_id_classes": num_id_classes, "num_ood_classes": num_ood_classes}
+        unset = [k for k in ("id", "version", "manifest_sha256", "num_id_classes", "num_ood_classes") if benchmark[k] is None]
+        if unset:
+            raise LeaderboardError(f"give --record or every benchmark option (missing --{unset[0].replace('_', '-')})")
+    config = store.init_leaderboard(directory, benchmark, num_levels)
+    bench = config["benchmark"]
+    typer.echo(f"created {directory} for {bench['id']} {bench['version']} (manifest {bench['manifest_sha256']}), {num_levels} levels")
+
+
+@app.command()
+def add(
+    records: list[Path] = typer.Argument(..., help="Result record JSON files."),
+    directory: Path = DIR,
+    create: bool = typer.Option(False, "--init", help="Create the leaderboard from the first record if needed."),
+) -> None:
+    """Validate records and append them; all or nothing."""
+
+    ids = store.add_files(directory, records, create=create)
+    typer.echo(f"added {len(ids)} entr{'y' if len(ids) == 1 else 'ies'} to {directory}: {', '.join(ids)}")
+
+
+@app.command("import-paper")
+def import_paper(csv: Path = typer.Argument(..., help="The paper's all_paper_results.csv."), directory: Path = DIR) -> None:
+    """Import the paper's published results (provenance "paper") into a leaderboard of their own."""
+    records = paper.paper_records(paper.read_paper_table(csv))
+    store.add_records(directory, records, create=True)
+    table = store.current_table(directory)
+    flagged = table[table["flag"] != ""]
+    typer.echo(f"imported {len(records)} entries ({len({r['model']['name'] for r in records})} models) into {directory}")
+    typer.echo(f"flagged {len(flagged)} entries of {flagged['model'].nunique()} models:")
+    for row in flagged.itertuples():
+        typer.echo(f"  {row.model} / {row.kappa}: {row.flag}")
+
+
+@app.command()
+def release(directory: Path = DIR, note: str = typer.Option("", help="A line for the changelog.")) -> None:
+    """Freeze the current table as the next version (v1, v2, ...)."""
+
+    info = releases.release(directory, note)
+    typer.echo(f"released v{info['version']}: {info['num_entries']} entries, {len(info['added'])} new")
+
+
+@app.command()
+def show(
+    directory: Path = DIR,
+    version: Optional[int] = VERSION,
+    kappa: list[str] = typer.Option([], "--kappa", "-k", help="Only these kappas (name or label); repeatable."),
+    model: str = typer.Option("", "--model", "-m", help="Only models whose name contains this (case-insensitive)."),
+    sort: str = typer.Option("mean", "--sort", "-s", help="mean, id_acc, or a level number 0..L-1."),
+    limit: int = typer.Option(30, "--limit", "-n", help="Rows to print; 0 for all."),
+    hide_flagged: bool = typer.Option(False, help="Leave out flagged (broken) entries."),
+) -> None:
+    """Print the table, ranked."""
+
+    rows = views.select(_table(directory, version), kappa, model, sort, include_flagged=not hide_flagged)
+    typer.echo(f"table {_label(version)}: {len(rows)} entries")
+    if len(rows):
+        typer.echo(views.format_rows(rows, sort, limit or None))
+
+
+@app.command()
+def report(
+    directory: Path = DIR,
+    version: Optional[int] = VERSION,
+    focus: str = typer.Option(reports.DEFAULT_FOCUS, help="Regex of the model group whose rank to report."),
+    baseline: str = typer.Option(reports.DEFAULT_BASELINE, help="Kappa to compare the focus entry against."),
+    top: int = typer.Option(10, help="Number of top models to list."),
+) -> None:
+    """A short summary: best models per kappa, top models, the focus group's rank, correlations, win rates."""
+
+    typer.echo(reports.report(_table(directory, version), focus, baseline, top))
+
+
+@app.command()
+def site(out: Path = typer.Argument(..., help="Output folder."), directory: Path = DIR, version: Optional[int] = VERSION) -> None:
+    """Write a static HTML site (sortable, searchable table, severity curves, a page per model)."""
+
+    pages = sites.build_site(_table(directory, version), out, _label(version))
+    typer.echo(f"wrote {len(pages)} pages to {out} (open {out / 'index.html'})")
+
+
+@app.command()
+def publish(
+    repo_id: str = typer.Argument(..., help="Hub dataset repo, e.g. org/cood-leaderboard."),
+    directory: Path = DIR,
+    version: Optional[int] = typer.Option(None, "--version", "-v", help="Release to publish (default: the latest)."),
+    endpoint: Optional[str] = typer.Option(None, envvar="HF_ENDPOINT", help="Hub URL (env HF_ENDPOINT)."),
+) -> None:
+    """Upload a release to a Hub dataset repo (config "results") and tag it v<N>."""
+
+    result = hub.publish(directory, repo_id, version, endpoint)
+    typer.echo(f"published {result['tag']} to {result['repo_id']} (commit {result['commit']})")
+
+
+def main() -> None:
+    try:
+        app(prog_name="cood-leaderboard")
+    except LeaderboardError as exc:
+        typer.echo(f"cood-leaderboard: error: {exc}", err=True)
+        sys.exit(1)

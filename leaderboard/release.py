@@ -1,0 +1,123 @@
+"""Frozen versions of the table: ``releases/v<N>/`` with the table, a changelog and a manifest.
+
+A release is written to a hidden folder and renamed into place, so it appears whole or not at
+all; its files are made read-only and are never rewritten. ``CHANGELOG.md`` at the top of the
+leaderboard collects every release's notes, newest first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from leaderboard.atomic import write_bytes_atomic
+from leaderboard.errors import LeaderboardError
+from leaderboard.store import load_config, locked, records_table
+from leaderboard.table import PARQUET, read_table, write_table
+
+RELEASES = "releases"
+RELEASE_JSON = "release.json"
+CHANGES = "CHANGES.md"
+CHANGELOG = "CHANGELOG.md"
+_VERSION_DIR = re.compile(r"^v([1-9][0-9]*)$")
+
+
+def list_releases(directory: str | Path) -> list[int]:
+    """Released version numbers, ascending."""
+    root = Path(directory) / RELEASES
+    found = (_VERSION_DIR.match(p.name) for p in root.iterdir()) if root.is_dir() else ()
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def release_dir(directory: str | Path, version: int) -> Path:
+    path = Path(directory) / RELEASES / f"v{version}"
+    if not path.is_dir():
+        known = ", ".join(f"v{v}" for v in list_releases(directory)) or "none"
+        raise LeaderboardError(f"no release v{version} in {directory} (released: {known})")
+    return path
+
+
+def release_table(directory: str | Path, version: int) -> pd.DataFrame:
+    """The table as frozen in release ``version``."""
+    return read_table(release_dir(directory, version) / PARQUET)
+
+
+def release_info(directory: str | Path, version: int) -> dict:
+    return json.loads((release_dir(directory, version) / RELEASE_JSON).read_text())
+
+
+def release(directory: str | Path, note: str = "") -> dict:
+    """Freeze the current entries as the next version; return its ``release.json`` content.
+
+    Refuses when nothing entered since the previous release.
+    """
+    directory = Path(directory)
+    config = load_config(directory)
+    with locked(directory):
+        table = records_table(directory, config["num_levels"])
+        versions = list_releases(directory)
+        before = set(release_table(directory, versions[-1])["entry_id"]) if versions else set()
+        added = table[~table["entry_id"].isin(before)]
+        if added.empty:
+            raise LeaderboardError(f"nothing to release: no entries since v{versions[-1]}" if versions else "nothing to release: the leaderboard is empty")
+        version = versions[-1] + 1 if versions else 1
+        info = {
+            "version": version,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "benchmark": config["benchmark"],
+            "num_levels": config["num_levels"],
+            "num_entries": len(table),
+            "added": added["entry_id"].tolist(),
+            "note": note,
+        }
+        _write_release(directory, version, table, info, changes(info, added))
+        write_bytes_atomic(directory / CHANGELOG, changelog(directory).encode())
+        return info
+
+
+def _write_release(directory: Path, version: int, table: pd.DataFrame, info: dict, notes: str) -> None:
+    root = directory / RELEASES
+    root.mkdir(exist_ok=True)
+    staging = root / f".v{version}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    write_table(staging, table)
+    (staging / RELEASE_JSON).write_text(json.dumps(info, indent=1) + "\n")
+    (staging / CHANGES).write_text(notes)
+    for path in staging.iterdir():
+        path.chmod(0o444)
+    os.rename(staging, root / f"v{version}")
+
+
+def changes(info: dict, added: pd.DataFrame) -> str:
+    """The changelog section of one release: what entered, and which new entries are flagged."""
+    bench = info["benchmark"]
+    manifest = (bench["manifest_sha256"] or "none")[:12]
+    lines = [
+        f"## v{info['version']} ({info['created']})",
+        "",
+        f"Benchmark {bench['id']} {bench['version']} (manifest {manifest}), {info['num_levels']} levels; "
+        f"{info['num_entries']} entries, {len(added)} new.",
+    ]
+    if info["note"]:
+        lines += ["", info["note"]]
+    lines += ["", "Entered:"]
+    lines += [f"- {r.model} / {r.kappa} ({r.provenance}): mean ood-auroc {r.mean_ood_auroc:.4f} [{r.entry_id}]"
+              for r in added.itertuples()]
+    flagged = added[added["flag"] != ""]
+    if not flagged.empty:
+        lines += ["", "Flagged:"]
+        lines += [f"- {r.model} / {r.kappa}: {r.flag}" for r in flagged.itertuples()]
+    return "\n".join(lines) + "\n"
+
+
+def changelog(directory: str | Path, up_to: int | None = None) -> str:
+    """Every release's changes (up to version ``up_to``), newest first."""
+    versions = [v for v in list_releases(directory) if up_to is None or v <= up_to]
+    return "# Changelog\n\n" + "\n".join((release_dir(directory, v) / CHANGES).read_text() for v in reversed(versions))

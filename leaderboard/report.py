@@ -1,0 +1,158 @@
+"""A short text summary of a table: best models per kappa, the top models and their families,
+where a focus group (by default zero-shot CLIP) ranks, ID accuracy vs. C-OOD detection, and
+kappa-vs-kappa win rates. Flagged entries (broken runs) are left out of every number.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from leaderboard.errors import LeaderboardError
+
+DEFAULT_FOCUS = r"^CLIP_(?!finetuned)"  # the paper's zero-shot CLIP models
+DEFAULT_BASELINE = "softmax"
+
+
+@dataclass(frozen=True)
+class FocusRank:
+    """Where the best entry of the focus group stands."""
+
+    model: str
+    kappa: str
+    mean_ood_auroc: float
+    rank: int              # among models, each by its best kappa
+    num_models: int
+    beats_models: float    # share of the other models (each by its best kappa) it beats
+    beats_baseline: float  # share of the other models' baseline-kappa entries it beats
+    num_baseline: int
+
+
+def family(model: str) -> str:
+    """The architecture family of a model name: its first token (``vit_large_patch16_384`` -> ``vit``)."""
+    return re.split(r"[_\-~@.]", model, maxsplit=1)[0].lower()
+
+
+def valid(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["flag"] == ""]
+
+
+def best_per_kappa(table: pd.DataFrame, top: int = 3) -> dict[str, pd.DataFrame]:
+    """The ``top`` entries of each kappa by mean ood-auroc."""
+    ranked = valid(table).sort_values(["mean_ood_auroc", "model"], ascending=[False, True], kind="stable")
+    return {kappa: rows.head(top) for kappa, rows in ranked.groupby("kappa", sort=True)}
+
+
+def best_per_model(table: pd.DataFrame) -> pd.DataFrame:
+    """Each model's best entry (over kappas), best model first."""
+    ranked = valid(table).sort_values(["mean_ood_auroc", "model", "kappa"], ascending=[False, True, True], kind="stable")
+    return ranked.drop_duplicates("model").reset_index(drop=True)
+
+
+def focus_rank(table: pd.DataFrame, pattern: str = DEFAULT_FOCUS, baseline: str = DEFAULT_BASELINE) -> FocusRank | None:
+    """The best entry among models matching ``pattern`` and how many models it beats; None if none match."""
+    try:
+        matcher = re.compile(pattern)
+    except re.error as exc:
+        raise LeaderboardError(f"bad focus pattern {pattern!r}: {exc}") from None
+    models = best_per_model(table)
+    hits = models[models["model"].map(lambda m: bool(matcher.search(m)))]
+    if hits.empty:
+        return None
+    best = hits.iloc[0]
+    others = models[models["model"] != best["model"]]
+    base = valid(table)
+    base = base[(base["kappa"] == baseline) & (base["model"] != best["model"])]
+    return FocusRank(
+        model=best["model"], kappa=best["kappa"], mean_ood_auroc=float(best["mean_ood_auroc"]),
+        rank=int(hits.index[0]) + 1, num_models=len(models),
+        beats_models=float((others["mean_ood_auroc"] < best["mean_ood_auroc"]).mean()) if len(others) else float("nan"),
+        beats_baseline=float((base["mean_ood_auroc"] < best["mean_ood_auroc"]).mean()) if len(base) else float("nan"),
+        num_baseline=len(base),
+    )
+
+
+def correlations(table: pd.DataFrame) -> pd.DataFrame:
+    """Pearson r and Spearman rho between id-acc and mean ood-auroc: all entries, then per kappa."""
+    rows = []
+    groups = [("all entries", valid(table))] + list(valid(table).groupby("kappa", sort=True))
+    for name, group in groups:
+        acc, auroc = group["id_acc"], group["mean_ood_auroc"]
+        rows.append({"kappa": name, "n": len(group), "pearson": acc.corr(auroc),
+                     "spearman": acc.rank().corr(auroc.rank())})
+    return pd.DataFrame(rows)
+
+
+def win_rates(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Share of models where the row kappa's mean ood-auroc beats the column kappa's (ties count 1/2),
+    over the models evaluated with both; and those model counts."""
+    wide = valid(table).pivot_table(index="model", columns="kappa", values="mean_ood_auroc", aggfunc="max")
+    kappas = list(wide.columns)
+    rates = pd.DataFrame(index=kappas, columns=kappas, dtype="float64")
+    counts = pd.DataFrame(0, index=kappas, columns=kappas, dtype="int64")
+    for a in kappas:
+        for b in kappas:
+            both = wide[[a, b]].dropna()
+            if a != b and len(both):
+                rates.loc[a, b] = ((both[a] > both[b]) + 0.5 * (both[a] == both[b])).mean()
+                counts.loc[a, b] = len(both)
+    return rates, counts
+
+
+def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFAULT_BASELINE, top: int = 10) -> str:
+    """The report as text."""
+    if table.empty:
+        raise LeaderboardError("the table is empty: nothing to report")
+    flagged = table[table["flag"] != ""]
+    first = table.iloc[0]
+    out = [
+        f"Leaderboard of {first['benchmark_id']} {first['benchmark_version']}, {first['num_levels']} severity levels: "
+        f"{len(table)} entries, {table['model'].nunique()} models, {table['kappa'].nunique()} kappas.",
+    ]
+    if len(flagged):
+        out.append(f"Flagged and left out below ({len(flagged)} entries, {flagged['model'].nunique()} models):")
+        out += [f"  {r.model} / {r.kappa}: {r.flag}" for r in flagged.itertuples()]
+
+    out += ["", "Best models per kappa (mean ood-auroc over levels):"]
+    for kappa, rows in best_per_kappa(table).items():
+        n = valid(table)["kappa"].eq(kappa).sum()
+        out.append(f"  {kappa} ({n} models): " + ", ".join(f"{r.model} {r.mean_ood_auroc:.4f}" for r in rows.itertuples()))
+
+    models = best_per_model(table)
+    leaders = models.head(top)
+    out += ["", f"Top {len(leaders)} of {len(models)} models, each by its best kappa:"]
+    out += [f"  {i:>3}. {r.model:<40} {r.kappa:<12} {r.mean_ood_auroc:.4f}  (id-acc {r.id_acc:.4f})"
+            for i, r in enumerate(leaders.itertuples(), start=1)]
+    families = leaders["model"].map(family).value_counts()
+    out.append("  families: " + ", ".join(f"{name} {count}" for name, count in families.items()))
+
+    rank = focus_rank(table, focus, baseline)
+    out += ["", f"Best model matching {focus!r}:"]
+    if rank is None:
+        out.append("  none")
+    else:
+        out += [
+            f"  {rank.model} / {rank.kappa}: mean ood-auroc {rank.mean_ood_auroc:.4f}",
+            f"  rank {rank.rank} of {rank.num_models} models (each by its best kappa): "
+            f"beats {rank.beats_models:.1%} of the other models",
+            f"  beats {rank.beats_baseline:.1%} of the other {rank.num_baseline} models' {baseline} entries",
+        ]
+
+    corr = correlations(table)
+    width = max(map(len, corr["kappa"]))
+    out += ["", "ID accuracy vs. mean ood-auroc:"]
+    out += [f"  {r.kappa:<{width}}  n={r.n:<5} Pearson r={r.pearson:+.3f}  Spearman rho={r.spearman:+.3f}"
+            for r in corr.itertuples()]
+
+    rates, counts = win_rates(table)
+    names = {kappa: f"[{i}]" for i, kappa in enumerate(rates.index, start=1)}
+    width = max(map(len, rates.index)) + 5
+    out += ["", "Kappa win rates (row beats column, over models with both; n in brackets):"]
+    out.append("  " + " " * width + "".join(f"{names[k]:>11}" for k in rates.columns))
+    for a in rates.index:
+        cells = ["-".rjust(11) if pd.isna(rates.loc[a, b]) else f"{rates.loc[a, b]:.0%} ({counts.loc[a, b]})".rjust(11)
+                 for b in rates.columns]
+        out.append(f"  {names[a] + ' ' + a:<{width}}" + "".join(cells))
+    return "\n".join(out)

@@ -1,0 +1,92 @@
+"""The leaderboard table: one row per entry, derived from the stored records; parquet and CSV."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from leaderboard.atomic import write_atomic
+from leaderboard.errors import LeaderboardError
+from leaderboard.schema import entry_id, flags, kappa_label
+
+PARQUET = "table.parquet"
+CSV = "table.csv"
+LEVEL_PREFIX = "ood_auroc_l"
+FRONT = ["seq", "entry_id", "model", "kappa", "kappa_name", "kappa_params", "provenance", "flag",
+         "id_acc", "id_auroc", "id_avg_conf", "mean_ood_auroc"]
+BACK = ["mean_fpr_at_95_tpr", "num_parameters", "model_source", "weights_sha256", "benchmark_id",
+        "benchmark_version", "manifest_sha256", "num_levels", "ood_auroc_definition", "harness_version",
+        "seed", "created", "record_file", "record_sha256"]
+
+
+def level_columns(num_levels: int) -> list[str]:
+    """``ood_auroc_l0`` .. ``ood_auroc_l{L-1}``: the per-level ood-auroc columns."""
+    return [f"{LEVEL_PREFIX}{i}" for i in range(num_levels)]
+
+
+def table_levels(table: pd.DataFrame) -> list[str]:
+    return [c for c in table.columns if c.startswith(LEVEL_PREFIX)]
+
+
+def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> dict:
+    """The table row of one valid record."""
+    levels = record["levels"]
+    fprs = [level["fpr_at_95_tpr"] for level in levels]
+    return {
+        "seq": seq,
+        "entry_id": entry_id(record),
+        "model": record["model"]["name"],
+        "kappa": kappa_label(record["kappa"]["name"], record["kappa"]["params"]),
+        "kappa_name": record["kappa"]["name"],
+        "kappa_params": json.dumps(record["kappa"]["params"], sort_keys=True),
+        "provenance": record["provenance"],
+        "flag": "; ".join(flags(record)),
+        "id_acc": record["id"]["acc"],
+        "id_auroc": record["id"]["auroc"],
+        "id_avg_conf": record["id"]["avg_conf"],
+        "mean_ood_auroc": record["summary"]["mean_ood_auroc"],
+        **{col: level["ood_auroc"] for col, level in zip(level_columns(len(levels)), levels)},
+        "mean_fpr_at_95_tpr": None if None in fprs else math.fsum(fprs) / len(fprs),
+        "num_parameters": record["model"]["num_parameters"],
+        "model_source": record["model"]["source"],
+        "weights_sha256": record["model"]["weights_sha256"],
+        "benchmark_id": record["benchmark"]["id"],
+        "benchmark_version": record["benchmark"]["version"],
+        "manifest_sha256": record["benchmark"]["manifest_sha256"],
+        "num_levels": record["num_levels"],
+        "ood_auroc_definition": record["metric_definitions"]["ood_auroc"],
+        "harness_version": record["harness_version"],
+        "seed": record["seed"],
+        "created": record["created"],
+        "record_file": record_file,
+        "record_sha256": record_sha256,
+    }
+
+
+def build_table(rows: list[dict], num_levels: int) -> pd.DataFrame:
+    """Rows in arrival order with fixed column order and dtypes (an empty table keeps its columns)."""
+    columns = FRONT + level_columns(num_levels) + BACK
+    table = pd.DataFrame(rows, columns=columns)
+    for col in ["id_acc", "id_auroc", "id_avg_conf", "mean_ood_auroc", "mean_fpr_at_95_tpr", *level_columns(num_levels)]:
+        table[col] = table[col].astype("float64")
+    for col in ["seq", "num_levels"]:
+        table[col] = table[col].astype("int64")
+    for col in ["num_parameters", "seed"]:
+        table[col] = table[col].astype("Int64")
+    return table
+
+
+def write_table(directory: Path, table: pd.DataFrame) -> None:
+    """Write ``table.parquet`` and ``table.csv`` in ``directory``, each by atomic replace."""
+    write_atomic(directory / PARQUET, lambda tmp: table.to_parquet(tmp, index=False))
+    write_atomic(directory / CSV, lambda tmp: table.to_csv(tmp, index=False))
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise LeaderboardError(f"cannot read the table {path}: {exc}") from None

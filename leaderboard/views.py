@@ -1,0 +1,64 @@
+"""Selecting, ranking and printing table rows (the ``show`` command)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import pandas as pd
+
+from leaderboard.errors import LeaderboardError
+from leaderboard.table import LEVEL_PREFIX, table_levels
+
+
+def sort_column(table: pd.DataFrame, key: str) -> str:
+    """The column behind a sort key: ``mean`` (mean ood-auroc), ``id_acc``, or a level ``0``..``L-1`` / ``l3``."""
+    if key == "mean":
+        return "mean_ood_auroc"
+    if key == "id_acc":
+        return "id_acc"
+    level = re.fullmatch(r"l?(\d+)", key)
+    if level and f"{LEVEL_PREFIX}{int(level.group(1))}" in table.columns:
+        return f"{LEVEL_PREFIX}{int(level.group(1))}"
+    raise LeaderboardError(f"unknown sort key {key!r}: use mean, id_acc or a level 0..{len(table_levels(table)) - 1}")
+
+
+def select(table: pd.DataFrame, kappas: Sequence[str] = (), model: str = "", sort: str = "mean",
+           include_flagged: bool = True) -> pd.DataFrame:
+    """Rows whose kappa name (or label) is one of ``kappas`` and whose model name contains ``model``
+    (case-insensitive), best first by ``sort``, with a ``rank`` column."""
+    column = sort_column(table, sort)
+    rows = table
+    if kappas:
+        rows = rows[rows["kappa_name"].isin(kappas) | rows["kappa"].isin(kappas)]
+    if model:
+        rows = rows[rows["model"].str.contains(model, case=False, regex=False)]
+    if not include_flagged:
+        rows = rows[rows["flag"] == ""]
+    rows = rows.sort_values([column, "model", "kappa"], ascending=[False, True, True], kind="stable", na_position="last")
+    return rows.assign(rank=range(1, len(rows) + 1))
+
+
+def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None) -> str:
+    """A plain-text table: rank, model, kappa, id-acc, mean ood-auroc, the sorted level, flags."""
+    shown = rows.head(limit) if limit else rows
+    columns = ["rank", "model", "kappa", "id_acc", "mean_ood_auroc"]
+    sorted_by = sort_column(rows, sort)
+    if sorted_by not in columns:
+        columns.append(sorted_by)
+    header = [c.replace("_", "-") for c in columns] + ["flag"]
+    body = [[_cell(r[c]) for c in columns] + [r["flag"]] for _, r in shown.iterrows()]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    numeric = {i for i, c in enumerate(columns) if c not in ("model", "kappa")}
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    out = [line(header), line(["-" * w for w in widths])] + [line(b) for b in body]
+    if len(shown) < len(rows):
+        out.append(f"... {len(rows) - len(shown)} more (use --limit 0 for all)")
+    return "\n".join(out)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "-" if pd.isna(value) else f"{value:.4f}"
+    return str(value)

@@ -1,0 +1,64 @@
+"""The report reproduces the paper's headline claims from its published table."""
+
+import pytest
+
+from leaderboard.errors import LeaderboardError
+from leaderboard.report import best_per_kappa, best_per_model, correlations, family, focus_rank, report, win_rates
+from leaderboard.store import current_table
+
+
+@pytest.fixture(scope="module")
+def table(paper_board):
+    return current_table(paper_board)
+
+
+def test_top_models_are_vits(table):
+    models = best_per_model(table)
+    assert len(models) == 703  # 706 models less the three broken runs
+    top = models.head(10)
+    assert top["model"].iloc[0] == "vit_large_patch16_384_original"
+    assert top["mean_ood_auroc"].iloc[0] == pytest.approx(0.945769, abs=1e-6)
+    assert top["model"].map(family).value_counts().to_dict() == {"vit": 9, "beit": 1}
+    for kappa, rows in best_per_kappa(table).items():
+        assert rows["model"].iloc[0].startswith("vit_large"), kappa
+
+
+def test_best_zero_shot_clip_beats_96_percent(table):
+    rank = focus_rank(table)
+    assert (rank.model, rank.kappa) == ("CLIP_RN50x64", "max_logit")
+    assert rank.mean_ood_auroc == pytest.approx(0.853274, abs=1e-6)
+    assert rank.num_baseline == 535
+    assert rank.beats_baseline == pytest.approx(514 / 535)  # the paper: "outperforms 96% of models"
+    assert (rank.rank, rank.num_models) == (55, 703)
+    assert rank.beats_models == pytest.approx(648 / 702)
+    assert focus_rank(table, "^no-such-model") is None
+    with pytest.raises(LeaderboardError, match="bad focus pattern"):
+        focus_rank(table, "(")
+
+
+def test_id_accuracy_correlates_with_detection(table):
+    corr = correlations(table).set_index("kappa")
+    assert corr.loc["all entries", "n"] == 1842
+    assert corr.loc["all entries", "pearson"] == pytest.approx(0.373, abs=1e-3)
+    assert corr.loc["softmax", "pearson"] == pytest.approx(0.722, abs=1e-3)
+    assert (corr["pearson"] > 0).all() and (corr["spearman"] > 0).all()
+
+
+def test_kappa_win_rates(table):
+    rates, counts = win_rates(table)
+    assert counts.loc["entropy", "softmax"] == 536
+    assert rates.loc["entropy", "softmax"] == pytest.approx(1 - rates.loc["softmax", "entropy"])
+    assert rates.loc["entropy", "softmax"] == pytest.approx(0.72, abs=0.005)
+    assert rates.loc["softmax", "max_logit"] == pytest.approx(0.69, abs=0.005)
+
+
+def test_report_text(table):
+    text = report(table)
+    assert text.startswith("Leaderboard of imagenet-cood-paper2023 iclr2023, 11 severity levels: 1848 entries, 706 models, 5 kappas.")
+    assert "Flagged and left out below (6 entries, 3 models):" in text
+    assert "    1. vit_large_patch16_384_original           max_logit    0.9458  (id-acc 0.8516)" in text
+    assert "  families: vit 9, beit 1" in text
+    assert "  CLIP_RN50x64 / max_logit: mean ood-auroc 0.8533" in text
+    assert "  beats 96.1% of the other 535 models' softmax entries" in text
+    assert "  softmax" in text and "Pearson r=+0.722" in text
+    assert "  [1] entropy" in text and "72% (536)" in text

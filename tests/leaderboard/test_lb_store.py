@@ -1,0 +1,181 @@
+import hashlib
+import json
+import multiprocessing
+import threading
+
+import pandas as pd
+import pytest
+
+from leaderboard import store
+from leaderboard.errors import LeaderboardError
+from leaderboard.store import add_files, add_records, current_table, init_leaderboard, load_config
+from leaderboard.table import CSV, PARQUET
+
+from lb_records import GLYPHS, record
+
+
+def _snapshot(directory):
+    """Every file under ``directory`` (except the lock) with its sha256."""
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+@pytest.fixture
+def board(tmp_path):
+    directory = tmp_path / "board"
+    init_leaderboard(directory, GLYPHS)
+    add_records(directory, [record()])
+    return directory
+
+
+def test_init_and_add(tmp_path):
+    directory = tmp_path / "b"
+    config = init_leaderboard(directory, GLYPHS, num_levels=11)
+    assert config == {"format_version": 1, "benchmark": GLYPHS, "num_levels": 11}
+    assert current_table(directory).empty
+    ids = add_records(directory, [record(kappa="softmax"), record(kappa="entropy", aurocs=[0.9] * 11)])
+    table = current_table(directory)
+    assert table["entry_id"].tolist() == ids and table["seq"].tolist() == [1, 2]
+    assert table["kappa"].tolist() == ["softmax", "entropy"]
+    assert table["mean_ood_auroc"].tolist() == pytest.approx([0.85, 0.9])
+    assert table["ood_auroc_l10"].tolist() == pytest.approx([0.75, 0.9])
+    assert table["mean_fpr_at_95_tpr"].tolist() == pytest.approx([0.35, 0.35])
+    assert table.loc[0, "manifest_sha256"] == GLYPHS["manifest_sha256"]
+    csv = pd.read_csv(directory / CSV)
+    assert csv["entry_id"].tolist() == ids
+    with pytest.raises(LeaderboardError, match="is already a leaderboard"):
+        init_leaderboard(directory, GLYPHS)
+    with pytest.raises(LeaderboardError, match="benchmark.manifest_sha256: not a lowercase 64-digit hex sha256"):
+        init_leaderboard(tmp_path / "c", {**GLYPHS, "manifest_sha256": "abc"})
+    with pytest.raises(LeaderboardError, match="num_levels must be >= 2, got 1"):
+        init_leaderboard(tmp_path / "c", GLYPHS, num_levels=1)
+
+
+def test_files_are_stored_byte_for_byte(tmp_path, board):
+    raw = json.dumps(record(kappa="energy"), indent=4, sort_keys=True).encode() + b"\n\n"
+    path = tmp_path / "r.json"
+    path.write_bytes(raw)
+    [key] = add_files(board, [path])
+    stored = board / "records" / f"000002-{key}.json"
+    assert stored.read_bytes() == raw
+    row = current_table(board).set_index("entry_id").loc[key]
+    assert row["record_sha256"] == hashlib.sha256(raw).hexdigest()
+    assert row["record_file"] == f"records/000002-{key}.json"
+
+
+def test_create_from_first_record(tmp_path):
+    directory = tmp_path / "new" / "board"
+    add_records(directory, [record(num_levels=5)], create=True)
+    assert load_config(directory)["num_levels"] == 5
+    assert load_config(directory)["benchmark"] == GLYPHS
+
+
+def test_not_a_leaderboard(tmp_path):
+    with pytest.raises(LeaderboardError, match="is not a leaderboard"):
+        add_records(tmp_path / "missing", [record()])
+    assert not (tmp_path / "missing").exists()
+
+
+def _mismatch(field, value):
+    r = record(kappa="entropy")
+    r["benchmark"][field] = value
+    return r
+
+
+REJECTED = [
+    ("malformed", lambda: {"schema_version": 1}, "record 2: record: missing field 'benchmark'"),
+    ("nan", lambda: record(kappa="entropy", aurocs=[float("nan")] * 11), "record 2: levels[0].ood_auroc: must be a finite number, got nan"),
+    ("out of range", lambda: record(kappa="entropy", aurocs=[1.5] * 11), "record 2: levels[0].ood_auroc: out of range [0, 1]: 1.5"),
+    ("levels", lambda: record(kappa="entropy", num_levels=10), "record 2: wrong number of levels: 10, this leaderboard uses 11"),
+    ("unknown benchmark", lambda: _mismatch("id", "imagenet"), "record 2: unknown benchmark 'imagenet'; this leaderboard holds 'glyphs'"),
+    ("revision", lambda: _mismatch("manifest_sha256", "cd" * 32),
+     f"record 2: benchmark revision mismatch: benchmark.manifest_sha256 is '{'cd' * 32}', this leaderboard holds '{'ab' * 32}'"),
+    ("version", lambda: _mismatch("version", "1.1.0"), "record 2: benchmark revision mismatch: benchmark.version is '1.1.0'"),
+    ("classes", lambda: _mismatch("num_ood_classes", 431), "record 2: benchmark revision mismatch: benchmark.num_ood_classes is 431"),
+    ("duplicate", lambda: record(model="same weights, new name"), "record 2: duplicate entry"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), [(b, m) for _, b, m in REJECTED], ids=[n for n, _, _ in REJECTED])
+def test_rejected_batch_writes_nothing(board, bad, message):
+    before = _snapshot(board)
+    with pytest.raises(LeaderboardError) as info:
+        add_records(board, [record(kappa="max_logit"), bad()])
+    assert str(info.value).startswith(message)
+    assert _snapshot(board) == before
+    assert len(current_table(board)) == 1
+
+
+def test_duplicate_within_a_batch(board):
+    with pytest.raises(LeaderboardError, match=r"record 2: duplicate entry [0-9a-f]{16} \(model 'glyph_cnn', kappa entropy\) already in record 1"):
+        add_records(board, [record(kappa="entropy"), record(kappa="entropy")])
+
+
+def test_duplicate_of_stored_entry_names_its_file(board):
+    with pytest.raises(LeaderboardError, match=r"duplicate entry [0-9a-f]{16} .* already in 000001-[0-9a-f]{16}\.json"):
+        add_records(board, [record()])
+
+
+def test_malformed_json_file(tmp_path, board):
+    path = tmp_path / "bad.json"
+    path.write_text('{"schema_version": 1,')
+    before = _snapshot(board)
+    with pytest.raises(LeaderboardError, match=r"bad\.json: malformed JSON: "):
+        add_files(board, [path])
+    assert _snapshot(board) == before
+
+
+def _add_many(directory, worker, count):
+    for i in range(count):
+        add_records(directory, [record(model=f"w{worker}-{i}", weights=f"{worker:02x}{i:02x}" * 16)])
+
+
+def test_concurrent_adds_lose_nothing(board):
+    ctx = multiprocessing.get_context("spawn")
+    workers = [ctx.Process(target=_add_many, args=(board, w, 4)) for w in range(4)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(120)
+    assert [p.exitcode for p in workers] == [0, 0, 0, 0]
+    table = current_table(board)
+    assert len(table) == 17
+    assert sorted(table["seq"]) == list(range(1, 18))
+    assert set(table["model"]) == {"glyph_cnn"} | {f"w{w}-{i}" for w in range(4) for i in range(4)}
+    assert len(list((board / "records").glob("*.json"))) == 17
+
+
+def test_writers_wait_for_the_lock(board, monkeypatch):
+    monkeypatch.setattr(store, "LOCK_TIMEOUT_S", 0.2)
+    errors = []
+    with store.locked(board):
+        thread = threading.Thread(target=lambda: errors.append(_try_add(board)))
+        thread.start()
+        thread.join()
+    assert errors == ["is locked by another writer (waited 0.2s)"]
+    assert len(current_table(board)) == 1
+
+
+def _try_add(board):
+    try:
+        add_records(board, [record(kappa="entropy")])
+    except LeaderboardError as exc:
+        return str(exc).split(" ", 1)[1]
+
+
+def test_crash_while_writing_the_table_keeps_the_previous_one(board, monkeypatch):
+    before = {name: (board / name).read_bytes() for name in (PARQUET, CSV)}
+
+    def crash(self, path, **kwargs):
+        open(path, "wb").write(b"PAR1 half a table")
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", crash)
+    with pytest.raises(KeyboardInterrupt):
+        add_records(board, [record(kappa="entropy")])
+    monkeypatch.undo()
+    assert {name: (board / name).read_bytes() for name in (PARQUET, CSV)} == before
+    assert not list(board.glob("*.partial"))
+    assert len(current_table(board)) == 1
+    add_records(board, [record(kappa="max_logit")])  # the next add derives the table from every stored record
+    assert current_table(board)["kappa"].tolist() == ["softmax", "entropy", "max_logit"]

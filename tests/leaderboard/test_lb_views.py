@@ -1,0 +1,45 @@
+import pytest
+
+from leaderboard.errors import LeaderboardError
+from leaderboard.store import add_records, current_table
+from leaderboard.views import format_rows, select, sort_column
+
+from lb_records import record
+
+
+@pytest.fixture
+def table(tmp_path):
+    records = [
+        record(model="alpha", weights="01" * 32, aurocs=[0.99, 0.9, 0.8, 0.7, 0.6, 0.5], num_levels=6),
+        record(model="Beta-net", weights="02" * 32, aurocs=[0.9, 0.9, 0.9, 0.9, 0.85, 0.8], num_levels=6),
+        record(model="gamma", weights="03" * 32, kappa="entropy", aurocs=[0.95, 0.9, 0.88, 0.85, 0.8, 0.6], acc=0.01, num_levels=6),
+    ]
+    add_records(tmp_path / "b", records, create=True)
+    return current_table(tmp_path / "b")
+
+
+def test_sort_keys(table):
+    assert sort_column(table, "mean") == "mean_ood_auroc"
+    assert sort_column(table, "0") == sort_column(table, "l0") == "ood_auroc_l0"
+    assert sort_column(table, "id_acc") == "id_acc"
+    with pytest.raises(LeaderboardError, match="unknown sort key '6': use mean, id_acc or a level 0..5"):
+        sort_column(table, "6")
+
+
+def test_select_sorts_and_filters(table):
+    assert select(table)["model"].tolist() == ["Beta-net", "gamma", "alpha"]
+    assert select(table, sort="0")["model"].tolist() == ["alpha", "gamma", "Beta-net"]
+    assert select(table, sort="l5")["rank"].tolist() == [1, 2, 3]
+    assert select(table, kappas=["entropy"])["model"].tolist() == ["gamma"]
+    assert select(table, model="BETA")["model"].tolist() == ["Beta-net"]
+    assert select(table, include_flagged=False)["model"].tolist() == ["Beta-net", "alpha"]
+
+
+def test_format_rows(table):
+    text = format_rows(select(table, sort="3"), sort="3", limit=2)
+    lines = text.splitlines()
+    assert lines[0].split() == ["rank", "model", "kappa", "id-acc", "mean-ood-auroc", "ood-auroc-l3", "flag"]
+    assert lines[2].split() == ["1", "Beta-net", "softmax", "0.8100", "0.8750", "0.9000"]
+    assert lines[3].split()[:6] == ["2", "gamma", "entropy", "0.0100", "0.8300", "0.8500"]
+    assert "id-acc near chance" in lines[3]
+    assert lines[4] == "... 1 more (use --limit 0 for all)"
