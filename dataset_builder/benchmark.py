@@ -1,4 +1,9 @@
-"""Reading a built benchmark folder: manifest, class tables, shard lists, integrity checks."""
+"""Reading a benchmark, from a local folder or a Hub dataset repo at a pinned revision:
+manifest, class tables, shard lists, integrity checks.
+
+A Hub benchmark is named ``hf://datasets/<owner>/<name>@<revision>``; its manifest and class tables
+are downloaded when it is opened, each shard when it is first read (huggingface_hub's cache).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from dataset_builder.manifest import load_manifest
 from dataset_builder.shards import file_sha256
 
 SPLITS = ("id_test", "id_train", "ood_estimation", "ood_test")
+HUB_PREFIX = "hf://datasets/"
 
 
 @dataclass(frozen=True)
@@ -23,9 +29,12 @@ class Benchmark:
     sha256: str
     id_classes: pd.DataFrame
     ood_classes: pd.DataFrame
+    hub: tuple[str, str] | None = None  # (repo id, commit sha) of a Hub benchmark
 
     @classmethod
     def open(cls, root: str | Path) -> "Benchmark":
+        if str(root).startswith(HUB_PREFIX):
+            return cls._open_hub(str(root))
         root = Path(root)
         manifest, sha256 = load_manifest(root)
         try:
@@ -35,6 +44,20 @@ class Benchmark:
             raise BenchmarkError(f"cannot read the class tables of {root}: {exc}") from None
         ood_classes = table[table["status"] == "ood"].sort_values("index", ignore_index=True)
         return cls(root, manifest, sha256, id_classes, ood_classes)
+
+    @classmethod
+    def _open_hub(cls, url: str) -> "Benchmark":
+        from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError
+
+        repo_id, _, revision = url[len(HUB_PREFIX):].partition("@")
+        try:
+            commit = HfApi().dataset_info(repo_id, revision=revision or None).sha
+            root = snapshot_download(repo_id, repo_type="dataset", revision=commit, allow_patterns=["manifest.json", "classes/*"])
+        except (HfHubHTTPError, OSError, ValueError) as exc:
+            raise BenchmarkError(f"cannot open {url}: {str(exc).splitlines()[0]}") from None
+        local = cls.open(root)
+        return cls(local.root, local.manifest, local.sha256, local.id_classes, local.ood_classes, hub=(repo_id, commit))
 
     @property
     def name(self) -> str:
@@ -60,16 +83,28 @@ class Benchmark:
         return [s for s in self.manifest["shards"] if s["split"] == split]
 
     def shard_path(self, shard: dict) -> Path:
-        return self.root / shard["path"]
+        """The local file of a shard (a Hub benchmark downloads it first, once)."""
+        if self.hub is None:
+            return self.root / shard["path"]
+        from huggingface_hub import hf_hub_download
+
+        repo_id, commit = self.hub
+        try:
+            return Path(hf_hub_download(repo_id, shard["path"], repo_type="dataset", revision=commit))
+        except Exception as exc:  # any download failure is reported as the shard's
+            raise BenchmarkError(f"cannot fetch shard {shard['path']} from {repo_id}@{commit[:12]}: {str(exc).splitlines()[0]}") from None
+
+    def check_shard(self, shard: dict, path: Path, deep: bool = True) -> None:
+        """Raise BenchmarkError unless ``path`` has the manifest's size (and sha256 when ``deep``) for ``shard``."""
+        if not path.is_file():
+            raise BenchmarkError(f"shard {shard['path']} listed in the manifest is missing")
+        if path.stat().st_size != shard["num_bytes"]:
+            raise BenchmarkError(f"corrupt shard {shard['path']}: {path.stat().st_size} bytes, manifest says {shard['num_bytes']}")
+        if deep and file_sha256(path) != shard["sha256"]:
+            raise BenchmarkError(f"corrupt shard {shard['path']}: sha256 differs from the manifest")
 
     def verify(self, splits: tuple[str, ...] = SPLITS, deep: bool = True) -> None:
         """Check every shard of ``splits`` exists with the manifest's size (and sha256 when ``deep``)."""
         for split in splits:
             for shard in self.shards(split):
-                path = self.shard_path(shard)
-                if not path.is_file():
-                    raise BenchmarkError(f"shard {shard['path']} listed in the manifest is missing")
-                if path.stat().st_size != shard["num_bytes"]:
-                    raise BenchmarkError(f"corrupt shard {shard['path']}: {path.stat().st_size} bytes, manifest says {shard['num_bytes']}")
-                if deep and file_sha256(path) != shard["sha256"]:
-                    raise BenchmarkError(f"corrupt shard {shard['path']}: sha256 differs from the manifest")
+                self.check_shard(shard, self.shard_path(shard), deep)

@@ -30,11 +30,17 @@ def submit(
     levels: int = typer.Option(11, help="Number of severity levels."),
     batch_size: int = typer.Option(256, help="Images per batch."),
     workers: int = typer.Option(2, help="Data-loading worker processes."),
-    device: str = typer.Option("cpu", help="torch device, e.g. cpu or cuda."),
+    device: str = typer.Option("cpu", help="torch device, e.g. cpu or cuda (under torchrun: each rank's own GPU)."),
+    amp: str = typer.Option("auto", help="Autocast: auto (bf16 on CUDA, none on CPU), bf16, fp16 or none."),
+    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last", help="[default: on for CUDA]"),
+    compile: bool = typer.Option(False, "--compile", help="torch.compile the model."),
     seed: int = typer.Option(0, help="Seed for stochastic kappas (MC-dropout)."),
     odin_preset: str = typer.Option("paper", help="ODIN preset: paper (T=2, eps=1e-5) or original (T=1000, eps=0.0014)."),
     mc_passes: int = typer.Option(30, help="Stochastic passes for mc_dropout."),
-    verify: bool = typer.Option(True, help="Check every shard's sha256 against the manifest before evaluating."),
+    verify: bool = typer.Option(True, help="Check every shard's sha256 against the manifest before reading it."),
+    cache: bool = typer.Option(True, help="Keep per-shard scores so that an interrupted run resumes where it stopped."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Score cache folder [default: $COOD_BENCH_CACHE/scores]."),
+    keep_logits: bool = typer.Option(False, help="Also cache the logits, so that new logit kappas need no new pass."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
 ) -> None:
@@ -42,8 +48,11 @@ def submit(
     from harness.run import submit as run_submit
 
     result = run_submit(target, benchmark=benchmark, kappas=kappa, out=out, num_levels=levels, batch_size=batch_size,
-                        workers=workers, device=device, seed=seed, odin_preset=odin_preset, mc_passes=mc_passes,
-                        verify=verify, progress=progress, leaderboard=leaderboard)
+                        workers=workers, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
+                        odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
+                        keep_logits=keep_logits, progress=progress, leaderboard=leaderboard)
+    if result is None:  # a torchrun rank other than 0
+        return
     bench = result.benchmark.identity()
     typer.echo(f"{result.submission.name} on {bench['id']} {bench['version']} ({bench['num_id_classes']} ID classes, "
                f"{bench['num_ood_classes']} OOD classes, revision {bench['manifest_sha256'][:12]})")
@@ -56,3 +65,7 @@ def submit(
 
 def main() -> None:
     run_app(app, (HarnessError, BenchmarkError))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,62 +1,85 @@
-"""Streaming a benchmark split from its WebDataset shards into batches for the model."""
+"""Streaming benchmark shards into batches for the model.
+
+Shards are divided among DataLoader workers (and, under torchrun, among ranks by the caller); a
+worker fetches each shard (a Hub shard is downloaded on first use), checks its size and sha256
+against the manifest, decodes and transforms its images, and cuts it into batches that never span
+two shards. A batch's content therefore depends only on its shard and the batch size, which keeps
+stochastic kappas and resumed runs reproducible whatever the number of workers.
+"""
 
 from __future__ import annotations
 
-import functools
+import io
+import json
 from typing import Callable, Iterator
 
 import torch
-import webdataset as wds
 from PIL import Image
 
 from dataset_builder.benchmark import Benchmark
+from dataset_builder.errors import BenchmarkError
+from dataset_builder.shards import iter_samples
 
 
-def _to_example(sample: dict, image_ext: str, transform: Callable, channels: int, label_of: dict[str, int]):
-    image = sample[image_ext]
-    image = image.convert("L" if channels == 1 else "RGB")
-    class_id = sample["json"]["class_id"]
-    if class_id not in label_of:
-        raise ValueError(f"sample {sample['__key__']} has class '{class_id}', which is not in this split's class list")
-    return sample["__url__"], sample["__key__"], transform(image), label_of[class_id]
+def _collate(shard: str, examples: list) -> dict:
+    keys, images, labels = zip(*examples)
+    return {"shard": shard, "keys": list(keys), "images": torch.stack(images), "labels": torch.tensor(labels, dtype=torch.int64)}
 
 
-def _collate(examples: list) -> dict:
-    urls, keys, images, labels = zip(*examples)
-    return {"shard": urls[0], "keys": list(keys), "images": torch.stack(images), "labels": torch.tensor(labels, dtype=torch.int64)}
-
-
-def batches_within_shards(examples: Iterator[tuple], batch_size: int) -> Iterator[dict]:
-    """Batches that never span two shards, so that a batch's content depends on its shard and the batch
-    size alone (not on the number of workers): stochastic kappas and resumed runs stay reproducible."""
+def batches_within_shard(shard: str, examples: Iterator[tuple], batch_size: int) -> Iterator[dict]:
     batch: list = []
     for example in examples:
-        if batch and (len(batch) == batch_size or example[0] != batch[0][0]):
-            yield _collate(batch)
-            batch = []
         batch.append(example)
+        if len(batch) == batch_size:
+            yield _collate(shard, batch)
+            batch = []
     if batch:
-        yield _collate(batch)
+        yield _collate(shard, batch)
 
 
-def split_batches(benchmark: Benchmark, split: str, transform: Callable, channels: int, label_of: dict[str, int],
-                  batch_size: int = 256, workers: int = 2, shards: list[dict] | None = None) -> Iterator[dict]:
-    """Batches ``{"shard", "keys", "images", "labels"}`` of one split; ``label_of`` maps class ids to label indices.
+class ShardStream(torch.utils.data.IterableDataset):
+    """Batches ``{"shard", "keys", "images", "labels"}`` of the given shards, or ``{"shard", "error"}``
+    when a shard is missing, corrupt or holds an unreadable sample (the consumer raises it)."""
 
-    ``shards`` restricts the stream to some of the split's shards (the default is all of them).
-    """
-    shards = benchmark.shards(split) if shards is None else shards
-    urls = [str(benchmark.shard_path(s)) for s in shards]
-    if not urls:
+    def __init__(self, benchmark: Benchmark, shards: list[dict], transform: Callable, channels: int,
+                 label_of: dict[str, int], batch_size: int, verify: bool = True):
+        super().__init__()
+        self.benchmark, self.shards, self.transform, self.channels = benchmark, shards, transform, channels
+        self.label_of, self.batch_size, self.verify = label_of, batch_size, verify
+
+    def _example(self, shard: dict, sample: dict) -> tuple:
+        ext = self.benchmark.image_ext
+        key = sample.get("__key__")
+        try:
+            class_id = json.loads(sample["json"])["class_id"]
+            image = Image.open(io.BytesIO(sample[ext]))
+            image = image.convert("L" if self.channels == 1 else "RGB")
+        except Exception as exc:  # any undecodable sample is reported with its shard and key
+            raise BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})") from None
+        if class_id not in self.label_of:
+            raise BenchmarkError(f"shard {shard['path']}: sample {key} has class '{class_id}', which is not in this split")
+        return key, self.transform(image), self.label_of[class_id]
+
+    def __iter__(self) -> Iterator[dict]:
+        worker = torch.utils.data.get_worker_info()
+        mine = self.shards if worker is None else self.shards[worker.id :: worker.num_workers]
+        for shard in mine:
+            try:
+                path = self.benchmark.shard_path(shard)
+                self.benchmark.check_shard(shard, path, deep=self.verify)
+                examples = (self._example(shard, sample) for sample in iter_samples(path))
+                yield from batches_within_shard(shard["path"], examples, self.batch_size)
+            except BenchmarkError as exc:
+                yield {"shard": shard["path"], "error": str(exc)}
+                return
+
+
+def shard_batches(benchmark: Benchmark, shards: list[dict], transform: Callable, channels: int, label_of: dict[str, int],
+                  batch_size: int = 256, workers: int = 2, verify: bool = True, pin_memory: bool = False) -> Iterator[dict]:
+    """Batches of ``shards`` (see :class:`ShardStream`), decoded in ``workers`` processes (0: in this one)."""
+    if not shards:
         return iter(())
-    workers = max(0, min(workers, len(urls)))
-    dataset = (
-        wds.WebDataset(urls, shardshuffle=False, empty_check=False, nodesplitter=None,
-                       workersplitter=wds.split_by_worker if workers > 1 else None)
-        .decode("pil")
-        .map(functools.partial(_to_example, image_ext=benchmark.image_ext, transform=transform, channels=channels, label_of=label_of))
-        .compose(functools.partial(batches_within_shards, batch_size=batch_size))
-    )
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers,
-                                         pin_memory=torch.cuda.is_available(), persistent_workers=False)
+    stream = ShardStream(benchmark, shards, transform, channels, label_of, batch_size, verify)
+    workers = max(0, min(workers, len(shards)))
+    loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=workers, pin_memory=pin_memory)
     return iter(loader)

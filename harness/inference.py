@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from harness.errors import HarnessError
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, MODEL_KAPPAS, LogitKappa, check_logits
+from harness.execution import Execution
 from harness.model_kappas import MC_DROPOUT_PASSES, ODIN_PRESETS, logits_of, mc_dropout, odin
 
 
@@ -52,63 +53,123 @@ def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | No
 
 @dataclass
 class SplitScores:
-    """Per-sample results of one split, sorted by sample key."""
+    """Per-sample results (of a shard or a whole split), sorted by sample key; logits only when kept."""
 
     keys: np.ndarray
     labels: np.ndarray
     preds: np.ndarray
     scores: dict[str, np.ndarray]
     confs: dict[str, np.ndarray]
+    logits: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
     @classmethod
-    def concat(cls, parts: list["SplitScores"], kappas: list[str]) -> "SplitScores":
+    def concat(cls, parts: list["SplitScores"]) -> "SplitScores":
+        """All parts in one, sorted by key; a key seen twice is an error (every sample is scored once)."""
         if not parts:
             raise HarnessError("a split produced no samples")
         keys = np.concatenate([p.keys for p in parts])
         order = np.argsort(keys, kind="stable")
         if len(np.unique(keys)) != len(keys):
-            raise HarnessError("a sample key occurs twice in the benchmark")
+            raise HarnessError("a sample was scored twice (a sample key occurs twice)")
         pick = lambda arrays: np.concatenate(arrays)[order]  # noqa: E731
+        kappas = parts[0].scores.keys()
+        logits = pick([p.logits for p in parts]) if all(p.logits is not None for p in parts) else None
         return cls(keys[order], pick([p.labels for p in parts]), pick([p.preds for p in parts]),
                    {k: pick([p.scores[k] for p in parts]) for k in kappas},
-                   {k: pick([p.confs[k] for p in parts]) for k in kappas})
+                   {k: pick([p.confs[k] for p in parts]) for k in kappas}, logits)
+
+    def with_kappas(self, other: "SplitScores") -> "SplitScores":
+        """These results plus the kappas of ``other`` (same samples)."""
+        if not np.array_equal(self.keys, other.keys):
+            raise HarnessError("cannot merge scores of different samples")
+        logits = self.logits if self.logits is not None else other.logits
+        return SplitScores(self.keys, self.labels, self.preds, {**self.scores, **other.scores}, {**self.confs, **other.confs}, logits)
+
+    def only(self, kappas: list[str], keep_logits: bool) -> "SplitScores":
+        return SplitScores(self.keys, self.labels, self.preds, {k: self.scores[k] for k in kappas},
+                           {k: self.confs[k] for k in kappas}, self.logits if keep_logits else None)
+
+
+def logit_kappa_scores(logits: np.ndarray, features: np.ndarray | None, kappas: list[KappaSpec]) -> tuple[dict, dict]:
+    """Scores and confidences of the logit kappas among ``kappas``."""
+    scores, confs = {}, {}
+    for spec in kappas:
+        if spec.logit is None:
+            continue
+        if spec.logit.wants_features and features is None:
+            raise HarnessError(f"kappa '{spec.name}' needs features, but the model returns logits only (or they were not kept)")
+        scores[spec.name], confs[spec.name] = spec.logit(logits, features)
+    return scores, confs
+
+
+def from_logits(cached: SplitScores, kappas: list[KappaSpec]) -> SplitScores:
+    """Logit kappas computed from kept logits: no pass over the images."""
+    scores, confs = logit_kappa_scores(cached.logits.astype(np.float64), None, kappas)
+    return SplitScores(cached.keys, cached.labels, cached.preds, scores, confs, cached.logits)
 
 
 def _batch_seed(seed: int, first_key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{first_key}".encode()).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def score_batch(model: torch.nn.Module, batch: dict, num_classes: int, kappas: list[KappaSpec], device: torch.device,
-                seed: int) -> SplitScores:
+def score_batch(model: torch.nn.Module, images: torch.Tensor, keys: list[str], labels: np.ndarray, num_classes: int,
+                kappas: list[KappaSpec], execution: Execution, seed: int, keep_logits: bool = False) -> SplitScores:
     """All kappas of one batch: one forward pass for every logit kappa, plus ODIN's and MC-dropout's own passes."""
-    images = batch["images"].to(device, non_blocking=True)
-    with torch.inference_mode():
+    with torch.inference_mode(), execution.autocast():
         output = model(images)
     logits = check_logits(logits_of(output).float().cpu().numpy(), num_classes)
     features = output[1].float().cpu().numpy() if isinstance(output, (tuple, list)) and len(output) > 1 else None
-    scores, confs = {}, {}
+    scores, confs = logit_kappa_scores(logits, features, kappas)
     for spec in kappas:
-        if spec.logit is not None:
-            if spec.logit.wants_features and features is None:
-                raise HarnessError(f"kappa '{spec.name}' needs features, but the model returns logits only")
-            scores[spec.name], confs[spec.name] = spec.logit(logits, features)
-        elif spec.name == "odin":
-            score, conf = odin(model, images, spec.params["temperature"], spec.params["epsilon"])
+        if spec.name == "odin":
+            with execution.autocast():
+                score, conf = odin(model, images, spec.params["temperature"], spec.params["epsilon"])
             scores[spec.name], confs[spec.name] = score.cpu().numpy(), conf.cpu().numpy()
-        else:
-            score = mc_dropout(model, images, spec.params["passes"], _batch_seed(seed, batch["keys"][0]))
+        elif spec.name == "mc_dropout":
+            with execution.autocast():
+                score = mc_dropout(model, images, spec.params["passes"], _batch_seed(seed, keys[0]))
             scores[spec.name] = confs[spec.name] = score.cpu().numpy()
         if not np.all(np.isfinite(scores[spec.name])):
             raise HarnessError(f"kappa '{spec.name}' produced NaN or infinite scores")
-    return SplitScores(np.asarray(batch["keys"]), batch["labels"].numpy(), logits.argmax(axis=1), scores, confs)
+    return SplitScores(np.asarray(keys), labels, logits.argmax(axis=1), scores, confs, logits if keep_logits else None)
 
 
-def score_split(model: torch.nn.Module, batches: Iterable[dict], num_classes: int, kappas: list[KappaSpec],
-                device: torch.device, seed: int, total: int | None = None, desc: str = "", progress: bool = True) -> SplitScores:
-    """Score every batch of a split; the result is sorted by sample key (independent of loading order)."""
-    parts = []
-    with tqdm(total=total, desc=desc, unit="img", disable=not progress, leave=False) as bar:
-        for batch in batches:
-            parts.append(score_batch(model, batch, num_classes, kappas, device, seed))
-            bar.update(len(batch["keys"]))
-    return SplitScores.concat(parts, [k.name for k in kappas])
+def score_batch_adaptive(model: torch.nn.Module, batch: dict, num_classes: int, kappas: list[KappaSpec], execution: Execution,
+                         seed: int, keep_logits: bool = False) -> SplitScores:
+    """:func:`score_batch`, halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
+    images = execution.inputs(batch["images"])
+    try:
+        return score_batch(model, images, batch["keys"], batch["labels"].numpy(), num_classes, kappas, execution, seed, keep_logits)
+    except torch.cuda.OutOfMemoryError:
+        if len(batch["keys"]) == 1:
+            raise HarnessError("out of memory on a single image; use a smaller model, --amp, or another device") from None
+    del images
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    half = len(batch["keys"]) // 2
+    halves = [{"keys": batch["keys"][part], "images": batch["images"][part], "labels": batch["labels"][part]}
+              for part in (slice(0, half), slice(half, None))]
+    return SplitScores.concat([score_batch_adaptive(model, h, num_classes, kappas, execution, seed, keep_logits) for h in halves])
+
+
+def score_shards(model: torch.nn.Module, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int,
+                 kappas: list[KappaSpec], execution: Execution, seed: int, keep_logits: bool = False,
+                 progress: tqdm | None = None) -> Iterator[tuple[str, SplitScores]]:
+    """Score streamed batches and yield ``(shard path, its scores)`` as soon as a shard is complete."""
+    pending: dict[str, list[SplitScores]] = {}
+    for batch in batches:
+        if "error" in batch:
+            raise HarnessError(batch["error"])
+        shard = batch["shard"]
+        pending.setdefault(shard, []).append(score_batch_adaptive(model, batch, num_classes, kappas, execution, seed, keep_logits))
+        if progress is not None:
+            progress.update(len(batch["keys"]))
+        done = sum(len(part) for part in pending[shard])
+        if done == shard_sizes[shard]:
+            yield shard, SplitScores.concat(pending.pop(shard))
+    if pending:
+        shard = next(iter(pending))
+        raise HarnessError(f"shard {shard} yielded {sum(len(p) for p in pending[shard])} samples, the manifest says {shard_sizes[shard]}")

@@ -47,7 +47,8 @@ def test_submit_writes_every_output(tiny_glyphs, tmp_path):
     assert (tmp_path / "run" / "severity_curves.png").read_bytes()[:4] == b"\x89PNG"
     # the same inputs and seed give the same record, whatever the loading parallelism and batch size
     again = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax", "mc_dropout"], out=tmp_path / "again", mc_passes=3,
-                   progress=False, workers=2, batch_size=256)
+                   progress=False, workers=2, cache=False)
+    assert again.stats["images_forwarded"] == 36 * 8 + 48 * 24
     assert stable(again.records[0]) == stable(rec)
     assert stable(again.records[1]) == stable(records["mc_dropout"])
 
@@ -137,9 +138,10 @@ def test_corrupted_shard_is_reported(tiny_glyphs, tmp_path):
     data[1600:1700] = b"\xff" * 100  # inside the first image (after the json member and the png header)
     shard.write_bytes(bytes(data))
     out = tmp_path / "out"
-    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--no-progress"), "corrupt shard .*sha256")
+    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--no-progress", "--no-cache"), "corrupt shard .*sha256")
     shard.write_bytes(bytes(data[:2000]))  # truncated: even without the sha256 check it is caught
-    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--no-progress", "--no-verify"), "corrupt shard")
+    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--no-progress", "--no-cache", "--no-verify"),
+                          "corrupt shard")
     assert not out.exists()
 
 

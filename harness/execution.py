@@ -1,0 +1,58 @@
+"""Where and how the model runs: device, mixed precision, memory format, compilation, and the
+batch back-off on out-of-memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.errors import HarnessError
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Execution:
+    device: torch.device
+    amp: str = "none"  # none | bf16 | fp16
+    channels_last: bool = False
+    compile: bool = False
+
+    @classmethod
+    def resolve(cls, device: str = "cpu", amp: str = "auto", channels_last: bool | None = None, compile: bool = False) -> "Execution":
+        """Defaults by device: on CUDA bf16 autocast and channels_last, on the CPU neither."""
+        try:
+            dev = torch.device(device)
+        except RuntimeError as exc:
+            raise HarnessError(f"unknown device '{device}': {exc}") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise HarnessError(f"device '{device}' requested, but CUDA is not available here")
+        if amp == "auto":
+            amp = "bf16" if dev.type == "cuda" else "none"
+        if amp not in AMP_DTYPES:
+            raise HarnessError(f"unknown --amp '{amp}'; known: auto, {', '.join(AMP_DTYPES)}")
+        return cls(dev, amp, dev.type == "cuda" if channels_last is None else channels_last, compile)
+
+    def describe(self) -> dict:
+        return {"device": str(self.device), "amp": self.amp, "channels_last": self.channels_last, "compile": self.compile}
+
+    def numerics(self) -> dict:
+        """What changes the scores' bits (part of the score cache key)."""
+        return {"device_type": self.device.type, "amp": self.amp, "channels_last": self.channels_last}
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        model = model.to(self.device).eval()
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        return torch.compile(model) if self.compile else model
+
+    def inputs(self, images: torch.Tensor) -> torch.Tensor:
+        images = images.to(self.device, non_blocking=True)
+        if self.channels_last and images.ndim == 4:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return images
+
+    def autocast(self):
+        dtype = AMP_DTYPES[self.amp]
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None)

@@ -1,0 +1,175 @@
+"""The harness at scale: resumable score cache, logits reuse, torchrun, OOM back-off, autocast, Hub streaming."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dataset_builder.glyphs.build import build
+from harness.run import submit
+
+ROOT = Path(__file__).resolve().parents[1]
+CNN = ROOT / "examples" / "glyph_cnn.py"
+SLOW = """
+import time, importlib.util, pathlib
+spec = importlib.util.spec_from_file_location("cnn", {cnn!r})
+cnn = importlib.util.module_from_spec(spec); spec.loader.exec_module(cnn)
+NAME, DATA_CONFIG = "glyph_cnn_slow", cnn.DATA_CONFIG
+
+class Slow(cnn.GlyphCNN):
+    def forward(self, x):
+        time.sleep(0.04)
+        return super().forward(x)
+
+def build_model():
+    model = Slow()
+    model.load_state_dict(cnn.build_model().state_dict())
+    return model
+"""
+
+
+def stable(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in ("created", "timings")}
+
+
+def records_in(folder: Path) -> dict:
+    return {p.stem: stable(json.loads(p.read_text())) for p in sorted((folder / "records").glob("*.json"))}
+
+
+def cli(*args) -> list[str]:
+    return [sys.executable, "-m", "harness.cli", "submit", *map(str, args)]
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(tiny_glyphs, tmp_path):
+    model = tmp_path / "slow.py"
+    model.write_text(SLOW.format(cnn=str(CNN)))
+    common = [model, "--benchmark", tiny_glyphs, "--batch-size", "8", "--workers", "1", "-k", "softmax", "-k", "mc_dropout",
+              "--mc-passes", "2", "--no-progress"]
+    cache = tmp_path / "cache"
+    process = subprocess.Popen(cli(*common, "--cache-dir", cache, "--out", tmp_path / "resumed"), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while len(list(cache.rglob("*.npz"))) < 12 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert process.poll() is None, "the run finished before it could be killed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    done_before = len(list(cache.rglob("*.npz")))
+    assert 12 <= done_before < 50 and not (tmp_path / "resumed").exists()
+    resumed = subprocess.run(cli(*common, "--cache-dir", cache, "--out", tmp_path / "resumed"), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    stats = json.loads((tmp_path / "resumed" / "records" / "softmax.json").read_text())["timings"]
+    assert stats["shards_from_cache"] >= done_before - 1 and stats["shards_scored"] == 50 - stats["shards_from_cache"]
+    fresh = subprocess.run(cli(*common, "--no-cache", "--out", tmp_path / "fresh"), capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr
+    assert records_in(tmp_path / "resumed") == records_in(tmp_path / "fresh")
+
+
+def test_new_logit_kappas_reuse_kept_logits(tiny_glyphs, tmp_path):
+    first = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "a", cache_dir=tmp_path / "cache",
+                   keep_logits=True, progress=False)
+    assert first.stats["images_forwarded"] == 36 * 8 + 48 * 24
+    second = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax", "energy", "entropy"], out=tmp_path / "b",
+                    cache_dir=tmp_path / "cache", progress=False)
+    assert second.stats["images_forwarded"] == 0 and second.stats["shards_from_logits"] == 50
+    direct = submit(CNN, benchmark=tiny_glyphs, kappas=["energy", "entropy"], out=tmp_path / "c", cache=False, progress=False)
+    assert records_in(tmp_path / "b")["energy"] == records_in(tmp_path / "c")["energy"]
+    assert records_in(tmp_path / "b")["entropy"] == records_in(tmp_path / "c")["entropy"]
+    # without kept logits, a new kappa needs a pass (and only for itself)
+    third = submit(CNN, benchmark=tiny_glyphs, kappas=["max_logit"], out=tmp_path / "d", cache_dir=tmp_path / "other", progress=False)
+    assert third.stats["images_forwarded"] == 36 * 8 + 48 * 24
+    assert direct.stats["shards_from_cache"] == 0
+
+
+@pytest.fixture(scope="module")
+def odd_glyphs(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("odd") / "glyphs"
+    build(folder, progress=False, seed=3, pool_size=41, images_per_class=12, n_test=4, id_test_per_class=4, id_train_per_class=0)
+    return folder
+
+
+def test_torchrun_scores_every_sample_exactly_once(odd_glyphs, tmp_path):
+    manifest = json.loads((odd_glyphs / "manifest.json").read_text())
+    assert sum(s["split"] == "ood_test" for s in manifest["shards"]) == 41  # an odd number of shards
+    args = [CNN, "--benchmark", odd_glyphs, "--no-cache", "--workers", "1", "--no-progress", "-k", "softmax", "-k", "mc_dropout",
+            "--mc-passes", "2", "--batch-size", "16"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "harness.cli", "submit"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    two = subprocess.run([*launcher, *map(str, args), "--out", str(tmp_path / "two")], capture_output=True, text=True, env=env)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = subprocess.run(cli(*args, "--out", tmp_path / "one"), capture_output=True, text=True)
+    assert one.returncode == 0, one.stderr
+    assert records_in(tmp_path / "two") == records_in(tmp_path / "one")
+    timings = json.loads((tmp_path / "two" / "records" / "softmax.json").read_text())["timings"]
+    total = 36 * 4 + 41 * 12
+    assert timings["world_size"] == 2 and timings["images_forwarded"] == total
+    assert sum(timings["images_forwarded_per_rank"]) == total and min(timings["images_forwarded_per_rank"]) > 0
+
+
+def test_batch_backs_off_on_out_of_memory(tiny_glyphs, tmp_path):
+    model = tmp_path / "picky.py"
+    model.write_text(f"""
+import importlib.util, torch
+spec = importlib.util.spec_from_file_location("cnn", {str(CNN)!r})
+cnn = importlib.util.module_from_spec(spec); spec.loader.exec_module(cnn)
+NAME, DATA_CONFIG = "glyph_cnn", cnn.DATA_CONFIG
+
+class Picky(cnn.GlyphCNN):
+    def forward(self, x):
+        if len(x) > 5:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return super().forward(x)
+
+def build_model():
+    model = Picky()
+    model.load_state_dict(cnn.build_model().state_dict())
+    return model
+""")
+    backed_off = submit(model, benchmark=tiny_glyphs, kappas=["softmax", "energy"], out=tmp_path / "a", cache=False, batch_size=64,
+                        progress=False)
+    plain = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax", "energy"], out=tmp_path / "b", cache=False, progress=False)
+    assert backed_off.stats["images_forwarded"] == plain.stats["images_forwarded"]
+    for a, b in zip(backed_off.records, plain.records):
+        for level_a, level_b in zip(a["levels"], b["levels"]):
+            assert level_a == pytest.approx(level_b, abs=1e-6)
+
+
+def test_bf16_autocast_agrees_with_float32(tiny_glyphs, tmp_path):
+    fp32 = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "a", cache=False, progress=False)
+    bf16 = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "b", cache=False, progress=False, amp="bf16",
+                  channels_last=True)
+    assert bf16.records[0]["timings"]["amp"] == "bf16"
+    auroc32 = [lvl["ood_auroc"] for lvl in fp32.records[0]["levels"]]
+    auroc16 = [lvl["ood_auroc"] for lvl in bf16.records[0]["levels"]]
+    assert auroc16 != auroc32  # autocast really ran in bf16 ...
+    assert auroc16 == pytest.approx(auroc32, abs=0.03)  # ... and agrees within its precision
+
+
+def test_evaluation_streams_from_the_hub_at_a_pinned_revision(tiny_glyphs, tmp_path, hub_server):
+    from huggingface_hub import HfApi
+
+    from dataset_builder.publish import publish
+
+    publish(tiny_glyphs, "cood/tiny-glyphs", tag="v1.0.0", endpoint=hub_server)
+    HfApi(endpoint=hub_server).upload_file(path_or_fileobj=b"later change", path_in_repo="NOTES.txt",
+                                           repo_id="cood/tiny-glyphs", repo_type="dataset")
+    remote = submit(CNN, benchmark="hf://datasets/cood/tiny-glyphs@v1.0.0", kappas=["softmax"], out=tmp_path / "hub",
+                    cache=False, progress=False)
+    local = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "local", cache=False, progress=False)
+    assert remote.benchmark.hub[0] == "cood/tiny-glyphs" and len(remote.benchmark.hub[1]) == 40
+    assert stable(remote.records[0]) == stable(local.records[0])
+
+
+def test_unusable_device_is_a_clear_error(tiny_glyphs, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")  # the error path needs a machine without it
+    from harness.errors import HarnessError
+
+    with pytest.raises(HarnessError, match="CUDA is not available"):
+        submit(CNN, benchmark=tiny_glyphs, device="cuda", out=tmp_path / "x", progress=False)
