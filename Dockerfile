@@ -1,0 +1,17 @@
+# CUDA-capable image whose entry point is cood-harness:
+#   docker build -t cood-bench .
+#   docker run --gpus all -v $PWD:/work -v cood-cache:/cache cood-bench submit my_model.py --device cuda
+FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+
+ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 COOD_BENCH_CACHE=/cache HF_HOME=/cache/huggingface
+WORKDIR /opt/cood-bench
+COPY pyproject.toml README.md ./
+COPY harness harness
+COPY dataset_builder dataset_builder
+COPY leaderboard leaderboard
+COPY examples examples
+RUN pip install . && cood-harness --help >/dev/null
+
+WORKDIR /work
+ENTRYPOINT ["cood-harness"]
+CMD ["--help"]
