@@ -23,7 +23,9 @@ def _main() -> None:
 
 @app.command()
 def submit(
-    target: str = typer.Argument(..., help="A submission file (see the README for the contract)."),
+    target: str = typer.Argument(..., help="A submission file (README: the contract), timm:NAME, torchvision:NAME, "
+                                            "open_clip:ARCH[/TAG] or hf:FOLDER."),
+    weights: Optional[Path] = typer.Option(None, help="Weights file (.safetensors/.pt/.pth/.bin) for timm:, torchvision: and open_clip:."),
     benchmark: str = typer.Option("glyphs", help="'glyphs' (embedded, built on first use) or a benchmark folder."),
     kappa: List[str] = typer.Option(list(DEFAULT_KAPPAS), "--kappa", "-k", help="Confidence function; repeat for several."),
     out: Optional[Path] = typer.Option(None, help="Output folder [default: cood-results/<model name>]."),
@@ -50,7 +52,7 @@ def submit(
     result = run_submit(target, benchmark=benchmark, kappas=kappa, out=out, num_levels=levels, batch_size=batch_size,
                         workers=workers, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
                         odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
-                        keep_logits=keep_logits, progress=progress, leaderboard=leaderboard)
+                        keep_logits=keep_logits, progress=progress, leaderboard=leaderboard, weights=weights)
     if result is None:  # a torchrun rank other than 0
         return
     bench = result.benchmark.identity()

@@ -26,7 +26,8 @@ from harness.model_kappas import MC_DROPOUT_PASSES
 from harness.outputs import record, summary_table, write_outputs
 from harness.score_cache import ScoreCache, kappa_id, run_key
 from harness.severity import DEFAULT_NUM_LEVELS
-from harness.submission import Submission, load_file
+from harness.adapters import load_target
+from harness.submission import Submission
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records
 
@@ -132,8 +133,10 @@ def submit(target: str | Path, *, benchmark: str | Path = "glyphs", kappas=DEFAU
            num_levels: int = DEFAULT_NUM_LEVELS, batch_size: int = 256, workers: int = 2, device: str = "cpu", amp: str = "auto",
            channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str = "paper",
            mc_passes: int = MC_DROPOUT_PASSES, verify: bool = True, cache: bool = True, cache_dir: str | Path | None = None,
-           keep_logits: bool = False, progress: bool = True, leaderboard: str | Path | None = None) -> RunResult | None:
-    """Evaluate ``target`` on ``benchmark`` and write records, CSV, level manifests and plot to ``out``; with
+           keep_logits: bool = False, progress: bool = True, leaderboard: str | Path | None = None,
+           weights: str | Path | None = None) -> RunResult | None:
+    """Evaluate ``target`` (a submission file, ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or
+    ``hf:<folder>``, see :mod:`harness.adapters`; ``weights`` for the first three) on ``benchmark`` and write records, CSV, level manifests and plot to ``out``; with
     ``leaderboard``, also add the records to that local leaderboard folder (created on first use).
 
     Under torchrun every rank scores its share of the shards and rank 0 evaluates, writes and returns
@@ -148,12 +151,13 @@ def submit(target: str | Path, *, benchmark: str | Path = "glyphs", kappas=DEFAU
     ranks, device = init_ranks(device)
     try:
         execution = Execution.resolve(device, amp, channels_last, compile)
-        submission = load_file(target)
-        specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
         try:
             bench = open_benchmark(benchmark, progress and ranks.is_main)
         except BenchmarkError as exc:
             raise HarnessError(str(exc)) from None
+        submission = load_target(str(target), weights=None if weights is None else str(weights),
+                                 num_classes_expected=len(bench.id_classes))
+        specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
         weights = submission.weights_sha256
         score_cache = None
         if cache:
