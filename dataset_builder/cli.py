@@ -10,6 +10,7 @@ import typer
 from dataset_builder.console import run_app
 
 from dataset_builder.errors import BenchmarkError
+from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Build C-OOD benchmarks as WebDataset shards.")
 
@@ -46,6 +47,103 @@ def glyphs(
     manifest, sha = load_manifest(out)
     typer.echo(f"{out}: {manifest['classes']['id']} ID classes, {manifest['classes']['ood']} OOD classes, "
                f"{len(manifest['shards'])} shards, revision {sha}")
+
+
+@app.command()
+def imagenet(
+    out: Path = typer.Argument(..., help="Output folder."),
+    imagenet21k: Path = typer.Option(..., "--imagenet21k", help="ImageNet-21K class folders <wnid>/<images> (fall11 or winter21)."),
+    val: Path = typer.Option(..., "--val", help="ImageNet-1K validation images in class folders <wnid>/<images>."),
+    pool: str = typer.Option("imagenet21k", help="Class list of the source: imagenet21k (21,843 ids) or imagenet22k (fall11, 21,841)."),
+    rule_set: list[str] = typer.Option(list(DEFAULT_RULE_SETS), help="Rule sets to switch on (repeat): visually_ambiguous, biologically_distinct."),
+    no_rule_sets: bool = typer.Option(False, help="Switch every optional rule set off."),
+    min_images: int = typer.Option(200, help="Classes with fewer readable images are removed."),
+    images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
+    test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
+    seed: int = typer.Option(0, help="Seed of the split."),
+    workers: int = typer.Option(2, help="Processes reading images."),
+    overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
+) -> None:
+    """Build the ImageNet C-OOD benchmark (ImageNet-1K val vs. ImageNet-21K); rerun to resume an interrupted build."""
+    from dataset_builder.imagenet import build_imagenet
+
+    sha = build_imagenet(out, imagenet21k, val, pool=pool, rule_sets=() if no_rule_sets else rule_set, min_images=min_images,
+                         images_per_class=images_per_class, test_fraction=test_fraction, seed=seed, workers=workers, overwrite=overwrite)
+    _summary(out, sha)
+
+
+@app.command()
+def folder(
+    out: Path = typer.Argument(..., help="Output folder."),
+    id_dir: Path = typer.Option(..., "--id", help="ID test images: <class>/<image>."),
+    ood_dir: Path = typer.Option(..., "--ood", help="OOD candidate classes: <class>/<image>."),
+    name: str = typer.Option("custom", help="Benchmark id."),
+    version: str = typer.Option("1.0.0", help="Benchmark version (the publish tag)."),
+    exclude: Optional[Path] = typer.Option(None, help="CSV ood_class,id_class,why of OOD classes to remove."),
+    min_images: int = typer.Option(200, help="Classes with fewer readable images are removed."),
+    images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
+    test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
+    image_ext: str = typer.Option("jpg", help="The image field of every sample (bytes are stored as they are)."),
+    seed: int = typer.Option(0, help="Seed of the split."),
+    workers: int = typer.Option(2, help="Processes reading images."),
+    overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
+) -> None:
+    """Build a C-OOD benchmark from any pair of image folders; rerun to resume an interrupted build."""
+    from dataset_builder.folder import build_folder, read_exclusions
+    from dataset_builder.imagenet import n_test_of
+    from dataset_builder.images import ImageSettings
+
+    settings = ImageSettings(seed=seed, images_per_class=images_per_class, n_test=n_test_of(images_per_class, test_fraction),
+                             min_images=min_images, image_ext=image_ext)
+    sha = build_folder(out, id_dir, ood_dir, name=name, version=version, exclusions=read_exclusions(exclude) if exclude else None,
+                       settings=settings, workers=workers, overwrite=overwrite)
+    _summary(out, sha)
+
+
+@app.command()
+def levels(
+    benchmark: Path = typer.Argument(..., help="Benchmark folder."),
+    level_file: Path = typer.Argument(..., help="A level manifest written by the harness (levels/<model>__<kappa>.parquet)."),
+    model: str = typer.Option(..., help="Model name."),
+    kappa: str = typer.Option(..., help="Confidence function."),
+    reference: bool = typer.Option(True, help="Give the pair a config of its own in the dataset card."),
+) -> None:
+    """Add a (model, kappa) severity-level manifest to a benchmark and rewrite its dataset card."""
+    from dataset_builder.card import add_levels
+
+    typer.echo(add_levels(benchmark, level_file, model, kappa, reference=reference))
+
+
+@app.command()
+def card(benchmark: Path = typer.Argument(..., help="Benchmark folder.")) -> None:
+    """(Re)write the dataset card README.md of a benchmark folder."""
+    from dataset_builder.card import write_card
+
+    typer.echo(write_card(benchmark))
+
+
+@app.command()
+def publish(
+    benchmark: Path = typer.Argument(..., help="Benchmark folder."),
+    repo_id: str = typer.Argument(..., help="Hub dataset repo, namespace/name."),
+    tag: Optional[str] = typer.Option(None, help="Tag [default: the benchmark version]."),
+    private: bool = typer.Option(False, help="Create the repo private."),
+) -> None:
+    """Upload a benchmark folder to the Hub (resumable: rerun after an interruption) and tag it."""
+    from dataset_builder.manifest import load_manifest
+    from dataset_builder.publish import publish as publish_folder
+
+    tag = tag or load_manifest(benchmark)[0]["benchmark"]["version"]
+    sha = publish_folder(benchmark, repo_id, tag=tag, private=private)
+    typer.echo(f"{repo_id}: tag {tag} = commit {sha}")
+
+
+def _summary(out: Path, sha: str) -> None:
+    from dataset_builder.manifest import load_manifest
+
+    manifest, _ = load_manifest(out)
+    typer.echo(f"{out}: {manifest['classes']['id']} ID classes, {manifest['classes']['ood']} OOD classes, "
+               f"{manifest['skipped_images']['count']} unreadable images skipped, {len(manifest['shards'])} shards, revision {sha}")
 
 
 def main() -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dataset_builder.errors import BenchmarkError
+
 LEVEL_COLUMNS = ["level", "class_id", "class_index", "class_score", "level_score", "percentile"]
 
 
@@ -32,3 +34,28 @@ def write_level_table(table: pd.DataFrame, folder: Path, model: str, kappa: str)
     path = folder / level_file_name(model, kappa)
     table.to_parquet(path, index=False)
     return path
+
+
+def level_split(level: int) -> str:
+    """The split name of a severity level: ``level_07`` (split names must match ``^\\w+(\\.\\w+)*$``)."""
+    return f"level_{level:02d}"
+
+
+def level_data_files(table: pd.DataFrame, test_shards: dict[str, str]) -> dict[str, list[str]]:
+    """``level split -> OOD test shard paths`` of a level table, given ``class_id -> shard path``."""
+    missing = sorted(set(table["class_id"]) - set(test_shards))
+    if missing:
+        raise BenchmarkError(f"the level manifest names {len(missing)} classes without an OOD test shard, e.g. {missing[0]} "
+                             "(made on another benchmark?)")
+    return {level_split(int(level)): [test_shards[c] for c in group["class_id"]] for level, group in table.groupby("level", sort=True)}
+
+
+def read_level_table(path: Path) -> pd.DataFrame:
+    """A level manifest, checked for the columns of :data:`LEVEL_COLUMNS`."""
+    try:
+        table = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise BenchmarkError(f"cannot read the level manifest {path}: {exc}") from None
+    if list(table.columns) != LEVEL_COLUMNS:
+        raise BenchmarkError(f"{path} is not a level manifest: columns {list(table.columns)}, expected {LEVEL_COLUMNS}")
+    return table

@@ -54,34 +54,44 @@ def file_sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+class ShardWriter:
+    """Streams samples into ``root/relpath`` (created on the first sample, so nothing empty is left behind);
+    ``close()`` renames it into place atomically and returns its manifest entry, or None when nothing was written."""
+
+    def __init__(self, root: Path, relpath: str, split: str, class_id: str | None = None):
+        self.root, self.relpath, self.split, self.class_id = root, relpath, split, class_id
+        self.target = root / relpath
+        self.partial = self.target.with_name(self.target.name + ".partial")
+        self.count = 0
+        self._file = self._tar = None
+
+    def write(self, sample: dict) -> None:
+        if self._tar is None:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.partial, "wb")
+            self._tar = wds.TarWriter(self._file, user="cood", group="cood", mode=0o444, mtime=0, encoder=False)
+        self._tar.write(sample)
+        self.count += 1
+
+    def close(self) -> ShardInfo | None:
+        if self._tar is None:
+            return None
+        self._tar.close()
+        self._file.close()
+        self._tar = None
+        os.replace(self.partial, self.target)
+        return ShardInfo(self.relpath, self.split, file_sha256(self.target), self.count, self.target.stat().st_size, self.class_id)
+
+
 def write_shard(root: Path, relpath: str, split: str, samples: Iterable[dict], class_id: str | None = None) -> ShardInfo:
-    """Write ``samples`` (in the given order) to ``root/relpath`` atomically; return its manifest entry."""
-    target = root / relpath
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    count = 0
-    with open(partial, "wb") as f:
-        writer = wds.TarWriter(f, user="cood", group="cood", mode=0o444, mtime=0, encoder=False)
-        for sample in samples:
-            writer.write(sample)
-            count += 1
-        writer.close()
-    os.replace(partial, target)
-    return ShardInfo(relpath, split, file_sha256(target), count, target.stat().st_size, class_id)
-
-
-def shard_info_if_complete(root: Path, relpath: str, split: str, num_samples: int, class_id: str | None = None) -> ShardInfo | None:
-    """The entry of an already written shard holding ``num_samples`` samples (for resuming), else None."""
-    target = root / relpath
-    if not target.is_file():
-        return None
-    try:
-        count = sum(1 for _ in iter_samples(target))
-    except BenchmarkError:
-        return None
-    if count != num_samples:
-        return None
-    return ShardInfo(relpath, split, file_sha256(target), count, target.stat().st_size, class_id)
+    """Write ``samples`` (in the given order, at least one) to ``root/relpath`` atomically; return its manifest entry."""
+    writer = ShardWriter(root, relpath, split, class_id)
+    for sample in samples:
+        writer.write(sample)
+    info = writer.close()
+    if info is None:
+        raise ValueError(f"no samples for shard {relpath}")
+    return info
 
 
 def iter_samples(path: str | os.PathLike) -> Iterator[dict]:

@@ -7,10 +7,10 @@ import shutil
 import unicodedata
 from pathlib import Path
 
-import pandas as pd
 from tqdm import tqdm
 
 from dataset_builder import manifest as manifest_io
+from dataset_builder.assemble import class_counts, finish, number_pool, write_class_tables
 from dataset_builder.glyphs import classes as glyph_classes
 from dataset_builder.glyphs import render
 from dataset_builder.shards import RollingShards, make_sample, sample_key, write_shard
@@ -47,23 +47,18 @@ def build(root: str | Path, *, seed: int = 0, pool_size: int | None = 400, image
     root = Path(root)
     partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    (partial / "classes").mkdir(parents=True)
 
     table = glyph_classes.select_pool(glyph_classes.classify(rule_sets), pool_size, seed)
     id_table = table[table["status"] == "id"].copy()
     id_table["index"] = [glyph_classes.ID_CHARS.index(c) for c in id_table["char"]]
     id_table = id_table.sort_values("index")[["index", "id", "char", "name"]]
-    ood_table = table[table["status"] != "id"].reset_index(drop=True)
-    pool_mask = ood_table["status"] == "ood"
-    ood_table["index"] = -1
-    ood_table.loc[pool_mask, "index"] = range(int(pool_mask.sum()))
-    id_table.to_parquet(partial / "classes" / "id.parquet", index=False)
-    ood_table.to_parquet(partial / "classes" / "ood.parquet", index=False)
+    ood_table = number_pool(table[table["status"] != "id"])
+    write_class_tables(partial, id_table, ood_table)
 
     keys = [f"{i:04d}" for i in range(images_per_class)]
     id_tasks = [(seed, c, cid, [f"test{i:04d}" for i in range(id_test_per_class)] + [f"train{i:04d}" for i in range(id_train_per_class)])
                 for c, cid in zip(id_table["char"], id_table["id"])]
-    pool = ood_table[pool_mask]
+    pool = ood_table[ood_table["status"] == "ood"]
     ood_tasks = [(seed, c, cid, keys) for c, cid in zip(pool["char"], pool["id"])]
 
     shards = []
@@ -97,11 +92,7 @@ def build(root: str | Path, *, seed: int = 0, pool_size: int | None = 400, image
                                  "ambiguous_iou": glyph_classes.AMBIGUOUS_IOU, "duplicate_iou": glyph_classes.DUPLICATE_IOU},
                   "pool_size": pool_size},
         "image_ext": IMAGE_EXT,
-        "classes": {"id": len(id_table), "ood": int(pool_mask.sum()), "removed": int((~pool_mask).sum()),
-                    "removed_by_rule": {k: int(v) for k, v in ood_table.loc[~pool_mask, "rule"].value_counts().sort_index().items()}},
+        "classes": class_counts(id_table, ood_table),
         "shards": [s.to_dict() for s in shards],
     }
-    sha = manifest_io.write_manifest(partial, manifest)
-    shutil.rmtree(root, ignore_errors=True)
-    partial.rename(root)
-    return sha
+    return finish(partial, root, manifest)

@@ -1,0 +1,302 @@
+"""Building a benchmark from image folders (``<root>/<class>/<image>``): streaming, parallel, resumable.
+
+The work is cut into blocks of classes, each independent of the others: an ID block writes one
+``id/test/<block>.tar``; an OOD block writes one ``ood/estimation/<block>.tar`` and one
+``ood/test/<group>/<class>.tar`` per class (``group`` = the class's position among the candidates
+// :data:`TEST_GROUP_SIZE`). Blocks run in a process pool; a worker holds at most one class's
+images in memory, so memory does not grow with the input. A finished block leaves a marker in
+``<root>.partial/.build/``; rerunning the same build skips every block whose marker and shards
+are there, so an interrupted build resumes without redoing finished shards.
+
+Per OOD class: fewer than ``min_images`` files, or fewer readable ones, removes the class with
+the rule ``too_few_images``; otherwise images are read in the seeded split order
+(:func:`dataset_builder.split.split_order`) and each is fully decoded; an unreadable one is
+skipped and reported in the manifest (``skipped_images``), and reading goes on until
+``images_per_class`` good ones are found. Image bytes are stored as they are, never re-encoded,
+all under the one field ``image_ext`` (WebDataset and ``datasets`` keep one image field per
+benchmark; PIL reads an image by its content, whatever the field's name); the manifest counts the
+real formats (``image_formats``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+import re
+import shutil
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+from PIL import Image
+from tqdm import tqdm
+
+from dataset_builder import manifest as manifest_io
+from dataset_builder.assemble import class_counts, finish, number_pool, write_class_tables
+from dataset_builder.errors import BenchmarkError
+from dataset_builder.shards import ShardWriter, make_sample, sample_key, write_shard
+from dataset_builder.split import SPLIT_RULE, split_class, split_order
+
+TEST_GROUP_SIZE = 1000
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff")
+CLASS_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+STATE = ".build"
+IMAGE_RULES = {
+    "not_in_source": "the class has no folder in the OOD image source",
+    "too_few_images": "fewer than min_images readable images in the source",
+}
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    """What decides the images of a benchmark (all recorded in the manifest)."""
+
+    seed: int = 0
+    images_per_class: int = 200
+    n_test: int = 50
+    min_images: int = 200
+    image_ext: str = "jpg"
+    ood_classes_per_shard: int = 64
+    id_classes_per_shard: int = 200
+
+    def check(self) -> None:
+        if not 0 < self.n_test < self.images_per_class:
+            raise BenchmarkError(f"n_test must be between 1 and images_per_class - 1, got {self.n_test} of {self.images_per_class}")
+        if self.min_images < 1:
+            raise BenchmarkError(f"min_images must be at least 1, got {self.min_images}")
+        if self.image_ext not in IMAGE_EXTS:
+            raise BenchmarkError(f"image_ext must be one of {', '.join(IMAGE_EXTS)}, got {self.image_ext!r}")
+        if self.ood_classes_per_shard < 1 or self.id_classes_per_shard < 1:
+            raise BenchmarkError("classes per shard must be at least 1")
+
+
+@dataclass(frozen=True)
+class Block:
+    """Classes written together; ``positions`` number the candidates (they name the test shard groups)."""
+
+    kind: str  # "id" or "ood"
+    number: int
+    source: str
+    classes: tuple[str, ...]
+    positions: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.number:06d}"
+
+
+def list_images(folder: Path) -> list[str]:
+    """Names of the regular, non-hidden files of a class folder, sorted."""
+    with os.scandir(folder) as entries:
+        return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file())
+
+
+def class_folders(root: Path) -> list[str]:
+    """Sorted names of the sub-folders of ``root``; an error when ``root`` is not a folder."""
+    if not Path(root).is_dir():
+        raise BenchmarkError(f"{root} is not a folder")
+    with os.scandir(root) as entries:
+        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+
+
+def image_format(data: bytes) -> str:
+    """The format (``JPEG``, ``PNG``, ...) of an image that decodes completely; raises on anything else."""
+    with Image.open(io.BytesIO(data)) as image:
+        image.draft("RGB", (1, 1))  # JPEG: decode at 1/8 scale; every byte of the stream is still read
+        image.load()
+        return image.format
+
+
+def check_class_ids(ids: list[str], what: str) -> None:
+    bad = [c for c in ids if not CLASS_ID.match(c)]
+    if bad:
+        raise BenchmarkError(f"{what} class name {bad[0]!r} is not [A-Za-z0-9_-]+ (class names become shard names and sample keys)")
+
+
+def _read_good(folder: Path, names: list[str], class_id: str, wanted: int | None, skipped: list[dict]) -> dict[str, tuple[bytes, str]]:
+    """``name -> (bytes, format)`` of the first ``wanted`` (all when None) readable images of ``names``, in order."""
+    good: dict[str, tuple[bytes, str]] = {}
+    for name in names:
+        if wanted is not None and len(good) == wanted:
+            break
+        try:
+            data = (folder / name).read_bytes()
+            good[name] = (data, image_format(data))
+        except Exception as exc:  # noqa: BLE001 - any failure to read or decode makes the image unreadable
+            error = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the file", f"{type(exc).__name__}: {exc}")  # no addresses: rebuilds are identical
+            skipped.append({"class_id": class_id, "file": name, "error": error[:200]})
+    return good
+
+
+def _samples(class_id: str, names: list[str], good: dict[str, tuple[bytes, str]], ext: str, formats: Counter) -> list[dict]:
+    keys = [sample_key(class_id, name) for name in names]
+    if len(set(keys)) != len(keys):
+        clash = next(k for k in keys if keys.count(k) > 1)
+        raise BenchmarkError(f"class {class_id}: two images map to the sample key {clash} (file names differing only in dots or extension)")
+    formats.update(good[name][1] for name in names)
+    return [make_sample(key, ext, good[name][0], class_id) for key, name in zip(keys, names)]
+
+
+def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
+    """Write one block's shards, then its marker; return what the manifest and class tables need from it."""
+    partial, block, s = task
+    source = Path(block.source)
+    shards, classes, skipped, formats = [], [], [], Counter()
+    if block.kind == "id":
+        writer = ShardWriter(partial, f"id/test/{block.number:06d}.tar", "id_test")
+        for cid in block.classes:
+            good = _read_good(source / cid, list_images(source / cid), cid, None, skipped)
+            if not good:
+                raise BenchmarkError(f"ID class {cid} has no readable image in {source / cid}")
+            for sample in _samples(cid, sorted(good), good, s.image_ext, formats):
+                writer.write(sample)
+            classes.append({"id": cid, "num_images": len(good)})
+        shards.append(writer.close())
+    else:
+        estimation = ShardWriter(partial, f"ood/estimation/{block.number:06d}.tar", "ood_estimation")
+        for cid, position in zip(block.classes, block.positions):
+            names = list_images(source / cid)
+            good = {}
+            if len(names) >= s.min_images:
+                good = _read_good(source / cid, split_order(names, cid, s.seed), cid, max(s.images_per_class, s.min_images), skipped)
+            if len(good) < s.min_images:
+                classes.append({"id": cid, "num_images": 0, "rule": "too_few_images"})
+                continue
+            split = split_class(good, cid, s.seed, s.n_test, s.images_per_class)
+            relpath = f"ood/test/{position // TEST_GROUP_SIZE:03d}/{cid}.tar"
+            shards.append(write_shard(partial, relpath, "ood_test", _samples(cid, split.test, good, s.image_ext, formats), class_id=cid))
+            for sample in _samples(cid, split.estimation, good, s.image_ext, formats):
+                estimation.write(sample)
+            classes.append({"id": cid, "num_images": len(split.test) + len(split.estimation), "rule": None})
+        shards.insert(0, estimation.close())
+    result = {"block": block.name, "shards": [i.to_dict() for i in shards if i is not None], "classes": classes, "skipped": skipped, "formats": dict(formats)}
+    marker = partial / STATE / f"{block.name}.json"
+    marker.with_suffix(".partial").write_text(json.dumps(result, sort_keys=True))
+    os.replace(marker.with_suffix(".partial"), marker)
+    return result
+
+
+def finished_block(partial: Path, block: Block) -> dict | None:
+    """The result of a block finished by an earlier run (marker present, shards there with their sizes), else None."""
+    marker = partial / STATE / f"{block.name}.json"
+    if not marker.is_file():
+        return None
+    result = json.loads(marker.read_text())
+    for shard in result["shards"]:
+        path = partial / shard["path"]
+        if not path.is_file() or path.stat().st_size != shard["num_bytes"]:
+            return None
+    return result
+
+
+def _blocks(kind: str, source: Path, ids: list[str], size: int) -> list[Block]:
+    return [Block(kind, n, str(source), tuple(ids[start:start + size]), tuple(range(start, min(start + size, len(ids)))))
+            for n, start in enumerate(range(0, len(ids), size))]
+
+
+def _open_partial(root: Path, config: dict, overwrite: bool) -> Path:
+    """The ``<root>.partial`` folder to build in: fresh, or an interrupted build of the same config to resume."""
+    if root.exists() and any(root.iterdir()) and not overwrite:
+        raise BenchmarkError(f"{root} already exists; pass overwrite to replace it")
+    partial = root.with_name(root.name + ".partial")
+    saved = partial / STATE / "config.json"
+    wanted = json.dumps(config, sort_keys=True, indent=1)
+    if partial.exists():
+        if not saved.is_file() or saved.read_text() != wanted:
+            raise BenchmarkError(f"{partial} holds an interrupted build with other inputs or options; delete it, or rerun with the same ones")
+        return partial
+    (partial / STATE).mkdir(parents=True)
+    saved.write_text(wanted)
+    return partial
+
+
+def _run(tasks: list[tuple[Path, Block, ImageSettings]], workers: int, bar: tqdm) -> dict[str, dict]:
+    """Run the blocks (in this process when ``workers`` <= 1); a failed block stops the build with its error."""
+    results = {}
+    if workers <= 1:
+        for task in tasks:
+            result = run_block(task)
+            results[result["block"]] = result
+            bar.update(len(result["classes"]))
+        return results
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(run_block, task) for task in tasks]
+        try:
+            for future in as_completed(futures):
+                result = future.result()
+                results[result["block"]] = result
+                bar.update(len(result["classes"]))
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return results
+
+
+def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFrame, ood_source: Path, ood_table: pd.DataFrame,
+                       settings: ImageSettings, description: dict, workers: int = 2, progress: bool = True,
+                       overwrite: bool = False) -> str:
+    """Build a benchmark under ``root``; return its manifest sha256.
+
+    ``id_table``: the ID classes (columns ``index``, ``id``, ...), each a folder of ``id_source``.
+    ``ood_table``: every OOD candidate in pool order (columns ``id``, ``status``, ``rule``,
+    ``collides_with``, ...); rows with status ``ood`` are read from ``ood_source``, the others keep
+    their removal reason. ``description``: the manifest's ``benchmark``, ``source`` and ``rules``.
+    """
+    settings.check()
+    root = Path(root)
+    id_ids = id_table.sort_values("index")["id"].tolist()
+    candidates = ood_table.loc[ood_table["status"] == "ood", "id"].tolist()
+    check_class_ids(id_ids, "ID")
+    check_class_ids(candidates, "OOD")
+    missing_id = [c for c in id_ids if not (Path(id_source) / c).is_dir()]
+    if missing_id:
+        raise BenchmarkError(f"{len(missing_id)} ID classes have no folder in the ID source, e.g. {missing_id[0]}")
+    in_source = [c for c in candidates if (Path(ood_source) / c).is_dir()]
+    config = {"settings": asdict(settings), "description": description, "id": id_ids, "ood": in_source,
+              "sources": [str(Path(id_source).resolve()), str(Path(ood_source).resolve())]}
+    partial = _open_partial(root, config, overwrite)
+
+    blocks = _blocks("id", id_source, id_ids, settings.id_classes_per_shard)
+    blocks += _blocks("ood", ood_source, in_source, settings.ood_classes_per_shard)
+    results = {b.name: r for b in blocks if (r := finished_block(partial, b)) is not None}
+    todo = [(partial, b, settings) for b in blocks if b.name not in results]
+    with tqdm(total=len(id_ids) + len(in_source), initial=sum(len(b.classes) for b in blocks if b.name in results),
+              desc="building", unit="class", disable=not progress) as bar:
+        results.update(_run(todo, workers, bar))
+    ordered = [results[b.name] for b in blocks]
+
+    shards = [s for r in ordered for s in r["shards"]]
+    shards = ([s for s in shards if s["split"] == "id_test"] + [s for s in shards if s["split"] == "ood_estimation"]
+              + [s for s in shards if s["split"] == "ood_test"])
+    outcome = {c["id"]: c for r in ordered for c in r["classes"]}
+    id_table = id_table.assign(num_images=[outcome[c]["num_images"] for c in id_table["id"]])
+    ood_table = ood_table.reset_index(drop=True).copy()
+    ood_table["num_images"] = [outcome[c]["num_images"] if c in outcome else 0 for c in ood_table["id"]]
+    for rule, removed in (("not_in_source", ood_table["id"].isin(set(candidates) - set(in_source))),
+                          ("too_few_images", ood_table["id"].map(lambda c: c in outcome and outcome[c].get("rule") == "too_few_images"))):
+        ood_table.loc[removed, ["status", "rule"]] = ["removed", rule]
+    ood_table = number_pool(ood_table)
+    write_class_tables(partial, id_table, ood_table)
+
+    skipped = sorted((s for r in ordered for s in r["skipped"]), key=lambda s: (s["class_id"], s["file"]))
+    formats = sum((Counter(r["formats"]) for r in ordered), Counter())
+    manifest = {
+        "format_version": manifest_io.FORMAT_VERSION,
+        **description,
+        "rules": {**description.get("rules", {}), "image_rules": IMAGE_RULES},
+        "seed": settings.seed,
+        "split": {"rule": SPLIT_RULE, "images_per_class": settings.images_per_class, "n_test": settings.n_test,
+                  "min_images": settings.min_images},
+        "image_ext": settings.image_ext,
+        "image_formats": dict(sorted(formats.items())),
+        "skipped_images": {"count": len(skipped), "images": skipped},
+        "classes": class_counts(id_table, ood_table),
+        "shards": shards,
+    }
+    shutil.rmtree(partial / STATE)
+    return finish(partial, root, manifest)
