@@ -3,6 +3,7 @@ batch back-off on out-of-memory."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,12 @@ class Execution:
     def numerics(self) -> dict:
         """What changes the scores' bits (part of the score cache key)."""
         return {"device_type": self.device.type, "amp": self.amp, "channels_last": self.channels_last}
+
+    def share_cpu(self, workers: int) -> None:
+        """On the CPU, leave the loader workers their cores: torch gets the rest (at least one), unless
+        OMP_NUM_THREADS says otherwise. Oversubscribed cores halve the throughput."""
+        if self.device.type == "cpu" and workers > 0 and "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - workers))
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         model = model.to(self.device).eval()

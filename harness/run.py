@@ -151,6 +151,7 @@ def submit(target: str | Path, *, benchmark: str | Path = "glyphs", kappas=DEFAU
     ranks, device = init_ranks(device)
     try:
         execution = Execution.resolve(device, amp, channels_last, compile)
+        execution.share_cpu(workers)
         try:
             bench = open_benchmark(benchmark, progress and ranks.is_main)
         except BenchmarkError as exc:
