@@ -44,9 +44,7 @@ def glyphs(
         out = embedded_benchmark("glyphs", rule_sets=rule_sets, workers=workers, **options)
     else:
         build(out, rule_sets=rule_sets, workers=workers, **options)
-    manifest, sha = load_manifest(out)
-    typer.echo(f"{out}: {manifest['classes']['id']} ID classes, {manifest['classes']['ood']} OOD classes, "
-               f"{len(manifest['shards'])} shards, revision {sha}")
+    _summary(out, load_manifest(out)[1])
 
 
 @app.command()
@@ -142,8 +140,9 @@ def _summary(out: Path, sha: str) -> None:
     from dataset_builder.manifest import load_manifest
 
     manifest, _ = load_manifest(out)
+    skipped = manifest.get("skipped_images", {}).get("count", 0)
     typer.echo(f"{out}: {manifest['classes']['id']} ID classes, {manifest['classes']['ood']} OOD classes, "
-               f"{manifest['skipped_images']['count']} unreadable images skipped, {len(manifest['shards'])} shards, revision {sha}")
+               f"{skipped} unreadable images skipped, {len(manifest['shards'])} shards, revision {sha}")
 
 
 def main() -> None:
