@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 from timm.data import create_transform
 
@@ -132,6 +131,3 @@ def load_file(path: str | Path) -> Submission:
         user_kappas=kappas,
     )
 
-
-def as_numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().float().cpu().numpy()

@@ -157,3 +157,47 @@ def test_records_are_valid_and_go_to_a_leaderboard(tiny_glyphs, tmp_path):
     assert sorted(table["kappa"]) == ["energy(temperature=1)", "softmax"]
     with pytest.raises(HarnessError, match="leaderboard refused.*duplicate"):
         submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "again", progress=False, leaderboard=board)
+
+
+def test_user_kappa_with_features(tiny_glyphs, tmp_path):
+    model = tmp_path / "with_features.py"
+    model.write_text(f"""
+import importlib.util, numpy as np
+from harness.submission import user_kappa
+spec = importlib.util.spec_from_file_location("cnn", {str(CNN)!r})
+cnn = importlib.util.module_from_spec(spec); spec.loader.exec_module(cnn)
+NAME, DATA_CONFIG = "glyph_cnn_features", cnn.DATA_CONFIG
+
+class WithFeatures(cnn.GlyphCNN):
+    def forward(self, x):
+        features = self.features(x)
+        return self.head(features), features
+
+@user_kappa(features=True)
+def feature_norm(logits, features):
+    return np.linalg.norm(features, axis=1)
+
+KAPPAS = {{"feature_norm": feature_norm}}
+
+def build_model():
+    model = WithFeatures()
+    model.load_state_dict(cnn.build_model().state_dict())
+    return model
+""")
+    result = submit(model, benchmark=tiny_glyphs, kappas=["feature_norm", "softmax"], out=tmp_path / "out", cache=False, progress=False)
+    plain = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "plain", cache=False, progress=False)
+    assert result.records[1]["levels"] == plain.records[0]["levels"]  # the tuple output gives the same logits
+    norm = result.results[0]
+    assert norm.kappa == "feature_norm" and all(0.0 <= row["ood_auroc"] <= 1.0 for row in norm.rows)
+    assert norm.rows[0]["ood_avg_conf"] > 0.0  # a norm of real features
+    logits_only = tmp_path / "logits_only.py"
+    logits_only.write_text(f"""
+import importlib.util, numpy as np
+from harness.submission import user_kappa
+spec = importlib.util.spec_from_file_location("cnn", {str(CNN)!r})
+cnn = importlib.util.module_from_spec(spec); spec.loader.exec_module(cnn)
+DATA_CONFIG, build_model = cnn.DATA_CONFIG, cnn.build_model
+KAPPAS = {{"feature_norm": user_kappa(features=True)(lambda logits, features: np.linalg.norm(features, axis=1))}}
+""")
+    with pytest.raises(HarnessError, match="needs features"):
+        submit(logits_only, benchmark=tiny_glyphs, kappas=["feature_norm"], out=tmp_path / "lo", cache=False, progress=False)
