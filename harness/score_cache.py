@@ -2,8 +2,8 @@
 pass over the images when the logits were kept.
 
 Layout: ``<root>/<run key>/<split>/<shard path with / as __>.npz``. The run key hashes what fixes the
-scores' bits: benchmark revision, model weights, preprocessing and numerics (device type, autocast,
-memory format). Inside a file every kappa is stored under an id that hashes its parameters (and,
+scores' bits: benchmark revision, model weights, preprocessing, numerics (device type, autocast,
+memory format) and the harness version. Inside a file every kappa is stored under an id that hashes its parameters (and,
 for MC-dropout, the seed and batch size; for a submission's kappa, its source code). Files are
 written to a temporary name and renamed, so a kill leaves whole files or none.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import __version__
 from harness.inference import KappaSpec, SplitScores
 
 
@@ -26,7 +27,8 @@ def _digest(value) -> str:
 
 
 def run_key(benchmark_sha256: str, weights_sha256: str, preprocessing: dict, numerics: dict) -> str:
-    return _digest([benchmark_sha256, weights_sha256, preprocessing, numerics])[:24]
+    """The cache folder of a run; the harness version is part of it, so a fixed harness never reuses old scores."""
+    return _digest([benchmark_sha256, weights_sha256, preprocessing, numerics, __version__])[:24]
 
 
 def kappa_id(spec: KappaSpec, seed: int, batch_size: int) -> str:
