@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from filelock import FileLock
+
 from dataset_builder.glyphs import build as glyph_build
 
 EMBEDDED = {"glyphs": glyph_build}
@@ -23,6 +25,8 @@ def embedded_benchmark(name: str = "glyphs", *, progress: bool = True, workers: 
     changed = {k: v for k, v in settings.items() if builder.DEFAULTS.get(k, object()) != v}
     tag = "default" if not changed else "custom-" + hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
     folder = cache_root() / f"{name}-{builder.BENCHMARK_VERSION}" / tag
-    if not (folder / "manifest.json").is_file():
-        builder.build(folder, progress=progress, workers=workers, **{**builder.DEFAULTS, **settings})
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):  # concurrent first uses build it once
+        if not (folder / "manifest.json").is_file():
+            builder.build(folder, progress=progress, workers=workers, **{**builder.DEFAULTS, **settings})
     return folder
