@@ -19,7 +19,6 @@ Weights load safely: safetensors, or ``torch.load(weights_only=True)``.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import importlib
 import pickle
 from collections.abc import Callable, Sequence

@@ -30,3 +30,29 @@ def default_glyphs(benchmark_cache) -> Path:
     from dataset_builder.embedded import embedded_benchmark
 
     return embedded_benchmark("glyphs", progress=False)
+
+
+CNN = Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py"
+CNN_PREAMBLE = f"""
+import importlib.util
+import numpy as np
+import torch
+from harness.submission import user_kappa
+spec = importlib.util.spec_from_file_location("cnn", {str(CNN)!r})
+cnn = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cnn)
+DATA_CONFIG = cnn.DATA_CONFIG
+
+
+def variant(cls):
+    \"\"\"An instance of ``cls`` (a GlyphCNN subclass) with the example's trained weights.\"\"\"
+    model = cls()
+    model.load_state_dict(cnn.build_model().state_dict())
+    return model
+"""
+
+
+def cnn_variant(path: Path, body: str) -> Path:
+    """Write a submission file at ``path``: the example CNN loaded as ``cnn`` (with ``variant``), then ``body``."""
+    path.write_text(CNN_PREAMBLE + body)
+    return path

@@ -12,15 +12,12 @@ import pytest
 import torch
 
 from dataset_builder.glyphs.build import build
+from glyph_fixtures import CNN, cnn_variant
 from harness.run import submit
 
-ROOT = Path(__file__).resolve().parents[1]
-CNN = ROOT / "examples" / "glyph_cnn.py"
 SLOW = """
-import time, importlib.util, pathlib
-spec = importlib.util.spec_from_file_location("cnn", {cnn!r})
-cnn = importlib.util.module_from_spec(spec); spec.loader.exec_module(cnn)
-NAME, DATA_CONFIG = "glyph_cnn_slow", cnn.DATA_CONFIG
+import time
+NAME = "glyph_cnn_slow"
 
 class Slow(cnn.GlyphCNN):
     def forward(self, x):
@@ -28,9 +25,7 @@ class Slow(cnn.GlyphCNN):
         return super().forward(x)
 
 def build_model():
-    model = Slow()
-    model.load_state_dict(cnn.build_model().state_dict())
-    return model
+    return variant(Slow)
 """
 
 
@@ -47,8 +42,7 @@ def cli(*args) -> list[str]:
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(tiny_glyphs, tmp_path):
-    model = tmp_path / "slow.py"
-    model.write_text(SLOW.format(cnn=str(CNN)))
+    model = cnn_variant(tmp_path / "slow.py", SLOW)
     common = [model, "--benchmark", tiny_glyphs, "--batch-size", "8", "--workers", "1", "-k", "softmax", "-k", "mc_dropout",
               "--mc-passes", "2", "--no-progress"]
     cache = tmp_path / "cache"
@@ -113,12 +107,8 @@ def test_torchrun_scores_every_sample_exactly_once(odd_glyphs, tmp_path):
 
 
 def test_batch_backs_off_on_out_of_memory(tiny_glyphs, tmp_path):
-    model = tmp_path / "picky.py"
-    model.write_text(f"""
-import importlib.util, torch
-spec = importlib.util.spec_from_file_location("cnn", {str(CNN)!r})
-cnn = importlib.util.module_from_spec(spec); spec.loader.exec_module(cnn)
-NAME, DATA_CONFIG = "glyph_cnn", cnn.DATA_CONFIG
+    model = cnn_variant(tmp_path / "picky.py", """
+NAME = "glyph_cnn"
 
 class Picky(cnn.GlyphCNN):
     def forward(self, x):
@@ -127,9 +117,7 @@ class Picky(cnn.GlyphCNN):
         return super().forward(x)
 
 def build_model():
-    model = Picky()
-    model.load_state_dict(cnn.build_model().state_dict())
-    return model
+    return variant(Picky)
 """)
     backed_off = submit(model, benchmark=tiny_glyphs, kappas=["softmax", "energy"], out=tmp_path / "a", cache=False, batch_size=64,
                         progress=False)

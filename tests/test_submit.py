@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
+from glyph_fixtures import cnn_variant
 from harness.errors import HarnessError
 from harness.run import submit
 
@@ -160,13 +161,8 @@ def test_records_are_valid_and_go_to_a_leaderboard(tiny_glyphs, tmp_path):
 
 
 def test_user_kappa_with_features(tiny_glyphs, tmp_path):
-    model = tmp_path / "with_features.py"
-    model.write_text(f"""
-import importlib.util, numpy as np
-from harness.submission import user_kappa
-spec = importlib.util.spec_from_file_location("cnn", {str(CNN)!r})
-cnn = importlib.util.module_from_spec(spec); spec.loader.exec_module(cnn)
-NAME, DATA_CONFIG = "glyph_cnn_features", cnn.DATA_CONFIG
+    model = cnn_variant(tmp_path / "with_features.py", """
+NAME = "glyph_cnn_features"
 
 class WithFeatures(cnn.GlyphCNN):
     def forward(self, x):
@@ -177,12 +173,10 @@ class WithFeatures(cnn.GlyphCNN):
 def feature_norm(logits, features):
     return np.linalg.norm(features, axis=1)
 
-KAPPAS = {{"feature_norm": feature_norm}}
+KAPPAS = {"feature_norm": feature_norm}
 
 def build_model():
-    model = WithFeatures()
-    model.load_state_dict(cnn.build_model().state_dict())
-    return model
+    return variant(WithFeatures)
 """)
     result = submit(model, benchmark=tiny_glyphs, kappas=["feature_norm", "softmax"], out=tmp_path / "out", cache=False, progress=False)
     plain = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "plain", cache=False, progress=False)
@@ -190,14 +184,9 @@ def build_model():
     norm = result.results[0]
     assert norm.kappa == "feature_norm" and all(0.0 <= row["ood_auroc"] <= 1.0 for row in norm.rows)
     assert norm.rows[0]["ood_avg_conf"] > 0.0  # a norm of real features
-    logits_only = tmp_path / "logits_only.py"
-    logits_only.write_text(f"""
-import importlib.util, numpy as np
-from harness.submission import user_kappa
-spec = importlib.util.spec_from_file_location("cnn", {str(CNN)!r})
-cnn = importlib.util.module_from_spec(spec); spec.loader.exec_module(cnn)
-DATA_CONFIG, build_model = cnn.DATA_CONFIG, cnn.build_model
-KAPPAS = {{"feature_norm": user_kappa(features=True)(lambda logits, features: np.linalg.norm(features, axis=1))}}
+    logits_only = cnn_variant(tmp_path / "logits_only.py", """
+build_model = cnn.build_model
+KAPPAS = {"feature_norm": user_kappa(features=True)(lambda logits, features: np.linalg.norm(features, axis=1))}
 """)
     with pytest.raises(HarnessError, match="needs features"):
         submit(logits_only, benchmark=tiny_glyphs, kappas=["feature_norm"], out=tmp_path / "lo", cache=False, progress=False)
