@@ -25,7 +25,7 @@ from dataset_builder.shards import iter_samples
 from harness.distributed import Ranks
 from harness.execution import Execution
 from harness.inference import resolve_kappas
-from harness.metrics import auroc
+from harness.method.metrics import auroc
 from harness.run import Scorer, open_benchmark
 from harness.submission import load_file
 

@@ -7,22 +7,17 @@ from typing import Optional
 
 import typer
 
-from dataset_builder.console import run_app
-
+from dataset_builder import __version__
+from dataset_builder.console import make_app, run_app
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Build C-OOD benchmarks as WebDataset shards.")
-
-
-@app.callback()
-def _main() -> None:
-    """Build C-OOD benchmarks as WebDataset shards."""
+app = make_app("Build C-OOD benchmarks as WebDataset shards.", f"cood-dataset {__version__}")
 
 
 @app.command()
 def glyphs(
-    out: Optional[Path] = typer.Argument(None, help="Output folder [default: the embedded benchmark's cache folder]."),
+    out: Optional[Path] = typer.Argument(None, show_default="the embedded benchmark's cache folder", help="Output folder."),
     seed: int = typer.Option(0, help="Seed of the split, the pool sampling and the image styles."),
     pool_size: int = typer.Option(400, help="OOD classes to keep (seeded sample of the survivors); 0 keeps all."),
     images_per_class: int = typer.Option(200, help="Images per OOD class."),
@@ -54,7 +49,7 @@ def imagenet(
     val: Path = typer.Option(..., "--val", help="ImageNet-1K validation images in class folders <wnid>/<images>."),
     pool: str = typer.Option("imagenet21k", help="Class list of the source: imagenet21k (21,843 ids) or imagenet22k (fall11, 21,841)."),
     rule_set: list[str] = typer.Option(list(DEFAULT_RULE_SETS), help="Rule sets to switch on (repeat): visually_ambiguous, biologically_distinct."),
-    no_rule_sets: bool = typer.Option(False, help="Switch every optional rule set off."),
+    no_rule_sets: bool = typer.Option(False, "--no-rule-sets", help="Switch every optional rule set off."),
     min_images: int = typer.Option(200, help="Classes with fewer readable images are removed."),
     images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
     test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
@@ -124,7 +119,7 @@ def card(benchmark: Path = typer.Argument(..., help="Benchmark folder.")) -> Non
 def publish(
     benchmark: Path = typer.Argument(..., help="Benchmark folder."),
     repo_id: str = typer.Argument(..., help="Hub dataset repo, namespace/name."),
-    tag: Optional[str] = typer.Option(None, help="Tag [default: the benchmark version]."),
+    tag: Optional[str] = typer.Option(None, show_default="the benchmark version", help="Tag."),
     private: bool = typer.Option(False, help="Create the repo private."),
 ) -> None:
     """Upload a benchmark folder to the Hub (resumable: rerun after an interruption) and tag it."""

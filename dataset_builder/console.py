@@ -1,4 +1,5 @@
-"""Running a typer app so that user errors print one line on stderr and exit non-zero, never a traceback."""
+"""The command lines' shared shape: plain help (no markup, so ``[/TAG]`` and ``[default: ...]`` print as written),
+``-h``, ``--version``, and user errors as one line on stderr with a non-zero exit, never a traceback."""
 
 from __future__ import annotations
 
@@ -7,6 +8,26 @@ import sys
 
 import click
 import typer
+
+
+HELP = {"help_option_names": ["-h", "--help"]}
+
+
+def make_app(help: str, version: str) -> typer.Typer:
+    """A typer app with the project's help settings and a ``--version`` option."""
+    app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, context_settings=HELP, help=help)
+
+    def show_version(value: bool) -> None:
+        if value:
+            typer.echo(version)
+            raise typer.Exit()
+
+    @app.callback()
+    def _main(_version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
+                                            help="Print the version and exit.")) -> None:
+        pass
+
+    return app
 
 
 def run_app(app: typer.Typer, user_errors: tuple[type[Exception], ...]) -> None:

@@ -30,3 +30,8 @@ def embedded_benchmark(name: str = "glyphs", *, progress: bool = True, workers: 
         if not (folder / "manifest.json").is_file():
             builder.build(folder, progress=progress, workers=workers, **{**builder.DEFAULTS, **settings})
     return folder
+
+
+def embedded_num_id_classes(name: str) -> int:
+    """The number of ID classes of an embedded benchmark, known without building it."""
+    return EMBEDDED[name].NUM_ID_CLASSES

@@ -1,4 +1,4 @@
-"""The ImageNet benchmark (SPEC.md section 2): ImageNet-21K class folders as the OOD source, ImageNet-1K val as ID.
+"""The ImageNet benchmark (docs/method.md section 2): ImageNet-21K class folders as the OOD source, ImageNet-1K val as ID.
 
 Inputs:
 

@@ -1,4 +1,4 @@
-"""The ImageNet OOD pool by class rules (SPEC section 2, steps 1-3, 5, 6).
+"""The ImageNet OOD pool by class rules (docs/method.md section 2, steps 1-3, 5, 6).
 
 Start from the ImageNet-21K classes, remove the ImageNet-1K classes and every WordNet hypernym
 or hyponym of one (full ``is-a`` closure, see :mod:`dataset_builder.wordnet`), then apply the

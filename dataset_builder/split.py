@@ -1,4 +1,4 @@
-"""The canonical seeded estimation/test split of SPEC.md section 2 (pure, no I/O).
+"""The canonical seeded estimation/test split of docs/method.md section 2 (pure, no I/O).
 
 A class's images are ordered by ``sha256(f"{seed}/{class_id}/{image_key}")``; the first
 ``images_per_class`` are kept and the first ``n_test`` of those are the test images. The split of

@@ -7,7 +7,7 @@ Targets (nothing is ever downloaded: weights come from a local file or folder):
   ``timm.data.resolve_data_config`` of the model.
 - ``torchvision:<name>`` with a weights file; preprocessing is the matching torchvision weights entry's transform
   (the entry whose file hash the weights file carries, else the name's ``DEFAULT`` entry).
-- ``open_clip:<arch>[/<tag>]`` with a weights file: the paper's zero-shot classifier (SPEC.md section 5) over
+- ``open_clip:<arch>[/<tag>]`` with a weights file: the paper's zero-shot classifier (docs/method.md section 5) over
   CLIP's curated ImageNet-1K class names unless ``classnames`` is given; preprocessing is open_clip's for the tag.
 - ``hf:<folder>``: a Hugging Face ``transformers`` image classifier saved with ``save_pretrained``, with its
   ``AutoImageProcessor`` preprocessing.
@@ -30,7 +30,7 @@ from PIL import Image
 
 from harness.errors import HarnessError
 from dataset_builder.shards import file_sha256
-from harness.submission import Submission, load_file, timm_transform
+from harness.submission import Submission, check_output, load_file, recorded, timm_transform
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 CLIP_TEMPLATES = (
@@ -162,7 +162,7 @@ def timm_target(name: str, weights: str | None, num_classes: int | None) -> Subm
         raise HarnessError(f"timm: {exc}{_did_you_mean(name, timm.list_models())}") from None
     sha = load_weights(model, weights)
     config = resolve_data_config({}, model=model)
-    preprocessing = {k: _listed(v) for k, v in config.items()} | {"transform": "timm.create_transform"}
+    preprocessing = recorded(config) | {"transform": "timm.create_transform"}
     return Submission(name=name, model=model.eval(), transform=timm_transform(config), channels=config["input_size"][0],
                       preprocessing=preprocessing, source=f"timm:{name}", file_sha256=sha)
 
@@ -305,23 +305,6 @@ def hf_target(folder: str, weights: str | None) -> Submission:
 
     return Submission(name=f"hf-{path.resolve().name}", model=LogitsOf(model).eval(), transform=transform, channels=3,
                       preprocessing=preprocessing, source=f"hf:{path.resolve().name}", file_sha256=None)
-
-
-def check_output(submission: Submission, num_classes: int) -> None:
-    """One trial pass (eval mode) on a blank image: the transform must give ``channels`` planes, the model ``num_classes`` logits."""
-    mode = "L" if submission.channels == 1 else "RGB"
-    try:
-        image = submission.transform(Image.new(mode, (320, 240)))
-        with torch.no_grad():
-            output = submission.model.eval()(image.unsqueeze(0))
-    except Exception as exc:  # noqa: BLE001 -- any failure of the model or its transform on a plain image
-        raise HarnessError(f"{submission.source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from None
-    logits = output[0] if isinstance(output, tuple) else output
-    if image.shape[0] != submission.channels:
-        raise HarnessError(f"{submission.source}: the transform gives {image.shape[0]} channels, expected {submission.channels}")
-    if logits.ndim != 2 or logits.shape[1] != num_classes:
-        raise HarnessError(f"{submission.source}: the model gives logits of shape {tuple(logits.shape)} for one image; "
-                           f"the benchmark has {num_classes} ID classes")
 
 
 def load_target(target: str, *, weights: str | None = None, num_classes_expected: int | None = None,

@@ -7,18 +7,12 @@ from typing import List, Optional
 
 import typer
 
-from dataset_builder.console import run_app
-
+from dataset_builder.console import make_app, run_app
 from dataset_builder.errors import BenchmarkError
+from harness import __version__
 from harness.errors import HarnessError
-from harness.kappas import DEFAULT_KAPPAS
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate classifiers on a C-OOD benchmark.")
-
-
-@app.callback()
-def _main() -> None:
-    """Evaluate classifiers on a C-OOD benchmark."""
+app = make_app("Evaluate classifiers on a C-OOD benchmark.", f"cood-harness {__version__}")
 
 
 @app.command()
@@ -26,22 +20,25 @@ def submit(
     target: str = typer.Argument(..., help="A submission file (README: the contract), timm:NAME, torchvision:NAME, "
                                             "open_clip:ARCH[/TAG] or hf:FOLDER."),
     weights: Optional[Path] = typer.Option(None, help="Weights file (.safetensors/.pt/.pth/.bin) for timm:, torchvision: and open_clip:."),
-    benchmark: str = typer.Option("glyphs", help="'glyphs' (embedded, built on first use) or a benchmark folder."),
-    kappa: List[str] = typer.Option(list(DEFAULT_KAPPAS), "--kappa", "-k", help="Confidence function; repeat for several."),
-    out: Optional[Path] = typer.Option(None, help="Output folder [default: cood-results/<model name>]."),
+    benchmark: str = typer.Option("glyphs", help="'glyphs' (embedded, built on first use), a benchmark folder, or "
+                                                 "hf://datasets/OWNER/NAME@REVISION."),
+    kappa: Optional[List[str]] = typer.Option(None, "--kappa", "-k", show_default="softmax entropy max_logit energy, then the submission's own",
+                                              help="Confidence function; repeat for several."),
+    out: Optional[Path] = typer.Option(None, show_default="cood-results/MODEL", help="Output folder; earlier outputs there are moved aside."),
     levels: int = typer.Option(11, help="Number of severity levels."),
     batch_size: int = typer.Option(256, help="Images per batch."),
     workers: int = typer.Option(2, help="Data-loading worker processes."),
-    device: str = typer.Option("cpu", help="torch device, e.g. cpu or cuda (under torchrun: each rank's own GPU)."),
+    device: str = typer.Option("auto", help="auto (CUDA when available, else cpu), cpu, cuda or cuda:N (under torchrun: each rank's own GPU)."),
     amp: str = typer.Option("auto", help="Autocast: auto (bf16 on CUDA, none on CPU), bf16, fp16 or none."),
-    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last", help="[default: on for CUDA]"),
+    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last", show_default="on for CUDA",
+                                                 help="Channels-last memory format."),
     compile: bool = typer.Option(False, "--compile", help="torch.compile the model."),
     seed: int = typer.Option(0, help="Seed for stochastic kappas (MC-dropout)."),
     odin_preset: str = typer.Option("paper", help="ODIN preset: paper (T=2, eps=1e-5) or original (T=1000, eps=0.0014)."),
     mc_passes: int = typer.Option(30, help="Stochastic passes for mc_dropout."),
     verify: bool = typer.Option(True, help="Check every shard's sha256 against the manifest before reading it."),
     cache: bool = typer.Option(True, help="Keep per-shard scores so that an interrupted run resumes where it stopped."),
-    cache_dir: Optional[Path] = typer.Option(None, help="Score cache folder [default: $COOD_BENCH_CACHE/scores]."),
+    cache_dir: Optional[Path] = typer.Option(None, show_default="$COOD_BENCH_CACHE/scores", help="Score cache folder."),
     keep_logits: bool = typer.Option(False, help="Also cache the logits, so that new logit kappas need no new pass."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
@@ -49,7 +46,7 @@ def submit(
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
     from harness.run import submit as run_submit
 
-    result = run_submit(target, benchmark=benchmark, kappas=kappa, out=out, num_levels=levels, batch_size=batch_size,
+    result = run_submit(target, benchmark=benchmark, kappas=kappa or None, out=out, num_levels=levels, batch_size=batch_size,
                         workers=workers, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
                         odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
                         keep_logits=keep_logits, progress=progress, leaderboard=leaderboard, weights=weights)
@@ -59,6 +56,8 @@ def submit(
     typer.echo(f"{result.submission.name} on {bench['id']} {bench['version']} ({bench['num_id_classes']} ID classes, "
                f"{bench['num_ood_classes']} OOD classes, revision {bench['manifest_sha256'][:12]})")
     typer.echo(result.table)
+    if result.paths.get("previous"):
+        typer.echo(f"moved the earlier outputs in {result.paths['records'][0].parents[1]} to {result.paths['previous']}")
     typer.echo(f"wrote {len(result.paths['records'])} records, {result.paths['csv']} and {result.paths['plot']} "
                f"in {result.records[0]['timings']['total_s']:.1f} s")
     if leaderboard is not None:

@@ -13,6 +13,25 @@ from harness.errors import HarnessError
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def auto_device(device: str) -> str:
+    """``auto`` becomes ``cuda`` when a CUDA GPU is available, else ``cpu``; anything else is kept."""
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def software_versions() -> dict:
+    """torch, torchvision, timm and CUDA versions (CUDA: None on a CPU-only build)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {"torch": torch.__version__, "torchvision": installed("torchvision"), "timm": installed("timm"),
+            "cuda": torch.version.cuda}
+
+
 @dataclass(frozen=True)
 class Execution:
     device: torch.device
@@ -21,8 +40,10 @@ class Execution:
     compile: bool = False
 
     @classmethod
-    def resolve(cls, device: str = "cpu", amp: str = "auto", channels_last: bool | None = None, compile: bool = False) -> "Execution":
-        """Defaults by device: on CUDA bf16 autocast and channels_last, on the CPU neither."""
+    def resolve(cls, device: str = "auto", amp: str = "auto", channels_last: bool | None = None, compile: bool = False) -> "Execution":
+        """Defaults by device: on CUDA bf16 autocast and channels_last, on the CPU neither. ``auto``: CUDA when
+        available, else the CPU."""
+        device = auto_device(device)
         try:
             dev = torch.device(device)
         except RuntimeError as exc:
@@ -36,7 +57,20 @@ class Execution:
         return cls(dev, amp, dev.type == "cuda" if channels_last is None else channels_last, compile)
 
     def describe(self) -> dict:
-        return {"device": str(self.device), "amp": self.amp, "channels_last": self.channels_last, "compile": self.compile}
+        """The effective settings and the software and hardware they ran on (a record's run details)."""
+        return {"device": str(self.device), "gpu": self.gpu_name(), "amp": self.amp, "channels_last": self.channels_last,
+                "compile": self.compile, "versions": software_versions()}
+
+    def gpu_name(self) -> str | None:
+        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None
+
+    def summary(self) -> str:
+        """One line saying where the model runs, e.g. ``device: cuda:0 (NVIDIA H100), bf16 autocast``."""
+        if self.device.type == "cuda":
+            where = f"{self.device} ({self.gpu_name()})"
+        else:
+            where = f"{self.device}" + ("" if torch.cuda.is_available() else " (no CUDA GPU found)")
+        return f"device: {where}, " + ("float32" if self.amp == "none" else f"{self.amp} autocast")
 
     def numerics(self) -> dict:
         """What changes the scores' bits (part of the score cache key)."""

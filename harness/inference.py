@@ -11,6 +11,7 @@ import torch
 from tqdm import tqdm
 
 from harness.errors import HarnessError
+from harness.method.scores import SplitScores
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, MODEL_KAPPAS, LogitKappa, check_logits
 from harness.execution import Execution
 from harness.model_kappas import MC_DROPOUT_PASSES, ODIN_PRESETS, logits_of, mc_dropout, odin
@@ -49,48 +50,6 @@ def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | No
     if not specs:
         raise HarnessError("no kappa requested")
     return specs
-
-
-@dataclass
-class SplitScores:
-    """Per-sample results (of a shard or a whole split), sorted by sample key; logits only when kept."""
-
-    keys: np.ndarray
-    labels: np.ndarray
-    preds: np.ndarray
-    scores: dict[str, np.ndarray]
-    confs: dict[str, np.ndarray]
-    logits: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @classmethod
-    def concat(cls, parts: list["SplitScores"]) -> "SplitScores":
-        """All parts in one, sorted by key; a key seen twice is an error (every sample is scored once)."""
-        if not parts:
-            raise HarnessError("a split produced no samples")
-        keys = np.concatenate([p.keys for p in parts])
-        order = np.argsort(keys, kind="stable")
-        if len(np.unique(keys)) != len(keys):
-            raise HarnessError("a sample was scored twice (a sample key occurs twice)")
-        pick = lambda arrays: np.concatenate(arrays)[order]  # noqa: E731
-        kappas = parts[0].scores.keys()
-        logits = pick([p.logits for p in parts]) if all(p.logits is not None for p in parts) else None
-        return cls(keys[order], pick([p.labels for p in parts]), pick([p.preds for p in parts]),
-                   {k: pick([p.scores[k] for p in parts]) for k in kappas},
-                   {k: pick([p.confs[k] for p in parts]) for k in kappas}, logits)
-
-    def with_kappas(self, other: "SplitScores") -> "SplitScores":
-        """These results plus the kappas of ``other`` (same samples)."""
-        if not np.array_equal(self.keys, other.keys):
-            raise HarnessError("cannot merge scores of different samples")
-        logits = self.logits if self.logits is not None else other.logits
-        return SplitScores(self.keys, self.labels, self.preds, {**self.scores, **other.scores}, {**self.confs, **other.confs}, logits)
-
-    def only(self, kappas: list[str], keep_logits: bool) -> "SplitScores":
-        return SplitScores(self.keys, self.labels, self.preds, {k: self.scores[k] for k in kappas},
-                           {k: self.confs[k] for k in kappas}, self.logits if keep_logits else None)
 
 
 def logit_kappa_scores(logits: np.ndarray, features: np.ndarray | None, kappas: list[KappaSpec]) -> tuple[dict, dict]:

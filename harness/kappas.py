@@ -1,4 +1,4 @@
-"""Confidence functions (kappa) of SPEC.md section 5 that are functions of the logits.
+"""Confidence functions (kappa) of docs/method.md section 5 that are functions of the logits.
 
 Higher = more in-distribution. All of them come from one forward pass. Each kappa gives a
 ranking score (used for AUROC and levels) and, where they differ, the reported confidence:

@@ -1,4 +1,4 @@
-"""Kappas that need the model, not just its logits: ODIN and MC-dropout (SPEC.md section 5)."""
+"""Kappas that need the model, not just its logits: ODIN and MC-dropout (docs/method.md section 5)."""
 
 from __future__ import annotations
 

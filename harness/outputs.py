@@ -3,9 +3,12 @@ the per-model level manifests, and a PNG of the severity curves."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -15,7 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dataset_builder.levels import level_table, write_level_table  # noqa: E402
-from harness.evaluate import KappaResult  # noqa: E402
+from harness.errors import HarnessError  # noqa: E402
+from harness.method.evaluation import KappaResult  # noqa: E402
 from leaderboard.schema import SCHEMA_VERSION  # noqa: E402
 
 PAPER_COLUMNS = {"level": "severity level", "percentile": "percentile", "ood_auroc": "ood-auroc", "ood_avg_conf": "ood_avg_conf"}
@@ -82,46 +86,83 @@ def summary_table(results: list[KappaResult]) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(model_name: str, results: list[KappaResult], path: Path) -> None:
-    """ood-auroc per level, and mean OOD confidence per level relative to the ID mean (1 = as confident as on ID)."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+def plot_curves(model_name: str, results: list[KappaResult], path: Path, benchmark: dict) -> None:
+    """ood-auroc per level (with the chance line), and mean OOD confidence per level relative to the ID mean."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
     for result in results:
         levels = [row["level"] for row in result.rows]
         left.plot(levels, [row["ood_auroc"] for row in result.rows], marker="o", label=result.kappa)
         base, top = result.rows[0]["ood_avg_conf"], result.id["avg_conf"]
         span = (top - base) or 1.0
         right.plot(levels, [(row["ood_avg_conf"] - base) / span for row in result.rows], marker="o", label=result.kappa)
-    left.set(xlabel="severity level", ylabel="ood-auroc", title=f"{model_name}: C-OOD detection per severity level")
-    right.set(xlabel="severity level", ylabel="mean OOD confidence (0 = level 0, 1 = ID mean)", title="confidence on OOD rises with severity")
+    left.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
+    left.set(xlabel="severity level", ylabel="ood-auroc", title="C-OOD detection (ood-auroc) per severity level")
+    right.set(xlabel="severity level", ylabel="(OOD mean - level 0 mean) / (ID mean - level 0 mean)",
+              title="mean OOD confidence per level, relative to ID")
     for ax in (left, right):
         ax.grid(alpha=0.3)
         ax.set_xticks(levels)
     left.legend()
+    fig.suptitle(f"{model_name} on {benchmark['id']} {benchmark['version']} (revision {benchmark['manifest_sha256'][:12]})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def _write_text(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    os.replace(partial, path)
+def check_out(out: Path) -> None:
+    """Refuse, before any work, an ``out`` that is a file, a folder that is not a run's outputs, or unwritable."""
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / "records").is_dir():
+        raise HarnessError(f"--out {out} exists and holds no run's outputs; choose an empty or new folder")
+    parent = out.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryDirectory(dir=parent).cleanup()
+    except OSError as exc:
+        raise HarnessError(f"--out {out} cannot be written: {exc.strerror or exc}") from None
 
 
-def write_outputs(out: Path, model_name: str, results: list[KappaResult], records: list[dict], ood_class_ids: list[str]) -> dict:
-    """Write every output of a run under ``out``; return their paths."""
-    (out / "records").mkdir(parents=True, exist_ok=True)
-    paths = {"records": []}
-    for result, rec in zip(results, records):
-        path = out / "records" / f"{result.kappa}.json"
-        _write_text(path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
-        paths["records"].append(path)
-        levels = result.levels
-        table = level_table(levels.classes.tolist(), levels.class_scores.tolist(), levels.level_scores.tolist(),
-                            levels.percentiles.tolist(), ood_class_ids)
-        write_level_table(table, out / "levels", model_name, result.kappa)
-    paths["csv"] = out / "per_level.csv"
-    _write_text(paths["csv"], per_level_frame(model_name, results).to_csv(index=False))
-    paths["plot"] = out / "severity_curves.png"
-    plot_curves(model_name, results, paths["plot"])
-    return paths
+def write_outputs(out: Path, model_name: str, results: list[KappaResult], records: list[dict], ood_class_ids: list[str],
+                  benchmark: dict) -> dict:
+    """Write every output of a run as one set: into a new folder beside ``out``, then swapped in whole. Outputs already
+    in ``out`` are moved aside (``paths["previous"]``), never mixed with the new ones. Return the paths."""
+    check_out(out)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.absolute().parent))
+    try:
+        names = {"records": [], "csv": "per_level.csv", "plot": "severity_curves.png"}
+        (staging / "records").mkdir()
+        for result, rec in zip(results, records):
+            path = staging / "records" / f"{result.kappa}.json"
+            path.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+            names["records"].append(path.relative_to(staging))
+            levels = result.levels
+            table = level_table(levels.classes.tolist(), levels.class_scores.tolist(), levels.level_scores.tolist(),
+                                levels.percentiles.tolist(), ood_class_ids)
+            write_level_table(table, staging / "levels", model_name, result.kappa)
+        per_level_frame(model_name, results).to_csv(staging / names["csv"], index=False)
+        plot_curves(model_name, results, staging / names["plot"], benchmark)
+        sync_tree(staging)
+        previous = None
+        if out.exists() and any(out.iterdir()):
+            stamp = datetime.datetime.now().strftime("%Y%m%dT%H%M%S")
+            previous = out.with_name(f"{out.name}.previous-{stamp}")
+            os.rename(out, previous)
+        elif out.exists():
+            out.rmdir()
+        os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {"records": [out / p for p in names["records"]], "csv": out / names["csv"], "plot": out / names["plot"],
+            "previous": previous}
+
+
+def sync_tree(folder: Path) -> None:
+    """fsync every file and folder under ``folder`` (so that a rename after it publishes whole files)."""
+    for path in [*sorted(folder.rglob("*")), folder]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

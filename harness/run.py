@@ -1,4 +1,4 @@
-"""``submit``: evaluate one model on one benchmark, every requested kappa, and write the outputs."""
+"""``evaluate`` one model on one benchmark with every requested kappa (in memory); ``submit`` also writes the outputs."""
 
 from __future__ import annotations
 
@@ -6,46 +6,63 @@ import datetime
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
+import pandas as pd
 import torch
 from tqdm import tqdm
 
 from dataset_builder.benchmark import Benchmark
-from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark
+from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark, embedded_num_id_classes
 from dataset_builder.errors import BenchmarkError
 from harness import __version__
 from harness.data import shard_batches
 from harness.distributed import Ranks, close, init_ranks
 from harness.errors import HarnessError
-from harness.evaluate import KappaResult, evaluate_kappa
-from harness.execution import Execution
-from harness.inference import KappaSpec, SplitScores, from_logits, resolve_kappas, score_shards
+from harness.method.evaluation import KappaResult, evaluate_kappa
+from harness.execution import Execution, auto_device
+from harness.inference import KappaSpec, from_logits, resolve_kappas, score_shards
+from harness.method.scores import SplitScores
 from harness.kappas import DEFAULT_KAPPAS
-from harness.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
+from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
 from harness.model_kappas import MC_DROPOUT_PASSES
-from harness.outputs import record, summary_table, write_outputs
+from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
 from harness.score_cache import ScoreCache, kappa_id, run_key
-from harness.severity import DEFAULT_NUM_LEVELS
+from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
 from harness.adapters import load_target
-from harness.submission import Submission
+from harness.submission import Submission, in_memory
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records
 
 EVAL_SPLITS = ("id_test", "ood_estimation", "ood_test")
 
 
+METRIC_DEFINITIONS = {"ood_auroc": AUROC_CONVENTION, "fpr_at_95_tpr": FPR_CONVENTION, "aupr": AUPR_CONVENTION,
+                      "severity_levels": SEVERITY_CONVENTION}
+
+
 @dataclass
-class RunResult:
+class Evaluation:
+    """The results of one model on one benchmark: a :class:`KappaResult` and a record per kappa, the per-sample
+    scores of each split, the run's statistics, and (once written) the output paths."""
+
     submission: Submission
     benchmark: Benchmark
     results: list[KappaResult]
     records: list[dict]
-    paths: dict
-    stats: dict = field(default_factory=dict)
+    stats: dict
+    scores: dict[str, SplitScores]
+    paths: dict = field(default_factory=dict)
 
     @property
     def table(self) -> str:
+        """The per-level table printed at the end of a run."""
         return summary_table(self.results)
+
+    @property
+    def per_level(self) -> pd.DataFrame:
+        """Every level of every kappa in the paper's columns (then fpr@95, aupr-in, aupr-out, level score)."""
+        return per_level_frame(self.submission.name, self.results)
 
 
 def open_benchmark(spec: str | Path, progress: bool = True) -> Benchmark:
@@ -129,40 +146,79 @@ class Scorer:
         return everyone
 
 
-def submit(target: str | Path, *, benchmark: str | Path = "glyphs", kappas=DEFAULT_KAPPAS, out: str | Path | None = None,
-           num_levels: int = DEFAULT_NUM_LEVELS, batch_size: int = 256, workers: int = 2, device: str = "cpu", amp: str = "auto",
-           channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str = "paper",
-           mc_passes: int = MC_DROPOUT_PASSES, verify: bool = True, cache: bool = True, cache_dir: str | Path | None = None,
-           keep_logits: bool = False, progress: bool = True, leaderboard: str | Path | None = None,
-           weights: str | Path | None = None) -> RunResult | None:
-    """Evaluate ``target`` (a submission file, ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or
-    ``hf:<folder>``, see :mod:`harness.adapters`; ``weights`` for the first three) on ``benchmark`` and write records, CSV, level manifests and plot to ``out``; with
-    ``leaderboard``, also add the records to that local leaderboard folder (created on first use).
-
-    Under torchrun every rank scores its share of the shards and rank 0 evaluates, writes and returns
-    the result (the other ranks return None).
-    """
-    started = time.perf_counter()
-    created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+def _check_options(num_levels: int, batch_size: int) -> None:
     if num_levels < 2:
         raise HarnessError(f"the number of severity levels must be at least 2, got {num_levels}")
     if batch_size < 1:
         raise HarnessError(f"the batch size must be positive, got {batch_size}")
-    ranks, device = init_ranks(device)
+
+
+def _open(benchmark: str | Path, progress: bool) -> Benchmark:
+    try:
+        return open_benchmark(benchmark, progress)
+    except BenchmarkError as exc:
+        raise HarnessError(str(exc)) from None
+
+
+def _load(target, transform, name: str | None, weights, channels: int, num_id: int) -> Submission:
+    """An in-memory model or a target string as a submission, checked by a trial forward pass."""
+    if isinstance(target, torch.nn.Module):
+        if weights is not None:
+            raise HarnessError("weights= applies to target strings (timm:, torchvision:, open_clip:), not to a module")
+        return in_memory(target, transform, name=name, channels=channels, num_classes=num_id)
+    if transform is not None:
+        raise HarnessError("transform= applies to an in-memory model; a target brings its own preprocessing")
+    submission = load_target(str(target), weights=None if weights is None else str(weights), num_classes_expected=num_id)
+    if name is not None:
+        submission.name = name
+    return submission
+
+
+def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=None, name: str | None = None,
+             channels: int = 3, weights: str | Path | None = None, num_levels: int = DEFAULT_NUM_LEVELS,
+             batch_size: int = 256, workers: int = 2, device: str = "auto", amp: str = "auto",
+             channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str = "paper",
+             mc_passes: int = MC_DROPOUT_PASSES, verify: bool = True, cache: bool = False,
+             cache_dir: str | Path | None = None, keep_logits: bool = False, progress: bool = True,
+             out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None) -> Evaluation | None:
+    """Evaluate a classifier on a C-OOD benchmark and return the results; nothing is written unless asked.
+
+    ``model`` is an ``nn.Module`` (logits, or ``(logits, features)``) with ``transform`` a callable
+    ``PIL.Image -> Tensor`` (images are converted to ``channels`` planes first) or a timm data config; a timm
+    model needs no transform (its own config is used). ``model`` may also be a target string (a submission
+    file, ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or ``hf:<folder>``, with
+    ``weights`` for the zoo targets). ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
+    submission's own. ``cache`` keeps per-shard scores so that a rerun resumes; ``out`` (a folder, or a function of
+    the model's name giving one) is checked before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
+
+    Under torchrun every rank scores its share of the shards and rank 0 evaluates and returns the result
+    (the other ranks return None).
+    """
+    started = time.perf_counter()
+    created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    _check_options(num_levels, batch_size)
+    ranks, device = init_ranks(auto_device(device))
     try:
         execution = Execution.resolve(device, amp, channels_last, compile)
         execution.share_cpu(workers)
-        try:
-            bench = open_benchmark(benchmark, progress and ranks.is_main)
-        except BenchmarkError as exc:
-            raise HarnessError(str(exc)) from None
-        submission = load_target(str(target), weights=None if weights is None else str(weights),
-                                 num_classes_expected=len(bench.id_classes))
+        # everything that can fail fast does so before an embedded benchmark is built (a minute on first use)
+        embedded = str(benchmark) in EMBEDDED
+        bench = None if embedded else _open(benchmark, progress and ranks.is_main)
+        num_id = embedded_num_id_classes(str(benchmark)) if embedded else len(bench.id_classes)
+        submission = _load(model, transform, name, weights, channels, num_id)
+        if kappas is None:
+            kappas = [*DEFAULT_KAPPAS, *submission.user_kappas]
         specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
-        weights = submission.weights_sha256
+        if callable(out):
+            out = out(submission.name)
+        if out is not None and ranks.is_main:
+            check_out(Path(out))
+        if embedded:
+            bench = _open(benchmark, progress and ranks.is_main)
+        weights_sha = submission.weights_sha256
         score_cache = None
         if cache:
-            key = run_key(bench.sha256, weights, submission.preprocessing, execution.numerics())
+            key = run_key(bench.sha256, weights_sha, submission.preprocessing, execution.numerics())
             folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
             score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs})
         torch.manual_seed(seed)
@@ -187,20 +243,36 @@ def submit(target: str | Path, *, benchmark: str | Path = "glyphs", kappas=DEFAU
         timings["total_s"] = round(time.perf_counter() - started, 3)
         run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "world_size": ranks.world}
         model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
-                      "weights_sha256": weights, "num_parameters": submission.num_parameters,
+                      "weights_sha256": weights_sha, "num_parameters": submission.num_parameters,
                       "preprocessing": submission.preprocessing}
-        definitions = {"ood_auroc": AUROC_CONVENTION, "fpr_at_95_tpr": FPR_CONVENTION, "aupr": AUPR_CONVENTION,
-                       "severity_levels": "SPEC.md section 3, integer window starts"}
         records = [record(result, benchmark=bench.identity(), model=model_info, kappa_params=spec.params, seed=seed,
-                          version=__version__, created=created, timings=run_info, metric_definitions=definitions)
+                          version=__version__, created=created, timings=run_info, metric_definitions=METRIC_DEFINITIONS)
                    for spec, result in zip(specs, results)]
-        out = Path(out) if out is not None else Path("cood-results") / submission.name
-        paths = write_outputs(out, submission.name, results, records, list(bench.ood_classes["id"]))
-        if leaderboard is not None:
-            try:
-                add_records(Path(leaderboard), records, create=True)
-            except LeaderboardError as exc:
-                raise HarnessError(f"the run's outputs are in {out}, but the leaderboard refused its records: {exc}") from None
-        return RunResult(submission, bench, results, records, paths, stats)
+        evaluation = Evaluation(submission, bench, results, records, stats, scores)
+        if out is not None or leaderboard is not None:
+            save(evaluation, out, leaderboard)
+        return evaluation
     finally:
         close(ranks)
+
+
+def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path | None = None) -> None:
+    """Write an evaluation's records, CSV, level manifests and plot to ``out``; add its records to ``leaderboard``."""
+    bench = evaluation.benchmark
+    if out is not None:
+        evaluation.paths = write_outputs(Path(out), evaluation.submission.name, evaluation.results, evaluation.records,
+                                         list(bench.ood_classes["id"]), bench.identity())
+    if leaderboard is not None:
+        try:
+            add_records(Path(leaderboard), evaluation.records, create=True)
+        except LeaderboardError as exc:
+            where = f"the run's outputs are in {out}, but " if out is not None else ""
+            raise HarnessError(f"{where}the leaderboard refused the records: {exc}") from None
+
+
+def submit(target: str | Path, *, out: str | Path | None = None, leaderboard: str | Path | None = None, cache: bool = True,
+           **options) -> Evaluation | None:
+    """:func:`evaluate` a target (a submission file or a zoo target, see :mod:`harness.adapters`) with the resumable
+    score cache on, and write its outputs to ``out`` (default ``cood-results/<model name>``)."""
+    return evaluate(target, cache=cache, out=out if out is not None else lambda name: Path("cood-results") / name,
+                    leaderboard=leaderboard, **options)

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from harness import __version__
-from harness.inference import KappaSpec, SplitScores
+from harness.inference import KappaSpec
+from harness.method.scores import SplitScores
 
 
 def _digest(value) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from PIL import Image
 from timm.data import create_transform
 
 from harness.errors import HarnessError
@@ -90,6 +91,19 @@ def timm_transform(config: dict) -> Callable:
     return create_transform(**{k: config[k] for k in keys if k in config}, is_training=False)
 
 
+def check_data_config(config, what: str) -> dict:
+    """A timm data config whose ``input_size`` is (channels, height, width) with 1 or 3 channels."""
+    size = config.get("input_size") if isinstance(config, dict) else None
+    if not isinstance(size, (tuple, list)) or len(size) != 3 or size[0] not in (1, 3):
+        raise HarnessError(f"{what}: input_size must be (channels, height, width) with 1 or 3 channels")
+    return config
+
+
+def recorded(config: dict) -> dict:
+    """A data config as a record stores it (tuples as lists)."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
+
+
 def load_file(path: str | Path) -> Submission:
     """Load a submission file (see the module docstring for the contract)."""
     path = Path(path)
@@ -102,8 +116,7 @@ def load_file(path: str | Path) -> Submission:
     custom = getattr(module, "transform", None)
     if config is None:
         raise HarnessError(f"submission {path} defines no DATA_CONFIG (timm data config with at least input_size)")
-    if "input_size" not in config or len(config["input_size"]) != 3 or config["input_size"][0] not in (1, 3):
-        raise HarnessError(f"submission {path}: DATA_CONFIG['input_size'] must be (channels, height, width) with 1 or 3 channels")
+    check_data_config(config, f"submission {path}: DATA_CONFIG")
     try:
         model = module.build_model()
         transform = custom() if callable(custom) else timm_transform(config)
@@ -118,7 +131,7 @@ def load_file(path: str | Path) -> Submission:
         if not callable(fn):
             raise HarnessError(f"submission {path}: KAPPAS['{name}'] is not callable")
         kappas[name] = LogitKappa(name, fn, params={"source": "submission"}, wants_features=getattr(fn, "wants_features", False))
-    preprocessing = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
+    preprocessing = recorded(config)
     preprocessing["transform"] = "custom" if callable(custom) else "timm.create_transform"
     return Submission(
         name=str(getattr(module, "NAME", path.stem)),
@@ -131,3 +144,51 @@ def load_file(path: str | Path) -> Submission:
         user_kappas=kappas,
     )
 
+
+
+def in_memory(model: torch.nn.Module, transform: Callable | dict | None = None, *, name: str | None = None, channels: int = 3,
+              num_classes: int | None = None) -> Submission:
+    """A model held in memory as a submission. ``transform``: a callable ``PIL.Image -> Tensor`` (images are converted
+    to ``channels`` planes first), a timm data config, or None for a timm model (its own data config)."""
+    if not isinstance(model, torch.nn.Module):
+        raise HarnessError(f"the model must be a torch.nn.Module, got {type(model).__name__}")
+    if transform is None:
+        if getattr(model, "pretrained_cfg", None) is None:
+            raise HarnessError("pass transform=: a callable PIL.Image -> Tensor, or a timm data config "
+                               "(only a timm model brings its own)")
+        from timm.data import resolve_data_config
+
+        transform = resolve_data_config({}, model=model)
+    if isinstance(transform, dict):
+        config = check_data_config(transform, "the data config")
+        preprocessing = recorded(config) | {"transform": "timm.create_transform"}
+        transform, channels = timm_transform(config), int(config["input_size"][0])
+    elif callable(transform):
+        preprocessing = {"transform": "custom", "channels": channels}
+    else:
+        raise HarnessError(f"transform must be callable or a timm data config, got {type(transform).__name__}")
+    if channels not in (1, 3):
+        raise HarnessError(f"channels must be 1 or 3, got {channels}")
+    submission = Submission(name=name or type(model).__name__, model=model.eval(), transform=transform, channels=channels,
+                            preprocessing=preprocessing, source=f"python:{type(model).__module__}.{type(model).__qualname__}",
+                            file_sha256=None)
+    if num_classes is not None:
+        check_output(submission, num_classes)
+    return submission
+
+
+def check_output(submission: Submission, num_classes: int) -> None:
+    """One trial pass (eval mode) on a blank image: the transform must give ``channels`` planes, the model ``num_classes`` logits."""
+    mode = "L" if submission.channels == 1 else "RGB"
+    try:
+        image = submission.transform(Image.new(mode, (320, 240)))
+        with torch.no_grad():
+            output = submission.model.eval()(image.unsqueeze(0))
+    except Exception as exc:  # noqa: BLE001 -- any failure of the model or its transform on a plain image
+        raise HarnessError(f"{submission.source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from None
+    logits = output[0] if isinstance(output, tuple) else output
+    if image.shape[0] != submission.channels:
+        raise HarnessError(f"{submission.source}: the transform gives {image.shape[0]} channels, expected {submission.channels}")
+    if logits.ndim != 2 or logits.shape[1] != num_classes:
+        raise HarnessError(f"{submission.source}: the model gives logits of shape {tuple(logits.shape)} for one image; "
+                           f"the benchmark has {num_classes} ID classes")

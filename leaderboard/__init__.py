@@ -1,4 +1,21 @@
 """Leaderboard of C-OOD results: validated records, an append-only store, versioned tables and views.
 
-Imports neither torch nor the harness or dataset builder; results arrive as JSON records.
+Imports neither torch nor the harness or dataset builder; results arrive as JSON records. Exports load on
+first use; the modules ``release``, ``report`` and ``publish`` hold the functions of the same name.
 """
+
+from importlib import import_module
+from importlib.metadata import version
+
+__version__ = version("cood-bench")
+_EXPORTS = {"add_records": "leaderboard.store", "add_files": "leaderboard.store", "init_leaderboard": "leaderboard.store",
+            "current_table": "leaderboard.store", "validate_record": "leaderboard.schema", "entry_id": "leaderboard.schema",
+            "release_table": "leaderboard.release", "build_site": "leaderboard.site", "paper_records": "leaderboard.paper",
+            "LeaderboardError": "leaderboard.errors"}
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'leaderboard' has no attribute '{name}'")
+    return getattr(import_module(_EXPORTS[name]), name)

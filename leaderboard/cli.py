@@ -8,14 +8,27 @@ from typing import Optional
 
 import typer
 
-from leaderboard import paper, publish as hub, release as releases, report as reports, site as sites, store, views
+from leaderboard import __version__, paper, publish as hub, release as releases, report as reports, site as sites, store, views
 from leaderboard.errors import LeaderboardError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Validated, versioned C-OOD results: add records, release versions, view and publish them.")
 DIR = typer.Option(Path("cood-leaderboard"), "--dir", "-d", envvar="COOD_LEADERBOARD",
                    help="Leaderboard directory (env COOD_LEADERBOARD).")
 VERSION = typer.Option(None, "--version", "-v", help="A released version N (default: the current, unreleased table).")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"cood-leaderboard {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(_version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                        help="Print the version and exit.")) -> None:
+    pass
 
 
 def _table(directory: Path, version: Optional[int]):
@@ -68,7 +81,9 @@ def add(
 
 
 @app.command("import-paper")
-def import_paper(csv: Path = typer.Argument(..., help="The paper's all_paper_results.csv."), directory: Path = DIR) -> None:
+def import_paper(csv: Path = typer.Argument(paper.PAPER_TABLE, show_default="the copy shipped with cood-bench",
+                                            help="The paper's all_paper_results.csv (or .csv.gz)."),
+                 directory: Path = DIR) -> None:
     """Import the paper's published results (provenance "paper") into a leaderboard of their own."""
     records = paper.paper_records(paper.read_paper_table(csv))
     store.add_records(directory, records, create=True)

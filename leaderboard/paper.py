@@ -2,7 +2,8 @@
 
 The authors' CSV has one row per (model, kappa, severity level) with ood-auroc, ood_avg_conf,
 id-acc, id-auroc and id_avg_conf. Each (model, kappa) becomes one record with provenance
-``"paper"`` on the paper's own benchmark identity; entries are identified by model name.
+``"paper"`` on the paper's own benchmark identity; entries are identified by model name. The package ships the
+table (``data/all_paper_results.csv.gz``, the authors' MIT licence in ``data/PAPER_RESULTS_LICENSE.txt``).
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ COLUMNS = ["severity level", "percentile", "ood-auroc", "ood_avg_conf", "id-acc"
            "model name", "confidence function"]
 
 
-def read_paper_table(path: str | Path) -> pd.DataFrame:
-    """The authors' CSV, checked for its columns and kappa names."""
+PAPER_TABLE = Path(__file__).with_name("data") / "all_paper_results.csv.gz"  # MIT, see data/PAPER_RESULTS_LICENSE.txt
+
+
+def read_paper_table(path: str | Path = PAPER_TABLE) -> pd.DataFrame:
+    """The authors' CSV (default: the copy shipped with the package), checked for its columns and kappa names."""
     try:
         table = pd.read_csv(path)
     except (OSError, ValueError) as exc:

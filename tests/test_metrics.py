@@ -5,7 +5,7 @@ import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 from harness.errors import HarnessError
-from harness.metrics import auroc, average_precision, fpr_at_tpr, id_metrics, level_metrics
+from harness.method.metrics import auroc, average_precision, fpr_at_tpr, id_metrics, level_metrics
 
 
 def test_auroc_hand_computed_with_ties():

@@ -1,4 +1,4 @@
-"""Severity levels (SPEC.md section 3): hand-computed cases, properties, errors, the compatible rule."""
+"""Severity levels (docs/method.md section 3): hand-computed cases, properties, errors, the compatible rule."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import HarnessError
-from harness.severity import class_scores, severity_levels, window_starts
+from harness.method.severity import class_scores, severity_levels, window_starts
 
 
 def test_hand_computed_levels():

@@ -19,6 +19,7 @@ from dataset_builder.split import SPLIT_RULE, split_class
 BENCHMARK_ID = "glyphs"
 BENCHMARK_VERSION = "1.0.0"
 IMAGE_EXT = "png"
+NUM_ID_CLASSES = len(glyph_classes.ID_CHARS)
 DEFAULTS = {
     "seed": 0,
     "pool_size": 400,

@@ -1,6 +1,6 @@
 """Glyph classes and the rules that build the OOD pool, each removal with its reason.
 
-Mirrors the ImageNet recipe of SPEC.md section 2: the universe is every character that all the
+Mirrors the ImageNet recipe of docs/method.md section 2: the universe is every character that all the
 font faces draw; ID characters are removed; characters tied to an ID character by Unicode
 (decomposition, case, or a name such as "LATIN SMALL LETTER A WITH STROKE": the analogue of a
 WordNet hypernym/hyponym) are removed; characters that draw like an ID character (Greek Alpha,

@@ -1,11 +1,9 @@
-"""Shared test data: a valid harness record, the paper's table location."""
+"""Shared test data: a valid harness record."""
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
-PAPER_CSV = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "paper_results" / "all_paper_results.csv"
 GLYPHS = {"id": "glyphs", "version": "1.0.0", "manifest_sha256": "ab" * 32, "num_id_classes": 36, "num_ood_classes": 432}
 
 

@@ -1,4 +1,4 @@
-"""Detection metrics of SPEC.md section 4. Pure numpy, float64, deterministic.
+"""Detection metrics of docs/method.md section 4. Pure numpy, float64, deterministic.
 
 Convention everywhere: higher kappa = more in-distribution; ID samples are the positives
 unless a function says otherwise.

@@ -1,4 +1,4 @@
-"""From per-sample scores to severity levels and per-level metrics (SPEC.md sections 3-4). No I/O."""
+"""From per-sample scores to severity levels and per-level metrics (docs/method.md sections 3-4). No I/O."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.errors import HarnessError
-from harness.inference import SplitScores
-from harness.metrics import id_metrics, level_metrics
-from harness.severity import SeverityLevels, class_scores, severity_levels
+from harness.method.scores import SplitScores
+from harness.method.metrics import id_metrics, level_metrics
+from harness.method.severity import SeverityLevels, class_scores, severity_levels
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,12 @@ class KappaResult:
 
 def evaluate_kappa(kappa: str, id_test: SplitScores, estimation: SplitScores, ood_test: SplitScores,
                    num_id_classes: int, num_ood_classes: int, num_levels: int) -> KappaResult:
-    """Levels from the estimation split, then each level's metrics on the test split against the ID test set."""
-    levels = severity_levels(class_scores(estimation.scores[kappa], estimation.labels, num_ood_classes), num_id_classes, num_levels)
+    """Levels from the estimation split, then each level's metrics on the test split against the ID test set.
+
+    Class scores (and so level scores) are means of the kappa's reported value (``confs``: for softmax the max
+    probability, not its logarithm); the ranking score (``scores``) only orders samples inside the AUROC.
+    """
+    levels = severity_levels(class_scores(estimation.confs[kappa], estimation.labels, num_ood_classes), num_id_classes, num_levels)
     missing = np.setdiff1d(np.arange(num_ood_classes), ood_test.labels)
     if len(missing):
         raise HarnessError(f"{len(missing)} OOD classes have no test images (first: index {missing[0]})")

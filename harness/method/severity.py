@@ -1,4 +1,4 @@
-"""Severity levels of SPEC.md section 3: per-model groups of |ID| OOD classes, easiest to hardest.
+"""Severity levels of docs/method.md section 3: per-model groups of |ID| OOD classes, easiest to hardest.
 
 Pure numpy, no I/O. Integer window starts (canonical) and stable ordering (ties by class index).
 """
@@ -13,6 +13,8 @@ import numpy as np
 from harness.errors import HarnessError
 
 DEFAULT_NUM_LEVELS = 11
+SEVERITY_CONVENTION = ("docs/method.md section 3: class score = mean of the reported kappa value on the estimation "
+                       "split, ties by class index, integer window starts")
 
 
 @dataclass(frozen=True)
