@@ -16,7 +16,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Validated, versioned C-OOD results: add records, release versions, view and publish them.")
 DIR = typer.Option(Path("cood-leaderboard"), "--dir", "-d", envvar="COOD_LEADERBOARD",
                    help="Leaderboard directory (env COOD_LEADERBOARD).")
-VERSION = typer.Option(None, "--version", "-v", help="A released version N (default: the current, unreleased table).")
+VERSION = typer.Option(None, "--version", "-v", show_default="the current, unreleased table", help="A released version N.")
 
 
 def _show_version(value: bool) -> None:
@@ -146,7 +146,7 @@ def site(out: Path = typer.Argument(..., help="Output folder."), directory: Path
 def publish(
     repo_id: str = typer.Argument(..., help="Hub dataset repo, e.g. org/cood-leaderboard."),
     directory: Path = DIR,
-    version: Optional[int] = typer.Option(None, "--version", "-v", help="Release to publish (default: the latest)."),
+    version: Optional[int] = typer.Option(None, "--version", "-v", show_default="the latest", help="Release to publish."),
     endpoint: Optional[str] = typer.Option(None, envvar="HF_ENDPOINT", help="Hub URL (env HF_ENDPOINT)."),
 ) -> None:
     """Upload a release to a Hub dataset repo (config "results") and tag it v<N>."""
