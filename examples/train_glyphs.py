@@ -1,7 +1,8 @@
 """Train the example glyph classifiers on the glyph benchmark's ID training set and save their weights.
 
-Deterministic (seeded, one thread, deterministic algorithms): rerunning it with the same versions of
-torch and the benchmark reproduces the committed weights byte for byte.
+Deterministic (seeded, one thread, deterministic algorithms): rerunning it on the same platform (torch version,
+CPU and its kernels, recorded beside each weights file as ``<name>.platform.json``) reproduces the committed
+weights byte for byte. Elsewhere torch promises no bit-identity; the retrained models then score alike.
 
     python examples/train_glyphs.py [--benchmark FOLDER] [--out examples/weights]
 """
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import io
+import json
+import platform
 from pathlib import Path
 
 import torch
@@ -39,11 +43,19 @@ def training_set(benchmark: Benchmark, transform) -> tuple[torch.Tensor, torch.T
     images, labels = [], []
     for shard in benchmark.shards("id_train"):
         for sample in iter_samples(benchmark.shard_path(shard)):
-            import io
-            import json
             images.append(transform(Image.open(io.BytesIO(sample[benchmark.image_ext])).convert("L")))
             labels.append(label_of[json.loads(sample["json"])["class_id"]])
     return torch.stack(images), torch.tensor(labels)
+
+
+def platform_info() -> dict:
+    """What bit-identical training depends on: torch's version and CPU kernels, and the CPU."""
+    cpu = platform.processor()
+    if Path("/proc/cpuinfo").is_file():
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), cpu)
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine(), "cpu": cpu}
 
 
 def train(name: str, images: torch.Tensor, labels: torch.Tensor, epochs: int, lr: float) -> dict[str, torch.Tensor]:
@@ -84,6 +96,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.models:
         save_file(train(name, images, labels, **MODELS[name]), args.out / f"{name}.safetensors")
+        (args.out / f"{name}.platform.json").write_text(json.dumps(platform_info(), indent=1) + "\n")
         print(f"saved {args.out / (name + '.safetensors')}")
 
 

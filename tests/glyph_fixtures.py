@@ -33,6 +33,16 @@ def default_glyphs(benchmark_cache) -> Path:
 
 
 CNN = Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py"
+
+
+def load_example(path: Path):
+    """An example submission file as a module (its model, DATA_CONFIG, KAPPAS)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 CNN_PREAMBLE = f"""
 import importlib.util
 import numpy as np
