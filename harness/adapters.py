@@ -307,6 +307,15 @@ def hf_target(folder: str, weights: str | None) -> Submission:
                       preprocessing=preprocessing, source=f"hf:{path.resolve().name}", file_sha256=None)
 
 
+ZOO_TARGETS = ("timm", "torchvision", "open_clip", "hf")
+
+
+def is_zoo_target(target: str) -> bool:
+    """``timm:``, ``torchvision:``, ``open_clip:`` or ``hf:``: library code with the submitter's data (weights, configs)."""
+    kind, sep, _ = str(target).partition(":")
+    return bool(sep) and kind in ZOO_TARGETS
+
+
 def load_target(target: str, *, weights: str | None = None, num_classes_expected: int | None = None,
                 classnames: Sequence[str] | None = None) -> Submission:
     """The submission for ``target`` (see the module docstring); with ``num_classes_expected`` its logits' width is checked.
@@ -320,7 +329,7 @@ def load_target(target: str, *, weights: str | None = None, num_classes_expected
         "open_clip": lambda: open_clip_target(rest, weights, classnames),
         "hf": lambda: hf_target(rest, weights),
     }
-    if sep and kind in adapters:
+    if is_zoo_target(target):
         if not rest:
             raise HarnessError(f"target '{target}' names no model")
         submission = adapters[kind]()

@@ -14,7 +14,7 @@ from harness.errors import HarnessError
 from harness.method.scores import SplitScores
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, MODEL_KAPPAS, LogitKappa, check_logits
 from harness.execution import Execution
-from harness.model_kappas import MC_DROPOUT_PASSES, ODIN_PRESETS, logits_of, mc_dropout, odin
+from harness.model_kappas import MC_DROPOUT_PASSES, ODIN_PRESETS, mc_dropout, odin, split_output
 
 
 @dataclass(frozen=True)
@@ -74,56 +74,116 @@ def _batch_seed(seed: int, first_key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{first_key}".encode()).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def score_batch(model: torch.nn.Module, images: torch.Tensor, keys: list[str], labels: np.ndarray, num_classes: int,
-                kappas: list[KappaSpec], execution: Execution, seed: int, keep_logits: bool = False) -> SplitScores:
-    """All kappas of one batch: one forward pass for every logit kappa, plus ODIN's and MC-dropout's own passes."""
-    with torch.inference_mode(), execution.autocast():
-        output = model(images)
-    logits = check_logits(logits_of(output).float().cpu().numpy(), num_classes)
-    features = output[1].float().cpu().numpy() if isinstance(output, (tuple, list)) and len(output) > 1 else None
-    scores, confs = logit_kappa_scores(logits, features, kappas)
+def owned_by_model(spec: KappaSpec) -> bool:
+    """A kappa computed where the model runs: it needs the model (ODIN, MC-dropout) or is the submitter's own code."""
+    return spec.logit is None or spec.params.get("source") == "submission"
+
+
+@dataclass
+class ModelOutput:
+    """One batch through the model: logits, features (or None), and the kappas computed beside the model."""
+
+    logits: np.ndarray
+    features: np.ndarray | None
+    scores: dict[str, np.ndarray]
+    confs: dict[str, np.ndarray]
+
+
+class LocalForward:
+    """The model's forward pass, and the kappas owned by the model (:func:`owned_by_model`), in this process."""
+
+    isolation = {"mode": "in-process"}
+
+    def __init__(self, model: torch.nn.Module, execution: Execution, num_classes: int, seed: int):
+        self.model, self.execution, self.num_classes, self.seed = model, execution, num_classes, seed
+
+    def __call__(self, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]) -> ModelOutput:
+        images = self.execution.inputs(images)
+        try:
+            with torch.inference_mode(), self.execution.autocast():
+                output = self.model(images)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as exc:  # the model's code: any failure is reported in one line
+            raise HarnessError(f"the model's forward pass failed: {type(exc).__name__}: {exc}") from None
+        logits, features = split_output(output)
+        logits = check_logits(logits.float().cpu().numpy(), self.num_classes)
+        features = None if features is None else features.float().cpu().numpy()
+        scores, confs = {}, {}
+        for spec in kappas:
+            if spec.logit is not None:  # the submission's own kappa
+                try:
+                    own = logit_kappa_scores(logits, features, [spec])
+                except HarnessError:
+                    raise
+                except Exception as exc:  # the submitter's code
+                    raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
+                scores |= own[0]
+                confs |= own[1]
+            elif spec.name == "odin":
+                with self.execution.autocast():
+                    score, conf = odin(self.model, images, spec.params["temperature"], spec.params["epsilon"])
+                scores[spec.name], confs[spec.name] = score.cpu().numpy(), conf.cpu().numpy()
+            elif spec.name == "mc_dropout":
+                with self.execution.autocast():
+                    score = mc_dropout(self.model, images, spec.params["passes"], _batch_seed(self.seed, keys[0]))
+                scores[spec.name] = confs[spec.name] = score.cpu().numpy()
+        return ModelOutput(logits, features, scores, confs)
+
+    def close(self) -> None:
+        pass
+
+
+def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarray, num_classes: int,
+                kappas: list[KappaSpec], keep_logits: bool = False) -> SplitScores:
+    """All kappas of one batch: one forward pass for every logit kappa, plus ODIN's and MC-dropout's own passes.
+
+    ``forward`` (:class:`LocalForward`, or a model in a child process) returns the logits and the kappas owned
+    by the model; the built-in logit kappas are computed here, from the logits.
+    """
+    out = forward(images, keys, [k for k in kappas if owned_by_model(k)])
+    logits = check_logits(out.logits, num_classes)
+    scores, confs = logit_kappa_scores(logits, out.features, [k for k in kappas if not owned_by_model(k)])
     for spec in kappas:
-        if spec.name == "odin":
-            with execution.autocast():
-                score, conf = odin(model, images, spec.params["temperature"], spec.params["epsilon"])
-            scores[spec.name], confs[spec.name] = score.cpu().numpy(), conf.cpu().numpy()
-        elif spec.name == "mc_dropout":
-            with execution.autocast():
-                score = mc_dropout(model, images, spec.params["passes"], _batch_seed(seed, keys[0]))
-            scores[spec.name] = confs[spec.name] = score.cpu().numpy()
-        if not np.all(np.isfinite(scores[spec.name])):
-            raise HarnessError(f"kappa '{spec.name}' produced NaN or infinite scores")
+        if spec.name not in scores:
+            scores[spec.name], confs[spec.name] = out.scores[spec.name], out.confs[spec.name]
+        for values in (scores[spec.name], confs[spec.name]):
+            if np.shape(values) != (len(keys),):
+                raise HarnessError(f"kappa '{spec.name}' returned shape {np.shape(values)}, expected ({len(keys)},)")
+            if not np.all(np.isfinite(values)):
+                raise HarnessError(f"kappa '{spec.name}' produced NaN or infinite scores")
     return SplitScores(np.asarray(keys), labels, logits.argmax(axis=1), scores, confs, logits if keep_logits else None)
 
 
-def score_batch_adaptive(model: torch.nn.Module, batch: dict, num_classes: int, kappas: list[KappaSpec], execution: Execution,
-                         seed: int, keep_logits: bool = False) -> SplitScores:
+def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False) -> SplitScores:
     """:func:`score_batch`, halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
-    images = execution.inputs(batch["images"])
     try:
-        return score_batch(model, images, batch["keys"], batch["labels"].numpy(), num_classes, kappas, execution, seed, keep_logits)
+        return score_batch(forward, batch["images"], batch["keys"], batch["labels"].numpy(), num_classes, kappas, keep_logits)
     except torch.cuda.OutOfMemoryError:
         if len(batch["keys"]) == 1:
             raise HarnessError("out of memory on a single image; use a smaller model, --amp, or another device") from None
-    del images
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     half = len(batch["keys"]) // 2
     halves = [{"keys": batch["keys"][part], "images": batch["images"][part], "labels": batch["labels"][part]}
               for part in (slice(0, half), slice(half, None))]
-    return SplitScores.concat([score_batch_adaptive(model, h, num_classes, kappas, execution, seed, keep_logits) for h in halves])
+    return SplitScores.concat([score_batch_adaptive(forward, h, num_classes, kappas, keep_logits) for h in halves])
 
 
-def score_shards(model: torch.nn.Module, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int,
-                 kappas: list[KappaSpec], execution: Execution, seed: int, keep_logits: bool = False,
-                 progress: tqdm | None = None) -> Iterator[tuple[str, SplitScores]]:
-    """Score streamed batches and yield ``(shard path, its scores)`` as soon as a shard is complete."""
+def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int, kappas: list[KappaSpec],
+                 keep_logits: bool = False, progress: tqdm | None = None) -> Iterator[tuple[str, SplitScores]]:
+    """Score streamed batches and yield ``(shard path, its scores)`` as soon as a shard is complete; an error names
+    the shard of the batch that failed."""
     pending: dict[str, list[SplitScores]] = {}
     for batch in batches:
         if "error" in batch:
             raise HarnessError(batch["error"])
         shard = batch["shard"]
-        pending.setdefault(shard, []).append(score_batch_adaptive(model, batch, num_classes, kappas, execution, seed, keep_logits))
+        try:
+            scored = score_batch_adaptive(forward, batch, num_classes, kappas, keep_logits)
+        except HarnessError as exc:
+            raise HarnessError(f"shard {shard}: {exc}") from None
+        pending.setdefault(shard, []).append(scored)
         if progress is not None:
             progress.update(len(batch["keys"]))
         done = sum(len(part) for part in pending[shard])

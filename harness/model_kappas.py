@@ -11,9 +11,19 @@ ODIN_PRESETS = {"paper": {"temperature": 2.0, "epsilon": 1e-5}, "original": {"te
 MC_DROPOUT_PASSES = 30
 
 
+def split_output(output) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(logits, features or None)`` of a model output that is logits or a tuple ``(logits, features)``."""
+    if isinstance(output, torch.Tensor):
+        return output, None
+    if isinstance(output, (tuple, list)) and len(output) in (1, 2) and all(isinstance(o, torch.Tensor) for o in output):
+        return output[0], output[1] if len(output) == 2 else None
+    kinds = type(output).__name__ + (f" of {', '.join(type(o).__name__ for o in output)}" if isinstance(output, (tuple, list)) else "")
+    raise HarnessError(f"the model returned a {kinds}; it must return a logits tensor or a tuple (logits, features)")
+
+
 def logits_of(output) -> torch.Tensor:
-    """The logits of a model output that is either logits or ``(logits, features)``."""
-    return output[0] if isinstance(output, (tuple, list)) else output
+    """The logits of a model output (see :func:`split_output`)."""
+    return split_output(output)[0]
 
 
 def odin(model: torch.nn.Module, images: torch.Tensor, temperature: float, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,7 +21,8 @@ from harness.distributed import Ranks, close, init_ranks
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
-from harness.inference import KappaSpec, from_logits, resolve_kappas, score_shards
+from harness.inference import KappaSpec, LocalForward, from_logits, owned_by_model, resolve_kappas, score_shards
+from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
 from harness.kappas import DEFAULT_KAPPAS
 from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
@@ -29,7 +30,7 @@ from harness.model_kappas import MC_DROPOUT_PASSES
 from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
 from harness.score_cache import ScoreCache, kappa_id, run_key
 from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
-from harness.adapters import load_target
+from harness.adapters import is_zoo_target, load_target
 from harness.submission import Submission, in_memory
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records
@@ -76,7 +77,7 @@ class Scorer:
     """Scores the evaluation splits of one benchmark with one model, shard by shard, through the cache."""
 
     submission: Submission
-    model: torch.nn.Module
+    forward: LocalForward | ChildForward
     benchmark: Benchmark
     kappas: list[KappaSpec]
     execution: Execution
@@ -102,7 +103,7 @@ class Scorer:
             return None, self.kappas
         cached, present = hit
         missing = [k for k in self.kappas if k.name not in present]
-        if missing and cached.logits is not None and all(k.logit is not None and not k.logit.wants_features for k in missing):
+        if missing and cached.logits is not None and not any(owned_by_model(k) or k.logit.wants_features for k in missing):
             cached = cached.with_kappas(from_logits(cached, missing))
             self.cache.save(split, shard["path"], cached)
             self.stats["shards_from_logits"] += 1
@@ -131,8 +132,8 @@ class Scorer:
         sizes = {shard["path"]: shard["num_samples"] for shard, _ in todo}
         with tqdm(total=total, desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split, unit="img",
                   disable=not self.progress or not total, leave=False) as bar:
-            for path, scored in score_shards(self.model, batches, sizes, len(self.benchmark.id_classes), kappas, self.execution,
-                                             self.seed, self.keep_logits, bar):
+            for path, scored in score_shards(self.forward, batches, sizes, len(self.benchmark.id_classes), kappas,
+                                             self.keep_logits, bar):
                 merged = scored if hits[path] is None else hits[path].with_kappas(scored)
                 if self.cache:
                     self.cache.save(split, path, merged)
@@ -160,18 +161,27 @@ def _open(benchmark: str | Path, progress: bool) -> Benchmark:
         raise HarnessError(str(exc)) from None
 
 
-def _load(target, transform, name: str | None, weights, channels: int, num_id: int) -> Submission:
-    """An in-memory model or a target string as a submission, checked by a trial forward pass."""
+def _load(target, transform, name: str | None, weights, channels: int, num_id: int, execution: Execution, seed: int,
+          trust_submission: bool, limits: Limits) -> tuple[Submission, LocalForward | ChildForward]:
+    """The submission and its forward pass, checked by a trial forward pass: a submission file in a child process
+    (unless trusted); a zoo target (our code) or an in-memory model (the caller's own) in this one."""
     if isinstance(target, torch.nn.Module):
         if weights is not None:
             raise HarnessError("weights= applies to target strings (timm:, torchvision:, open_clip:), not to a module")
-        return in_memory(target, transform, name=name, channels=channels, num_classes=num_id)
-    if transform is not None:
+        submission = in_memory(target, transform, name=name, channels=channels, num_classes=num_id)
+    elif transform is not None:
         raise HarnessError("transform= applies to an in-memory model; a target brings its own preprocessing")
-    submission = load_target(str(target), weights=None if weights is None else str(weights), num_classes_expected=num_id)
+    elif is_zoo_target(target) or trust_submission:
+        submission = load_target(str(target), weights=None if weights is None else str(weights), num_classes_expected=num_id)
+    elif weights is not None:
+        raise HarnessError(f"--weights applies to timm:, torchvision: and open_clip: targets, not to the file {target}")
+    else:
+        submission, forward = load_isolated(target, execution, num_id, seed, limits)
     if name is not None:
         submission.name = name
-    return submission
+    if submission.model is None:
+        return submission, forward
+    return submission, LocalForward(execution.prepare(submission.model), execution, num_id, seed)
 
 
 def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=None, name: str | None = None,
@@ -180,6 +190,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
              channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str = "paper",
              mc_passes: int = MC_DROPOUT_PASSES, verify: bool = True, cache: bool = False,
              cache_dir: str | Path | None = None, keep_logits: bool = False, progress: bool = True,
+             trust_submission: bool = False, limits: Limits | None = None,
              out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None) -> Evaluation | None:
     """Evaluate a classifier on a C-OOD benchmark and return the results; nothing is written unless asked.
 
@@ -187,7 +198,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     ``PIL.Image -> Tensor`` (images are converted to ``channels`` planes first) or a timm data config; a timm
     model needs no transform (its own config is used). ``model`` may also be a target string (a submission
     file, ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or ``hf:<folder>``, with
-    ``weights`` for the zoo targets). ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
+    ``weights`` for the zoo targets); a submission file runs in a child process under ``limits`` (see
+    :mod:`harness.isolation`) unless ``trust_submission``. ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
     submission's own. ``cache`` keeps per-shard scores so that a rerun resumes; ``out`` (a folder, or a function of
     the model's name giving one) is checked before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
 
@@ -198,6 +210,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
     _check_options(num_levels, batch_size)
     ranks, device = init_ranks(auto_device(device))
+    forward = None
     try:
         execution = Execution.resolve(device, amp, channels_last, compile)
         execution.share_cpu(workers)
@@ -205,7 +218,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         embedded = str(benchmark) in EMBEDDED
         bench = None if embedded else _open(benchmark, progress and ranks.is_main)
         num_id = embedded_num_id_classes(str(benchmark)) if embedded else len(bench.id_classes)
-        submission = _load(model, transform, name, weights, channels, num_id)
+        submission, forward = _load(model, transform, name, weights, channels, num_id, execution, seed, trust_submission,
+                                    limits or Limits())
         if kappas is None:
             kappas = [*DEFAULT_KAPPAS, *submission.user_kappas]
         specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
@@ -222,7 +236,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
             folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
             score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs})
         torch.manual_seed(seed)
-        scorer = Scorer(submission, execution.prepare(submission.model), bench, specs, execution, score_cache, ranks,
+        scorer = Scorer(submission, forward, bench, specs, execution, score_cache, ranks,
                         batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main)
         scores = {}
         timings = {}
@@ -241,7 +255,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         results = [evaluate_kappa(spec.name, scores["id_test"], scores["ood_estimation"], scores["ood_test"], num_id, num_ood, num_levels)
                    for spec in specs]
         timings["total_s"] = round(time.perf_counter() - started, 3)
-        run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "world_size": ranks.world}
+        run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "world_size": ranks.world,
+                    "isolation": forward.isolation}
         model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
                       "weights_sha256": weights_sha, "num_parameters": submission.num_parameters,
                       "preprocessing": submission.preprocessing}
@@ -253,6 +268,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
             save(evaluation, out, leaderboard)
         return evaluation
     finally:
+        if forward is not None:
+            forward.close()
         close(ranks)
 
 

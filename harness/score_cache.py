@@ -4,14 +4,13 @@ pass over the images when the logits were kept.
 Layout: ``<root>/<run key>/<split>/<shard path with / as __>.npz``. The run key hashes what fixes the
 scores' bits: benchmark revision, model weights, preprocessing, numerics (device type, autocast,
 memory format) and the harness version. Inside a file every kappa is stored under an id that hashes its parameters (and,
-for MC-dropout, the seed and batch size; for a submission's kappa, its source code). Files are
+for MC-dropout, the seed and batch size; a submission's kappa has its code's hash among its parameters). Files are
 written to a temporary name and renamed, so a kill leaves whole files or none.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 from pathlib import Path
@@ -34,14 +33,9 @@ def run_key(benchmark_sha256: str, weights_sha256: str, preprocessing: dict, num
 
 def kappa_id(spec: KappaSpec, seed: int, batch_size: int) -> str:
     """The cache id of a kappa: its name and a hash of everything that defines its values."""
-    defining = {"params": spec.params}
+    defining = {"params": spec.params}  # a submission's kappa carries its code's sha256 among them
     if spec.name == "mc_dropout":
         defining.update(seed=seed, batch_size=batch_size)
-    if spec.logit is not None and spec.params.get("source") == "submission":
-        try:
-            defining["code"] = inspect.getsource(spec.logit.score)
-        except (OSError, TypeError):
-            defining["code"] = repr(spec.logit.score)
     return f"{spec.name}-{_digest(defining)[:12]}"
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from timm.data import create_transform
 
 from harness.errors import HarnessError
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, MODEL_KAPPAS, LogitKappa
+from harness.model_kappas import split_output
 
 
 @dataclass
@@ -43,14 +45,13 @@ class Submission:
     source: str
     file_sha256: str | None
     user_kappas: dict[str, LogitKappa] = field(default_factory=dict)
+    weights_sha256: str | None = None  # computed from ``model`` unless given (a model in a child process)
+    num_parameters: int | None = None
 
-    @property
-    def weights_sha256(self) -> str:
-        return weights_sha256(self.model)
-
-    @property
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
+    def __post_init__(self):
+        if self.model is not None:
+            self.weights_sha256 = weights_sha256(self.model)
+            self.num_parameters = sum(p.numel() for p in self.model.parameters())
 
 
 def weights_sha256(model: torch.nn.Module) -> str:
@@ -83,6 +84,14 @@ def _import_file(path: Path):
     finally:
         sys.path.remove(str(path.parent))
     return module
+
+
+def _code_of(fn: Callable) -> str:
+    """A kappa's source code (its identity in records and the score cache), or its repr when there is none."""
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return repr(fn)
 
 
 def timm_transform(config: dict) -> Callable:
@@ -130,7 +139,8 @@ def load_file(path: str | Path) -> Submission:
             raise HarnessError(f"submission {path}: kappa '{name}' clashes with a built-in kappa")
         if not callable(fn):
             raise HarnessError(f"submission {path}: KAPPAS['{name}'] is not callable")
-        kappas[name] = LogitKappa(name, fn, params={"source": "submission"}, wants_features=getattr(fn, "wants_features", False))
+        params = {"source": "submission", "code_sha256": hashlib.sha256(_code_of(fn).encode()).hexdigest()}
+        kappas[name] = LogitKappa(name, fn, params=params, wants_features=getattr(fn, "wants_features", False))
     preprocessing = recorded(config)
     preprocessing["transform"] = "custom" if callable(custom) else "timm.create_transform"
     return Submission(
@@ -186,7 +196,10 @@ def check_output(submission: Submission, num_classes: int) -> None:
             output = submission.model.eval()(image.unsqueeze(0))
     except Exception as exc:  # noqa: BLE001 -- any failure of the model or its transform on a plain image
         raise HarnessError(f"{submission.source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from None
-    logits = output[0] if isinstance(output, tuple) else output
+    try:
+        logits = split_output(output)[0]
+    except HarnessError as exc:
+        raise HarnessError(f"{submission.source}: {exc}") from None
     if image.shape[0] != submission.channels:
         raise HarnessError(f"{submission.source}: the transform gives {image.shape[0]} channels, expected {submission.channels}")
     if logits.ndim != 2 or logits.shape[1] != num_classes:

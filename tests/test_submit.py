@@ -57,7 +57,12 @@ def test_submit_writes_every_output(tiny_glyphs, tmp_path):
 def test_user_kappa_and_mc_dropout_without_dropout(tiny_glyphs, tmp_path):
     result = submit(MLP, benchmark=tiny_glyphs, kappas=["margin", "softmax"], out=tmp_path / "mlp", progress=False)
     assert [r["kappa"]["name"] for r in result.records] == ["margin", "softmax"]
-    assert result.records[0]["kappa"]["params"] == {"source": "submission"}
+    import hashlib
+    import inspect
+
+    code = hashlib.sha256(inspect.getsource(load_example(MLP).margin).encode()).hexdigest()
+    assert result.records[0]["kappa"]["params"] == {"source": "submission", "code_sha256": code}
+    assert result.records[0]["timings"]["isolation"]["mode"] == "child process"
     with pytest.raises(HarnessError, match="no(ne)? .*dropout|dropout layers"):
         submit(MLP, benchmark=tiny_glyphs, kappas=["mc_dropout"], out=tmp_path / "mcd", progress=False)
     assert not (tmp_path / "mcd").exists()
