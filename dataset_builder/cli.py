@@ -80,7 +80,7 @@ def folder(
     seed: int = typer.Option(0, help="Seed of the split."),
     workers: int = typer.Option(2, help="Processes reading images."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
-    license: Optional[str] = typer.Option(None, help="The images' licence (a Hub licence id such as cc-by-4.0, or a URL); default: unknown."),
+    license: Optional[str] = typer.Option(None, help="The images' licence: a Hub licence id such as cc-by-4.0, or a URL (unknown when not given)."),
 ) -> None:
     """Build a C-OOD benchmark from any pair of image folders; rerun to resume an interrupted build."""
     from dataset_builder.folder import build_folder, read_exclusions
