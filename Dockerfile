@@ -1,6 +1,8 @@
-# CUDA-capable image whose entry point is cood-harness:
+# CUDA-capable image whose entry point is cood-harness, with the `models` extra (open_clip, transformers):
 #   docker build -t cood-bench .
-#   docker run --gpus all -v $PWD:/work -v cood-cache:/cache cood-bench submit my_model.py --device cuda
+#   docker run --gpus all --ipc=host -v $PWD:/work -v cood-cache:/cache cood-bench submit my_model.py --device cuda
+#   docker run --gpus all --ipc=host -v $PWD:/work -v cood-cache:/cache --entrypoint torchrun cood-bench \
+#     --nproc-per-node 8 -m harness.cli submit my_model.py --device cuda
 FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
 
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 COOD_BENCH_CACHE=/cache HF_HOME=/cache/huggingface
@@ -10,7 +12,7 @@ COPY harness harness
 COPY dataset_builder dataset_builder
 COPY leaderboard leaderboard
 COPY examples examples
-RUN pip install . && cood-harness --help >/dev/null
+RUN pip install '.[models]' && cood-harness --help >/dev/null
 
 WORKDIR /work
 ENTRYPOINT ["cood-harness"]

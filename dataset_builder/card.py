@@ -1,26 +1,66 @@
-"""The dataset card (``README.md``): YAML configs and features, written through huggingface_hub's card API.
+"""The dataset card (``README.md``): YAML configs, features and licence, written through huggingface_hub's card API.
 
 Configs: ``pool`` (the default: every split of the benchmark) and, for each reference (model,
 kappa) pair listed in ``levels/reference.txt``, ``<model>__<kappa>`` with the ``id_test`` split
 and one split ``level_NN`` per severity level, each listing that level's OOD test shards. Level
 manifests of other pairs live in ``levels/`` too and load with :func:`dataset_builder.loading.load_level`.
+
+The body has one loading example per config. A card written at build time (no repo id) shows the
+local forms (``load_dataset("webdataset", data_files=...)``, ``load_level("path/to/benchmark", ...)``);
+``cood-dataset publish`` uploads a card written afresh with the repo id and tag it publishes to
+(:func:`published_card`), and leaves the local folder as it is. The licence fields follow the kind
+of benchmark (``manifest["source"]["kind"]``, else ``manifest["benchmark"]["id"]``): the images keep
+their sources' licences.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 
 from datasets.info import DatasetInfo, DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from dataset_builder.levels import level_data_files, level_file_name, read_level_table
+from dataset_builder.levels import level_data_files, level_file_name, level_split, read_level_table
 from dataset_builder.loading import sample_features, test_shards
 from dataset_builder.manifest import load_manifest
 
 REFERENCE = "levels/reference.txt"
+CARD_TAG = "cood-bench"  # marks a card this module wrote; publish rewrites only such cards
 SPLIT_FOLDERS = {"id_test": "id/test/*.tar", "id_train": "id/train/*.tar", "ood_estimation": "ood/estimation/*.tar",
                  "ood_test": "ood/test/*/*.tar"}
+LOCAL_PATH = "path/to/benchmark"
+EXAMPLE_LEVEL = 7
+
+CITATION = """@inproceedings{galil2023framework,
+  title         = {A framework for benchmarking Class-out-of-distribution detection and its application to ImageNet},
+  author        = {Galil, Ido and Dabbah, Mohammed and El-Yaniv, Ran},
+  booktitle     = {The Eleventh International Conference on Learning Representations (ICLR)},
+  year          = {2023},
+  url           = {https://openreview.net/forum?id=Iuubb9W6Jtk},
+  eprint        = {2302.11893},
+  archivePrefix = {arXiv}
+}"""
+
+IMAGENET_TERMS = "https://image-net.org/download.php"
+DEJAVU_LICENSE = "https://dejavu-fonts.github.io/License.html"
+LICENCE_TEXT = {
+    "imagenet": (
+        "The images are ImageNet's: the ID images are ImageNet-1K validation images, the OOD images come from "
+        "ImageNet-21K. They keep their source's terms, the ImageNet terms of access ({link}): use for non-commercial "
+        "research and educational purposes only; the copyright of each image stays with its owner. The card's "
+        "`license: other` names these terms."
+    ),
+    "glyphs": (
+        "The images are rendered by cood-bench from the DejaVu fonts shipped with matplotlib "
+        "(`matplotlib/mpl-data/fonts/ttf/LICENSE_DEJAVU`) and keep the fonts' licence: the DejaVu fonts licence "
+        "({link}), a free font licence (the Bitstream Vera and Arev font licences; DejaVu's changes are in the "
+        "public domain)."
+    ),
+}
+
 BODY = """
 # {name} {version}
 
@@ -30,15 +70,22 @@ A class-out-of-distribution (C-OOD) benchmark built by cood-bench: {description}
 - `classes/id.parquet`, `classes/ood.parquet`: the ID classes; the OOD pool and every removed class with its reason
 - `levels/<model>__<kappa>.parquet`: per-model severity levels (level, class, scores, percentile)
 
-{num_id} ID classes, {num_ood} OOD classes. Load the pool, or a severity level of a reference model:
+{num_id} ID classes, {num_ood} OOD classes. The method (severity levels, metrics) is that of Galil, Dabbah &
+El-Yaniv (ICLR 2023), as the cood-bench repository states it in `docs/method.md`.
 
-```python
-from datasets import load_dataset
-pool = load_dataset("<repo>", "pool", split="ood_estimation")
-level = load_dataset("<repo>", "<model>__<kappa>", split="level_07")
+## Loading
+
+{loading}
+
+## Licence
+
+{licence}
+
+## Citation
+
+```bibtex
+{citation}
 ```
-
-A level of any model with a level manifest: `dataset_builder.loading.load_level("<repo>", model, kappa, 7)`.
 """
 
 
@@ -48,8 +95,44 @@ def reference_configs(root: Path) -> list[str]:
     return sorted(set(path.read_text().split())) if path.is_file() else []
 
 
-def card_data(root: Path, license: str = "other") -> DatasetCardData:
-    """The card's YAML: configs and features (the same features for every config)."""
+def benchmark_kind(manifest: dict) -> str:
+    """``glyphs``, ``imagenet``, ``folder``, ...: the source kind, else the benchmark id."""
+    kind = manifest.get("source", {}).get("kind") if isinstance(manifest.get("source"), dict) else None
+    return kind or manifest["benchmark"]["id"]
+
+
+def licence_fields(value: str | None) -> dict[str, str]:
+    """The card's licence fields for a recorded licence: a Hub licence identifier, a URL (``other`` + that link),
+    or nothing (``unknown``)."""
+    if not value:
+        return {"license": "unknown"}
+    if re.match(r"https?://", value):
+        return {"license": "other", "license_name": "source-license", "license_link": value}
+    return {"license": value}
+
+
+def licence(manifest: dict) -> tuple[dict[str, str], str]:
+    """The YAML licence fields and the body's licence paragraph of a benchmark."""
+    kind = benchmark_kind(manifest)
+    if kind == "imagenet":
+        return ({"license": "other", "license_name": "imagenet-terms-of-access", "license_link": IMAGENET_TERMS},
+                LICENCE_TEXT["imagenet"].format(link=IMAGENET_TERMS))
+    if kind == "glyphs":
+        return ({"license": "other", "license_name": "dejavu-fonts-license", "license_link": DEJAVU_LICENSE},
+                LICENCE_TEXT["glyphs"].format(link=DEJAVU_LICENSE))
+    recorded = (manifest.get("source") or {}).get("license")
+    fields = licence_fields(recorded)
+    if recorded:
+        text = (f"The images keep their sources' licences; the licence recorded for them is `{recorded}`. "
+                "Check the source for the terms of each image.")
+    else:
+        text = ("The images keep their sources' licences, which the builder cannot know: unknown, see the source "
+                "(`license: unknown`).")
+    return fields, text
+
+
+def card_data(root: Path) -> DatasetCardData:
+    """The card's YAML: licence, configs and features (the same features for every config)."""
     manifest, _ = load_manifest(root)
     splits = sorted({s["split"] for s in manifest["shards"]}, key=list(SPLIT_FOLDERS).index)
     configs = [{"config_name": "pool", "default": True,
@@ -59,28 +142,113 @@ def card_data(root: Path, license: str = "other") -> DatasetCardData:
         files = level_data_files(read_level_table(root / "levels" / f"{name}.parquet"), shards)
         configs.append({"config_name": name, "data_files": [{"split": "id_test", "path": SPLIT_FOLDERS["id_test"]}]
                         + [{"split": split, "path": paths} for split, paths in files.items()]})
-    data = DatasetCardData(license=license, pretty_name=f"{manifest['benchmark']['id']} C-OOD benchmark",
-                           task_categories=["image-classification"], tags=["out-of-distribution-detection", "cood-bench"],
-                           configs=configs)
+    fields, _ = licence(manifest)
+    data = DatasetCardData(**fields, pretty_name=f"{manifest['benchmark']['id']} C-OOD benchmark",
+                           task_categories=["image-classification"],
+                           tags=["out-of-distribution-detection", CARD_TAG, "arxiv:2302.11893"], configs=configs)
     features = sample_features(manifest["image_ext"])
     DatasetInfosDict({c["config_name"]: DatasetInfo(features=features) for c in configs}).to_dataset_card_data(data)
     return data
 
 
-def write_card(root: str | Path, license: str = "other") -> Path:
-    """Write ``README.md`` of the benchmark folder from its manifest and reference levels."""
+def _split_config(name: str) -> tuple[str, str]:
+    """A level manifest's name back into (model, kappa); ``level_file_name`` of the pair gives the name again."""
+    model, _, kappa = name.rpartition("__")
+    return model, kappa
+
+
+def level_pairs(root: Path) -> list[str]:
+    """``<model>__<kappa>`` of every level manifest in ``levels/``, reference configs first."""
+    names = reference_configs(root)
+    return names + sorted(p.stem for p in (root / "levels").glob("*__*.parquet") if p.stem not in names)
+
+
+def _example_level(root: Path, name: str) -> tuple[str, int]:
+    """The last level's split name of a level manifest, and the level the examples load."""
+    levels = sorted(int(level) for level in read_level_table(root / "levels" / f"{name}.parquet")["level"].unique())
+    return level_split(levels[-1]), min(EXAMPLE_LEVEL, levels[-1])
+
+
+def _q(text: str) -> str:
+    """A Python string literal in double quotes."""
+    return json.dumps(text)
+
+
+def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, revision: str | None = None) -> str:
+    """One example per config: on the Hub when ``repo_id`` is known, else from the local folder."""
+    splits = sorted({s["split"] for s in manifest["shards"]}, key=list(SPLIT_FOLDERS).index)
+    blocks = []
+    if repo_id:
+        rev = f", revision={_q(revision)}" if revision else ""
+        blocks.append(f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}; `streaming=True` reads "
+                      "only the shards you iterate over:\n\n```python\nfrom datasets import load_dataset\n\n"
+                      f"pool = load_dataset({_q(repo_id)}, \"pool\", split=\"ood_estimation\"{rev}, streaming=True)\n```")
+        for name in reference_configs(root):
+            last, level = _example_level(root, name)
+            blocks.append(f"Config `{name}`: `id_test` and the OOD test images of each severity level of this (model, kappa) "
+                          f"pair, `level_00` (easiest) to `{last}` (hardest):\n\n```python\nfrom datasets import load_dataset\n\n"
+                          f"level = load_dataset({_q(repo_id)}, {_q(name)}, split={_q(level_split(level))}{rev}, streaming=True)\n```")
+        pairs = level_pairs(root)
+        if pairs:
+            model, kappa = _split_config(pairs[0])
+            _, level = _example_level(root, pairs[0])
+            blocks.append("A level of any (model, kappa) pair with a level manifest in `levels/`, reading only that level's "
+                          "shards (with cood-bench installed):\n\n```python\nfrom dataset_builder.loading import load_level\n\n"
+                          f"level = load_level({_q(repo_id)}, {_q(model)}, {_q(kappa)}, {level}{rev})\n```")
+        return "\n\n".join(blocks)
+    blocks.append("This card was written for the local folder; `cood-dataset publish` uploads it with these examples "
+                  f"rewritten for the Hub repo. Replace `{LOCAL_PATH}` by this folder's path.\n\n"
+                  f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}:\n\n"
+                  "```python\nfrom datasets import load_dataset\n\n"
+                  f"benchmark = {_q(LOCAL_PATH)}\n"
+                  "pool = load_dataset(\"webdataset\", data_files={\"ood_estimation\": f\"{benchmark}/ood/estimation/*.tar\"}, "
+                  "split=\"ood_estimation\")\n```")
+    for name in reference_configs(root):
+        model, kappa = _split_config(name)
+        last, level = _example_level(root, name)
+        blocks.append(f"Config `{name}`: `id_test` and the OOD test images of each severity level of this (model, kappa) "
+                      f"pair, `level_00` (easiest) to `{last}` (hardest); `load_level` loads one level:\n\n"
+                      "```python\nfrom dataset_builder.loading import load_level\n\n"
+                      f"level = load_level({_q(LOCAL_PATH)}, {_q(model)}, {_q(kappa)}, {level})\n```")
+    return "\n\n".join(blocks)
+
+
+def card_text(root: str | Path, *, repo_id: str | None = None, revision: str | None = None) -> str:
+    """The card of a benchmark folder from its manifest and reference levels; the examples name ``repo_id``
+    (at ``revision``) when given, else the local folder."""
     root = Path(root)
     manifest, _ = load_manifest(root)
     bench = manifest["benchmark"]
+    _, licence_text = licence(manifest)
     body = BODY.format(name=bench["id"], version=bench["version"], description=bench["description"],
-                       num_id=manifest["classes"]["id"], num_ood=manifest["classes"]["ood"])
-    card = DatasetCard(f"---\n{card_data(root, license).to_yaml()}\n---\n{body}")
-    card.save(root / "README.md")
+                       num_id=manifest["classes"]["id"], num_ood=manifest["classes"]["ood"],
+                       loading=loading_examples(root, manifest, repo_id, revision), licence=licence_text, citation=CITATION)
+    return str(DatasetCard(f"---\n{card_data(root).to_yaml()}\n---\n{body}"))
+
+
+def write_card(root: str | Path, repo_id: str | None = None, *, revision: str | None = None) -> Path:
+    """Write ``README.md`` of the benchmark folder (see :func:`card_text`)."""
+    root = Path(root)
+    (root / "README.md").write_bytes(card_text(root, repo_id=repo_id, revision=revision).encode("utf-8"))
     return root / "README.md"
 
 
-def add_levels(root: str | Path, level_file: str | Path, model: str, kappa: str, *, reference: bool = True,
-               license: str = "other") -> Path:
+def published_card(root: str | Path, repo_id: str, revision: str | None = None) -> bytes | None:
+    """The card to upload to ``repo_id``: written afresh with the repo id, when the folder's ``README.md`` is a
+    card this module wrote (tagged ``cood-bench``); None for any other README, which is uploaded as it is."""
+    path = Path(root) / "README.md"
+    if not path.is_file():
+        return None
+    try:
+        tags = DatasetCard.load(path).data.tags or []
+    except Exception:  # noqa: BLE001 - not a card with valid YAML: leave it alone
+        return None
+    if CARD_TAG not in tags:
+        return None
+    return card_text(root, repo_id=repo_id, revision=revision).encode("utf-8")
+
+
+def add_levels(root: str | Path, level_file: str | Path, model: str, kappa: str, *, reference: bool = True) -> Path:
     """Copy a level manifest into ``<root>/levels/``, list it as a reference config when ``reference``, rewrite the card."""
     root = Path(root)
     manifest, _ = load_manifest(root)
@@ -92,5 +260,5 @@ def add_levels(root: str | Path, level_file: str | Path, model: str, kappa: str,
     if reference:
         names = sorted({*reference_configs(root), target.stem})
         (root / REFERENCE).write_text("".join(f"{n}\n" for n in names))
-    write_card(root, license)
+    write_card(root)
     return target

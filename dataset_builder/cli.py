@@ -80,6 +80,7 @@ def folder(
     seed: int = typer.Option(0, help="Seed of the split."),
     workers: int = typer.Option(2, help="Processes reading images."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
+    license: Optional[str] = typer.Option(None, help="The images' licence: a Hub licence id such as cc-by-4.0, or a URL (unknown when not given)."),
 ) -> None:
     """Build a C-OOD benchmark from any pair of image folders; rerun to resume an interrupted build."""
     from dataset_builder.folder import build_folder, read_exclusions
@@ -89,7 +90,7 @@ def folder(
     settings = ImageSettings(seed=seed, images_per_class=images_per_class, n_test=n_test_of(images_per_class, test_fraction),
                              min_images=min_images, image_ext=image_ext)
     sha = build_folder(out, id_dir, ood_dir, name=name, version=version, exclusions=read_exclusions(exclude) if exclude else None,
-                       settings=settings, workers=workers, overwrite=overwrite)
+                       settings=settings, workers=workers, overwrite=overwrite, license=license)
     _summary(out, sha)
 
 

@@ -4,6 +4,10 @@ ID classes are the ID folder's class folders in name order (index 0, 1, ...). Ev
 folder is a candidate; one named like an ID class is removed (``id_class``), and so is every class
 of the optional ``exclusions`` (``OOD class -> (ID class, why)``: the custom analogue of the WordNet
 rules), under the rule ``excluded``. The image rules are :mod:`dataset_builder.images`'.
+
+The images keep their sources' licence, which the builder cannot know: ``license`` (a Hub licence
+identifier such as ``cc-by-4.0``, or the URL of the terms) is recorded in the manifest's ``source``
+and shown by the dataset card; without it the card says ``unknown``.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def classify_folders(id_classes: list[str], ood_classes: list[str], exclusions: 
 
 def build_folder(root: str | Path, id_dir: str | Path, ood_dir: str | Path, *, name: str = "custom", version: str = "1.0.0",
                  exclusions: Mapping[str, tuple[str, str]] | None = None, settings: ImageSettings = ImageSettings(),
-                 workers: int = 2, progress: bool = True, overwrite: bool = False) -> str:
+                 workers: int = 2, progress: bool = True, overwrite: bool = False, license: str | None = None) -> str:
     """Build a C-OOD benchmark from two ImageFolder trees under ``root``; return its manifest sha256."""
     id_classes = class_folders(Path(id_dir))
     ood_classes = class_folders(Path(ood_dir))
@@ -59,7 +63,7 @@ def build_folder(root: str | Path, id_dir: str | Path, ood_dir: str | Path, *, n
     id_table = pd.DataFrame({"index": range(len(id_classes)), "id": id_classes, "name": id_classes})
     description = {
         "benchmark": {"id": name, "version": version, "description": f"Custom C-OOD benchmark {name} built from two image folders."},
-        "source": {"kind": "folder"},
+        "source": {"kind": "folder", **({"license": license} if license else {})},
         "rules": {"class_rules": CLASS_RULES, "exclusions": {k: list(v) for k, v in sorted((exclusions or {}).items())}},
     }
     return build_from_folders(root, id_source=Path(id_dir), id_table=id_table, ood_source=Path(ood_dir),

@@ -7,6 +7,10 @@ already published folder uploads nothing. ``manifest.json`` and ``README.md`` go
 commit, together with the deletion of remote files the folder no longer has, so ``main`` never
 shows a manifest whose shards are missing. Then the tag (the benchmark version) is set on that
 commit. A tag is never moved: publishing different files under an existing tag is an error.
+
+The dataset card is uploaded written afresh for the repo (:func:`dataset_builder.card.published_card`):
+its loading examples name the repo id and the tag. The local folder is left as it is (the card is
+not part of the manifest's sha256). A ``README.md`` that cood-bench did not write is uploaded as it is.
 """
 
 from __future__ import annotations
@@ -49,21 +53,32 @@ def local_files(folder: Path) -> dict[str, Path]:
     return files
 
 
-def _digest(path: Path, algorithm: str, prefix: bytes = b"") -> str:
+def _digest(content: Path | bytes, algorithm: str, prefix: bytes = b"") -> str:
     digest = hashlib.new(algorithm, prefix)
-    with open(path, "rb") as f:
+    if isinstance(content, bytes):
+        digest.update(content)
+        return digest.hexdigest()
+    with open(content, "rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def is_published(path: Path, remote: RemoteFile | None) -> bool:
-    """Whether the remote file has exactly the bytes of ``path``."""
-    if remote is None or remote.size != path.stat().st_size:
+def _size(content: Path | bytes) -> int:
+    return len(content) if isinstance(content, bytes) else content.stat().st_size
+
+
+def is_published(content: Path | bytes, remote: RemoteFile | None) -> bool:
+    """Whether the remote file has exactly the bytes of ``content`` (a file, or bytes to upload)."""
+    if remote is None or remote.size != _size(content):
         return False
     if remote.lfs_sha256 is not None:
-        return _digest(path, "sha256") == remote.lfs_sha256
-    return _digest(path, "sha1", b"blob %d\0" % remote.size) == remote.blob_id
+        return _digest(content, "sha256") == remote.lfs_sha256
+    return _digest(content, "sha1", b"blob %d\0" % remote.size) == remote.blob_id
+
+
+def _upload(content: Path | bytes) -> str | bytes:
+    return content if isinstance(content, bytes) else str(content)
 
 
 def batches(paths: list[str], sizes: dict[str, int], max_files: int, max_bytes: int) -> list[list[str]]:
@@ -101,12 +116,17 @@ def publish(
     batch_bytes: int = BATCH_BYTES,
 ) -> str:
     """Upload what ``main`` lacks of the benchmark folder, tag the result ``tag``; return the tagged commit sha."""
+    from dataset_builder.card import published_card
+
     folder = Path(folder)
     load_manifest(folder)  # a benchmark folder, with a manifest this version reads
     message = revision_message or f"cood-bench benchmark {tag}"
+    files: dict[str, Path | bytes] = dict(local_files(folder))
+    card = published_card(folder, repo_id, tag)
+    if card is not None:
+        files["README.md"] = card
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-    files = local_files(folder)
 
     tagged = {t.name: t.target_commit for t in api.list_repo_refs(repo_id, repo_type="dataset").tags}
     if tag in tagged:
@@ -124,10 +144,10 @@ def publish(
     missing = [p for p in files if not is_published(files[p], remote.get(p))]
     stale = sorted(set(remote) - set(files) - set(KEEP_REMOTE))
     first = [p for p in missing if p not in LAST]
-    groups = batches(first, {p: files[p].stat().st_size for p in first}, batch_files, batch_bytes)
+    groups = batches(first, {p: _size(files[p]) for p in first}, batch_files, batch_bytes)
     groups.append([p for p in LAST if p in missing])
     for number, group in enumerate(groups, 1):
-        operations = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(files[p])) for p in group]
+        operations = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=_upload(files[p])) for p in group]
         if number == len(groups):
             operations += [CommitOperationDelete(path_in_repo=p) for p in stale]
         if not operations:
