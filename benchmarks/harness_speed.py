@@ -4,7 +4,9 @@
    vs. the pure forward pass on the same images already decoded into one tensor;
 2. one pass for 4 logit kappas vs. 4 separate passes (one kappa each);
 3. AUROC of 50k vs 50k scores: the project's rank-based implementation vs. a straightforward
-   pairwise one (and scikit-learn's, for reference).
+   pairwise one (and scikit-learn's, for reference);
+4. the cost of isolation: the same harness pass with the submission's model in a child process (the default for a
+   submission file) vs. in the harness's own process (``--trust-submission``).
 
     python benchmarks/harness_speed.py [--split ood_test] [--model examples/glyph_cnn.py] [--device cpu]
 """
@@ -24,7 +26,8 @@ from sklearn.metrics import roc_auc_score
 from dataset_builder.shards import iter_samples
 from harness.distributed import Ranks
 from harness.execution import Execution
-from harness.inference import resolve_kappas
+from harness.inference import LocalForward, resolve_kappas
+from harness.isolation import Limits, load_isolated
 from harness.method.metrics import auroc
 from harness.run import Scorer, open_benchmark
 from harness.submission import load_file
@@ -32,8 +35,8 @@ from harness.submission import load_file
 KAPPAS = ["softmax", "entropy", "max_logit", "energy"]
 
 
-def harness_pass(submission, model, bench, kappas, execution, split, batch_size, workers) -> float:
-    scorer = Scorer(submission, model, bench, resolve_kappas(kappas), execution, cache=None, ranks=Ranks(),
+def harness_pass(submission, forward, bench, kappas, execution, split, batch_size, workers) -> float:
+    scorer = Scorer(submission, forward, bench, resolve_kappas(kappas), execution, cache=None, ranks=Ranks(),
                     batch_size=batch_size, workers=workers, seed=0, keep_logits=False, verify=True, progress=False)
     start = time.perf_counter()
     scorer.split(split)
@@ -82,8 +85,14 @@ def main() -> None:
     pure_forward(model, images[: args.batch_size], execution, args.batch_size)  # warm-up
     forward_s = pure_forward(model, images, execution, args.batch_size)  # all cores to torch
     execution.share_cpu(args.workers)  # as the harness runs: the loader workers keep their cores
-    one_pass_s = harness_pass(submission, model, bench, KAPPAS, execution, args.split, args.batch_size, args.workers)
-    separate_s = sum(harness_pass(submission, model, bench, [k], execution, args.split, args.batch_size, args.workers) for k in KAPPAS)
+    local = LocalForward(model, execution, len(bench.id_classes), seed=0)
+    one_pass_s = harness_pass(submission, local, bench, KAPPAS, execution, args.split, args.batch_size, args.workers)
+    separate_s = sum(harness_pass(submission, local, bench, [k], execution, args.split, args.batch_size, args.workers) for k in KAPPAS)
+    isolated_submission, child = load_isolated(args.model, execution, len(bench.id_classes), 0, Limits())
+    try:
+        isolated_s = harness_pass(isolated_submission, child, bench, KAPPAS, execution, args.split, args.batch_size, args.workers)
+    finally:
+        child.close()
     print("\n1. harness overhead")
     print(f"   pure forward on decoded tensors  {forward_s:8.2f} s  {n / forward_s:9.0f} img/s")
     print(f"   harness, 4 kappas, one pass      {one_pass_s:8.2f} s  {n / one_pass_s:9.0f} img/s")
@@ -106,8 +115,13 @@ def main() -> None:
         print(f"   {name:32s} {seconds * 1000:10.1f} ms   auroc {value:.10f}")
     base = timings["project (average ranks)"][0]
     print(f"   pairwise / project               {timings['straightforward pairwise'][0] / base:8.0f} x")
+    print("\n4. isolation (harness, 4 kappas, one pass)")
+    print(f"   in-process (--trust-submission)  {one_pass_s:8.2f} s  {n / one_pass_s:9.0f} img/s")
+    print(f"   child process (default)          {isolated_s:8.2f} s  {n / isolated_s:9.0f} img/s")
+    print(f"   cost ratio (child / in-process)  {isolated_s / one_pass_s:8.2f} x")
     print(json.dumps({"images": n, "forward_img_s": n / forward_s, "harness_img_s": n / one_pass_s,
                       "overhead_ratio": one_pass_s / forward_s, "one_pass_speedup": separate_s / one_pass_s,
+                      "isolated_img_s": n / isolated_s, "isolation_ratio": isolated_s / one_pass_s,
                       "auroc_ms": base * 1000, "pairwise_ms": timings["straightforward pairwise"][0] * 1000}))
 
 

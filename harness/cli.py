@@ -42,14 +42,21 @@ def submit(
     keep_logits: bool = typer.Option(False, help="Also cache the logits, so that new logit kappas need no new pass."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
+    trust_submission: bool = typer.Option(False, "--trust-submission",
+                                          help="Run a submission file in the harness's own process (no sandbox); needed for a file's transform()."),
+    timeout: float = typer.Option(600.0, help="Seconds a sandboxed submission may take to load or to score one batch."),
+    run_timeout: float = typer.Option(48 * 3600.0, help="Seconds a sandboxed submission may run in all."),
+    memory_limit: Optional[float] = typer.Option(None, show_default="the machine's memory", help="GiB of memory a sandboxed submission may use."),
 ) -> None:
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
+    from harness.isolation import Limits
     from harness.run import submit as run_submit
 
     result = run_submit(target, benchmark=benchmark, kappas=kappa or None, out=out, num_levels=levels, batch_size=batch_size,
                         workers=workers, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
                         odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
-                        keep_logits=keep_logits, progress=progress, leaderboard=leaderboard, weights=weights)
+                        keep_logits=keep_logits, progress=progress, leaderboard=leaderboard, weights=weights,
+                        trust_submission=trust_submission, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)))
     if result is None:  # a torchrun rank other than 0
         return
     bench = result.benchmark.identity()
@@ -62,6 +69,10 @@ def submit(
                f"in {result.records[0]['timings']['total_s']:.1f} s")
     if leaderboard is not None:
         typer.echo(f"added {len(result.records)} entries to the leaderboard in {leaderboard}")
+
+
+def _bytes(gib: float | None) -> tuple[int, ...]:
+    return () if gib is None else (int(gib * 2**30),)
 
 
 def main() -> None:

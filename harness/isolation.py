@@ -48,14 +48,18 @@ def _physical_memory() -> int:
 
 @dataclass(frozen=True)
 class Limits:
-    """What a submission may use: seconds per batch (and for loading), seconds per run, bytes of memory."""
+    """What a submission may use: seconds per batch, seconds per run, bytes of memory, seconds to load.
+
+    Loading (importing torch, building the model, a trial forward pass) has its own, fixed allowance: a tight
+    ``batch_timeout_s`` is meant for batches, and a slow start says nothing about a hang."""
 
     batch_timeout_s: float = 600.0
     run_timeout_s: float = 48 * 3600.0
     memory_bytes: int = field(default_factory=_physical_memory)
+    load_timeout_s: float = 600.0
 
     def __post_init__(self):
-        if min(self.batch_timeout_s, self.run_timeout_s) <= 0 or self.memory_bytes <= 0:
+        if min(self.batch_timeout_s, self.run_timeout_s, self.load_timeout_s) <= 0 or self.memory_bytes <= 0:
             raise HarnessError(f"timeouts and the memory limit must be positive, got {asdict(self)}")
 
 
@@ -77,14 +81,15 @@ class ChildForward:
         self.meta = self._ask(("load", {"path": str(Path(path).resolve()), "device": str(execution.device), "amp": execution.amp,
                                         "channels_last": execution.channels_last, "compile": execution.compile,
                                         "threads": torch.get_num_threads(), "num_classes": num_classes, "seed": seed,
-                                        "memory_bytes": limits.memory_bytes}))
+                                        "memory_bytes": limits.memory_bytes}), limits.load_timeout_s)
         self.isolation = {"mode": "child process", "network": self.meta["network"], "environment": "scrubbed",
                           "memory_limit_bytes": limits.memory_bytes, "batch_timeout_s": limits.batch_timeout_s,
                           "run_timeout_s": limits.run_timeout_s}
 
-    def _ask(self, message):
-        """Send a request, wait for the answer within the limits; any failure stops the child and is one line."""
-        timeout = min(self.limits.batch_timeout_s, self.limits.run_timeout_s - (time.monotonic() - self.started))
+    def _ask(self, message, limit: float):
+        """Send a request, wait for the answer within ``limit`` and the run's limit; any failure stops the child and is
+        one line."""
+        timeout = min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started))
         try:
             self.conn.send(message)
             if not self.conn.poll(max(timeout, 0)):
@@ -113,7 +118,7 @@ class ChildForward:
     def __call__(self, images: torch.Tensor, keys: list[str], kappas) -> "ModelOutput":
         from harness.inference import ModelOutput
 
-        answer = self._ask(("batch", images.numpy(), keys, [(k.name, k.params) for k in kappas]))
+        answer = self._ask(("batch", images.numpy(), keys, [(k.name, k.params) for k in kappas]), self.limits.batch_timeout_s)
         return ModelOutput(answer["logits"], answer["features"], answer["scores"], answer["confs"])
 
     def close(self) -> None:
@@ -136,10 +141,6 @@ def load_isolated(path: str | Path, execution: Execution, num_classes: int, seed
         raise HarnessError(f"submission file {path} not found")
     forward = ChildForward(Path(path), execution, num_classes, seed, limits)
     meta = forward.meta
-    if meta["custom_transform"]:
-        forward.close()
-        raise HarnessError(f"submission {path} defines transform(), which would run outside the sandbox; declare "
-                           "DATA_CONFIG instead, or pass --trust-submission to run the file in the harness's process")
     kappas = {name: LogitKappa(name, _computed_in_child, params=params, wants_features=wants)
               for name, (params, wants) in meta["kappas"].items()}
     config = meta["data_config"]
@@ -165,6 +166,9 @@ def serve(conn: Connection, network: str) -> None:
     torch.set_num_threads(options["threads"])
     try:
         submission = load_file(options["path"])
+        if submission.preprocessing["transform"] == "custom":
+            raise HarnessError(f"submission {options['path']} defines transform(), which would run outside the sandbox; "
+                               "declare DATA_CONFIG instead, or pass --trust-submission to run the file in the harness's process")
         check_output(submission, options["num_classes"])
         execution = Execution(torch.device(options["device"]), options["amp"], options["channels_last"], options["compile"])
         forward = LocalForward(execution.prepare(submission.model), execution, options["num_classes"], options["seed"])
@@ -176,7 +180,7 @@ def serve(conn: Connection, network: str) -> None:
         return
     module_config = submission.preprocessing
     conn.send(("ok", {"name": submission.name, "source": submission.source, "preprocessing": module_config, "data_config": {k: v for k, v in module_config.items() if k != "transform"},
-                      "custom_transform": module_config["transform"] == "custom", "weights_sha256": submission.weights_sha256,
+                      "weights_sha256": submission.weights_sha256,
                       "num_parameters": submission.num_parameters, "network": network,
                       "kappas": {n: (k.params, k.wants_features) for n, k in submission.user_kappas.items()}}))
     while True:

@@ -7,7 +7,7 @@ from scipy.special import softmax
 
 from harness.errors import HarnessError
 from harness.execution import Execution
-from harness.inference import resolve_kappas, score_batch
+from harness.inference import LocalForward, resolve_kappas, score_batch
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits
 from harness.model_kappas import mc_dropout, odin
 
@@ -93,7 +93,8 @@ def test_one_forward_pass_serves_every_logit_kappa():
             calls.append(len(x))
             return self.linear(x)
 
-    scored = score_batch(Counting().eval(), torch.randn(2, 4), ["a", "b"], np.array([0, 1]), 3,
-                         resolve_kappas(["softmax", "entropy", "max_logit", "energy"]), Execution.resolve("cpu"), seed=0)
+    forward = LocalForward(Counting().eval(), Execution.resolve("cpu"), 3, seed=0)
+    scored = score_batch(forward, torch.randn(2, 4), ["a", "b"], np.array([0, 1]), 3,
+                         resolve_kappas(["softmax", "entropy", "max_logit", "energy"]))
     assert calls == [2]
     assert set(scored.scores) == {"softmax", "entropy", "max_logit", "energy"}
