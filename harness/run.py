@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,6 +215,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     try:
         execution = Execution.resolve(device, amp, channels_last, compile)
         execution.share_cpu(workers)
+        if progress and ranks.is_main:
+            print(execution.summary(), file=sys.stderr, flush=True)
         # everything that can fail fast does so before an embedded benchmark is built (a minute on first use)
         embedded = str(benchmark) in EMBEDDED
         bench = None if embedded else _open(benchmark, progress and ranks.is_main)

@@ -111,8 +111,9 @@ def run_cli(*args, cwd=None):
 
 
 def test_cli_prints_the_per_level_table(tiny_glyphs, tmp_path):
-    done = run_cli("submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--no-progress", "-k", "softmax")
+    done = run_cli("submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--device", "cpu", "-k", "softmax")
     assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] in ("device: cpu, float32", "device: cpu (no CUDA GPU found), float32")
     lines = done.stdout.splitlines()
     assert lines[1].split() == ["level", "pct", "softmax", "auroc", "softmax", "fpr95"]
     assert [line.split()[0] for line in lines[2:13]] == [str(i) for i in range(11)]
