@@ -7,6 +7,8 @@ kappas. It returns arrays, so nothing it does can reach the parent's memory. The
 
 - no network: a new network namespace (as root, or through a user namespace where the OS allows one), else a
   Python-level socket block, which native code could bypass; the record names the guard that was active;
+- a read-only view of every file system except its own home (a private mount namespace), so it cannot change the
+  harness's code, the benchmark or earlier results on disk;
 - a scrubbed environment (a short allow-list: no tokens or credentials) and a fresh, empty home and working folder;
 - a wall-clock limit per batch and per run, and a memory limit (``RLIMIT_DATA``); a hang, a crash or an overrun
   ends the run with one line naming the batch's shard.
@@ -82,7 +84,7 @@ class ChildForward:
                                         "channels_last": execution.channels_last, "compile": execution.compile,
                                         "threads": torch.get_num_threads(), "num_classes": num_classes, "seed": seed,
                                         "memory_bytes": limits.memory_bytes}), limits.load_timeout_s)
-        self.isolation = {"mode": "child process", "network": self.meta["network"], "environment": "scrubbed",
+        self.isolation = {"mode": "child process", **self.meta["guards"], "environment": "scrubbed",
                           "memory_limit_bytes": limits.memory_bytes, "batch_timeout_s": limits.batch_timeout_s,
                           "run_timeout_s": limits.run_timeout_s}
 
@@ -154,7 +156,7 @@ def _computed_in_child(*_args):
     raise HarnessError("a submission's kappa runs in its child process")
 
 
-def serve(conn: Connection, network: str) -> None:
+def serve(conn: Connection, guards: dict) -> None:
     """The child (:mod:`harness.sandbox`): load the submission, then answer batches until told to exit."""
     import resource
 
@@ -181,7 +183,7 @@ def serve(conn: Connection, network: str) -> None:
     module_config = submission.preprocessing
     conn.send(("ok", {"name": submission.name, "source": submission.source, "preprocessing": module_config, "data_config": {k: v for k, v in module_config.items() if k != "transform"},
                       "weights_sha256": submission.weights_sha256,
-                      "num_parameters": submission.num_parameters, "network": network,
+                      "num_parameters": submission.num_parameters, "guards": guards,
                       "kappas": {n: (k.params, k.wants_features) for n, k in submission.user_kappas.items()}}))
     while True:
         try:

@@ -34,6 +34,7 @@ def test_the_record_names_the_guards(honest):
     isolation = honest[0]["timings"]["isolation"]
     assert isolation["mode"] == "child process" and isolation["environment"] == "scrubbed"
     assert isolation["network"] in ("network namespace", "user and network namespace")  # root here: the OS guard
+    assert isolation["filesystem"] == "read-only except its home"
     assert isolation["batch_timeout_s"] == 600 and isolation["memory_limit_bytes"] > 2**30
 
 
@@ -79,6 +80,28 @@ build_model = cnn.build_model
     assert records[0]["model"]["name"] == "spy_blocked_no-token_no-secret"
     server.close()
     assert accepted == []
+
+
+def test_the_file_systems_are_read_only(tiny_glyphs, tmp_path):
+    planted = tmp_path / "planted.txt"
+    planted.write_text("the harness's")
+    vandal = cnn_variant(tmp_path / "vandal.py", f"""
+import os, pathlib
+
+def _try_write(path):
+    try:
+        pathlib.Path(path).write_text("the submitter's")
+        return "written"
+    except OSError:
+        return "refused"
+
+NAME = "_".join(_try_write(p) for p in ({str(planted)!r}, {str(tmp_path / "new.txt")!r}, os.environ["HOME"] + "/scratch"))
+build_model = cnn.build_model
+""")
+    records = evaluate(vandal, benchmark=tiny_glyphs, kappas=["softmax"], progress=False).records
+    assert records[0]["model"]["name"] == "refused_refused_written"  # only its own home is writable
+    assert planted.read_text() == "the harness's" and not (tmp_path / "new.txt").exists()
+    assert not list(tmp_path.glob("__pycache__"))
 
 
 def test_a_trusted_file_runs_in_process(tiny_glyphs, tmp_path, monkeypatch):
