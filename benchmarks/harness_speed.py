@@ -89,8 +89,12 @@ def main() -> None:
     one_pass_s = harness_pass(submission, local, bench, KAPPAS, execution, args.split, args.batch_size, args.workers)
     separate_s = sum(harness_pass(submission, local, bench, [k], execution, args.split, args.batch_size, args.workers) for k in KAPPAS)
     isolated_submission, child = load_isolated(args.model, execution, len(bench.id_classes), 0, Limits())
-    try:
-        isolated_s = harness_pass(isolated_submission, child, bench, KAPPAS, execution, args.split, args.batch_size, args.workers)
+    try:  # interleaved with in-process passes, best of each: the machine's noise hits both alike
+        isolated, in_process = [], [one_pass_s]
+        for _ in range(2):
+            isolated.append(harness_pass(isolated_submission, child, bench, KAPPAS, execution, args.split, args.batch_size, args.workers))
+            in_process.append(harness_pass(submission, local, bench, KAPPAS, execution, args.split, args.batch_size, args.workers))
+        isolated_s, in_process_s = min(isolated), min(in_process)
     finally:
         child.close()
     print("\n1. harness overhead")
@@ -116,12 +120,12 @@ def main() -> None:
     base = timings["project (average ranks)"][0]
     print(f"   pairwise / project               {timings['straightforward pairwise'][0] / base:8.0f} x")
     print("\n4. isolation (harness, 4 kappas, one pass)")
-    print(f"   in-process (--trust-submission)  {one_pass_s:8.2f} s  {n / one_pass_s:9.0f} img/s")
+    print(f"   in-process (--trust-submission)  {in_process_s:8.2f} s  {n / in_process_s:9.0f} img/s")
     print(f"   child process (default)          {isolated_s:8.2f} s  {n / isolated_s:9.0f} img/s")
-    print(f"   cost ratio (child / in-process)  {isolated_s / one_pass_s:8.2f} x")
+    print(f"   cost ratio (child / in-process)  {isolated_s / in_process_s:8.2f} x")
     print(json.dumps({"images": n, "forward_img_s": n / forward_s, "harness_img_s": n / one_pass_s,
                       "overhead_ratio": one_pass_s / forward_s, "one_pass_speedup": separate_s / one_pass_s,
-                      "isolated_img_s": n / isolated_s, "isolation_ratio": isolated_s / one_pass_s,
+                      "isolated_img_s": n / isolated_s, "isolation_ratio": isolated_s / in_process_s,
                       "auroc_ms": base * 1000, "pairwise_ms": timings["straightforward pairwise"][0] * 1000}))
 
 
