@@ -163,8 +163,8 @@ def _try_add(board):
         return str(exc).split(" ", 1)[1]
 
 
-def test_crash_while_writing_the_table_keeps_the_previous_one(board, monkeypatch):
-    before = {name: (board / name).read_bytes() for name in (PARQUET, CSV)}
+def test_crash_while_writing_the_table_after_the_commit(board, monkeypatch):
+    parquet = (board / PARQUET).read_bytes()
 
     def crash(self, path, **kwargs):
         open(path, "wb").write(b"PAR1 half a table")
@@ -174,8 +174,25 @@ def test_crash_while_writing_the_table_keeps_the_previous_one(board, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         add_records(board, [record(kappa="entropy")])
     monkeypatch.undo()
-    assert {name: (board / name).read_bytes() for name in (PARQUET, CSV)} == before
+    assert (board / PARQUET).read_bytes() == parquet  # the half-written file never replaced it
     assert not list(board.glob("*.partial"))
-    assert len(current_table(board)) == 1
-    add_records(board, [record(kappa="max_logit")])  # the next add derives the table from every stored record
-    assert current_table(board)["kappa"].tolist() == ["softmax", "entropy", "max_logit"]
+    assert current_table(board)["kappa"].tolist() == ["softmax", "entropy"]  # committed: readers rebuild the table
+    assert pd.read_csv(board / CSV)["kappa"].tolist() == ["softmax", "entropy"]
+    add_records(board, [record(kappa="max_logit")])  # the next add writes the table of every accepted record
+    assert pd.read_parquet(board / PARQUET)["kappa"].tolist() == ["softmax", "entropy", "max_logit"]
+
+
+def test_crash_before_the_commit_leaves_nothing(board, monkeypatch):
+    before = _snapshot(board)
+
+    def crash(directory, names):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(store, "_write_index", crash)
+    with pytest.raises(KeyboardInterrupt):
+        add_records(board, [record(kappa="entropy"), record(kappa="energy")])
+    monkeypatch.undo()
+    assert _snapshot(board) == before
+    assert current_table(board)["kappa"].tolist() == ["softmax"]
+    assert add_records(board, [record(kappa="entropy"), record(kappa="energy")])
+    assert current_table(board)["seq"].tolist() == [1, 2, 3]
