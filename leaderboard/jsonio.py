@@ -13,6 +13,11 @@ MAX_BYTES = 1 << 20  # a record is a few KiB; a file over 1 MiB is not a record
 MAX_DEPTH = 16  # a record nests 4 deep; deeper input is refused before the recursive parser sees it
 
 
+def too_large(source: object, limit: int = MAX_BYTES) -> LeaderboardError:
+    """The error for input ``source`` of more than ``limit`` bytes."""
+    return LeaderboardError(f"{source}: over the size limit of {limit:,} bytes")
+
+
 def read_limited(path: Path, limit: int = MAX_BYTES) -> bytes:
     """The bytes of ``path``; a one-line error when it cannot be read or holds more than ``limit`` bytes."""
     try:
@@ -21,7 +26,7 @@ def read_limited(path: Path, limit: int = MAX_BYTES) -> bytes:
     except OSError as exc:
         raise LeaderboardError(f"{path}: cannot read: {exc.strerror}") from None
     if len(data) > limit:
-        raise LeaderboardError(f"{path}: larger than the {limit // 1024} KiB limit")
+        raise too_large(path, limit)
     return data
 
 
@@ -42,7 +47,7 @@ def nesting(data: bytes) -> int:
 def parse(data: bytes, source: str, limit: int = MAX_BYTES) -> object:
     """The JSON value in ``data``; a one-line error naming ``source`` when it is too large, too deep or not JSON."""
     if len(data) > limit:
-        raise LeaderboardError(f"{source}: larger than the {limit // 1024} KiB limit")
+        raise too_large(source, limit)
     if nesting(data) > MAX_DEPTH:
         raise LeaderboardError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
     try:

@@ -100,12 +100,16 @@ def _write_release(directory: Path, version: int, table: pd.DataFrame, info: dic
     staging = root / f".v{version}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    write_table(staging, table)
-    (staging / RELEASE_JSON).write_text(json.dumps(info, indent=1) + "\n")
-    (staging / CHANGES).write_text(notes)
-    for path in staging.iterdir():
-        path.chmod(0o444)
-    os.rename(staging, root / f"v{version}")
+    try:
+        write_table(staging, table)
+        (staging / RELEASE_JSON).write_text(json.dumps(info, indent=1) + "\n")
+        (staging / CHANGES).write_text(notes)
+        for path in staging.iterdir():
+            path.chmod(0o444)
+        os.rename(staging, root / f"v{version}")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def changes(info: dict, added: pd.DataFrame) -> str:

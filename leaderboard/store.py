@@ -190,8 +190,8 @@ def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool) ->
         if fresh:
             _write_config(directory, config)
         _commit(directory, names, accepted)
-        faults.point("add:after-commit", directory / PARQUET)
         try:
+            faults.point("add:after-commit", directory / PARQUET)
             write_table(directory, records_table(directory, config["num_levels"]))
         except OSError as exc:
             raise LeaderboardError(f"the records are added, but the table could not be written ({exc.strerror or exc}); "
@@ -231,7 +231,7 @@ def _commit(directory: Path, names: list[str], batch: list[tuple[str, bytes]]) -
 
 def _checked(source: str, record: dict, data: bytes) -> None:
     if len(data) > jsonio.MAX_BYTES:
-        raise LeaderboardError(f"{source}: larger than the {jsonio.MAX_BYTES // 1024} KiB limit")
+        raise jsonio.too_large(source)
     try:
         validate_record(record)
     except LeaderboardError as exc:

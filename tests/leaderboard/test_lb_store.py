@@ -196,3 +196,30 @@ def test_crash_before_the_commit_leaves_nothing(board, monkeypatch):
     assert current_table(board)["kappa"].tolist() == ["softmax"]
     assert add_records(board, [record(kappa="entropy"), record(kappa="energy")])
     assert current_table(board)["seq"].tolist() == [1, 2, 3]
+
+
+def test_leftovers_of_an_interrupted_add_are_ignored_then_removed(board):
+    records = board / "records"
+    (records / "000002-0123456789abcdef.json").write_bytes(b'{"half": "a batch"}')
+    (records / "000003-fedcba9876543210.json.partial").write_bytes(b'{"half')
+    assert current_table(board)["kappa"].tolist() == ["softmax"]
+    [key] = add_records(board, [record(kappa="entropy")])
+    assert sorted(p.name for p in records.iterdir()) == ["000001-23d3616564391c8d.json", f"000002-{key}.json"]
+    assert (board / "index.txt").read_text() == f"000001-23d3616564391c8d.json\n000002-{key}.json\n"
+
+
+def test_a_leaderboard_without_an_index_lists_every_record_file(board):
+    (board / "index.txt").unlink()
+    assert current_table(board)["kappa"].tolist() == ["softmax"]
+    add_records(board, [record(kappa="entropy")])
+    assert (board / "index.txt").read_text().splitlines()[0] == "000001-23d3616564391c8d.json"
+    assert current_table(board)["seq"].tolist() == [1, 2]
+
+
+def test_records_passed_as_objects_are_checked_for_depth_before_encoding(tmp_path):
+    deep = record()
+    for _ in range(100_000):
+        deep["timings"] = {"t": deep["timings"]}
+    with pytest.raises(LeaderboardError, match="^record 1: nested deeper than 16 levels$"):
+        add_records(tmp_path / "b", [deep], create=True)
+    assert not (tmp_path / "b").exists()
