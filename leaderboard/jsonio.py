@@ -13,20 +13,20 @@ MAX_BYTES = 1 << 20  # a record is a few KiB; a file over 1 MiB is not a record
 MAX_DEPTH = 16  # a record nests 4 deep; deeper input is refused before the recursive parser sees it
 
 
-def too_large(source: object, limit: int = MAX_BYTES) -> LeaderboardError:
-    """The error for input ``source`` of more than ``limit`` bytes."""
-    return LeaderboardError(f"{source}: over the size limit of {limit:,} bytes")
+def too_large(source: object) -> LeaderboardError:
+    """The error for input ``source`` of more than :data:`MAX_BYTES` bytes."""
+    return LeaderboardError(f"{source}: over the size limit of {MAX_BYTES:,} bytes")
 
 
-def read_limited(path: Path, limit: int = MAX_BYTES) -> bytes:
-    """The bytes of ``path``; a one-line error when it cannot be read or holds more than ``limit`` bytes."""
+def read_limited(path: Path) -> bytes:
+    """The bytes of ``path``; a one-line error when it cannot be read or holds more than :data:`MAX_BYTES`."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
+            data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise LeaderboardError(f"{path}: cannot read: {exc.strerror}") from None
-    if len(data) > limit:
-        raise too_large(path, limit)
+    if len(data) > MAX_BYTES:
+        raise too_large(path)
     return data
 
 
@@ -44,10 +44,10 @@ def nesting(data: bytes) -> int:
     return int(np.cumsum(steps * outside).max(initial=0))
 
 
-def parse(data: bytes, source: str, limit: int = MAX_BYTES) -> object:
+def parse(data: bytes, source: str) -> object:
     """The JSON value in ``data``; a one-line error naming ``source`` when it is too large, too deep or not JSON."""
-    if len(data) > limit:
-        raise too_large(source, limit)
+    if len(data) > MAX_BYTES:
+        raise too_large(source)
     if nesting(data) > MAX_DEPTH:
         raise LeaderboardError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
@@ -56,18 +56,18 @@ def parse(data: bytes, source: str, limit: int = MAX_BYTES) -> object:
         raise LeaderboardError(f"{source}: malformed JSON: {exc}") from None
 
 
-def load(path: Path, limit: int = MAX_BYTES) -> object:
+def load(path: Path) -> object:
     """The JSON value in file ``path``, read and parsed within the limits."""
-    return parse(read_limited(path, limit), str(path), limit)
+    return parse(read_limited(path), str(path))
 
 
-def too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
-    """Whether dicts and lists nest deeper than ``limit`` in ``value`` (checked without recursion)."""
+def too_deep(value: object) -> bool:
+    """Whether dicts and lists nest deeper than :data:`MAX_DEPTH` in ``value`` (checked without recursion)."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, (dict, list, tuple)):
-            if depth > limit:
+            if depth > MAX_DEPTH:
                 return True
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
     return False

@@ -78,6 +78,8 @@ def _new_config(benchmark: dict, num_levels: int) -> dict:
 def _write_config(directory: Path, config: dict) -> None:
     """An empty store, then its configuration last: a directory with ``leaderboard.json`` is a whole leaderboard."""
     (directory / RECORDS).mkdir(exist_ok=True)
+    if any((directory / RECORDS).iterdir()):
+        raise LeaderboardError(f"{directory / RECORDS} already holds files; create the leaderboard in an empty directory")
     _write_index(directory, [])
     write_table(directory, build_table([], config["num_levels"]))
     write_bytes_atomic(directory / CONFIG, (json.dumps(config, indent=1) + "\n").encode())
@@ -94,11 +96,6 @@ def load_config(directory: str | Path) -> dict:
     except LeaderboardError as exc:
         raise LeaderboardError(f"{path}: {exc}") from None
     return config
-
-
-def parse_record(data: bytes, source: str) -> dict:
-    """The JSON value in ``data``; a one-line error naming ``source`` when it is too large, too deep or not JSON."""
-    return jsonio.parse(data, source)
 
 
 def accepted_files(directory: str | Path) -> list[str]:
@@ -158,7 +155,7 @@ def add_files(directory: str | Path, paths: list[str | Path], create: bool = Fal
     items = []
     for path in map(Path, paths):
         data = jsonio.read_limited(path)
-        items.append((str(path), parse_record(data, str(path)), data))
+        items.append((str(path), jsonio.parse(data, str(path)), data))
     return _add(Path(directory), items, create)
 
 
@@ -223,9 +220,11 @@ def _commit(directory: Path, names: list[str], batch: list[tuple[str, bytes]]) -
         faults.point("add:before-commit", directory / INDEX)
         _write_index(directory, names + [name for name, _ in batch])
     except BaseException:
-        for name, _ in batch:
-            with suppress(OSError):
-                (records / name).unlink(missing_ok=True)
+        with suppress(OSError, LeaderboardError):  # what stays behind is removed by the next add
+            listed = set(accepted_files(directory))  # a failure after the index's rename leaves the batch accepted
+            for name, _ in batch:
+                if name not in listed:
+                    (records / name).unlink(missing_ok=True)
         raise
 
 
@@ -255,6 +254,6 @@ def records_table(directory: Path, num_levels: int):
     rows = []
     for path, data in stored_records(directory):
         seq = int(path.stem.split("-", 1)[0])
-        record = parse_record(data, str(path))
+        record = jsonio.parse(data, str(path))
         rows.append(record_row(record, seq, f"{RECORDS}/{path.name}", hashlib.sha256(data).hexdigest()))
     return build_table(rows, num_levels)

@@ -223,3 +223,32 @@ def test_records_passed_as_objects_are_checked_for_depth_before_encoding(tmp_pat
     with pytest.raises(LeaderboardError, match="^record 1: nested deeper than 16 levels$"):
         add_records(tmp_path / "b", [deep], create=True)
     assert not (tmp_path / "b").exists()
+
+
+def test_a_new_leaderboard_never_takes_over_existing_record_files(tmp_path):
+    foreign = tmp_path / "b" / "records" / "000001-0123456789abcdef.json"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(b"someone else's file")
+    with pytest.raises(LeaderboardError, match=r"records already holds files; create the leaderboard in an empty directory"):
+        add_records(tmp_path / "b", [record()], create=True)
+    assert foreign.read_bytes() == b"someone else's file"
+    assert not (tmp_path / "b" / "leaderboard.json").exists()
+
+
+def test_a_failure_after_the_index_rename_keeps_the_batch(board, monkeypatch):
+    from leaderboard import atomic
+
+    real = atomic.fsync_dir
+
+    def failing(path):
+        if path == board:
+            raise OSError(5, "Input/output error", str(path))
+        real(path)
+
+    monkeypatch.setattr(atomic, "fsync_dir", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        add_records(board, [record(kappa="entropy"), record(kappa="energy")])
+    monkeypatch.undo()
+    names = (board / "index.txt").read_text().splitlines()
+    assert len(names) == 3 and all((board / "records" / name).is_file() for name in names)
+    assert current_table(board)["kappa"].tolist() == ["softmax", "entropy", "energy"]
