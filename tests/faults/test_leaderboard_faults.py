@@ -71,18 +71,20 @@ def batch(tmp_path) -> list[Path]:
 
 # ---------------------------------------------------------------- a 3-record add killed at each step
 
-KILLS = [("add:after-stage", 0), ("add:before-commit", 0), ("add:after-commit", 3), ("table:after-csv", 3)]
+KILLS = [("add:after-stage", 1, 0), ("add:before-commit", 3, 0), ("add:after-commit", 3, 3), ("table:after-csv", 3, 3)]
 
 
-@pytest.mark.parametrize(("point", "visible"), KILLS, ids=[p for p, _ in KILLS])
-def test_killed_add_leaves_none_or_all(board, batch, point, visible):
+@pytest.mark.parametrize(("point", "count", "visible"), KILLS, ids=[p for p, _, _ in KILLS])
+def test_killed_add_leaves_none_or_all(board, batch, point, count, visible):
     before = _snapshot(board)
     killed = _cli("add", *batch, "-d", board, fault=point)
     assert (killed.returncode, killed.stdout, killed.stderr) == (137, "", "")
     after = _snapshot(board)
     kept = {name: digest for name, digest in before.items() if visible == 0 or name not in TABLE_FILES}
     assert {name: after[name] for name in kept} == kept  # nothing already written was lost or changed
-    assert len(accepted_files(board)) == 1 + visible
+    written = sorted(set(after) - set(before))  # the record files the killed add wrote
+    assert [name[:14] for name in written] == [f"records/{seq:06d}" for seq in range(2, 2 + count)]
+    assert len(accepted_files(board)) == 1 + visible  # unlisted files are leftovers: ignored, removed by the next add
     table = current_table(board)
     assert table["kappa"].tolist() == ["softmax", "entropy", "energy", "max_logit"][:1 + visible]
     assert table["seq"].tolist() == list(range(1, 2 + visible))
@@ -269,9 +271,11 @@ def test_publish_reply_lost_after_the_tag_is_set(board, hub_server, monkeypatch)
         real(self, *args, **kwargs)
         raise ConnectionResetError(104, "Connection reset by peer")
 
+    before = _snapshot(board)
     monkeypatch.setattr(HfApi, "create_tag", tag_then_hang_up)
     with pytest.raises(LeaderboardError, match=rf"publishing to {repo} failed: ConnectionResetError: \[Errno 104\] Connection reset by peer"):
         publish(board, repo, endpoint=hub_server)
     monkeypatch.undo()
     [tag] = HfApi(endpoint=hub_server).list_repo_refs(repo, repo_type="dataset").tags
     assert publish(board, repo, endpoint=hub_server) == {"repo_id": repo, "tag": "v1", "commit": tag.target_commit, "uploaded": False}
+    assert _snapshot(board) == before
