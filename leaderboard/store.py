@@ -102,7 +102,7 @@ def accepted_files(directory: str | Path) -> list[str]:
     """The names of the accepted record files in arrival order (a leaderboard without an index: every record file)."""
     path = Path(directory) / INDEX
     if not path.exists():
-        return sorted(p.name for p in Path(directory, RECORDS).glob("*.json"))
+        return sorted(p.name for p in Path(directory, RECORDS).glob("*.json") if _RECORD_FILE.match(p.name))
     try:
         names = path.read_bytes().decode().splitlines()
     except UnicodeDecodeError:

@@ -210,10 +210,12 @@ def test_leftovers_of_an_interrupted_add_are_ignored_then_removed(board):
 
 def test_a_leaderboard_without_an_index_lists_every_record_file(board):
     (board / "index.txt").unlink()
+    (board / "records" / "notes.json").write_text("{}")  # not a record file name: never listed nor removed
     assert current_table(board)["kappa"].tolist() == ["softmax"]
     add_records(board, [record(kappa="entropy")])
     assert (board / "index.txt").read_text().splitlines()[0] == "000001-23d3616564391c8d.json"
     assert current_table(board)["seq"].tolist() == [1, 2]
+    assert (board / "records" / "notes.json").read_text() == "{}"
 
 
 def test_records_passed_as_objects_are_checked_for_depth_before_encoding(tmp_path):
