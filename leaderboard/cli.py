@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from leaderboard import __version__, paper, publish as hub, release as releases, report as reports, site as sites, store, views
-from leaderboard.errors import LeaderboardError
+from leaderboard import __version__, jsonio, paper, publish as hub, release as releases, report as reports, site as sites, store, views
+from leaderboard.errors import LeaderboardError, describe_os_error
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -53,7 +53,7 @@ def init(
     """Create a leaderboard tied to one benchmark revision."""
 
     if record is not None:
-        data = store.parse_record(record.read_bytes(), str(record))
+        data = jsonio.load(record)
         if not isinstance(data, dict) or not isinstance(data.get("benchmark"), dict):
             raise LeaderboardError(f"{record}: no benchmark block")
         benchmark, num_levels = data["benchmark"], data.get("num_levels", num_levels)
@@ -152,12 +152,17 @@ def publish(
     """Upload a release to a Hub dataset repo (config "results") and tag it v<N>."""
 
     result = hub.publish(directory, repo_id, version, endpoint)
-    typer.echo(f"published {result['tag']} to {result['repo_id']} (commit {result['commit']})")
+    if result["uploaded"]:
+        typer.echo(f"published {result['tag']} to {result['repo_id']} (commit {result['commit']})")
+    else:
+        typer.echo(f"{result['tag']} was already published to {result['repo_id']} (commit {result['commit']}); nothing to upload")
 
 
 def main() -> None:
+    """Run the command; a bad input or a failed file operation (disk full, permission denied) is one line on stderr."""
     try:
         app(prog_name="cood-leaderboard")
-    except LeaderboardError as exc:
-        typer.echo(f"cood-leaderboard: error: {exc}", err=True)
+    except (LeaderboardError, OSError) as exc:
+        message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        typer.echo(f"cood-leaderboard: error: {message}".replace("\n", "\\n"), err=True)
         sys.exit(1)

@@ -3,18 +3,23 @@
 The repo holds ``results/table.parquet`` (the ``results`` config), ``results/table.csv``,
 ``records/records.jsonl`` (the release's records, one per line, in arrival order),
 ``release.json``, ``CHANGELOG.md`` and a dataset card. Versions are published in order; a
-published version is never overwritten.
+published version is never overwritten. Publishing is idempotent: a rerun after a lost reply or
+an interruption finds the tag already set on the same files and succeeds, or uploads what is
+missing and sets the tag.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 
 from huggingface_hub import HfApi
+from huggingface_hub.hf_api import RepoFile
 
+from leaderboard import faults
 from leaderboard.errors import LeaderboardError
 from leaderboard.release import CHANGELOG, RELEASE_JSON, changelog, list_releases, release_dir, release_info, release_table
 from leaderboard.table import CSV, PARQUET
@@ -51,7 +56,8 @@ def publish(directory: str | Path, repo_id: str, version: int | None = None, end
             token: str | None = None) -> dict:
     """Upload release ``version`` (default: the latest) to dataset repo ``repo_id`` and tag it ``v<N>``.
 
-    ``endpoint`` defaults to ``$HF_ENDPOINT``, then the public Hub. Returns ``{"repo_id", "tag", "commit"}``.
+    ``endpoint`` defaults to ``$HF_ENDPOINT``, then the public Hub. Returns ``{"repo_id", "tag", "commit",
+    "uploaded"}``; ``uploaded`` is false when the tag was already set on the same files (a rerun).
     """
     versions = list_releases(directory)
     if not versions:
@@ -61,21 +67,44 @@ def publish(directory: str | Path, repo_id: str, version: int | None = None, end
     tag = f"v{version}"
     api = HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token)
     try:
-        api.create_repo(repo_id, repo_type="dataset", exist_ok=True)
-        published = {ref.name for ref in api.list_repo_refs(repo_id, repo_type="dataset").tags}
-        later = sorted(t for t in published if t.startswith("v") and t[1:].isdigit() and int(t[1:]) >= version)
-        if later:
-            raise LeaderboardError(f"{repo_id} already has {later[-1]}; versions are published once and in order")
         with tempfile.TemporaryDirectory() as staging:
             _stage(Path(directory), source, version, repo_id, Path(staging))
+            api.create_repo(repo_id, repo_type="dataset", exist_ok=True)
+            published = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo_id, repo_type="dataset").tags}
+            if tag in published:
+                differ = _differences(api, repo_id, published[tag], Path(staging))
+                if differ:
+                    raise LeaderboardError(f"{repo_id} already has {tag} with other content ({differ[0]} differs); "
+                                           "a published version is never overwritten")
+                return {"repo_id": repo_id, "tag": tag, "commit": published[tag], "uploaded": False}
+            later = sorted((t for t in published if t.startswith("v") and t[1:].isdigit() and int(t[1:]) > version),
+                           key=lambda t: int(t[1:]))
+            if later:
+                raise LeaderboardError(f"{repo_id} already has {later[-1]}; versions are published once and in order")
             commit = api.upload_folder(folder_path=staging, repo_id=repo_id, repo_type="dataset",
-                                       commit_message=f"leaderboard {tag}")
-        api.create_tag(repo_id, tag=tag, repo_type="dataset", revision=commit.oid, tag_message=f"leaderboard {tag}")
+                                       commit_message=f"leaderboard {tag}").oid
+        faults.point("publish:after-upload")
+        api.create_tag(repo_id, tag=tag, repo_type="dataset", revision=commit, tag_message=f"leaderboard {tag}")
+        faults.point("publish:after-tag")
     except LeaderboardError:
         raise
     except Exception as exc:  # HfHubHTTPError, OSError, and the HTTP client's transport errors
         raise LeaderboardError(f"publishing to {repo_id} failed: {type(exc).__name__}: {(str(exc) or '-').splitlines()[0]}") from None
-    return {"repo_id": repo_id, "tag": tag, "commit": commit.oid}
+    return {"repo_id": repo_id, "tag": tag, "commit": commit, "uploaded": True}
+
+
+def _differences(api: HfApi, repo_id: str, revision: str, staging: Path) -> list[str]:
+    """The staged files that ``revision`` of the repo lacks or holds with other bytes."""
+    remote = {entry.path: entry for entry in api.list_repo_tree(repo_id, repo_type="dataset", revision=revision, recursive=True)
+              if isinstance(entry, RepoFile)}
+    differ = []
+    for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+        name, data = path.relative_to(staging).as_posix(), path.read_bytes()
+        entry = remote.get(name)
+        if entry is None or (entry.lfs.sha256 != hashlib.sha256(data).hexdigest() if entry.lfs else
+                             entry.blob_id != hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()):
+            differ.append(name)
+    return differ
 
 
 def _stage(directory: Path, source: Path, version: int, repo_id: str, staging: Path) -> None:

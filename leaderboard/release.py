@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from leaderboard import jsonio
 from leaderboard.atomic import write_bytes_atomic
 from leaderboard.errors import LeaderboardError
+from leaderboard.schema import validate_benchmark
 from leaderboard.store import load_config, locked, records_table
 from leaderboard.table import PARQUET, read_table, write_table
 
@@ -26,6 +28,7 @@ RELEASE_JSON = "release.json"
 CHANGES = "CHANGES.md"
 CHANGELOG = "CHANGELOG.md"
 _VERSION_DIR = re.compile(r"^v([1-9][0-9]*)$")
+_INFO = ("version", "created", "benchmark", "num_levels", "num_entries", "added", "note")
 
 
 def list_releases(directory: str | Path) -> list[int]:
@@ -49,7 +52,17 @@ def release_table(directory: str | Path, version: int) -> pd.DataFrame:
 
 
 def release_info(directory: str | Path, version: int) -> dict:
-    return json.loads((release_dir(directory, version) / RELEASE_JSON).read_text())
+    """The ``release.json`` of release ``version``; a one-line error naming the file when it is damaged."""
+    path = release_dir(directory, version) / RELEASE_JSON
+    info = jsonio.load(path)
+    missing = [key for key in _INFO if key not in info] if isinstance(info, dict) else ["version"]
+    if missing:
+        raise LeaderboardError(f"{path}: missing field '{missing[0]}'")
+    try:
+        validate_benchmark(info["benchmark"], reported=True)
+    except LeaderboardError as exc:
+        raise LeaderboardError(f"{path}: {exc}") from None
+    return info
 
 
 def release(directory: str | Path, note: str = "") -> dict:
@@ -87,12 +100,16 @@ def _write_release(directory: Path, version: int, table: pd.DataFrame, info: dic
     staging = root / f".v{version}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    write_table(staging, table)
-    (staging / RELEASE_JSON).write_text(json.dumps(info, indent=1) + "\n")
-    (staging / CHANGES).write_text(notes)
-    for path in staging.iterdir():
-        path.chmod(0o444)
-    os.rename(staging, root / f"v{version}")
+    try:
+        write_table(staging, table)
+        (staging / RELEASE_JSON).write_text(json.dumps(info, indent=1) + "\n")
+        (staging / CHANGES).write_text(notes)
+        for path in staging.iterdir():
+            path.chmod(0o444)
+        os.rename(staging, root / f"v{version}")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def changes(info: dict, added: pd.DataFrame) -> str:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from datetime import datetime
 
 from leaderboard.errors import LeaderboardError
@@ -19,6 +20,7 @@ from leaderboard.errors import LeaderboardError
 SCHEMA_VERSION = 1
 PROVENANCES = ("harness", "paper")
 NEAR_CHANCE_FACTOR = 2  # id-acc below twice chance (2 / num_id_classes) marks a broken run
+MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _KAPPA_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
 _TOP = ("schema_version", "benchmark", "model", "kappa", "num_levels", "levels", "id", "summary",
@@ -81,6 +83,18 @@ def _string(value, path: str, nullable: bool = False, pattern: re.Pattern | None
     return value
 
 
+def _name(value, path: str, pattern: re.Pattern | None = None, what: str = "") -> str:
+    """A name: a non-empty string of at most :data:`MAX_NAME_BYTES` UTF-8 bytes, no path separator or control character."""
+    _string(value, path)
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise _fail(path, f"longer than {MAX_NAME_BYTES} bytes: {value[:40]!r}...")
+    bad = next((c for c in value if c in "/\\" or unicodedata.category(c) in ("Cc", "Cs")), None)
+    if bad is not None:
+        kind = "a path separator" if bad in "/\\" else "a control character"
+        raise _fail(path, f"contains {kind} ({bad!r}): {value[:80]!r}")
+    return _string(value, path, pattern=pattern, what=what)
+
+
 def _hash(value, path: str, nullable: bool) -> None:
     _string(value, path, nullable, _HEX64, "a lowercase 64-digit hex sha256")
 
@@ -98,7 +112,7 @@ def validate_record(record) -> None:
     validate_benchmark(record["benchmark"], reported=paper)
 
     model = _object(record["model"], "model", _MODEL)
-    _string(model["name"], "model.name")
+    _name(model["name"], "model.name")
     _string(model["source"], "model.source", nullable=True)
     _hash(model["file_sha256"], "model.file_sha256", nullable=True)
     _hash(model["weights_sha256"], "model.weights_sha256", nullable=paper)
@@ -106,8 +120,9 @@ def validate_record(record) -> None:
     _object(model["preprocessing"], "model.preprocessing")
 
     kappa = _object(record["kappa"], "kappa", ("name", "params"))
-    _string(kappa["name"], "kappa.name", pattern=_KAPPA_NAME, what="a kappa name (letters, digits, _ . -)")
+    _name(kappa["name"], "kappa.name", pattern=_KAPPA_NAME, what="a kappa name (letters, digits, _ . -)")
     for key, value in _object(kappa["params"], "kappa.params").items():
+        _name(key, "kappa.params (a key)")
         if not isinstance(value, (str, bool)) and value is not None:
             _number(value, f"kappa.params.{key}")
 
@@ -136,11 +151,20 @@ def validate_record(record) -> None:
         _object(record["timings"], "timings")
 
 
+def validate_config(config, format_version: int) -> None:
+    """Check a leaderboard's configuration (``leaderboard.json``): format version, benchmark revision, level count."""
+    _object(config, "leaderboard", ("format_version", "benchmark", "num_levels"))
+    if config["format_version"] != format_version:
+        raise _fail("format_version", f"unsupported {config['format_version']!r} (this leaderboard reads {format_version})")
+    validate_benchmark(config["benchmark"], reported=True)
+    _integer(config["num_levels"], "num_levels", 2)
+
+
 def validate_benchmark(benchmark, reported: bool = False) -> None:
     """Check a benchmark revision block; ``reported`` (published results) allows null hash and OOD count."""
     _object(benchmark, "benchmark", _BENCHMARK)
-    _string(benchmark["id"], "benchmark.id")
-    _string(benchmark["version"], "benchmark.version")
+    _name(benchmark["id"], "benchmark.id")
+    _name(benchmark["version"], "benchmark.version")
     _hash(benchmark["manifest_sha256"], "benchmark.manifest_sha256", nullable=reported)
     _integer(benchmark["num_id_classes"], "benchmark.num_id_classes", 2)
     _integer(benchmark["num_ood_classes"], "benchmark.num_ood_classes", 1, nullable=reported)

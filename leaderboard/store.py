@@ -4,30 +4,42 @@ Layout::
 
     leaderboard.json          benchmark revision and number of levels this leaderboard accepts
     records/<seq>-<entry>.json  accepted records, byte for byte as they came; never changed or removed
-    table.parquet, table.csv  the current table, rebuilt from records/ after every add
+    index.txt                 the accepted record files in arrival order, one per line
+    table.parquet, table.csv  the current table, rebuilt from the records after every add
     releases/v<N>/            frozen versions (see :mod:`leaderboard.release`)
     .lock                     serialises writers (``add``, ``release``)
+
+An add is all or nothing, even when killed or out of disk: the batch's record files are written
+first (each flushed to disk), then ``index.txt`` is replaced in one atomic rename, which is the
+moment the whole batch becomes visible. Record files that the index does not list are leftovers
+of an interrupted add: every reader ignores them and the next add removes them. A table older than
+the index (an add stopped after its commit) is rebuilt in memory by readers and on disk by the
+next add.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from contextlib import contextmanager
+import re
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from leaderboard.atomic import write_bytes_atomic
+from leaderboard import faults, jsonio
+from leaderboard.atomic import PARTIAL, fsync_dir, write_bytes_atomic
 from leaderboard.errors import LeaderboardError
-from leaderboard.schema import entry_id, kappa_label, revision, validate_benchmark, validate_record
+from leaderboard.schema import entry_id, kappa_label, revision, validate_benchmark, validate_config, validate_record
 from leaderboard.table import PARQUET, build_table, read_table, record_row, write_table
 
 CONFIG = "leaderboard.json"
+INDEX = "index.txt"
 RECORDS = "records"
 LOCK = ".lock"
 FORMAT_VERSION = 1
 LOCK_TIMEOUT_S = 300
+_RECORD_FILE = re.compile(r"^([0-9]{6,})-([0-9a-f]{16})\.json$")
 
 
 @contextmanager
@@ -64,46 +76,77 @@ def _new_config(benchmark: dict, num_levels: int) -> dict:
 
 
 def _write_config(directory: Path, config: dict) -> None:
+    """An empty store, then its configuration last: a directory with ``leaderboard.json`` is a whole leaderboard."""
     (directory / RECORDS).mkdir(exist_ok=True)
-    write_bytes_atomic(directory / CONFIG, (json.dumps(config, indent=1) + "\n").encode())
+    if any((directory / RECORDS).iterdir()):
+        raise LeaderboardError(f"{directory / RECORDS} already holds files; create the leaderboard in an empty directory")
+    _write_index(directory, [])
     write_table(directory, build_table([], config["num_levels"]))
+    write_bytes_atomic(directory / CONFIG, (json.dumps(config, indent=1) + "\n").encode())
 
 
 def load_config(directory: str | Path) -> dict:
+    """The checked ``leaderboard.json``; a one-line error naming the file and field when it is damaged."""
     path = Path(directory) / CONFIG
     if not path.is_file():
         raise LeaderboardError(f"{directory} is not a leaderboard (no {CONFIG}); create it with `cood-leaderboard init`")
-    return json.loads(path.read_text())
-
-
-def parse_record(data: bytes, source: str) -> dict:
-    """The JSON object in ``data``; a one-line error naming ``source`` when it is not JSON."""
+    config = jsonio.load(path)
     try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise LeaderboardError(f"{source}: malformed JSON: {exc}") from None
+        validate_config(config, FORMAT_VERSION)
+    except LeaderboardError as exc:
+        raise LeaderboardError(f"{path}: {exc}") from None
+    return config
+
+
+def accepted_files(directory: str | Path) -> list[str]:
+    """The names of the accepted record files in arrival order (a leaderboard without an index: every record file)."""
+    path = Path(directory) / INDEX
+    if not path.exists():
+        return sorted(p.name for p in Path(directory, RECORDS).glob("*.json") if _RECORD_FILE.match(p.name))
+    try:
+        names = path.read_bytes().decode().splitlines()
+    except UnicodeDecodeError:
+        raise LeaderboardError(f"{path}: not UTF-8 text") from None
+    for line, name in enumerate(names, 1):
+        match = _RECORD_FILE.match(name)
+        if not match or int(match.group(1)) != line:
+            raise LeaderboardError(f"{path}: line {line}: not the name of record file {line}: {name[:80]!r}")
+    return names
+
+
+def _write_index(directory: Path, names: list[str]) -> None:
+    write_bytes_atomic(directory / INDEX, "".join(f"{name}\n" for name in names).encode())
 
 
 def stored_records(directory: str | Path) -> list[tuple[Path, bytes]]:
     """The accepted record files in arrival order, with their bytes."""
-    paths = sorted(Path(directory, RECORDS).glob("*.json"))
-    return [(path, path.read_bytes()) for path in paths]
+    paths = [Path(directory, RECORDS, name) for name in accepted_files(directory)]
+    return [(path, jsonio.read_limited(path)) for path in paths]
 
 
 def current_table(directory: str | Path):
     """The current table (all accepted entries)."""
-    load_config(directory)
-    return read_table(Path(directory) / PARQUET)
+    directory = Path(directory)
+    config = load_config(directory)
+    table = read_table(directory / PARQUET)
+    if table["record_file"].tolist() != [f"{RECORDS}/{name}" for name in accepted_files(directory)]:
+        return records_table(directory, config["num_levels"])  # an add stopped between its commit and the table
+    return table
 
 
 def add_records(directory: str | Path, records: list[dict], create: bool = False) -> list[str]:
     """Validate and append result records (dicts); return their entry ids.
 
-    All or nothing: if any record is rejected, nothing is written and the error names it. With
-    ``create``, a directory that is not yet a leaderboard is initialised from the first record's
-    benchmark revision and level count. Safe to call from concurrent processes.
+    All or nothing: if any record is rejected, nothing is written and the error names it; an
+    interrupted add leaves none of its records visible, or all of them. With ``create``, a
+    directory that is not yet a leaderboard is initialised from the first record's benchmark
+    revision and level count. Safe to call from concurrent processes.
     """
-    items = [(f"record {i + 1}", record, (json.dumps(record, indent=1) + "\n").encode()) for i, record in enumerate(records)]
+    items = []
+    for i, record in enumerate(records):
+        if jsonio.too_deep(record):
+            raise LeaderboardError(f"record {i + 1}: nested deeper than {jsonio.MAX_DEPTH} levels")
+        items.append((f"record {i + 1}", record, (json.dumps(record, indent=1) + "\n").encode()))
     return _add(Path(directory), items, create)
 
 
@@ -111,29 +154,26 @@ def add_files(directory: str | Path, paths: list[str | Path], create: bool = Fal
     """Like :func:`add_records` for record files, which are stored byte for byte."""
     items = []
     for path in map(Path, paths):
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise LeaderboardError(f"{path}: cannot read: {exc.strerror}") from None
-        items.append((str(path), parse_record(data, str(path)), data))
+        data = jsonio.read_limited(path)
+        items.append((str(path), jsonio.parse(data, str(path)), data))
     return _add(Path(directory), items, create)
 
 
 def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool) -> list[str]:
     if not items:
         raise LeaderboardError("no records given")
+    for source, record, data in items:
+        _checked(source, record, data)
     if create:
         directory.mkdir(parents=True, exist_ok=True)
     else:
         load_config(directory)
     with locked(directory):
-        for source, record, _ in items:
-            _checked(source, record)
         fresh = create and not (directory / CONFIG).exists()
         first = items[0][1]
         config = _new_config(first["benchmark"], first["num_levels"]) if fresh else load_config(directory)
-        stored = stored_records(directory)
-        known = {_entry_of(path): path.name for path, _ in stored}
+        names = [] if fresh else _index(directory)
+        known = {_RECORD_FILE.match(name).group(2): name for name in names}
         accepted = []
         for source, record, data in items:
             _check_belongs(source, record, config)
@@ -143,22 +183,54 @@ def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool) ->
                     f"{source}: duplicate entry {key} (model {record['model']['name']!r}, kappa "
                     f"{kappa_label(record['kappa']['name'], record['kappa']['params'])}) already in {known[key]}")
             known[key] = source
-            accepted.append((key, record, data))
+            accepted.append((f"{len(names) + len(accepted) + 1:06d}-{key}.json", data))
         if fresh:
             _write_config(directory, config)
-        seq = len(stored)
-        for key, _, data in accepted:
-            seq += 1
-            write_bytes_atomic(directory / RECORDS / f"{seq:06d}-{key}.json", data)
-        write_table(directory, records_table(directory, config["num_levels"]))
-        return [key for key, _, _ in accepted]
+        _commit(directory, names, accepted)
+        try:
+            faults.point("add:after-commit", directory / PARQUET)
+            write_table(directory, records_table(directory, config["num_levels"]))
+        except OSError as exc:
+            raise LeaderboardError(f"the records are added, but the table could not be written ({exc.strerror or exc}); "
+                                   "the next add rewrites it") from None
+        return [_RECORD_FILE.match(name).group(2) for name, _ in accepted]
 
 
-def _entry_of(path: Path) -> str:
-    return path.stem.split("-", 1)[1]
+def _index(directory: Path) -> list[str]:
+    """The accepted record files, after removing an interrupted add's leftovers (and writing a missing index)."""
+    names = accepted_files(directory)
+    if not (directory / INDEX).exists():
+        _write_index(directory, names)
+    listed = set(names)
+    for path in (directory / RECORDS).iterdir():
+        stem = path.name.removesuffix(PARTIAL)
+        if path.name not in listed and _RECORD_FILE.match(stem):
+            path.unlink()
+    return names
 
 
-def _checked(source: str, record: dict) -> None:
+def _commit(directory: Path, names: list[str], batch: list[tuple[str, bytes]]) -> None:
+    """Write the batch's record files, then list them in the index: the one step that makes them visible."""
+    records = directory / RECORDS
+    try:
+        for name, data in batch:
+            write_bytes_atomic(records / name, data)
+            faults.point("add:after-stage", records / name)
+        fsync_dir(records)
+        faults.point("add:before-commit", directory / INDEX)
+        _write_index(directory, names + [name for name, _ in batch])
+    except BaseException:
+        with suppress(OSError, LeaderboardError):  # what stays behind is removed by the next add
+            listed = set(accepted_files(directory))  # a failure after the index's rename leaves the batch accepted
+            for name, _ in batch:
+                if name not in listed:
+                    (records / name).unlink(missing_ok=True)
+        raise
+
+
+def _checked(source: str, record: dict, data: bytes) -> None:
+    if len(data) > jsonio.MAX_BYTES:
+        raise jsonio.too_large(source)
     try:
         validate_record(record)
     except LeaderboardError as exc:
@@ -178,10 +250,10 @@ def _check_belongs(source: str, record: dict, config: dict) -> None:
 
 
 def records_table(directory: Path, num_levels: int):
-    """The table derived from every stored record."""
+    """The table derived from every accepted record."""
     rows = []
     for path, data in stored_records(directory):
         seq = int(path.stem.split("-", 1)[0])
-        record = parse_record(data, str(path))
+        record = jsonio.parse(data, str(path))
         rows.append(record_row(record, seq, f"{RECORDS}/{path.name}", hashlib.sha256(data).hexdigest()))
     return build_table(rows, num_levels)

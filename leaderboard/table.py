@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from leaderboard import faults
 from leaderboard.atomic import write_atomic
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import entry_id, flags, kappa_label
@@ -80,9 +81,13 @@ def build_table(rows: list[dict], num_levels: int) -> pd.DataFrame:
 
 
 def write_table(directory: Path, table: pd.DataFrame) -> None:
-    """Write ``table.parquet`` and ``table.csv`` in ``directory``, each by atomic replace."""
-    write_atomic(directory / PARQUET, lambda tmp: table.to_parquet(tmp, index=False))
+    """Write ``table.csv`` then ``table.parquet`` in ``directory``, each by atomic replace.
+
+    Readers check the parquet file against the index, so it is written last.
+    """
     write_atomic(directory / CSV, lambda tmp: table.to_csv(tmp, index=False))
+    faults.point("table:after-csv", directory / PARQUET)
+    write_atomic(directory / PARQUET, lambda tmp: table.to_parquet(tmp, index=False))
 
 
 def read_table(path: Path) -> pd.DataFrame:

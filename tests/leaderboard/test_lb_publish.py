@@ -46,9 +46,22 @@ def test_publish_versions_in_order(hub_server, tmp_path):
     loaded = datasets.load_dataset(repo, "results", revision="v1", split="train", cache_dir=str(tmp_path / "ds"))
     assert loaded.num_rows == 2 and loaded["entry_id"] == first
 
-    for version, message in [(1, "cood/leaderboard-test already has v2"), (2, "cood/leaderboard-test already has v2")]:
-        with pytest.raises(LeaderboardError, match=message):
-            publish(board, repo, version=version, endpoint=hub_server)
+    tags = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo, repo_type="dataset").tags}
+    for version in (1, 2):  # a rerun finds the same files under the tag and changes nothing
+        assert publish(board, repo, version=version, endpoint=hub_server) == {
+            "repo_id": repo, "tag": f"v{version}", "commit": tags[f"v{version}"], "uploaded": False}
+    assert {ref.name: ref.target_commit for ref in api.list_repo_refs(repo, repo_type="dataset").tags} == tags
+
+    other = tmp_path / "other"
+    add_records(other, [record(kappa="energy")], create=True)
+    release(other)
+    with pytest.raises(LeaderboardError, match=r"cood/leaderboard-test already has v1 with other content \(\S+ differs\)"):
+        publish(other, repo, endpoint=hub_server)
+    add_records(other, [record(kappa="entropy")])
+    release(other)
+    assert publish(other, "cood/leaderboard-test-2", endpoint=hub_server)["tag"] == "v2"
+    with pytest.raises(LeaderboardError, match="cood/leaderboard-test-2 already has v2; versions are published once and in order"):
+        publish(other, "cood/leaderboard-test-2", version=1, endpoint=hub_server)
 
 
 def test_publish_needs_a_release_and_a_reachable_hub(tmp_path):

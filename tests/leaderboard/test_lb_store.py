@@ -163,8 +163,8 @@ def _try_add(board):
         return str(exc).split(" ", 1)[1]
 
 
-def test_crash_while_writing_the_table_keeps_the_previous_one(board, monkeypatch):
-    before = {name: (board / name).read_bytes() for name in (PARQUET, CSV)}
+def test_crash_while_writing_the_table_after_the_commit(board, monkeypatch):
+    parquet = (board / PARQUET).read_bytes()
 
     def crash(self, path, **kwargs):
         open(path, "wb").write(b"PAR1 half a table")
@@ -174,8 +174,83 @@ def test_crash_while_writing_the_table_keeps_the_previous_one(board, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         add_records(board, [record(kappa="entropy")])
     monkeypatch.undo()
-    assert {name: (board / name).read_bytes() for name in (PARQUET, CSV)} == before
+    assert (board / PARQUET).read_bytes() == parquet  # the half-written file never replaced it
     assert not list(board.glob("*.partial"))
-    assert len(current_table(board)) == 1
-    add_records(board, [record(kappa="max_logit")])  # the next add derives the table from every stored record
-    assert current_table(board)["kappa"].tolist() == ["softmax", "entropy", "max_logit"]
+    assert current_table(board)["kappa"].tolist() == ["softmax", "entropy"]  # committed: readers rebuild the table
+    assert pd.read_csv(board / CSV)["kappa"].tolist() == ["softmax", "entropy"]
+    add_records(board, [record(kappa="max_logit")])  # the next add writes the table of every accepted record
+    assert pd.read_parquet(board / PARQUET)["kappa"].tolist() == ["softmax", "entropy", "max_logit"]
+
+
+def test_crash_before_the_commit_leaves_nothing(board, monkeypatch):
+    before = _snapshot(board)
+
+    def crash(directory, names):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(store, "_write_index", crash)
+    with pytest.raises(KeyboardInterrupt):
+        add_records(board, [record(kappa="entropy"), record(kappa="energy")])
+    monkeypatch.undo()
+    assert _snapshot(board) == before
+    assert current_table(board)["kappa"].tolist() == ["softmax"]
+    assert add_records(board, [record(kappa="entropy"), record(kappa="energy")])
+    assert current_table(board)["seq"].tolist() == [1, 2, 3]
+
+
+def test_leftovers_of_an_interrupted_add_are_ignored_then_removed(board):
+    records = board / "records"
+    (records / "000002-0123456789abcdef.json").write_bytes(b'{"half": "a batch"}')
+    (records / "000003-fedcba9876543210.json.partial").write_bytes(b'{"half')
+    assert current_table(board)["kappa"].tolist() == ["softmax"]
+    [key] = add_records(board, [record(kappa="entropy")])
+    assert sorted(p.name for p in records.iterdir()) == ["000001-23d3616564391c8d.json", f"000002-{key}.json"]
+    assert (board / "index.txt").read_text() == f"000001-23d3616564391c8d.json\n000002-{key}.json\n"
+
+
+def test_a_leaderboard_without_an_index_lists_every_record_file(board):
+    (board / "index.txt").unlink()
+    (board / "records" / "notes.json").write_text("{}")  # not a record file name: never listed nor removed
+    assert current_table(board)["kappa"].tolist() == ["softmax"]
+    add_records(board, [record(kappa="entropy")])
+    assert (board / "index.txt").read_text().splitlines()[0] == "000001-23d3616564391c8d.json"
+    assert current_table(board)["seq"].tolist() == [1, 2]
+    assert (board / "records" / "notes.json").read_text() == "{}"
+
+
+def test_records_passed_as_objects_are_checked_for_depth_before_encoding(tmp_path):
+    deep = record()
+    for _ in range(100_000):
+        deep["timings"] = {"t": deep["timings"]}
+    with pytest.raises(LeaderboardError, match="^record 1: nested deeper than 16 levels$"):
+        add_records(tmp_path / "b", [deep], create=True)
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_new_leaderboard_never_takes_over_existing_record_files(tmp_path):
+    foreign = tmp_path / "b" / "records" / "000001-0123456789abcdef.json"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(b"someone else's file")
+    with pytest.raises(LeaderboardError, match=r"records already holds files; create the leaderboard in an empty directory"):
+        add_records(tmp_path / "b", [record()], create=True)
+    assert foreign.read_bytes() == b"someone else's file"
+    assert not (tmp_path / "b" / "leaderboard.json").exists()
+
+
+def test_a_failure_after_the_index_rename_keeps_the_batch(board, monkeypatch):
+    from leaderboard import atomic
+
+    real = atomic.fsync_dir
+
+    def failing(path):
+        if path == board:
+            raise OSError(5, "Input/output error", str(path))
+        real(path)
+
+    monkeypatch.setattr(atomic, "fsync_dir", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        add_records(board, [record(kappa="entropy"), record(kappa="energy")])
+    monkeypatch.undo()
+    names = (board / "index.txt").read_text().splitlines()
+    assert len(names) == 3 and all((board / "records" / name).is_file() for name in names)
+    assert current_table(board)["kappa"].tolist() == ["softmax", "entropy", "energy"]
