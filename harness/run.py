@@ -285,9 +285,9 @@ def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path
     if leaderboard is not None:
         try:
             add_records(Path(leaderboard), evaluation.records, create=True)
-        except LeaderboardError as exc:
+        except (LeaderboardError, OSError) as exc:
             where = f"the run's outputs are in {out}, but " if out is not None else ""
-            raise HarnessError(f"{where}the leaderboard refused the records: {exc}") from None
+            raise HarnessError(f"{where}the leaderboard could not take the records: {exc}") from None
 
 
 def submit(target: str | Path, *, out: str | Path | None = None, leaderboard: str | Path | None = None, cache: bool = True,

@@ -181,7 +181,7 @@ def test_records_are_valid_and_go_to_a_leaderboard(tiny_glyphs, tmp_path):
         validate_record(rec)
     table = current_table(board)
     assert sorted(table["kappa"]) == ["energy(temperature=1)", "softmax"]
-    with pytest.raises(HarnessError, match="leaderboard refused.*duplicate"):
+    with pytest.raises(HarnessError, match="leaderboard could not take the records.*duplicate"):
         submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "again", progress=False, leaderboard=board)
 
 

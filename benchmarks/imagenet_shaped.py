@@ -1,0 +1,100 @@
+"""An ImageNet-shaped benchmark of real-size JPEGs, for timing the data path (not a test fixture).
+
+Real photos (scikit-image's, offline) are cropped at random, resized to the sizes ImageNet's JPEGs typically have
+(500x375 and its kin) and encoded at quality 90 with 4:2:0 chroma subsampling, as most ImageNet files are; the
+ImageNet builder then turns 1,000 ID classes (all of ImageNet-1K, so real classifiers' logits line up) and
+``--ood-classes`` real ImageNet-21K OOD classes into a benchmark. Deterministic: the same arguments give the same
+bytes.
+
+    python benchmarks/imagenet_shaped.py OUT [--id-per-class 1] [--ood-classes 1000] [--ood-per-class 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+import skimage.data
+from PIL import Image
+
+from dataset_builder.imagenet import build_imagenet
+from dataset_builder.imagenet_classes import ID_CLASSES, imagenet_ood_classes, read_synsets
+
+PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry", "retina",
+          "colorwheel", "camera", "coins", "brick", "grass", "gravel", "moon", "clock")
+SIZES = ((500, 375), (500, 333), (375, 500), (500, 400), (333, 500), (500, 500), (400, 300), (500, 357))
+QUALITY = 90
+GRAIN = 12.0
+
+
+def _photos() -> list[Image.Image]:
+    """The source photos, RGB, upscaled so that every crop below has at least ImageNet's resolution."""
+    photos = []
+    for name in PHOTOS:
+        image = Image.fromarray(getattr(skimage.data, name)()).convert("RGB")
+        scale = max(1.0, 640 / min(image.size))
+        photos.append(image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.BICUBIC))
+    return photos
+
+
+def photo_jpeg(photos: list[Image.Image], seed: str) -> bytes:
+    """One ImageNet-sized JPEG: a seeded crop of a seeded photo, resized, colour-jittered, quality 90."""
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "little"))
+    photo = photos[rng.integers(len(photos))]
+    width, height = SIZES[rng.integers(len(SIZES))]
+    crop_w = int(rng.integers(min(photo.width, width) // 2, photo.width + 1))
+    crop_h = min(photo.height, max(8, round(crop_w * height / width)))
+    left, top = int(rng.integers(0, photo.width - crop_w + 1)), int(rng.integers(0, photo.height - crop_h + 1))
+    image = photo.crop((left, top, left + crop_w, top + crop_h)).resize((width, height), Image.Resampling.BICUBIC)
+    pixels = np.asarray(image, dtype=np.float32) * rng.uniform(0.7, 1.3, size=3) + rng.uniform(-20, 20)
+    pixels += rng.normal(0.0, GRAIN, pixels.shape)  # a camera's grain: upscaled crops alone are smoother than photos
+    if rng.random() < 0.5:
+        pixels = pixels[:, ::-1]
+    out = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(out, "JPEG", quality=QUALITY, subsampling=2)
+    return out.getvalue()
+
+
+def write_trees(root: Path, id_per_class: int, ood_classes: int, ood_per_class: int) -> tuple[Path, Path]:
+    """``(imagenet21k, val)`` folders of real-size JPEGs: every ImageNet-1K class, and ``ood_classes`` 21K classes
+    that survive the WordNet rules."""
+    photos = _photos()
+    val, pool = root / "val", root / "imagenet21k"
+    table = imagenet_ood_classes()
+    survivors = table.loc[table["status"] == "ood", "id"].tolist()[:ood_classes]
+    for folder, classes, count in ((val, read_synsets(ID_CLASSES), id_per_class), (pool, survivors, ood_per_class)):
+        for wnid in classes:
+            (folder / wnid).mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                (folder / wnid / f"{wnid}_{i}.JPEG").write_bytes(photo_jpeg(photos, f"{wnid}/{i}"))
+    return pool, val
+
+
+def build(out: Path, id_per_class: int = 1, ood_classes: int = 1000, ood_per_class: int = 2, workers: int = 2) -> Path:
+    """The benchmark in ``out`` (its source trees in ``out/source``); an existing one is reused."""
+    bench = out / "benchmark"
+    if (bench / "manifest.json").is_file():
+        return bench
+    pool, val = write_trees(out / "source", id_per_class, ood_classes, ood_per_class)
+    build_imagenet(bench, pool, val, min_images=ood_per_class, images_per_class=ood_per_class, test_fraction=0.5,
+                   workers=workers, progress=False)
+    return bench
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--id-per-class", type=int, default=1)
+    parser.add_argument("--ood-classes", type=int, default=1000)
+    parser.add_argument("--ood-per-class", type=int, default=2)
+    args = parser.parse_args()
+    bench = build(args.out, args.id_per_class, args.ood_classes, args.ood_per_class)
+    sizes = [p.stat().st_size for p in (args.out / "source").rglob("*.JPEG")]
+    print(f"{bench}: {len(sizes)} JPEGs, mean {np.mean(sizes) / 1000:.0f} KB")
+
+
+if __name__ == "__main__":
+    main()
