@@ -63,6 +63,10 @@ def is_benchmark(folder: Path) -> bool:
     return True
 
 
+def _present(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
 def _remove(path: Path) -> None:
     if path.is_symlink():
         path.unlink()
@@ -74,9 +78,9 @@ def recover(root: Path) -> None:
     """Finish or undo a swap an interrupted run left half done: the old benchmark comes back when no new one
     reached ``root``; it is removed when the new one did."""
     aside = aside_of(root)
-    if not (aside.exists() or aside.is_symlink()):
+    if not _present(aside):
         return
-    if not (root.exists() or root.is_symlink()):
+    if not _present(root):
         aside.rename(root)
     elif is_benchmark(root):
         _remove(aside)
@@ -91,7 +95,7 @@ def _is_empty_folder(path: Path) -> bool:
 def check_target(root: Path, overwrite: bool) -> None:
     """Refuse ``root`` unless it is absent, an empty folder, or a benchmark to be replaced (``overwrite``)."""
     recover(root)
-    if not (root.exists() or root.is_symlink()) or _is_empty_folder(root):
+    if not _present(root) or _is_empty_folder(root):
         return
     if not is_benchmark(root):
         raise BenchmarkError(f"{root} exists and is not a benchmark folder (no readable manifest.json); refusing to replace it")
@@ -105,7 +109,7 @@ def swap_in(partial: Path, root: Path) -> None:
     faults.point("swap-before")
     if _is_empty_folder(root):
         root.rmdir()
-    elif root.exists() or root.is_symlink():
+    elif _present(root):
         root.rename(aside)
     try:
         faults.point("swap-aside")

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from dataset_builder import faults
 from dataset_builder import manifest as manifest_io
-from dataset_builder.assemble import check_target, class_counts, finish, number_pool, partial_of, write_class_tables
+from dataset_builder.assemble import class_counts, finish, number_pool, partial_of, write_class_tables
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
 from dataset_builder.shards import ShardWriter, make_sample, sample_key, write_shard
@@ -109,12 +109,16 @@ def class_folders(root: Path) -> list[str]:
         return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
 
 
+class ImageTooLarge(ValueError):
+    """An image of more pixels than the benchmark's ``max_image_pixels``."""
+
+
 def image_format(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> str:
     """The format (``JPEG``, ``PNG``, ...) of an image that decodes completely; raises on anything else, and on an
     image of more than ``max_pixels`` pixels before decoding it."""
     with Image.open(io.BytesIO(data)) as image:
         if image.width * image.height > max_pixels:
-            raise ValueError(f"{image.width}x{image.height} pixels, above max_image_pixels {max_pixels}")
+            raise ImageTooLarge(f"{image.width}x{image.height} pixels, above max_image_pixels {max_pixels}")
         image.draft("RGB", (1, 1))  # JPEG: decode at 1/8 scale; every byte of the stream is still read
         image.load()
         return image.format
@@ -214,7 +218,6 @@ def _blocks(kind: str, source: Path, ids: list[str], size: int) -> list[Block]:
 def _open_partial(root: Path, config: dict, overwrite: bool) -> Path:
     """The ``<root>.partial`` folder to build in: fresh, or an interrupted build of the same config to resume
     (a complete build that was stopped before its swap is built again)."""
-    check_target(root, overwrite)
     partial = partial_of(root)
     saved = partial / STATE / "config.json"
     wanted = json.dumps(config, sort_keys=True, indent=1)
@@ -260,7 +263,8 @@ def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFr
     ``id_table``: the ID classes (columns ``index``, ``id``, ...), each a folder of ``id_source``.
     ``ood_table``: every OOD candidate in pool order (columns ``id``, ``status``, ``rule``,
     ``collides_with``, ...); rows with status ``ood`` are read from ``ood_source``, the others keep
-    their removal reason. ``description``: the manifest's ``benchmark``, ``source`` and ``rules``.
+    their removal reason. ``description``: the manifest's ``benchmark``, ``source`` and ``rules``. The caller
+    checks ``root`` first (:func:`dataset_builder.assemble.check_target`); the swap checks it again.
     """
     settings.check()
     root = Path(root)
