@@ -60,11 +60,11 @@ def _check_fields(root: Path, manifest: dict, path: Path, local: bool) -> None:
     if not isinstance(shards, list) or not all(isinstance(s, dict) and isinstance(s.get("path"), str) for s in shards):
         raise BenchmarkError(f"{path}: shards must be a list of objects with a path")
     for i, shard in enumerate(shards):
-        if not inside(root, shard["path"], follow_links=local):
+        if not _inside(root, shard["path"], follow_links=local):
             raise BenchmarkError(f"{path}: shards[{i}].path {shard['path']!r} is outside the benchmark folder")
 
 
-def inside(root: Path, relpath: str, follow_links: bool = True) -> bool:
+def _inside(root: Path, relpath: str, follow_links: bool = True) -> bool:
     """Whether ``relpath`` names a file under ``root``: relative, no ``..``, and (``follow_links``) no link out."""
     if not relpath or "\\" in relpath or PurePosixPath(relpath).is_absolute() or PureWindowsPath(relpath).drive:
         return False

@@ -69,6 +69,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, code: int, patter
 
 
 def leftovers(out: Path) -> list[str]:
+    """Names beside ``out`` that a build derives from it (``out.partial``, ``out.cood-old``, ...)."""
     return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(out.name + ".")) if out.parent.is_dir() else []
 
 
