@@ -1,4 +1,11 @@
-"""Finishing a build, shared by every builder: class tables, class counts, manifest, atomic swap into place."""
+"""Finishing a build, shared by every builder: class tables, class counts, manifest, and the swap into place.
+
+A build writes a complete tree beside its target (``<out>.partial``) and only then renames it into
+place. A benchmark already at the target (replaced only when asked) is first renamed to
+``<out>.cood-old`` and removed once the new tree is in place; a run interrupted between those steps
+is finished or undone by the next run (:func:`recover`), so one whole benchmark is always kept.
+A target that exists and is not a benchmark is never replaced.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from dataset_builder import faults
 from dataset_builder import manifest as manifest_io
+from dataset_builder.errors import BenchmarkError
+
+ASIDE = ".cood-old"
 
 
 def number_pool(ood_table: pd.DataFrame) -> pd.DataFrame:
@@ -33,13 +44,90 @@ def class_counts(id_table: pd.DataFrame, ood_table: pd.DataFrame) -> dict:
             "removed_by_rule": {k: int(v) for k, v in removed["rule"].value_counts().sort_index().items()}}
 
 
-def finish(partial: Path, root: Path, manifest: dict) -> str:
-    """Write the manifest and the dataset card into the finished ``partial`` folder and swap it into ``root``;
-    return the manifest sha256."""
+def partial_of(root: Path) -> Path:
+    """The folder a build of ``root`` writes in."""
+    return root.with_name(root.name + ".partial")
+
+
+def aside_of(root: Path) -> Path:
+    """Where the benchmark being replaced waits until the new one is in place."""
+    return root.with_name(root.name + ASIDE)
+
+
+def is_benchmark(folder: Path) -> bool:
+    """Whether ``folder`` holds a manifest this version reads."""
+    try:
+        manifest_io.load_manifest(folder, local=False)
+    except BenchmarkError:
+        return False
+    return True
+
+
+def _present(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def recover(root: Path) -> None:
+    """Finish or undo a swap an interrupted run left half done: the old benchmark comes back when no new one
+    reached ``root``; it is removed when the new one did."""
+    aside = aside_of(root)
+    if not _present(aside):
+        return
+    if not _present(root):
+        aside.rename(root)
+    elif is_benchmark(root):
+        _remove(aside)
+    else:
+        raise BenchmarkError(f"{aside} holds an earlier benchmark and {root} is not a benchmark; move one of them away")
+
+
+def _is_empty_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
+def check_target(root: Path, overwrite: bool) -> None:
+    """Refuse ``root`` unless it is absent, an empty folder, or a benchmark to be replaced (``overwrite``)."""
+    recover(root)
+    if not _present(root) or _is_empty_folder(root):
+        return
+    if not is_benchmark(root):
+        raise BenchmarkError(f"{root} exists and is not a benchmark folder (no readable manifest.json); refusing to replace it")
+    if not overwrite:
+        raise BenchmarkError(f"{root} already holds a benchmark; pass --overwrite to replace it")
+
+
+def swap_in(partial: Path, root: Path) -> None:
+    """Rename the complete ``partial`` tree to ``root``; a benchmark there is moved aside first and removed last."""
+    aside = aside_of(root)
+    faults.point("swap-before")
+    if _is_empty_folder(root):
+        root.rmdir()
+    elif _present(root):
+        root.rename(aside)
+    try:
+        faults.point("swap-aside")
+        partial.rename(root)
+    except BaseException:
+        recover(root)
+        raise
+    faults.point("swap-in")
+    _remove(aside)
+
+
+def finish(partial: Path, root: Path, manifest: dict, overwrite: bool) -> str:
+    """Write the manifest and the dataset card into the finished ``partial`` folder and swap it into ``root``
+    (checked again: it may have changed during the build); return the manifest sha256."""
     from dataset_builder.card import write_card
 
     sha = manifest_io.write_manifest(partial, manifest)
     write_card(partial)
-    shutil.rmtree(root, ignore_errors=True)
-    partial.rename(root)
+    check_target(root, overwrite)
+    swap_in(partial, root)
     return sha

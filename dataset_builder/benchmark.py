@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from dataset_builder.errors import BenchmarkError
-from dataset_builder.manifest import load_manifest
+from dataset_builder.manifest import MAX_IMAGE_PIXELS, load_manifest
 from dataset_builder.shards import file_sha256
 
 SPLITS = ("id_test", "id_train", "ood_estimation", "ood_test")
@@ -35,8 +35,11 @@ class Benchmark:
     def open(cls, root: str | Path) -> "Benchmark":
         if str(root).startswith(HUB_PREFIX):
             return cls._open_hub(str(root))
-        root = Path(root)
-        manifest, sha256 = load_manifest(root)
+        return cls._open_folder(Path(root), local=True)
+
+    @classmethod
+    def _open_folder(cls, root: Path, local: bool) -> "Benchmark":
+        manifest, sha256 = load_manifest(root, local=local)
         try:
             id_classes = pd.read_parquet(root / "classes" / "id.parquet").sort_values("index", ignore_index=True)
             table = pd.read_parquet(root / "classes" / "ood.parquet")
@@ -56,7 +59,7 @@ class Benchmark:
             root = snapshot_download(repo_id, repo_type="dataset", revision=commit, allow_patterns=["manifest.json", "classes/*"])
         except (HfHubHTTPError, OSError, ValueError) as exc:
             raise BenchmarkError(f"cannot open {url}: {str(exc).splitlines()[0]}") from None
-        local = cls.open(root)
+        local = cls._open_folder(Path(root), local=False)
         return cls(local.root, local.manifest, local.sha256, local.id_classes, local.ood_classes, hub=(repo_id, commit))
 
     @property
@@ -66,6 +69,11 @@ class Benchmark:
     @property
     def image_ext(self) -> str:
         return self.manifest["image_ext"]
+
+    @property
+    def max_image_pixels(self) -> int:
+        """The largest image (width x height) the benchmark holds; readers refuse larger ones."""
+        return self.manifest.get("max_image_pixels", MAX_IMAGE_PIXELS)
 
     def identity(self) -> dict:
         """What a result record says about the benchmark it was computed on."""

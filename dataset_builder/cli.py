@@ -26,6 +26,7 @@ def glyphs(
     id_train_per_class: int = typer.Option(300, help="ID training images per ID class (for training example models)."),
     visually_ambiguous: bool = typer.Option(True, help="Remove characters that draw like an ID character."),
     workers: int = typer.Option(2, help="Rendering processes."),
+    overwrite: bool = typer.Option(False, help="Replace an existing benchmark in OUT."),
 ) -> None:
     """Build the embedded glyph benchmark (byte-identical for the same options)."""
     from dataset_builder.embedded import embedded_benchmark
@@ -35,10 +36,12 @@ def glyphs(
     options = dict(seed=seed, pool_size=pool_size or None, images_per_class=images_per_class, n_test=n_test,
                    id_test_per_class=id_test_per_class, id_train_per_class=id_train_per_class)
     rule_sets = {"visually_ambiguous": visually_ambiguous}
+    if out is None and overwrite:
+        raise BenchmarkError("--overwrite needs an OUT folder (the cache is built once per set of options)")
     if out is None:
         out = embedded_benchmark("glyphs", rule_sets=rule_sets, workers=workers, **options)
     else:
-        build(out, rule_sets=rule_sets, workers=workers, **options)
+        build(out, rule_sets=rule_sets, workers=workers, overwrite=overwrite, **options)
     _summary(out, load_manifest(out)[1])
 
 
@@ -138,7 +141,7 @@ def _summary(out: Path, sha: str) -> None:
     manifest, _ = load_manifest(out)
     skipped = manifest.get("skipped_images", {}).get("count", 0)
     typer.echo(f"{out}: {manifest['classes']['id']} ID classes, {manifest['classes']['ood']} OOD classes, "
-               f"{skipped} unreadable images skipped, {len(manifest['shards'])} shards, revision {sha}")
+               f"{skipped} unreadable or oversized images skipped, {len(manifest['shards'])} shards, revision {sha}")
 
 
 def main() -> None:

@@ -31,8 +31,8 @@ def make_app(help: str, version: str) -> typer.Typer:
 
 
 def run_app(app: typer.Typer, user_errors: tuple[type[Exception], ...]) -> None:
-    """Run ``app``: ``user_errors`` exit 2 with ``error: <message>``; anything unexpected exits 1 in one line
-    (``COOD_DEBUG=1`` shows its traceback)."""
+    """Run ``app``: ``user_errors`` exit 2 with ``error: <message>``; an OSError exits 1 with ``error: <file>: <reason>``;
+    anything unexpected exits 1 in one line (``COOD_DEBUG=1`` shows its traceback)."""
     try:
         app(standalone_mode=False)
     except user_errors as exc:
@@ -46,6 +46,9 @@ def run_app(app: typer.Typer, user_errors: tuple[type[Exception], ...]) -> None:
     except click.Abort:
         typer.echo("aborted", err=True)
         sys.exit(130)
+    except OSError as exc:  # a full disk, a denied permission, a missing folder: the file and the reason
+        typer.echo(f"error: {exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else f"error: {exc}", err=True)
+        sys.exit(1)
     except Exception as exc:
         if os.environ.get("COOD_DEBUG"):
             raise

@@ -10,6 +10,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from dataset_builder.glyphs import build as glyph_build
+from dataset_builder.manifest import MANIFEST
 
 EMBEDDED = {"glyphs": glyph_build}
 
@@ -25,9 +26,11 @@ def embedded_benchmark(name: str = "glyphs", *, progress: bool = True, workers: 
     changed = {k: v for k, v in settings.items() if builder.DEFAULTS.get(k, object()) != v}
     tag = "default" if not changed else "custom-" + hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
     folder = cache_root() / f"{name}-{builder.BENCHMARK_VERSION}" / tag
+    if (folder / MANIFEST).is_file():  # built: reading takes no lock, so a read-only cache works
+        return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):  # concurrent first uses build it once
-        if not (folder / "manifest.json").is_file():
+        if not (folder / MANIFEST).is_file():
             builder.build(folder, progress=progress, workers=workers, **{**builder.DEFAULTS, **settings})
     return folder
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dataset_builder.assemble import check_target
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.images import ImageSettings, build_from_folders, class_folders
 
@@ -56,6 +57,7 @@ def build_folder(root: str | Path, id_dir: str | Path, ood_dir: str | Path, *, n
                  exclusions: Mapping[str, tuple[str, str]] | None = None, settings: ImageSettings = ImageSettings(),
                  workers: int = 2, progress: bool = True, overwrite: bool = False, license: str | None = None) -> str:
     """Build a C-OOD benchmark from two ImageFolder trees under ``root``; return its manifest sha256."""
+    check_target(Path(root), overwrite)  # before the folder scans: a refusal comes at once
     id_classes = class_folders(Path(id_dir))
     ood_classes = class_folders(Path(ood_dir))
     if not id_classes or not ood_classes:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dataset_builder.assemble import check_target
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS, ID_CLASSES, imagenet_ood_classes, read_descriptions, read_synsets, rules_record
 from dataset_builder.images import ImageSettings, build_from_folders, class_folders
@@ -63,6 +64,7 @@ def build_imagenet(root: str | Path, imagenet21k: str | Path, val: str | Path, *
     ``id_classes`` restricts the ID test set to a subset of ImageNet-1K (for small trials); the
     class rules always use all 1,000 classes.
     """
+    check_target(Path(root), overwrite)  # before the class rules and the folder scans: a refusal comes at once
     ood_table = imagenet_ood_classes(rule_sets, pool)
     unknown = sorted(set(class_folders(Path(imagenet21k))) - set(ood_table["id"]))
     if unknown:

@@ -10,8 +10,9 @@ are there, so an interrupted build resumes without redoing finished shards.
 
 Per OOD class: fewer than ``min_images`` files, or fewer readable ones, removes the class with
 the rule ``too_few_images``; otherwise images are read in the seeded split order
-(:func:`dataset_builder.split.split_order`) and each is fully decoded; an unreadable one is
-skipped and reported in the manifest (``skipped_images``), and reading goes on until
+(:func:`dataset_builder.split.split_order`) and each is fully decoded; an unreadable one, or one
+of more than ``max_image_pixels`` pixels (checked before decoding), is skipped and reported in the
+manifest (``skipped_images``), and reading goes on until
 ``images_per_class`` good ones are found. Image bytes are stored as they are, never re-encoded,
 all under the one field ``image_ext`` (WebDataset and ``datasets`` keep one image field per
 benchmark; PIL reads an image by its content, whatever the field's name); the manifest counts the
@@ -35,9 +36,11 @@ import pandas as pd
 from PIL import Image
 from tqdm import tqdm
 
+from dataset_builder import faults
 from dataset_builder import manifest as manifest_io
-from dataset_builder.assemble import class_counts, finish, number_pool, write_class_tables
+from dataset_builder.assemble import class_counts, finish, number_pool, partial_of, write_class_tables
 from dataset_builder.errors import BenchmarkError
+from dataset_builder.manifest import MAX_IMAGE_PIXELS
 from dataset_builder.shards import ShardWriter, make_sample, sample_key, write_shard
 from dataset_builder.split import SPLIT_RULE, split_class, split_order
 
@@ -62,6 +65,7 @@ class ImageSettings:
     image_ext: str = "jpg"
     ood_classes_per_shard: int = 64
     id_classes_per_shard: int = 200
+    max_image_pixels: int = MAX_IMAGE_PIXELS
 
     def check(self) -> None:
         if not 0 < self.n_test < self.images_per_class:
@@ -72,6 +76,8 @@ class ImageSettings:
             raise BenchmarkError(f"image_ext must be one of {', '.join(IMAGE_EXTS)}, got {self.image_ext!r}")
         if self.ood_classes_per_shard < 1 or self.id_classes_per_shard < 1:
             raise BenchmarkError("classes per shard must be at least 1")
+        if self.max_image_pixels < 1:
+            raise BenchmarkError(f"max_image_pixels must be at least 1, got {self.max_image_pixels}")
 
 
 @dataclass(frozen=True)
@@ -103,9 +109,16 @@ def class_folders(root: Path) -> list[str]:
         return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
 
 
-def image_format(data: bytes) -> str:
-    """The format (``JPEG``, ``PNG``, ...) of an image that decodes completely; raises on anything else."""
+class ImageTooLarge(ValueError):
+    """An image of more pixels than the benchmark's ``max_image_pixels``."""
+
+
+def image_format(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> str:
+    """The format (``JPEG``, ``PNG``, ...) of an image that decodes completely; raises on anything else, and on an
+    image of more than ``max_pixels`` pixels before decoding it."""
     with Image.open(io.BytesIO(data)) as image:
+        if image.width * image.height > max_pixels:
+            raise ImageTooLarge(f"{image.width}x{image.height} pixels, above max_image_pixels {max_pixels}")
         image.draft("RGB", (1, 1))  # JPEG: decode at 1/8 scale; every byte of the stream is still read
         image.load()
         return image.format
@@ -117,15 +130,17 @@ def check_class_ids(ids: list[str], what: str) -> None:
         raise BenchmarkError(f"{what} class name {bad[0]!r} is not [A-Za-z0-9_-]+ (class names become shard names and sample keys)")
 
 
-def _read_good(folder: Path, names: list[str], class_id: str, wanted: int | None, skipped: list[dict]) -> dict[str, tuple[bytes, str]]:
-    """``name -> (bytes, format)`` of the first ``wanted`` (all when None) readable images of ``names``, in order."""
+def _read_good(folder: Path, names: list[str], class_id: str, wanted: int | None, skipped: list[dict],
+               max_pixels: int) -> dict[str, tuple[bytes, str]]:
+    """``name -> (bytes, format)`` of the first ``wanted`` (all when None) readable images of ``names`` of at most
+    ``max_pixels`` pixels, in order."""
     good: dict[str, tuple[bytes, str]] = {}
     for name in names:
         if wanted is not None and len(good) == wanted:
             break
         try:
             data = (folder / name).read_bytes()
-            good[name] = (data, image_format(data))
+            good[name] = (data, image_format(data, max_pixels))
         except Exception as exc:  # noqa: BLE001 - any failure to read or decode makes the image unreadable
             error = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the file", f"{type(exc).__name__}: {exc}")  # no addresses: rebuilds are identical
             skipped.append({"class_id": class_id, "file": name, "error": error[:200]})
@@ -149,7 +164,7 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
     if block.kind == "id":
         writer = ShardWriter(partial, f"id/test/{block.number:06d}.tar", "id_test")
         for cid in block.classes:
-            good = _read_good(source / cid, list_images(source / cid), cid, None, skipped)
+            good = _read_good(source / cid, list_images(source / cid), cid, None, skipped, s.max_image_pixels)
             if not good:
                 raise BenchmarkError(f"ID class {cid} has no readable image in {source / cid}")
             for sample in _samples(cid, sorted(good), good, s.image_ext, formats):
@@ -162,7 +177,8 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
             names = list_images(source / cid)
             good = {}
             if len(names) >= s.min_images:
-                good = _read_good(source / cid, split_order(names, cid, s.seed), cid, max(s.images_per_class, s.min_images), skipped)
+                good = _read_good(source / cid, split_order(names, cid, s.seed), cid, max(s.images_per_class, s.min_images), skipped,
+                                  s.max_image_pixels)
             if len(good) < s.min_images:
                 classes.append({"id": cid, "num_images": 0, "rule": "too_few_images"})
                 continue
@@ -177,6 +193,7 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
     marker = partial / STATE / f"{block.name}.json"
     marker.with_suffix(".partial").write_text(json.dumps(result, sort_keys=True))
     os.replace(marker.with_suffix(".partial"), marker)
+    faults.point("block-done")
     return result
 
 
@@ -199,12 +216,13 @@ def _blocks(kind: str, source: Path, ids: list[str], size: int) -> list[Block]:
 
 
 def _open_partial(root: Path, config: dict, overwrite: bool) -> Path:
-    """The ``<root>.partial`` folder to build in: fresh, or an interrupted build of the same config to resume."""
-    if root.exists() and any(root.iterdir()) and not overwrite:
-        raise BenchmarkError(f"{root} already exists; pass overwrite to replace it")
-    partial = root.with_name(root.name + ".partial")
+    """The ``<root>.partial`` folder to build in: fresh, or an interrupted build of the same config to resume
+    (a complete build that was stopped before its swap is built again)."""
+    partial = partial_of(root)
     saved = partial / STATE / "config.json"
     wanted = json.dumps(config, sort_keys=True, indent=1)
+    if (partial / "classes").is_dir() and not (partial / STATE).exists():  # finished, then stopped before its swap
+        shutil.rmtree(partial)
     if partial.exists():
         if not saved.is_file() or saved.read_text() != wanted:
             raise BenchmarkError(f"{partial} holds an interrupted build with other inputs or options; delete it, or rerun with the same ones")
@@ -245,7 +263,8 @@ def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFr
     ``id_table``: the ID classes (columns ``index``, ``id``, ...), each a folder of ``id_source``.
     ``ood_table``: every OOD candidate in pool order (columns ``id``, ``status``, ``rule``,
     ``collides_with``, ...); rows with status ``ood`` are read from ``ood_source``, the others keep
-    their removal reason. ``description``: the manifest's ``benchmark``, ``source`` and ``rules``.
+    their removal reason. ``description``: the manifest's ``benchmark``, ``source`` and ``rules``. The caller
+    checks ``root`` first (:func:`dataset_builder.assemble.check_target`); the swap checks it again.
     """
     settings.check()
     root = Path(root)
@@ -293,10 +312,15 @@ def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFr
         "split": {"rule": SPLIT_RULE, "images_per_class": settings.images_per_class, "n_test": settings.n_test,
                   "min_images": settings.min_images},
         "image_ext": settings.image_ext,
+        "max_image_pixels": settings.max_image_pixels,
         "image_formats": dict(sorted(formats.items())),
         "skipped_images": {"count": len(skipped), "images": skipped},
         "classes": class_counts(id_table, ood_table),
         "shards": shards,
     }
     shutil.rmtree(partial / STATE)
-    return finish(partial, root, manifest)
+    try:
+        return finish(partial, root, manifest, overwrite)
+    except BaseException:  # a finished build cannot resume: nothing is left behind
+        shutil.rmtree(partial, ignore_errors=True)
+        raise

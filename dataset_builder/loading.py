@@ -51,7 +51,7 @@ def load_level(source: str | Path, model: str, kappa: str, level: int, *, revisi
                streaming: bool = False) -> datasets.Dataset | datasets.IterableDataset:
     """The OOD test images of one severity level of ``(model, kappa)`` (split name ``level_NN``)."""
     manifest_path, prefix = _fetch(source, revision, MANIFEST)
-    manifest, _ = load_manifest(manifest_path.parent)
+    manifest, _ = load_manifest(manifest_path.parent, local=Path(source).is_dir())
     level_path, _ = _fetch(source, revision, f"levels/{level_file_name(model, kappa)}")
     if not level_path.is_file():
         raise BenchmarkError(f"{source} has no level manifest for model {model!r} and kappa {kappa!r} ({level_file_name(model, kappa)})")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from dataset_builder.errors import BenchmarkError
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
+# Largest image (width x height) a benchmark holds: 8192 x 8192, at most 192 MiB decoded as RGB per image and
+# reader, far above any classification photo, and below Pillow's own warning threshold (~89.5M pixels).
+MAX_IMAGE_PIXELS = 2**26
 
 
 def dumps(manifest: dict) -> bytes:
@@ -27,16 +30,44 @@ def write_manifest(root: Path, manifest: dict) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_manifest(root: Path) -> tuple[dict, str]:
-    """The manifest of a benchmark folder and its sha256."""
+def load_manifest(root: Path, *, local: bool = True) -> tuple[dict, str]:
+    """The manifest of a benchmark folder and its sha256, checked: a JSON object of this format version whose
+    shard paths stay inside the folder (``local``: also after following symbolic links; a Hub snapshot's
+    files are links into the Hub cache)."""
     path = Path(root) / MANIFEST
     if not path.is_file():
         raise BenchmarkError(f"{root} is not a benchmark folder: no {MANIFEST}")
     data = path.read_bytes()
     try:
         manifest = json.loads(data)
-    except json.JSONDecodeError as exc:
+    except RecursionError:
+        raise BenchmarkError(f"{path} is not a manifest: JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
         raise BenchmarkError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise BenchmarkError(f"{path} is not a manifest: not a JSON object")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise BenchmarkError(f"{path} has format_version {manifest.get('format_version')!r}, this version reads {FORMAT_VERSION}")
+    _check_fields(Path(root), manifest, path, local)
     return manifest, hashlib.sha256(data).hexdigest()
+
+
+def _check_fields(root: Path, manifest: dict, path: Path, local: bool) -> None:
+    limit = manifest.get("max_image_pixels", MAX_IMAGE_PIXELS)
+    if type(limit) is not int or limit < 1:
+        raise BenchmarkError(f"{path}: max_image_pixels must be a positive integer, got {limit!r}")
+    shards = manifest.get("shards")
+    if not isinstance(shards, list) or not all(isinstance(s, dict) and isinstance(s.get("path"), str) for s in shards):
+        raise BenchmarkError(f"{path}: shards must be a list of objects with a path")
+    for i, shard in enumerate(shards):
+        if not _inside(root, shard["path"], follow_links=local):
+            raise BenchmarkError(f"{path}: shards[{i}].path {shard['path']!r} is outside the benchmark folder")
+
+
+def _inside(root: Path, relpath: str, follow_links: bool = True) -> bool:
+    """Whether ``relpath`` names a file under ``root``: relative, no ``..``, and (``follow_links``) no link out."""
+    if not relpath or "\\" in relpath or PurePosixPath(relpath).is_absolute() or PureWindowsPath(relpath).drive:
+        return False
+    if ".." in PurePosixPath(relpath).parts:
+        return False
+    return not follow_links or (root / relpath).resolve().is_relative_to(root.resolve())

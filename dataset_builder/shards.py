@@ -17,6 +17,7 @@ from typing import Iterable, Iterator
 import webdataset as wds
 from webdataset.tariterators import tarfile_samples
 
+from dataset_builder import faults
 from dataset_builder.errors import BenchmarkError
 
 
@@ -80,6 +81,7 @@ class ShardWriter:
         self._file.close()
         self._tar = None
         os.replace(self.partial, self.target)
+        faults.point("shard-done")
         return ShardInfo(self.relpath, self.split, file_sha256(self.target), self.count, self.target.stat().st_size, self.class_id)
 
 

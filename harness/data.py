@@ -37,6 +37,10 @@ def batches_within_shard(shard: str, examples: Iterator[tuple], batch_size: int)
         yield _collate(shard, batch)
 
 
+def _undecodable(shard: dict, key: str | None, exc: Exception) -> BenchmarkError:
+    return BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})")
+
+
 class ShardStream(torch.utils.data.IterableDataset):
     """Batches ``{"shard", "keys", "images", "labels"}`` of the given shards, or ``{"shard", "error"}``
     when a shard is missing, corrupt or holds an unreadable sample (the consumer raises it)."""
@@ -53,9 +57,16 @@ class ShardStream(torch.utils.data.IterableDataset):
         try:
             class_id = json.loads(sample["json"])["class_id"]
             image = Image.open(io.BytesIO(sample[ext]))
-            image = image.convert("L" if self.channels == 1 else "RGB")
         except Exception as exc:  # any undecodable sample is reported with its shard and key
-            raise BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})") from None
+            raise _undecodable(shard, key, exc) from None
+        limit = self.benchmark.max_image_pixels
+        if image.width * image.height > limit:  # checked on the header, before decoding
+            raise BenchmarkError(f"shard {shard['path']}: sample {key} is {image.width}x{image.height} pixels, "
+                                 f"above the benchmark's max_image_pixels ({limit})")
+        try:
+            image = image.convert("L" if self.channels == 1 else "RGB")
+        except Exception as exc:
+            raise _undecodable(shard, key, exc) from None
         if class_id not in self.label_of:
             raise BenchmarkError(f"shard {shard['path']}: sample {key} has class '{class_id}', which is not in this split")
         return key, self.transform(image), self.label_of[class_id]

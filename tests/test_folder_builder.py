@@ -95,7 +95,7 @@ def test_cli_builds_and_reports_errors_in_one_line(tmp_path):
             "--test-fraction", "0.25", "--min-images", "4", "--workers", "1"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "2 ID classes, 4 OOD classes, 0 unreadable images skipped" in result.output
+    assert "2 ID classes, 4 OOD classes, 0 unreadable or oversized images skipped" in result.output
     (ood_dir / "bad name").mkdir()
     result = runner.invoke(app, [args[0], str(tmp_path / "c"), *args[2:]])
     assert isinstance(result.exception, BenchmarkError)

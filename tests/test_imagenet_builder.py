@@ -84,7 +84,7 @@ def test_rebuild_is_byte_identical(bench, tree, tmp_path):
     files = sorted(p.relative_to(bench) for p in bench.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
     assert all((bench / f).read_bytes() == (again / f).read_bytes() for f in files)
-    with pytest.raises(BenchmarkError, match="already exists; pass overwrite"):
+    with pytest.raises(BenchmarkError, match="already holds a benchmark; pass --overwrite"):
         build_imagenet(again, *tree, id_classes=VAL_CLASSES, workers=1, progress=False, **OPTIONS)
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from dataset_builder import manifest as manifest_io
-from dataset_builder.assemble import class_counts, finish, number_pool, write_class_tables
+from dataset_builder.assemble import check_target, class_counts, finish, number_pool, partial_of, write_class_tables
 from dataset_builder.glyphs import classes as glyph_classes
 from dataset_builder.glyphs import render
+from dataset_builder.manifest import MAX_IMAGE_PIXELS
 from dataset_builder.shards import RollingShards, make_sample, sample_key, write_shard
 from dataset_builder.split import SPLIT_RULE, split_class
 
@@ -43,12 +44,26 @@ def _samples(rendered: list[tuple[str, bytes]], cid: str, keep: set[str] | None 
 
 def build(root: str | Path, *, seed: int = 0, pool_size: int | None = 400, images_per_class: int = 200, n_test: int = 50,
           id_test_per_class: int = 50, id_train_per_class: int = 300, rule_sets: dict[str, bool] | None = None,
-          workers: int = 2, progress: bool = True) -> str:
-    """Render and write the whole benchmark under ``root``; return the manifest sha256."""
+          workers: int = 2, progress: bool = True, overwrite: bool = False) -> str:
+    """Render and write the whole benchmark beside ``root``, then swap it in (an existing benchmark only with
+    ``overwrite``); return the manifest sha256. A failed build leaves nothing behind."""
     root = Path(root)
-    partial = root.with_name(root.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    check_target(root, overwrite)
+    partial = partial_of(root)
+    shutil.rmtree(partial, ignore_errors=True)  # a killed earlier build: this builder does not resume
+    try:
+        manifest = _write(partial, seed=seed, pool_size=pool_size, images_per_class=images_per_class, n_test=n_test,
+                          id_test_per_class=id_test_per_class, id_train_per_class=id_train_per_class, rule_sets=rule_sets,
+                          workers=workers, progress=progress)
+        return finish(partial, root, manifest, overwrite)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
 
+
+def _write(partial: Path, *, seed: int, pool_size: int | None, images_per_class: int, n_test: int, id_test_per_class: int,
+           id_train_per_class: int, rule_sets: dict[str, bool] | None, workers: int, progress: bool) -> dict:
+    """Write the class tables and shards into ``partial``; return the manifest."""
     table = glyph_classes.select_pool(glyph_classes.classify(rule_sets), pool_size, seed)
     id_table = table[table["status"] == "id"].copy()
     id_table["index"] = [glyph_classes.ID_CHARS.index(c) for c in id_table["char"]]
@@ -93,7 +108,8 @@ def build(root: str | Path, *, seed: int = 0, pool_size: int | None = 400, image
                                  "ambiguous_iou": glyph_classes.AMBIGUOUS_IOU, "duplicate_iou": glyph_classes.DUPLICATE_IOU},
                   "pool_size": pool_size},
         "image_ext": IMAGE_EXT,
+        "max_image_pixels": MAX_IMAGE_PIXELS,
         "classes": class_counts(id_table, ood_table),
         "shards": [s.to_dict() for s in shards],
     }
-    return finish(partial, root, manifest)
+    return manifest
