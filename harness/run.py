@@ -226,7 +226,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     ``weights`` for the zoo targets); a submission file runs in a child process under ``limits`` (see
     :mod:`harness.isolation`) unless ``trust_submission``. ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
     submission's own. ``odin_preset`` (default paper) and ``mc_passes`` (default 30) apply to odin and mc_dropout
-    and are refused when given without them; impossible options and model names are refused before anything is loaded. ``cache`` keeps per-shard scores so that a rerun resumes; ``out`` (a folder, or a function of
+    and are refused when given without them; impossible options and bad model names are refused before any image is
+    read. ``cache`` keeps per-shard scores so that a rerun resumes; ``out`` (a folder, or a function of
     the model's name giving one) is checked before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
 
     Under torchrun every rank scores its share of the shards and rank 0 evaluates and returns the result
