@@ -8,8 +8,9 @@ for MC-dropout, the seed and batch size; a submission's kappa has its code's has
 
 An entry is one line with the sha256 of the rest, then the arrays as an ``.npz``; it also names its split and shard.
 It is written to a temporary name, fsynced and renamed, so a kill leaves whole files or none. An entry that fails
-its checksum or belongs elsewhere is reported in one warning line, discarded and scored again; a cache that cannot
-be written is still read, and the run goes on without writing it.
+its checksum, belongs to another shard or holds another number of samples than the manifest lists is reported in one
+warning line, discarded and scored again; a cache that cannot be written is still read, and the run goes on without
+writing it.
 """
 
 from __future__ import annotations
