@@ -19,23 +19,26 @@ app = make_app("Evaluate classifiers on a C-OOD benchmark.", f"cood-harness {__v
 def submit(
     target: str = typer.Argument(..., help="A submission file (README: the contract), timm:NAME, torchvision:NAME, "
                                             "open_clip:ARCH[/TAG] or hf:FOLDER."),
+    name: Optional[str] = typer.Option(None, show_default="the file's NAME, else its stem; a target's own",
+                                       help="The model's name in records and output paths."),
     weights: Optional[Path] = typer.Option(None, help="Weights file (.safetensors/.pt/.pth/.bin) for timm:, torchvision: and open_clip:."),
     benchmark: str = typer.Option("glyphs", help="'glyphs' (embedded, built on first use), a benchmark folder, or "
                                                  "hf://datasets/OWNER/NAME@REVISION."),
     kappa: Optional[List[str]] = typer.Option(None, "--kappa", "-k", show_default="softmax entropy max_logit energy, then the submission's own",
                                               help="Confidence function; repeat for several."),
     out: Optional[Path] = typer.Option(None, show_default="cood-results/MODEL", help="Output folder; earlier outputs there are moved aside."),
-    levels: int = typer.Option(11, help="Number of severity levels."),
+    levels: int = typer.Option(11, help="Number of severity levels: at least 2, at most the OOD classes less the ID classes plus 1."),
     batch_size: int = typer.Option(256, help="Images per batch."),
-    workers: int = typer.Option(2, help="Data-loading worker processes."),
+    workers: int = typer.Option(2, help="Data-loading worker processes (0: in the main process)."),
     device: str = typer.Option("auto", help="auto (CUDA when available, else cpu), cpu, cuda or cuda:N (under torchrun: each rank's own GPU)."),
     amp: str = typer.Option("auto", help="Autocast: auto (bf16 on CUDA, none on CPU), bf16, fp16 or none."),
     channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last", show_default="on for CUDA",
                                                  help="Channels-last memory format."),
     compile: bool = typer.Option(False, "--compile", help="torch.compile the model."),
     seed: int = typer.Option(0, help="Seed for stochastic kappas (MC-dropout)."),
-    odin_preset: str = typer.Option("paper", help="ODIN preset: paper (T=2, eps=1e-5) or original (T=1000, eps=0.0014)."),
-    mc_passes: int = typer.Option(30, help="Stochastic passes for mc_dropout."),
+    odin_preset: Optional[str] = typer.Option(None, show_default="paper",
+                                              help="ODIN preset (with -k odin): paper (T=2, eps=1e-5) or original (T=1000, eps=0.0014)."),
+    mc_passes: Optional[int] = typer.Option(None, show_default="30", help="Stochastic passes for mc_dropout (with -k mc_dropout)."),
     verify: bool = typer.Option(True, help="Check every shard's sha256 against the manifest before reading it."),
     cache: bool = typer.Option(True, help="Keep per-shard scores so that an interrupted run resumes where it stopped."),
     cache_dir: Optional[Path] = typer.Option(None, show_default="$COOD_BENCH_CACHE/scores", help="Score cache folder."),
@@ -56,7 +59,7 @@ def submit(
                         workers=workers, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
                         odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
                         keep_logits=keep_logits, progress=progress, leaderboard=leaderboard, weights=weights,
-                        trust_submission=trust_submission, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)))
+                        trust_submission=trust_submission, name=name, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)))
     if result is None:  # a torchrun rank other than 0
         return
     bench = result.benchmark.identity()

@@ -16,6 +16,8 @@ from harness.kappas import BUILTIN_LOGIT_KAPPAS, MODEL_KAPPAS, LogitKappa, check
 from harness.execution import Execution
 from harness.model_kappas import MC_DROPOUT_PASSES, ODIN_PRESETS, mc_dropout, odin, split_output
 
+DEFAULT_ODIN_PRESET = "paper"
+
 
 @dataclass(frozen=True)
 class KappaSpec:
@@ -26,7 +28,7 @@ class KappaSpec:
     logit: LogitKappa | None = None
 
 
-def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, odin_preset: str = "paper",
+def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, odin_preset: str = DEFAULT_ODIN_PRESET,
                    mc_passes: int = MC_DROPOUT_PASSES) -> list[KappaSpec]:
     """Turn kappa names into specs; unknown names are an error that lists the known ones."""
     user_kappas = user_kappas or {}
@@ -38,11 +40,11 @@ def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | No
             specs.append(KappaSpec(name, dict(user_kappas[name].params), user_kappas[name]))
         elif name == "odin":
             if odin_preset not in ODIN_PRESETS:
-                raise HarnessError(f"unknown ODIN preset '{odin_preset}'; known: {', '.join(ODIN_PRESETS)}")
+                raise HarnessError(f"--odin-preset '{odin_preset}' is unknown; known: {', '.join(ODIN_PRESETS)}")
             specs.append(KappaSpec(name, {"preset": odin_preset, **ODIN_PRESETS[odin_preset]}))
         elif name == "mc_dropout":
             if mc_passes < 1:
-                raise HarnessError(f"mc_dropout needs at least one pass, got {mc_passes}")
+                raise HarnessError(f"--mc-passes must be at least 1, got {mc_passes}")
             specs.append(KappaSpec(name, {"passes": mc_passes}))
         else:
             known = [*BUILTIN_LOGIT_KAPPAS, *MODEL_KAPPAS, *user_kappas]

@@ -22,7 +22,7 @@ from harness.distributed import Ranks, close, init_ranks
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
-from harness.inference import KappaSpec, LocalForward, from_logits, owned_by_model, resolve_kappas, score_shards
+from harness.inference import DEFAULT_ODIN_PRESET, KappaSpec, LocalForward, from_logits, owned_by_model, resolve_kappas, score_shards
 from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
 from harness.kappas import DEFAULT_KAPPAS
@@ -32,7 +32,7 @@ from harness.outputs import check_out, per_level_frame, record, summary_table, w
 from harness.score_cache import ScoreCache, kappa_id, run_key
 from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
 from harness.adapters import is_zoo_target, load_target
-from harness.submission import Submission, in_memory
+from harness.submission import Submission, check_name, in_memory
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records
 
@@ -99,14 +99,14 @@ class Scorer:
 
     def _from_cache(self, split: str, shard: dict) -> tuple[SplitScores | None, list[KappaSpec]]:
         """Cached scores of a shard (completed from kept logits when possible) and the kappas still missing."""
-        hit = self.cache.load(split, shard["path"]) if self.cache else None
+        hit = self.cache.load(split, shard) if self.cache else None
         if hit is None:
             return None, self.kappas
         cached, present = hit
         missing = [k for k in self.kappas if k.name not in present]
         if missing and cached.logits is not None and not any(owned_by_model(k) or k.logit.wants_features for k in missing):
             cached = cached.with_kappas(from_logits(cached, missing))
-            self.cache.save(split, shard["path"], cached)
+            self.cache.save(split, shard, cached)
             self.stats["shards_from_logits"] += 1
             return cached, []
         if not missing:
@@ -130,14 +130,15 @@ class Scorer:
         sub = self.submission
         batches = shard_batches(self.benchmark, [s for s, _ in todo], sub.transform, sub.channels, self.labels(split),
                                 self.batch_size, self.workers, self.verify, pin_memory=self.execution.device.type == "cuda")
-        sizes = {shard["path"]: shard["num_samples"] for shard, _ in todo}
+        manifest = {shard["path"]: shard for shard, _ in todo}
+        sizes = {path: shard["num_samples"] for path, shard in manifest.items()}
         with tqdm(total=total, desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split, unit="img",
                   disable=not self.progress or not total, leave=False) as bar:
             for path, scored in score_shards(self.forward, batches, sizes, len(self.benchmark.id_classes), kappas,
                                              self.keep_logits, bar):
                 merged = scored if hits[path] is None else hits[path].with_kappas(scored)
                 if self.cache:
-                    self.cache.save(split, path, merged)
+                    self.cache.save(split, manifest[path], merged)
                 parts.append(merged.only(names, keep_logits=False))
                 self.stats["images_forwarded"] += len(scored)
                 self.stats["shards_scored"] += 1
@@ -148,18 +149,42 @@ class Scorer:
         return everyone
 
 
-def _check_options(num_levels: int, batch_size: int) -> None:
+def _check_options(name: str | None, num_levels: int, batch_size: int, workers: int) -> None:
+    """Refuse, before anything is loaded, options that cannot work."""
+    if name is not None:
+        check_name(name)
     if num_levels < 2:
-        raise HarnessError(f"the number of severity levels must be at least 2, got {num_levels}")
+        raise HarnessError(f"--levels must be at least 2 (the method needs a first and a last level), got {num_levels}")
     if batch_size < 1:
-        raise HarnessError(f"the batch size must be positive, got {batch_size}")
+        raise HarnessError(f"--batch-size must be at least 1, got {batch_size}")
+    if workers < 0:
+        raise HarnessError(f"--workers must be 0 or more, got {workers}")
 
 
-def _open(benchmark: str | Path, progress: bool) -> Benchmark:
+def _model_kappa_options(kappas: list[str] | None, odin_preset: str | None, mc_passes: int | None) -> tuple[str, int]:
+    """The ODIN preset and MC-dropout passes with their defaults filled in; each is refused when given without its
+    kappa (which the default kappas never include)."""
+    requested = set(kappas or ())
+    if odin_preset is not None and "odin" not in requested:
+        raise HarnessError("--odin-preset applies to the odin kappa, which is not requested (-k odin)")
+    if mc_passes is not None and "mc_dropout" not in requested:
+        raise HarnessError("--mc-passes applies to the mc_dropout kappa, which is not requested (-k mc_dropout)")
+    return (DEFAULT_ODIN_PRESET if odin_preset is None else odin_preset,
+            MC_DROPOUT_PASSES if mc_passes is None else mc_passes)
+
+
+def _open(benchmark: str | Path, progress: bool, num_levels: int) -> Benchmark:
+    """The benchmark, refused when it has fewer distinct windows of |ID| classes than ``num_levels``."""
     try:
-        return open_benchmark(benchmark, progress)
+        bench = open_benchmark(benchmark, progress)
     except BenchmarkError as exc:
         raise HarnessError(str(exc)) from None
+    num_ood, window = len(bench.ood_classes), len(bench.id_classes)
+    windows = max(num_ood - window + 1, 0)
+    if num_levels > windows:
+        raise HarnessError(f"--levels {num_levels} is more than the benchmark {benchmark} allows: its {num_ood} OOD classes in windows "
+                           f"of {window} (its ID classes) give {windows} distinct levels at most")
+    return bench
 
 
 def _load(target, transform, name: str | None, weights, channels: int, num_id: int, execution: Execution, seed: int,
@@ -188,8 +213,8 @@ def _load(target, transform, name: str | None, weights, channels: int, num_id: i
 def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=None, name: str | None = None,
              channels: int = 3, weights: str | Path | None = None, num_levels: int = DEFAULT_NUM_LEVELS,
              batch_size: int = 256, workers: int = 2, device: str = "auto", amp: str = "auto",
-             channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str = "paper",
-             mc_passes: int = MC_DROPOUT_PASSES, verify: bool = True, cache: bool = False,
+             channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str | None = None,
+             mc_passes: int | None = None, verify: bool = True, cache: bool = False,
              cache_dir: str | Path | None = None, keep_logits: bool = False, progress: bool = True,
              trust_submission: bool = False, limits: Limits | None = None,
              out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None) -> Evaluation | None:
@@ -201,7 +226,9 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     file, ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or ``hf:<folder>``, with
     ``weights`` for the zoo targets); a submission file runs in a child process under ``limits`` (see
     :mod:`harness.isolation`) unless ``trust_submission``. ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
-    submission's own. ``cache`` keeps per-shard scores so that a rerun resumes; ``out`` (a folder, or a function of
+    submission's own. ``odin_preset`` (default paper) and ``mc_passes`` (default 30) apply to odin and mc_dropout
+    and are refused when given without them; impossible options and bad model names are refused before any image is
+    read. ``cache`` keeps per-shard scores so that a rerun resumes; ``out`` (a folder, or a function of
     the model's name giving one) is checked before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
 
     Under torchrun every rank scores its share of the shards and rank 0 evaluates and returns the result
@@ -209,7 +236,9 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     """
     started = time.perf_counter()
     created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
-    _check_options(num_levels, batch_size)
+    _check_options(name, num_levels, batch_size, workers)
+    kappas = None if kappas is None else list(kappas)
+    odin_preset, mc_passes = _model_kappa_options(kappas, odin_preset, mc_passes)
     ranks, device = init_ranks(auto_device(device))
     forward = None
     try:
@@ -219,7 +248,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
             print(execution.summary(), file=sys.stderr, flush=True)
         # everything that can fail fast does so before an embedded benchmark is built (a minute on first use)
         embedded = str(benchmark) in EMBEDDED
-        bench = None if embedded else _open(benchmark, progress and ranks.is_main)
+        bench = None if embedded else _open(benchmark, progress and ranks.is_main, num_levels)
         num_id = embedded_num_id_classes(str(benchmark)) if embedded else len(bench.id_classes)
         submission, forward = _load(model, transform, name, weights, channels, num_id, execution, seed, trust_submission,
                                     limits or Limits())
@@ -231,7 +260,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         if out is not None and ranks.is_main:
             check_out(Path(out))
         if embedded:
-            bench = _open(benchmark, progress and ranks.is_main)
+            bench = _open(benchmark, progress and ranks.is_main, num_levels)
         weights_sha = submission.weights_sha256
         score_cache = None
         if cache:

@@ -1,18 +1,26 @@
 """Per-shard score cache: a killed run resumes where it stopped, and a new logit kappa needs no new
 pass over the images when the logits were kept.
 
-Layout: ``<root>/<run key>/<split>/<shard path with / as __>.npz``. The run key hashes what fixes the
+Layout: ``<root>/<run key>/<split>/<shard path with / as __>.scores``. The run key hashes what fixes the
 scores' bits: benchmark revision, model weights, preprocessing, numerics (device type, autocast,
 memory format) and the harness version. Inside a file every kappa is stored under an id that hashes its parameters (and,
-for MC-dropout, the seed and batch size; a submission's kappa has its code's hash among its parameters). Files are
-written to a temporary name and renamed, so a kill leaves whole files or none.
+for MC-dropout, the seed and batch size; a submission's kappa has its code's hash among its parameters).
+
+An entry is one line with the sha256 of the rest, then the arrays as an ``.npz``; it also names its split and shard.
+It is written to a temporary name, fsynced and renamed, so a kill leaves whole files or none. An entry that fails
+its checksum, belongs to another shard or holds another number of samples than the manifest lists is reported in one
+warning line, discarded and scored again; a cache that cannot be written is still read, and the run goes on without
+writing it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -39,42 +47,104 @@ def kappa_id(spec: KappaSpec, seed: int, batch_size: int) -> str:
     return f"{spec.name}-{_digest(defining)[:12]}"
 
 
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+class Damaged(Exception):
+    """A cache entry that cannot be trusted; the message says why."""
+
+
+def encode(arrays: dict[str, np.ndarray]) -> bytes:
+    """An entry's bytes: the sha256 of the ``.npz`` of ``arrays``, a newline, then that ``.npz``."""
+    body = io.BytesIO()
+    np.savez(body, **arrays)
+    body = body.getvalue()
+    return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+
+
+def decode(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an entry's bytes, once its checksum matches."""
+    digest, _, body = data.partition(b"\n")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        raise Damaged(f"its checksum does not match its {len(data)} bytes")
+    with np.load(io.BytesIO(body), allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
 class ScoreCache:
     """Reads and writes per-shard :class:`SplitScores` under one run key, by kappa id."""
 
     def __init__(self, folder: Path, ids: dict[str, str]):
         self.folder, self.ids = folder, ids  # ids: kappa name -> kappa id
+        self.writable = True
 
     def _path(self, split: str, shard: str) -> Path:
-        return self.folder / split / (shard.replace("/", "__") + ".npz")
+        return self.folder / split / (shard.replace("/", "__") + ".scores")
 
-    def load(self, split: str, shard: str) -> tuple[SplitScores, set[str]] | None:
-        """The cached scores of a shard (only the kappas of this run that are there) and the names of those kappas."""
-        path = self._path(split, shard)
+    def _read(self, split: str, shard: dict) -> dict[str, np.ndarray] | None:
+        """The arrays stored for a shard, or None when there are none (a damaged entry is reported and removed)."""
+        path = self._path(split, shard["path"])
         if not path.is_file():
             return None
-        with np.load(path, allow_pickle=False) as data:
-            present = {name for name, kid in self.ids.items() if f"score:{kid}" in data}
-            scores = SplitScores(data["keys"], data["labels"], data["preds"],
-                                 {n: data[f"score:{self.ids[n]}"] for n in present}, {n: data[f"conf:{self.ids[n]}"] for n in present},
-                                 data["logits"] if "logits" in data else None)
+        try:
+            arrays = decode(path.read_bytes())
+            if str(arrays["shard"]) != f"{split}/{shard['path']}":
+                raise Damaged(f"it holds the scores of {arrays['shard']}")
+            if len(arrays["keys"]) != shard["num_samples"]:
+                raise Damaged(f"it holds {len(arrays['keys'])} samples, the manifest lists {shard['num_samples']}")
+        except (Damaged, OSError) as exc:
+            warn(f"score cache entry {path} is unusable ({exc.strerror if isinstance(exc, OSError) else exc}); "
+                 "it is discarded and its shard scored again")
+            with contextlib.suppress(OSError):  # a read-only cache keeps it
+                path.unlink()
+            return None
+        return arrays
+
+    def load(self, split: str, shard: dict) -> tuple[SplitScores, set[str]] | None:
+        """The cached scores of a shard (a manifest entry: only the kappas of this run that are there) and the names
+        of those kappas."""
+        arrays = self._read(split, shard)
+        if arrays is None:
+            return None
+        present = {name for name, kid in self.ids.items() if f"score:{kid}" in arrays}
+        scores = SplitScores(arrays["keys"], arrays["labels"], arrays["preds"],
+                             {n: arrays[f"score:{self.ids[n]}"] for n in present},
+                             {n: arrays[f"conf:{self.ids[n]}"] for n in present}, arrays.get("logits"))
         return scores, present
 
-    def save(self, split: str, shard: str, scores: SplitScores) -> None:
-        """Store a shard's scores, keeping kappas stored earlier for it."""
-        path = self._path(split, shard)
-        arrays = {}
-        if path.is_file():
-            with np.load(path, allow_pickle=False) as old:
-                arrays = {k: old[k] for k in old.files}
-        arrays.update(keys=scores.keys.astype(str), labels=scores.labels, preds=scores.preds)
+    def save(self, split: str, shard: dict, scores: SplitScores) -> None:
+        """Store a shard's scores, keeping kappas stored earlier for it; when the cache cannot be written, say so once
+        and stop writing it."""
+        if not self.writable:
+            return
+        arrays = self._read(split, shard) or {}
+        arrays.update(shard=np.array(f"{split}/{shard['path']}"), keys=scores.keys.astype(str), labels=scores.labels,
+                      preds=scores.preds)
         for name in scores.scores:
             arrays[f"score:{self.ids[name]}"] = scores.scores[name]
             arrays[f"conf:{self.ids[name]}"] = scores.confs[name]
         if scores.logits is not None:
             arrays["logits"] = scores.logits
+        try:
+            self._write(self._path(split, shard["path"]), encode(arrays))
+        except OSError as exc:
+            self.writable = False
+            warn(f"cannot write the score cache in {self.folder} ({exc.strerror or exc}); the run goes on without caching")
+
+    @staticmethod
+    def _write(path: Path, data: bytes) -> None:
+        """Write ``data`` to ``path`` atomically: a temporary file, fsynced, then renamed over ``path``."""
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + f".{os.getpid()}.partial")
-        with open(partial, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(partial, path)
+        try:
+            with open(partial, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(partial, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+            raise

@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import inspect
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -31,6 +32,25 @@ from timm.data import create_transform
 from harness.errors import HarnessError
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, MODEL_KAPPAS, LogitKappa
 from harness.model_kappas import split_output
+
+MAX_NAME_BYTES = 200
+LINE_BREAKING = ("Cc", "Cs", "Zl", "Zp")  # control characters, lone surrogates, line and paragraph separators
+
+
+def check_name(name: str) -> None:
+    """A model name as records and output paths use it: at most 200 UTF-8 bytes, no path separator, no control
+    character, not '', '.' or '..'; anything else is refused in one line."""
+    if not isinstance(name, str):
+        raise HarnessError(f"the model name must be a string, got {type(name).__name__}")
+    shown = repr(name if len(name) <= 60 else name[:60] + "...")
+    if name in ("", ".", ".."):
+        raise HarnessError(f"the model name {shown} is not a name")
+    if "/" in name or "\\" in name:
+        raise HarnessError(f"the model name {shown} contains '/' or '\\'")
+    if any(unicodedata.category(c) in LINE_BREAKING for c in name):
+        raise HarnessError(f"the model name {shown} contains a control character")
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise HarnessError(f"the model name {shown} is {len(name.encode())} UTF-8 bytes long, more than {MAX_NAME_BYTES}")
 
 
 @dataclass
@@ -49,6 +69,7 @@ class Submission:
     num_parameters: int | None = None
 
     def __post_init__(self):
+        check_name(self.name)
         if self.model is not None:
             self.weights_sha256 = weights_sha256(self.model)
             self.num_parameters = sum(p.numel() for p in self.model.parameters())

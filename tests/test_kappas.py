@@ -77,7 +77,7 @@ def test_resolve_kappas():
     assert specs[2].params == {"passes": 7}
     with pytest.raises(HarnessError, match="unknown kappa 'msp'"):
         resolve_kappas(["msp"])
-    with pytest.raises(HarnessError, match="unknown ODIN preset"):
+    with pytest.raises(HarnessError, match="--odin-preset .fast. is unknown"):
         resolve_kappas(["odin"], odin_preset="fast")
 
 
