@@ -38,3 +38,9 @@ def embedded_benchmark(name: str = "glyphs", *, progress: bool = True, workers: 
 def embedded_num_id_classes(name: str) -> int:
     """The number of ID classes of an embedded benchmark, known without building it."""
     return EMBEDDED[name].NUM_ID_CLASSES
+
+
+def embedded_num_ood_classes(name: str) -> int:
+    """The number of OOD classes of an embedded benchmark built with its defaults (a seeded sample of that many of
+    the classes that survive its rules), known without building it."""
+    return EMBEDDED[name].DEFAULTS["pool_size"]

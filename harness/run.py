@@ -14,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 from dataset_builder.benchmark import Benchmark
-from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark, embedded_num_id_classes
+from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark, embedded_num_id_classes, embedded_num_ood_classes
 from dataset_builder.errors import BenchmarkError
 from harness import __version__
 from harness.data import shard_batches
@@ -179,12 +179,16 @@ def _open(benchmark: str | Path, progress: bool, num_levels: int) -> Benchmark:
         bench = open_benchmark(benchmark, progress)
     except BenchmarkError as exc:
         raise HarnessError(str(exc)) from None
-    num_ood, window = len(bench.ood_classes), len(bench.id_classes)
+    _check_levels(num_levels, len(bench.ood_classes), len(bench.id_classes), benchmark)
+    return bench
+
+
+def _check_levels(num_levels: int, num_ood: int, window: int, benchmark) -> None:
+    """Refuse more levels than the benchmark has distinct windows of |ID| classes."""
     windows = max(num_ood - window + 1, 0)
     if num_levels > windows:
         raise HarnessError(f"--levels {num_levels} is more than the benchmark {benchmark} allows: its {num_ood} OOD classes in windows "
                            f"of {window} (its ID classes) give {windows} distinct levels at most")
-    return bench
 
 
 def _load(target, transform, name: str | None, weights, channels: int, num_id: int, execution: Execution, seed: int,
@@ -250,6 +254,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         embedded = str(benchmark) in EMBEDDED
         bench = None if embedded else _open(benchmark, progress and ranks.is_main, num_levels)
         num_id = embedded_num_id_classes(str(benchmark)) if embedded else len(bench.id_classes)
+        if embedded:
+            _check_levels(num_levels, embedded_num_ood_classes(str(benchmark)), num_id, benchmark)
         submission, forward = _load(model, transform, name, weights, channels, num_id, execution, seed, trust_submission,
                                     limits or Limits())
         if kappas is None:

@@ -97,6 +97,15 @@ def test_an_unknown_kappa_fails_before_any_benchmark_is_built(tmp_path, monkeypa
     assert not (tmp_path / "cache").exists()
 
 
+def test_impossible_levels_fail_before_the_embedded_benchmark_is_built(tmp_path, monkeypatch):
+    monkeypatch.setenv("COOD_BENCH_CACHE", str(tmp_path / "cache"))
+    cnn = load_example(CNN)
+    with pytest.raises(HarnessError, match=r"--levels 500 is more than the benchmark glyphs allows: its 400 OOD classes "
+                                           r"in windows of 36 \(its ID classes\) give 365 distinct levels at most"):
+        evaluate(cnn.build_model(), cnn.DATA_CONFIG, num_levels=500, progress=False)
+    assert not (tmp_path / "cache").exists()
+
+
 def test_the_readme_python_example_runs(default_glyphs, tmp_path, monkeypatch):
     """README's in-memory example, executed as written."""
     monkeypatch.chdir(ROOT)
