@@ -239,3 +239,17 @@ def test_a_files_bad_name_is_refused_and_writes_nothing(tiny_glyphs, clean, tmp_
     one_line(done.stderr, r"error: the model name '\.\./escape' contains '/' or '\\'")
     assert list(cwd.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["cache", "cwd", "file"]
     assert tree(cache) == before
+
+
+def test_a_run_into_another_models_out_leaves_only_the_new_set(tiny_glyphs, earlier):
+    mlp = Path(CNN).with_name("glyph_mlp.py")
+    done = cli(mlp, "--benchmark", tiny_glyphs, "--no-progress", "-k", "softmax", "-k", "margin", "--workers", "0",
+               "--out", earlier["out"], "--no-cache")
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"moved the earlier outputs in .*out to .*out\.previous-", done.stdout), done.stdout
+    new = tree(earlier["out"])
+    assert sorted(new) == ["levels/glyph_mlp__margin.parquet", "levels/glyph_mlp__softmax.parquet", "per_level.csv",
+                           "records/margin.json", "records/softmax.json", "severity_curves.png"]
+    assert {r["model"]["name"] for r in records(earlier["out"]).values()} == {"glyph_mlp"}
+    assert set(pd.read_csv(earlier["out"] / "per_level.csv")["model name"]) == {"glyph_mlp"}
+    assert_outputs_moved_aside(earlier)
