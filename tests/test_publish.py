@@ -28,14 +28,14 @@ def tar_bytes(members: dict[str, bytes]) -> bytes:
 
 def make_benchmark(root: Path) -> Path:
     """A tiny benchmark folder in the DESIGN.md layout (8 files)."""
-    files = {
-        "manifest.json": json.dumps({"format_version": FORMAT_VERSION, "benchmark": "tiny"}).encode(),
-        "README.md": b"---\nlicense: mit\n---\n# tiny\n",
+    shards = {
         "id/test/000000.tar": tar_bytes({"id1.png": b"\x89PNG id1", "id1.json": b'{"class_id": "a"}'}),
         "ood/estimation/000000.tar": tar_bytes({"o1.png": b"\x89PNG o1", "o1.json": b'{"class_id": "n01"}'}),
         "ood/test/000/n01.tar": tar_bytes({"o2.png": b"\x89PNG o2", "o2.json": b'{"class_id": "n01"}'}),
         "ood/test/000/n02.tar": tar_bytes({"o3.png": b"\x89PNG o3", "o3.json": b'{"class_id": "n02"}'}),
     }
+    manifest = {"format_version": FORMAT_VERSION, "benchmark": "tiny", "shards": [{"path": path} for path in shards]}
+    files = {"manifest.json": json.dumps(manifest).encode(), "README.md": b"---\nlicense: mit\n---\n# tiny\n", **shards}
     for path, data in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
