@@ -71,6 +71,24 @@ def submit(
         typer.echo(f"added {len(result.records)} entries to the leaderboard in {leaderboard}")
 
 
+@app.command()
+def kappas(
+    needs: Optional[str] = typer.Option(None, help="Only kappas that need this: logits, features, head, fit or model."),
+) -> None:
+    """List every registered kappa: its name, what it needs, its parameters, its source and reference."""
+    from harness.kappas import NEEDS, registry
+
+    if needs is not None and needs not in NEEDS:
+        raise HarnessError(f"unknown need '{needs}'; known: {', '.join(NEEDS)}")
+    defs = [d for d in registry().defs.values() if needs is None or needs in d.needs]
+    width = max(len(d.name) for d in registry().defs.values())
+    for d in defs:
+        params = ", ".join(f"{k}={v}" for k, v in d.defaults.items())
+        typer.echo(f"{d.name:<{width}}  {d.source:<11}  needs {'+'.join(n for n in NEEDS if n in d.needs):<24}  {d.summary}"
+                   f"{f' [{params}]' if params else ''}{f' -- {d.reference}' if d.reference else ''}")
+    typer.echo(f"{len(defs)} kappas")
+
+
 def _bytes(gib: float | None) -> tuple[int, ...]:
     return () if gib is None else (int(gib * 2**30),)
 

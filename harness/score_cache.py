@@ -1,5 +1,5 @@
-"""Per-shard score cache: a killed run resumes where it stopped, and a new logit kappa needs no new
-pass over the images when the logits were kept.
+"""Per-shard score cache: a killed run resumes where it stopped, and a new kappa needs no new pass over the
+images when the logits and features were kept.
 
 Layout: ``<root>/<run key>/<split>/<shard path with / as __>.npz``. The run key hashes what fixes the
 scores' bits: benchmark revision, model weights, preprocessing, numerics (device type, autocast,
@@ -34,7 +34,7 @@ def run_key(benchmark_sha256: str, weights_sha256: str, preprocessing: dict, num
 def kappa_id(spec: KappaSpec, seed: int, batch_size: int) -> str:
     """The cache id of a kappa: its name and a hash of everything that defines its values."""
     defining = {"params": spec.params}  # a submission's kappa carries its code's sha256 among them
-    if spec.name == "mc_dropout":
+    if spec.seeded:  # stochastic passes: the values depend on the seed and the batches
         defining.update(seed=seed, batch_size=batch_size)
     return f"{spec.name}-{_digest(defining)[:12]}"
 
@@ -57,7 +57,8 @@ class ScoreCache:
             present = {name for name, kid in self.ids.items() if f"score:{kid}" in data}
             scores = SplitScores(data["keys"], data["labels"], data["preds"],
                                  {n: data[f"score:{self.ids[n]}"] for n in present}, {n: data[f"conf:{self.ids[n]}"] for n in present},
-                                 data["logits"] if "logits" in data else None)
+                                 data["logits"] if "logits" in data else None,
+                                 data["features"] if "features" in data else None)
         return scores, present
 
     def save(self, split: str, shard: str, scores: SplitScores) -> None:
@@ -73,6 +74,8 @@ class ScoreCache:
             arrays[f"conf:{self.ids[name]}"] = scores.confs[name]
         if scores.logits is not None:
             arrays["logits"] = scores.logits
+        if scores.features is not None:
+            arrays["features"] = scores.features.astype(np.float32)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + f".{os.getpid()}.partial")
         with open(partial, "wb") as f:
