@@ -39,7 +39,7 @@ def submit(
     verify: bool = typer.Option(True, help="Check every shard's sha256 against the manifest before reading it."),
     cache: bool = typer.Option(True, help="Keep per-shard scores so that an interrupted run resumes where it stopped."),
     cache_dir: Optional[Path] = typer.Option(None, show_default="$COOD_BENCH_CACHE/scores", help="Score cache folder."),
-    keep_logits: bool = typer.Option(False, help="Also cache the logits, so that new logit kappas need no new pass."),
+    keep_logits: bool = typer.Option(True, help="Also cache the logits and features, so that new kappas need no new pass."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
     trust_submission: bool = typer.Option(False, "--trust-submission",

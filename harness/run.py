@@ -103,7 +103,7 @@ class Scorer:
         missing (None: the shard needs a pass although no kappa is missing, for its logits and features)."""
         hit = self.cache.load(split, shard["path"]) if self.cache else None
         if hit is None:
-            return None, kappas
+            return None, kappas or None
         cached, present = hit
         missing = [k for k in kappas if k.name not in present]
         kept = cached.logits is not None and (cached.features is not None or not self.wants_features)
@@ -201,7 +201,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
              batch_size: int = 256, workers: int = 2, device: str = "auto", amp: str = "auto",
              channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str = "paper",
              mc_passes: int = MC_DROPOUT_PASSES, verify: bool = True, cache: bool = False,
-             cache_dir: str | Path | None = None, keep_logits: bool = False, progress: bool = True,
+             cache_dir: str | Path | None = None, keep_logits: bool = True, progress: bool = True,
              trust_submission: bool = False, limits: Limits | None = None,
              out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None) -> Evaluation | None:
     """Evaluate a classifier on a C-OOD benchmark and return the results; nothing is written unless asked.
@@ -212,7 +212,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     file, ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or ``hf:<folder>``, with
     ``weights`` for the zoo targets); a submission file runs in a child process under ``limits`` (see
     :mod:`harness.isolation`) unless ``trust_submission``. ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
-    submission's own. ``cache`` keeps per-shard scores so that a rerun resumes; ``out`` (a folder, or a function of
+    submission's own. ``cache`` keeps per-shard scores (and, with ``keep_logits``, logits and features) so that a rerun
+    resumes and a new kappa needs no new pass; kappas that need a fit are fitted on the benchmark's ID fit split first; ``out`` (a folder, or a function of
     the model's name giving one) is checked before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
 
     Under torchrun every rank scores its share of the shards and rank 0 evaluates and returns the result
@@ -259,8 +260,10 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         if fitted:
             split = fitted[0].params["fit"]["split"]
             split_start = time.perf_counter()
-            fit_kappas(fitted, scorer.split(split, kappas=[], outputs=True), forward.head, seed)
+            fit_data = scorer.split(split, kappas=[], outputs=True)
+            fit_kappas(fitted, fit_data, forward.head, seed)
             timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
+            timings[f"{split}_images"] = len(fit_data)
         for split in EVAL_SPLITS:
             split_start = time.perf_counter()
             scores[split] = scorer.split(split)
