@@ -105,3 +105,18 @@ def test_features_are_the_input_of_the_last_layer_from_the_same_pass():
         np.testing.assert_allclose(out.logits, model(images).numpy(), rtol=1e-5, atol=1e-5)
     weight, bias = forward.head
     np.testing.assert_allclose(out.features @ weight.T + bias, out.logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["resnet10t", "vit_tiny_patch16_224"])
+def test_timm_features_are_forward_head_pre_logits(arch):
+    import timm
+
+    model = timm.create_model(arch, pretrained=False, num_classes=36).eval()
+    forward = LocalForward(model, Execution.resolve("cpu"), 36, seed=0)
+    images = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    out = forward(images, ["a", "b"], [])
+    with torch.no_grad():
+        expected = model.forward_head(model.forward_features(images), pre_logits=True)
+    np.testing.assert_allclose(out.features, expected.numpy(), rtol=1e-4, atol=1e-5)
+    weight, bias = forward.head
+    np.testing.assert_allclose(out.features @ weight.T + bias, out.logits, rtol=1e-4, atol=1e-4)
