@@ -42,7 +42,7 @@ def submit(
     verify: bool = typer.Option(True, help="Check every shard's sha256 against the manifest before reading it."),
     cache: bool = typer.Option(True, help="Keep per-shard scores so that an interrupted run resumes where it stopped."),
     cache_dir: Optional[Path] = typer.Option(None, show_default="$COOD_BENCH_CACHE/scores", help="Score cache folder."),
-    keep_logits: bool = typer.Option(False, help="Also cache the logits, so that new logit kappas need no new pass."),
+    keep_logits: bool = typer.Option(True, help="Also cache the logits and features, so that new kappas need no new pass."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
     trust_submission: bool = typer.Option(False, "--trust-submission",
@@ -72,6 +72,24 @@ def submit(
                f"in {result.records[0]['timings']['total_s']:.1f} s")
     if leaderboard is not None:
         typer.echo(f"added {len(result.records)} entries to the leaderboard in {leaderboard}")
+
+
+@app.command()
+def kappas(
+    needs: Optional[str] = typer.Option(None, help="Only kappas that need this: logits, features, head, fit or model."),
+) -> None:
+    """List every registered kappa: its name, what it needs, its parameters, its source and reference."""
+    from harness.kappas import NEEDS, registry
+
+    if needs is not None and needs not in NEEDS:
+        raise HarnessError(f"unknown need '{needs}'; known: {', '.join(NEEDS)}")
+    defs = [d for d in registry().defs.values() if needs is None or needs in d.needs]
+    width = max(len(d.name) for d in registry().defs.values())
+    for d in defs:
+        params = ", ".join(f"{k}={v}" for k, v in d.defaults.items())
+        typer.echo(f"{d.name:<{width}}  {d.source:<11}  needs {'+'.join(n for n in NEEDS if n in d.needs):<24}  {d.summary}"
+                   f"{f' [{params}]' if params else ''}{f' -- {d.reference}' if d.reference else ''}")
+    typer.echo(f"{len(defs)} kappas")
 
 
 def _bytes(gib: float | None) -> tuple[int, ...]:

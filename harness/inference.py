@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -11,74 +11,62 @@ import torch
 from tqdm import tqdm
 
 from harness.errors import HarnessError
-from harness.method.scores import SplitScores
-from harness.kappas import BUILTIN_LOGIT_KAPPAS, MODEL_KAPPAS, LogitKappa, check_logits
 from harness.execution import Execution
-from harness.model_kappas import MC_DROPOUT_PASSES, ODIN_PRESETS, mc_dropout, odin, split_output
+from harness.kappas import MC_DROPOUT_PASSES, KappaSpec, LogitKappa, Outputs, check_logits, split_output
+from harness.kappas.features import FeatureTap, check_features, check_head
+from harness.kappas.registry import resolve_kappas as resolve_registered
+from harness.method.scores import SplitScores
 
 DEFAULT_ODIN_PRESET = "paper"
 
 
-@dataclass(frozen=True)
-class KappaSpec:
-    """A requested kappa: its name, the parameters that define it, and how it is computed."""
-
-    name: str
-    params: dict = field(default_factory=dict)
-    logit: LogitKappa | None = None
-
-
 def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, odin_preset: str = DEFAULT_ODIN_PRESET,
                    mc_passes: int = MC_DROPOUT_PASSES) -> list[KappaSpec]:
-    """Turn kappa names into specs; unknown names are an error that lists the known ones."""
-    user_kappas = user_kappas or {}
-    specs = []
-    for name in dict.fromkeys(names):
-        if name in BUILTIN_LOGIT_KAPPAS:
-            specs.append(KappaSpec(name, dict(BUILTIN_LOGIT_KAPPAS[name].params), BUILTIN_LOGIT_KAPPAS[name]))
-        elif name in user_kappas:
-            specs.append(KappaSpec(name, dict(user_kappas[name].params), user_kappas[name]))
-        elif name == "odin":
-            if odin_preset not in ODIN_PRESETS:
-                raise HarnessError(f"--odin-preset '{odin_preset}' is unknown; known: {', '.join(ODIN_PRESETS)}")
-            specs.append(KappaSpec(name, {"preset": odin_preset, **ODIN_PRESETS[odin_preset]}))
-        elif name == "mc_dropout":
-            if mc_passes < 1:
-                raise HarnessError(f"--mc-passes must be at least 1, got {mc_passes}")
-            specs.append(KappaSpec(name, {"passes": mc_passes}))
-        else:
-            known = [*BUILTIN_LOGIT_KAPPAS, *MODEL_KAPPAS, *user_kappas]
-            raise HarnessError(f"unknown kappa '{name}'; known: {', '.join(known)}")
-    if not specs:
-        raise HarnessError("no kappa requested")
-    return specs
+    """Turn kappa names into specs; an unknown name is an error that suggests the closest and lists the known ones."""
+    return resolve_registered(names, user_kappas, odin_preset=odin_preset, mc_passes=mc_passes)
 
 
-def logit_kappa_scores(logits: np.ndarray, features: np.ndarray | None, kappas: list[KappaSpec]) -> tuple[dict, dict]:
-    """Scores and confidences of the logit kappas among ``kappas``."""
+def outputs_for(spec: KappaSpec, logits: np.ndarray, features: np.ndarray | None, head, labels: np.ndarray | None = None) -> Outputs:
+    """What ``spec`` reads of a pass, checked against what it declares it needs."""
+    if "features" in spec.needs or "head" in spec.needs:
+        features = check_features(spec.name, features)
+    if "head" in spec.needs:
+        head = check_head(spec.name, logits, features, head)
+    return Outputs(np.asarray(logits, dtype=np.float64), features, head, labels)
+
+
+def kappa_scores(logits: np.ndarray, features: np.ndarray | None, head, kappas: list[KappaSpec]) -> tuple[dict, dict]:
+    """Scores and confidences of ``kappas`` (none of them needing the model) from one pass's outputs."""
     scores, confs = {}, {}
     for spec in kappas:
-        if spec.logit is None:
-            continue
-        if spec.logit.wants_features and features is None:
-            raise HarnessError(f"kappa '{spec.name}' needs features, but the model returns logits only (or they were not kept)")
-        scores[spec.name], confs[spec.name] = spec.logit(logits, features)
+        scores[spec.name], confs[spec.name] = spec.impl.score(outputs_for(spec, logits, features, head))
     return scores, confs
 
 
-def from_logits(cached: SplitScores, kappas: list[KappaSpec]) -> SplitScores:
-    """Logit kappas computed from kept logits: no pass over the images."""
-    scores, confs = logit_kappa_scores(cached.logits.astype(np.float64), None, kappas)
-    return SplitScores(cached.keys, cached.labels, cached.preds, scores, confs, cached.logits)
+def from_outputs(cached: SplitScores, kappas: list[KappaSpec], head) -> SplitScores:
+    """Kappas computed from kept logits and features: no pass over the images."""
+    scores, confs = kappa_scores(cached.logits.astype(np.float64), cached.features, head, kappas)
+    return SplitScores(cached.keys, cached.labels, cached.preds, scores, confs, cached.logits, cached.features)
+
+
+def fit_kappas(kappas: list[KappaSpec], data: SplitScores, head, seed: int) -> None:
+    """Fit every kappa that needs a fit on the fit split's logits, features and labels, seeded."""
+    for spec in kappas:
+        if "fit" not in spec.needs:
+            continue
+        outputs = outputs_for(spec, data.logits, data.features, head, data.labels)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            try:
+                spec.impl.fit(outputs)
+            except HarnessError:
+                raise
+            except Exception as exc:  # a detector's own checks (too few samples for k, a singular covariance)
+                raise HarnessError(f"fitting kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
 
 
 def _batch_seed(seed: int, first_key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{first_key}".encode()).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
-
-
-def owned_by_model(spec: KappaSpec) -> bool:
-    """A kappa computed where the model runs: it needs the model (ODIN, MC-dropout) or is the submitter's own code."""
-    return spec.logit is None or spec.params.get("source") == "submission"
 
 
 @dataclass
@@ -92,12 +80,19 @@ class ModelOutput:
 
 
 class LocalForward:
-    """The model's forward pass, and the kappas owned by the model (:func:`owned_by_model`), in this process."""
+    """The model's forward pass (logits and features), and the kappas computed beside the model
+    (:attr:`KappaSpec.in_model`), in this process."""
 
     isolation = {"mode": "in-process"}
 
     def __init__(self, model: torch.nn.Module, execution: Execution, num_classes: int, seed: int):
         self.model, self.execution, self.num_classes, self.seed = model, execution, num_classes, seed
+        self.tap = FeatureTap(model, num_classes)
+
+    @property
+    def head(self):
+        """The model's last layer ``(weight, bias)``, float64, or None."""
+        return self.tap.head
 
     def __call__(self, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]) -> ModelOutput:
         images = self.execution.inputs(images)
@@ -109,27 +104,26 @@ class LocalForward:
         except Exception as exc:  # the model's code: any failure is reported in one line
             raise HarnessError(f"the model's forward pass failed: {type(exc).__name__}: {exc}") from None
         logits, features = split_output(output)
+        tapped = self.tap.take()
+        features = tapped if features is None else features
         logits = check_logits(logits.float().cpu().numpy(), self.num_classes)
         features = None if features is None else features.float().cpu().numpy()
         scores, confs = {}, {}
         for spec in kappas:
-            if spec.logit is not None:  # the submission's own kappa
-                try:
-                    own = logit_kappa_scores(logits, features, [spec])
-                except HarnessError:
-                    raise
-                except Exception as exc:  # the submitter's code
-                    raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
-                scores |= own[0]
-                confs |= own[1]
-            elif spec.name == "odin":
-                with self.execution.autocast():
-                    score, conf = odin(self.model, images, spec.params["temperature"], spec.params["epsilon"])
-                scores[spec.name], confs[spec.name] = score.cpu().numpy(), conf.cpu().numpy()
-            elif spec.name == "mc_dropout":
-                with self.execution.autocast():
-                    score = mc_dropout(self.model, images, spec.params["passes"], _batch_seed(self.seed, keys[0]))
-                scores[spec.name] = confs[spec.name] = score.cpu().numpy()
+            try:
+                if "model" in spec.needs:
+                    with self.execution.autocast():
+                        score, conf = spec.impl.score_model(self.model, images, _batch_seed(self.seed, keys[0]))
+                    scores[spec.name], confs[spec.name] = score.cpu().numpy(), conf.cpu().numpy()
+                else:  # the submission's own kappa
+                    own = kappa_scores(logits, features, None, [spec])
+                    scores |= own[0]
+                    confs |= own[1]
+            except HarnessError:
+                raise
+            except Exception as exc:  # the submitter's code
+                raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
+        self.tap.take()  # drop what the kappas' own passes captured
         return ModelOutput(logits, features, scores, confs)
 
     def close(self) -> None:
@@ -138,14 +132,14 @@ class LocalForward:
 
 def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarray, num_classes: int,
                 kappas: list[KappaSpec], keep_logits: bool = False) -> SplitScores:
-    """All kappas of one batch: one forward pass for every logit kappa, plus ODIN's and MC-dropout's own passes.
+    """All kappas of one batch from one forward pass (plus the extra passes of the kappas that need the model).
 
-    ``forward`` (:class:`LocalForward`, or a model in a child process) returns the logits and the kappas owned
-    by the model; the built-in logit kappas are computed here, from the logits.
+    ``forward`` (:class:`LocalForward`, or a model in a child process) returns the logits, the features and the kappas
+    computed beside the model; every other kappa is computed here from them. ``keep_logits`` keeps logits and features.
     """
-    out = forward(images, keys, [k for k in kappas if owned_by_model(k)])
+    out = forward(images, keys, [k for k in kappas if k.in_model])
     logits = check_logits(out.logits, num_classes)
-    scores, confs = logit_kappa_scores(logits, out.features, [k for k in kappas if not owned_by_model(k)])
+    scores, confs = kappa_scores(logits, out.features, forward.head, [k for k in kappas if not k.in_model])
     for spec in kappas:
         if spec.name not in scores:
             scores[spec.name], confs[spec.name] = out.scores[spec.name], out.confs[spec.name]
@@ -154,7 +148,8 @@ def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarr
                 raise HarnessError(f"kappa '{spec.name}' returned shape {np.shape(values)}, expected ({len(keys)},)")
             if not np.all(np.isfinite(values)):
                 raise HarnessError(f"kappa '{spec.name}' produced NaN or infinite scores")
-    return SplitScores(np.asarray(keys), labels, logits.argmax(axis=1), scores, confs, logits if keep_logits else None)
+    return SplitScores(np.asarray(keys), labels, logits.argmax(axis=1), scores, confs, logits if keep_logits else None,
+                       out.features if keep_logits else None)
 
 
 def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False) -> SplitScores:

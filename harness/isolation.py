@@ -120,6 +120,7 @@ class ChildForward:
                                         "threads": torch.get_num_threads(), "num_classes": num_classes, "seed": seed,
                                         "batches_fd": self.batches.fd,
                                         "memory_bytes": limits.memory_bytes}), limits.load_timeout_s)
+        self.head = self.meta["head"]  # the model's last layer (weight, bias), or None
         self.isolation = {"mode": "child process", **self.meta["guards"], "environment": "scrubbed",
                           "memory_limit_bytes": limits.memory_bytes, "batch_timeout_s": limits.batch_timeout_s,
                           "run_timeout_s": limits.run_timeout_s}
@@ -198,7 +199,8 @@ def serve(conn: Connection, guards: dict) -> None:
     """The child (:mod:`harness.sandbox`): load the submission, then answer batches until told to exit."""
     import resource
 
-    from harness.inference import KappaSpec, LocalForward
+    from harness.inference import LocalForward
+    from harness.kappas import rebuild_kappa
     from harness.submission import check_output, load_file
 
     kind, options = conn.recv()
@@ -221,7 +223,7 @@ def serve(conn: Connection, guards: dict) -> None:
     module_config = submission.preprocessing
     conn.send(("ok", {"name": submission.name, "source": submission.source, "preprocessing": module_config, "data_config": {k: v for k, v in module_config.items() if k != "transform"},
                       "weights_sha256": submission.weights_sha256,
-                      "num_parameters": submission.num_parameters, "guards": guards,
+                      "num_parameters": submission.num_parameters, "guards": guards, "head": forward.head,
                       "kappas": {n: (k.params, k.wants_features) for n, k in submission.user_kappas.items()}}))
     while True:
         try:
@@ -231,8 +233,8 @@ def serve(conn: Connection, guards: dict) -> None:
         if message[0] == "exit":
             return
         _, shape, dtype, keys, wanted = message
-        kappas = [KappaSpec(name, params, submission.user_kappas.get(name)) for name, params in wanted]
         try:
+            kappas = [rebuild_kappa(name, params, submission.user_kappas) for name, params in wanted]
             out = forward(read_shared(options["batches_fd"], shape, dtype), keys, kappas)
             conn.send(("ok", {"logits": out.logits, "features": out.features, "scores": out.scores, "confs": out.confs}))
         except torch.cuda.OutOfMemoryError as exc:

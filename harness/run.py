@@ -22,12 +22,12 @@ from harness.distributed import Ranks, close, init_ranks
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
-from harness.inference import DEFAULT_ODIN_PRESET, KappaSpec, LocalForward, from_logits, owned_by_model, resolve_kappas, score_shards
+from harness.inference import DEFAULT_ODIN_PRESET, KappaSpec, LocalForward, fit_kappas, from_outputs, resolve_kappas, score_shards
 from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
-from harness.kappas import DEFAULT_KAPPAS
+from harness.kappas import DEFAULT_KAPPAS, MC_DROPOUT_PASSES
+from harness.kappas.fitting import with_fit
 from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
-from harness.model_kappas import MC_DROPOUT_PASSES
 from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
 from harness.score_cache import ScoreCache, kappa_id, run_key
 from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
@@ -97,35 +97,46 @@ class Scorer:
         classes = self.benchmark.id_classes if split.startswith("id") else self.benchmark.ood_classes
         return dict(zip(classes["id"], classes["index"]))
 
-    def _from_cache(self, split: str, shard: dict) -> tuple[SplitScores | None, list[KappaSpec]]:
-        """Cached scores of a shard (completed from kept logits when possible) and the kappas still missing."""
+    def _from_cache(self, split: str, shard: dict, kappas: list[KappaSpec],
+                    outputs: bool) -> tuple[SplitScores | None, list[KappaSpec] | None]:
+        """Cached scores of a shard (completed from kept logits and features when possible) and the kappas still
+        missing (None: the shard needs a pass although no kappa is missing, for its logits and features)."""
         hit = self.cache.load(split, shard) if self.cache else None
         if hit is None:
-            return None, self.kappas
+            return None, kappas or None
         cached, present = hit
-        missing = [k for k in self.kappas if k.name not in present]
-        if missing and cached.logits is not None and not any(owned_by_model(k) or k.logit.wants_features for k in missing):
-            cached = cached.with_kappas(from_logits(cached, missing))
+        missing = [k for k in kappas if k.name not in present]
+        kept = cached.logits is not None and (cached.features is not None or not self.wants_features)
+        if missing and kept and not any(k.in_model for k in missing):
+            cached = cached.with_kappas(from_outputs(cached, missing, self.forward.head))
             self.cache.save(split, shard, cached)
             self.stats["shards_from_logits"] += 1
             return cached, []
+        if outputs and not kept:
+            return cached, missing or None
         if not missing:
             self.stats["shards_from_cache"] += 1
         return cached, missing
 
-    def split(self, split: str) -> SplitScores:
-        names = [k.name for k in self.kappas]
+    @property
+    def wants_features(self) -> bool:
+        return any("features" in k.needs or "head" in k.needs for k in self.kappas)
+
+    def split(self, split: str, kappas: list[KappaSpec] | None = None, outputs: bool = False) -> SplitScores:
+        """The scores of a split's ``kappas`` (default: the run's); with ``outputs``, also its logits and features."""
+        kappas = self.kappas if kappas is None else kappas
+        names = [k.name for k in kappas]
         shards = self.benchmark.shards(split)
         parts, hits, todo = [], {}, []
         for shard in self.ranks.mine(shards):
-            cached, missing = self._from_cache(split, shard)
-            if missing:
+            cached, missing = self._from_cache(split, shard, kappas, outputs)
+            if missing is None or missing:
                 hits[shard["path"]] = cached
-                todo.append((shard, missing))
+                todo.append((shard, missing or []))
             else:
-                parts.append(cached.only(names, keep_logits=False))
+                parts.append(cached.only(names, keep_logits=outputs))
         needed = {k.name for _, missing in todo for k in missing}
-        kappas = [k for k in self.kappas if k.name in needed]
+        kappas = [k for k in kappas if k.name in needed]
         total = sum(shard["num_samples"] for shard, _ in todo)
         sub = self.submission
         batches = shard_batches(self.benchmark, [s for s, _ in todo], sub.transform, sub.channels, self.labels(split),
@@ -135,11 +146,11 @@ class Scorer:
         with tqdm(total=total, desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split, unit="img",
                   disable=not self.progress or not total, leave=False) as bar:
             for path, scored in score_shards(self.forward, batches, sizes, len(self.benchmark.id_classes), kappas,
-                                             self.keep_logits, bar):
+                                             self.keep_logits or outputs, bar):
                 merged = scored if hits[path] is None else hits[path].with_kappas(scored)
                 if self.cache:
                     self.cache.save(split, manifest[path], merged)
-                parts.append(merged.only(names, keep_logits=False))
+                parts.append(merged.only(names, keep_logits=outputs))
                 self.stats["images_forwarded"] += len(scored)
                 self.stats["shards_scored"] += 1
         everyone = SplitScores.concat(self.ranks.gather(parts))
@@ -219,7 +230,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
              batch_size: int = 256, workers: int = 2, device: str = "auto", amp: str = "auto",
              channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str | None = None,
              mc_passes: int | None = None, verify: bool = True, cache: bool = False,
-             cache_dir: str | Path | None = None, keep_logits: bool = False, progress: bool = True,
+             cache_dir: str | Path | None = None, keep_logits: bool = True, progress: bool = True,
              trust_submission: bool = False, limits: Limits | None = None,
              out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None) -> Evaluation | None:
     """Evaluate a classifier on a C-OOD benchmark and return the results; nothing is written unless asked.
@@ -232,7 +243,9 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     :mod:`harness.isolation`) unless ``trust_submission``. ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
     submission's own. ``odin_preset`` (default paper) and ``mc_passes`` (default 30) apply to odin and mc_dropout
     and are refused when given without them; impossible options and bad model names are refused before any image is
-    read. ``cache`` keeps per-shard scores so that a rerun resumes; ``out`` (a folder, or a function of
+    read. ``cache`` keeps per-shard scores (and, with ``keep_logits``, logits and features) so that a rerun resumes
+    and a new kappa needs no new pass; kappas that need a fit are fitted on the benchmark's ID fit split first;
+    ``out`` (a folder, or a function of
     the model's name giving one) is checked before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
 
     Under torchrun every rank scores its share of the shards and rank 0 evaluates and returns the result
@@ -267,6 +280,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
             print(execution.summary(), file=sys.stderr, flush=True)
         if embedded:
             bench = _open(benchmark, progress and ranks.is_main, num_levels)
+        specs = with_fit(specs, bench, seed)
         weights_sha = submission.weights_sha256
         score_cache = None
         if cache:
@@ -278,6 +292,14 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
                         batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main)
         scores = {}
         timings = {}
+        fitted = [k for k in specs if "fit" in k.needs]
+        if fitted:
+            split = fitted[0].params["fit"]["split"]
+            split_start = time.perf_counter()
+            fit_data = scorer.split(split, kappas=[], outputs=True)
+            fit_kappas(fitted, fit_data, forward.head, seed)
+            timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
+            timings[f"{split}_images"] = len(fit_data)
         for split in EVAL_SPLITS:
             split_start = time.perf_counter()
             scores[split] = scorer.split(split)

@@ -1,5 +1,5 @@
-"""Per-shard score cache: a killed run resumes where it stopped, and a new logit kappa needs no new
-pass over the images when the logits were kept.
+"""Per-shard score cache: a killed run resumes where it stopped, and a new kappa needs no new pass over the
+images when the logits and features were kept.
 
 Layout: ``<root>/<run key>/<split>/<shard path with / as __>.scores``. The run key hashes what fixes the
 scores' bits: benchmark revision, model weights, preprocessing, numerics (device type, autocast,
@@ -42,7 +42,7 @@ def run_key(benchmark_sha256: str, weights_sha256: str, preprocessing: dict, num
 def kappa_id(spec: KappaSpec, seed: int, batch_size: int) -> str:
     """The cache id of a kappa: its name and a hash of everything that defines its values."""
     defining = {"params": spec.params}  # a submission's kappa carries its code's sha256 among them
-    if spec.name == "mc_dropout":
+    if spec.seeded:  # stochastic passes: the values depend on the seed and the batches
         defining.update(seed=seed, batch_size=batch_size)
     return f"{spec.name}-{_digest(defining)[:12]}"
 
@@ -111,7 +111,8 @@ class ScoreCache:
         present = {name for name, kid in self.ids.items() if f"score:{kid}" in arrays}
         scores = SplitScores(arrays["keys"], arrays["labels"], arrays["preds"],
                              {n: arrays[f"score:{self.ids[n]}"] for n in present},
-                             {n: arrays[f"conf:{self.ids[n]}"] for n in present}, arrays.get("logits"))
+                             {n: arrays[f"conf:{self.ids[n]}"] for n in present}, arrays.get("logits"),
+                             arrays.get("features"))
         return scores, present
 
     def save(self, split: str, shard: dict, scores: SplitScores) -> None:
@@ -127,6 +128,8 @@ class ScoreCache:
             arrays[f"conf:{self.ids[name]}"] = scores.confs[name]
         if scores.logits is not None:
             arrays["logits"] = scores.logits
+        if scores.features is not None:
+            arrays["features"] = scores.features.astype(np.float32)
         try:
             self._write(self._path(split, shard["path"]), encode(arrays))
         except OSError as exc:

@@ -30,8 +30,7 @@ from PIL import Image
 from timm.data import create_transform
 
 from harness.errors import HarnessError
-from harness.kappas import BUILTIN_LOGIT_KAPPAS, MODEL_KAPPAS, LogitKappa
-from harness.model_kappas import split_output
+from harness.kappas import LogitKappa, registry, split_output
 
 MAX_NAME_BYTES = 200
 LINE_BREAKING = ("Cc", "Cs", "Zl", "Zp")  # control characters, lone surrogates, line and paragraph separators
@@ -156,8 +155,8 @@ def load_file(path: str | Path) -> Submission:
         raise HarnessError(f"submission {path}: build_model() returned {type(model).__name__}, not a torch.nn.Module")
     kappas = {}
     for name, fn in (getattr(module, "KAPPAS", None) or {}).items():
-        if name in BUILTIN_LOGIT_KAPPAS or name in MODEL_KAPPAS:
-            raise HarnessError(f"submission {path}: kappa '{name}' clashes with a built-in kappa")
+        if name in registry():
+            raise HarnessError(f"submission {path}: kappa '{name}' clashes with a registered kappa (see cood-harness kappas)")
         if not callable(fn):
             raise HarnessError(f"submission {path}: KAPPAS['{name}'] is not callable")
         params = {"source": "submission", "code_sha256": hashlib.sha256(_code_of(fn).encode()).hexdigest()}

@@ -9,7 +9,7 @@ from harness.errors import HarnessError
 from harness.execution import Execution
 from harness.inference import LocalForward, resolve_kappas, score_batch
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits
-from harness.model_kappas import mc_dropout, odin
+from harness.kappas import mc_dropout, odin
 
 LOGITS = np.array([[2.0, 1.0, 0.0], [0.0, 0.0, 0.0], [-1.0, 3.0, 0.5]])
 

@@ -11,7 +11,7 @@ from harness.errors import HarnessError
 
 @dataclass
 class SplitScores:
-    """Per-sample results (of a shard or a whole split), sorted by sample key; logits only when kept."""
+    """Per-sample results (of a shard or a whole split), sorted by sample key; logits and features only when kept."""
 
     keys: np.ndarray
     labels: np.ndarray
@@ -19,6 +19,7 @@ class SplitScores:
     scores: dict[str, np.ndarray]
     confs: dict[str, np.ndarray]
     logits: np.ndarray | None = None
+    features: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -35,17 +36,22 @@ class SplitScores:
         pick = lambda arrays: np.concatenate(arrays)[order]  # noqa: E731
         kappas = parts[0].scores.keys()
         logits = pick([p.logits for p in parts]) if all(p.logits is not None for p in parts) else None
+        features = pick([p.features for p in parts]) if all(p.features is not None for p in parts) else None
         return cls(keys[order], pick([p.labels for p in parts]), pick([p.preds for p in parts]),
                    {k: pick([p.scores[k] for p in parts]) for k in kappas},
-                   {k: pick([p.confs[k] for p in parts]) for k in kappas}, logits)
+                   {k: pick([p.confs[k] for p in parts]) for k in kappas}, logits, features)
 
     def with_kappas(self, other: "SplitScores") -> "SplitScores":
         """These results plus the kappas of ``other`` (same samples)."""
         if not np.array_equal(self.keys, other.keys):
             raise HarnessError("cannot merge scores of different samples")
         logits = self.logits if self.logits is not None else other.logits
-        return SplitScores(self.keys, self.labels, self.preds, {**self.scores, **other.scores}, {**self.confs, **other.confs}, logits)
+        features = self.features if self.features is not None else other.features
+        return SplitScores(self.keys, self.labels, self.preds, {**self.scores, **other.scores}, {**self.confs, **other.confs},
+                           logits, features)
 
     def only(self, kappas: list[str], keep_logits: bool) -> "SplitScores":
+        """These results restricted to ``kappas``; logits and features only when ``keep_logits``."""
         return SplitScores(self.keys, self.labels, self.preds, {k: self.scores[k] for k in kappas},
-                           {k: self.confs[k] for k in kappas}, self.logits if keep_logits else None)
+                           {k: self.confs[k] for k in kappas}, self.logits if keep_logits else None,
+                           self.features if keep_logits else None)

@@ -4,7 +4,7 @@ Higher = more in-distribution. All of them come from one forward pass. Each kapp
 ranking score (used for AUROC and levels) and, where they differ, the reported confidence:
 ``softmax`` ranks by the max log-softmax (no saturation at 1.0) and reports the max softmax
 probability, which orders samples the same way. ODIN and MC-dropout need the model and live in
-``harness.model_kappas``.
+:mod:`harness.kappas.model`.
 """
 
 from __future__ import annotations
@@ -64,9 +64,6 @@ BUILTIN_LOGIT_KAPPAS: dict[str, LogitKappa] = {
     "max_logit": LogitKappa("max_logit", lambda logits: logits.max(axis=1)),
     "energy": LogitKappa("energy", _energy, params={"temperature": 1.0}),
 }
-
-MODEL_KAPPAS = ("odin", "mc_dropout")  # need extra passes through the model
-DEFAULT_KAPPAS = ("softmax", "entropy", "max_logit", "energy")
 
 
 def check_logits(logits: np.ndarray, num_classes: int) -> np.ndarray:

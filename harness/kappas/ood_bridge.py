@@ -1,0 +1,146 @@
+"""pytorch-ood's post-hoc detectors as kappas, registered from pytorch-ood's own classes.
+
+What a detector reads follows from its base class: a ``LogitsDetector`` reads the logits, a ``FeaturesDetector`` the
+features (and the last layer, when its constructor takes ``head`` or ``w``/``b``), and the activation-shaping
+``FeatureMapsDetector`` s (ReAct, ASH, SCALE, VRA) the penultimate activations as :math:`B \\times D \\times 1 \\times 1`
+maps followed by the last layer, as their papers apply them. ``requires_fit`` adds a fit on the fit split's features
+(or logits) and labels. Parameters are the constructor's scalar parameters with its defaults. pytorch-ood scores are
+larger = more OOD; a kappa is the negated score (higher = more in-distribution). Detectors compute in float32,
+as pytorch-ood expects.
+
+Not bridged here: the detectors that equal a paper kappa (MaxSoftmax, EnergyBased, Entropy, MaxLogit: the same
+definitions, checked by the tests), those that need the model for extra passes or several layers (ODIN, MCD,
+GradNorm, GradUncertainty, MahalanobisODIN, NACUE, Gram, MultiMahalanobis), and those that need what a trained
+classifier does not have (WeightedEBO: class weights learned in training; MCM: CLIP text embeddings; RankFeat:
+spatial feature maps).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import torch
+from pytorch_ood import detector as pod
+from pytorch_ood.api import FeatureMapsDetector, FeaturesDetector, LogitsDetector
+
+from harness.kappas.base import KappaDef, Outputs
+
+SAME_AS_PAPER_KAPPA = {"MaxSoftmax": "softmax", "EnergyBased": "energy", "Entropy": "entropy", "MaxLogit": "max_logit"}
+NOT_POST_HOC = ("WeightedEBO", "MCM", "RankFeat")
+NAMES = {"KLMatching": "kl_matching", "TemperatureScaling": "temperature_scaling"}
+INPUTS = ("model", "encoder", "backbone", "head", "w", "b", "detector", "criterion")
+# parameters without a default in pytorch-ood: ViM's principal dimension (None: half the feature dimension, about
+# the papers' choice of 1000 for 2048-dimensional and 512 for 768-dimensional features) and DICE's sparsity (the
+# paper's ImageNet value)
+MISSING_DEFAULTS = {"ViM": {"d": None}, "DICE": {"p": 0.7}}
+
+
+def _kind(cls) -> str | None:
+    if issubclass(cls, LogitsDetector):
+        return "logits"
+    if issubclass(cls, FeaturesDetector):
+        return "features"
+    if issubclass(cls, FeatureMapsDetector) and {"backbone", "head"} <= set(inspect.signature(cls.__init__).parameters):
+        return "maps"
+    return None
+
+
+def _defaults(cls) -> dict:
+    params = {}
+    for name, p in inspect.signature(cls.__init__).parameters.items():
+        if name == "self" or name in INPUTS or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        params[name] = MISSING_DEFAULTS.get(cls.__name__, {}).get(name, p.default)
+    return params
+
+
+def _needs(cls, kind: str) -> frozenset:
+    takes = set(inspect.signature(cls.__init__).parameters)
+    needs = {"logits"} if kind == "logits" else {"features"}
+    if kind == "maps" or "head" in takes or "w" in takes:
+        needs.add("head")
+    if cls.requires_fit:
+        needs.add("fit")
+    return frozenset(needs)
+
+
+class Bridged:
+    """A pytorch-ood detector built from the last layer and parameters, fitted and scored on one pass's outputs."""
+
+    def __init__(self, cls, kind: str, params: dict):
+        self.cls, self.kind, self.params = cls, kind, params
+        self.detector = None
+
+    def _build(self, outputs: Outputs):
+        kwargs = dict(self.params)
+        takes = inspect.signature(self.cls.__init__).parameters
+        if self.cls is pod.ViM and kwargs["d"] is None:
+            kwargs["d"] = outputs.features.shape[1] // 2
+        linear = None
+        if outputs.head is not None:
+            weight, bias = (torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in outputs.head)
+            linear = torch.nn.Linear(weight.shape[1], weight.shape[0]).requires_grad_(False)
+            linear.weight.copy_(weight)
+            linear.bias.copy_(bias)
+        for name in ("model", "encoder", "backbone"):
+            if name in takes:
+                kwargs[name] = None
+        if "head" in takes:
+            kwargs["head"] = torch.nn.Sequential(torch.nn.Flatten(), linear) if self.kind == "maps" else linear
+        if "w" in takes:
+            kwargs["w"], kwargs["b"] = linear.weight, linear.bias
+        return self.cls(**kwargs)
+
+    def _input(self, outputs: Outputs) -> torch.Tensor:
+        if self.kind == "logits":
+            return torch.from_numpy(np.asarray(outputs.logits, dtype=np.float32))
+        features = torch.from_numpy(np.asarray(outputs.features, dtype=np.float32))
+        return features[:, :, None, None] if self.kind == "maps" else features
+
+    def fit(self, outputs: Outputs) -> None:
+        self.detector = self._build(outputs)
+        fit = getattr(self.detector, {"logits": "fit_logits", "features": "fit_features", "maps": "fit_feature_maps"}[self.kind])
+        fit(self._input(outputs), torch.from_numpy(np.asarray(outputs.labels, dtype=np.int64)))
+
+    def score(self, outputs: Outputs) -> tuple[np.ndarray, np.ndarray]:
+        if self.detector is None:
+            self.detector = self._build(outputs)
+        predict = getattr(self.detector, {"logits": "predict_logits", "features": "predict_features",
+                                          "maps": "predict_feature_maps"}[self.kind])
+        with torch.no_grad():
+            scores = -predict(self._input(outputs)).detach().double().cpu().numpy()
+        return scores, scores
+
+
+def _summary(cls) -> str:
+    if cls.info is not None and cls.info.paper is not None:
+        return cls.info.paper.title
+    return (inspect.getdoc(cls) or cls.__name__).splitlines()[0].removeprefix("Implements ").rstrip(".")
+
+
+def _reference(cls) -> str:
+    paper = cls.info.paper if cls.info is not None else None
+    where = f"{paper.venue} {paper.year}, {paper.url}; " if paper is not None else ""
+    return f"{where}pytorch_ood.detector.{cls.__name__}"
+
+
+def bridged_classes() -> dict[str, type]:
+    """Our name -> pytorch-ood class, for every detector bridged here."""
+    classes = {}
+    for name in pod.__all__:
+        cls = getattr(pod, name)
+        if not inspect.isclass(cls) or name in SAME_AS_PAPER_KAPPA or name in NOT_POST_HOC or _kind(cls) is None:
+            continue
+        classes[NAMES.get(name, name.lower())] = cls
+    return classes
+
+
+def pytorch_ood_kappas() -> list[KappaDef]:
+    """A :class:`KappaDef` per bridged pytorch-ood detector, in pytorch-ood's order."""
+    defs = []
+    for name, cls in bridged_classes().items():
+        kind = _kind(cls)
+        defs.append(KappaDef(name, _summary(cls), "pytorch-ood", _needs(cls, kind), _defaults(cls),
+                             lambda params, cls=cls, kind=kind: Bridged(cls, kind, params), _reference(cls)))
+    return defs

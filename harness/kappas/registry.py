@@ -1,0 +1,102 @@
+"""The kappa registry: the paper's kappas, pytorch-ood's post-hoc detectors and plugins, all declared the same way.
+
+A plugin is a package with an entry point in the group ``cood_bench.kappas`` (as timm and lm-eval register models
+and tasks) that loads to a :class:`KappaDef`, a list of them, or a function returning either; its kappas are listed
+with source ``plugin``. Names are unique across all sources; the harness dispatches on what a kappa declares.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import replace
+from functools import lru_cache
+from importlib.metadata import entry_points
+from typing import Iterable
+
+from harness.errors import HarnessError
+from harness.kappas.base import KappaDef, KappaSpec
+from harness.kappas.builtin import paper_kappas, submission_kappa
+from harness.kappas.logit import LogitKappa
+
+ENTRY_POINT_GROUP = "cood_bench.kappas"
+DEFAULT_KAPPAS = ("softmax", "entropy", "max_logit", "energy")
+
+
+class Registry:
+    """Kappa definitions by unique name."""
+
+    def __init__(self, defs: Iterable[KappaDef] = ()):
+        self.defs: dict[str, KappaDef] = {}
+        for kdef in defs:
+            self.add(kdef)
+
+    def add(self, kdef: KappaDef) -> None:
+        if kdef.name in self.defs:
+            raise HarnessError(f"kappa '{kdef.name}' is registered twice (by {self.defs[kdef.name].source} and by {kdef.source})")
+        self.defs[kdef.name] = kdef
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.defs
+
+    def get(self, name: str, extra: Iterable[str] = ()) -> KappaDef:
+        """The definition of ``name``; an unknown name is an error that suggests the closest and lists the known ones."""
+        if name not in self.defs:
+            raise HarnessError(unknown_kappa(name, [*self.defs, *extra]))
+        return self.defs[name]
+
+
+def unknown_kappa(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown kappa '{name}'; {hint}known: {', '.join(known)} (see cood-harness kappas)"
+
+
+def _plugin_defs(entry_point) -> list[KappaDef]:
+    try:
+        loaded = entry_point.load()
+        if callable(loaded) and not isinstance(loaded, KappaDef):
+            loaded = loaded()
+        defs = [loaded] if isinstance(loaded, KappaDef) else list(loaded)
+    except Exception as exc:  # a third party's code: any failure is one line naming the plugin
+        raise HarnessError(f"kappa plugin '{entry_point.name}' ({entry_point.value}) failed to load: {type(exc).__name__}: {exc}") from None
+    if not all(isinstance(d, KappaDef) for d in defs):
+        raise HarnessError(f"kappa plugin '{entry_point.name}' ({entry_point.value}) must give KappaDef objects")
+    return [replace(d, source="plugin") for d in defs]
+
+
+@lru_cache(maxsize=None)
+def registry() -> Registry:
+    """Every registered kappa: the paper's, pytorch-ood's post-hoc detectors, then plugins."""
+    from harness.kappas.ood_bridge import pytorch_ood_kappas
+
+    reg = Registry([*paper_kappas(), *pytorch_ood_kappas()])
+    for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        for kdef in _plugin_defs(entry_point):
+            reg.add(kdef)
+    return reg
+
+
+def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, **options) -> list[KappaSpec]:
+    """Turn kappa names into specs (a submission's own kappas among them); ``options`` (``odin_preset``,
+    ``mc_passes``) set the parameters of the kappas that read them."""
+    user_kappas = user_kappas or {}
+    specs = []
+    for name in dict.fromkeys(names):
+        kdef = _definition(name, user_kappas)
+        specs.append(_spec(kdef, {**kdef.defaults, **(kdef.from_options(options) if kdef.from_options else {})}))
+    if not specs:
+        raise HarnessError("no kappa requested")
+    return specs
+
+
+def rebuild_kappa(name: str, params: dict, user_kappas: dict[str, LogitKappa]) -> KappaSpec:
+    """A resolved kappa again from its name and parameters (in the submission's process)."""
+    return _spec(_definition(name, user_kappas), params)
+
+
+def _definition(name: str, user_kappas: dict[str, LogitKappa]) -> KappaDef:
+    return submission_kappa(user_kappas[name]) if name in user_kappas else registry().get(name, user_kappas)
+
+
+def _spec(kdef: KappaDef, params: dict) -> KappaSpec:
+    return KappaSpec(kdef.name, params, kdef.make(params), kdef.needs, kdef.source, kdef.seeded)

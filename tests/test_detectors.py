@@ -1,0 +1,122 @@
+"""Detectors end to end: fitted on the ID fit split from the same pass, 11 levels each, no new pass for a new one."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dataset_builder.glyphs.build import build
+from glyph_fixtures import TINY, load_example
+from harness.errors import HarnessError
+from harness.execution import Execution
+from harness.inference import LocalForward
+from harness.run import evaluate, submit
+
+CNN = Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py"
+DATA_CONFIG = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}
+FIT_PER_CLASS = 30
+EVAL_IMAGES = 36 * 8 + 48 * 24
+
+
+@pytest.fixture(scope="module")
+def fit_glyphs(tmp_path_factory) -> Path:
+    """The tiny glyph benchmark with an ID training split to fit on."""
+    folder = tmp_path_factory.mktemp("fit") / "glyphs"
+    build(folder, progress=False, **{**TINY, "id_train_per_class": FIT_PER_CLASS})
+    return folder
+
+
+def records_in(folder: Path) -> dict:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((folder / "records").glob("*.json"))}
+
+
+def stable(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in ("created", "timings")}
+
+
+def test_detectors_from_one_pass_and_none_for_a_new_one(fit_glyphs, tmp_path):
+    cache = tmp_path / "cache"
+    done = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "submit", str(CNN), "--benchmark",
+                           str(fit_glyphs), "-k", "knn", "-k", "vim", "-k", "mahalanobis", "-k", "react", "-k", "ash",
+                           "--out", str(tmp_path / "a"), "--cache-dir", str(cache), "--no-progress"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    first = records_in(tmp_path / "a")
+    assert set(first) == {"knn", "vim", "mahalanobis", "react", "ash"}
+    fit = {"split": "id_train", "size": 36 * FIT_PER_CLASS, "seed": 0}
+    for name, rec in first.items():
+        assert len(rec["levels"]) == 11
+        assert 0.5 < rec["summary"]["mean_ood_auroc"] <= 1.0
+        assert rec["kappa"]["params"].get("fit") == (None if name == "ash" else fit)
+        timings = rec["timings"]
+        assert timings["images_forwarded"] == 36 * FIT_PER_CLASS + EVAL_IMAGES  # every image once, the fit split's too
+        assert timings["id_train_images"] == 36 * FIT_PER_CLASS
+    assert first["knn"]["kappa"]["params"] == {"k": 50, "normalize": True, "fit": fit}
+    # a new detector later: from the kept logits and features, no image forwarded, the same values for the others
+    second = submit(CNN, benchmark=fit_glyphs, kappas=["knn", "vim", "dice", "softmax"], out=tmp_path / "b",
+                    cache_dir=cache, progress=False)
+    assert second.stats["images_forwarded"] == 0
+    again = records_in(tmp_path / "b")
+    assert stable(again["knn"]) == stable(first["knn"]) and stable(again["vim"]) == stable(first["vim"])
+    assert len(again["dice"]["levels"]) == 11
+
+
+def test_a_fit_needs_an_id_fit_split(tiny_glyphs):
+    with pytest.raises(HarnessError, match=r"has no ID split to fit kappas on \(id_fit or id_train\)"):
+        evaluate(load_example(CNN).build_model(), DATA_CONFIG, benchmark=tiny_glyphs, kappas=["knn"], progress=False)
+
+
+class NoLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 36, 32)
+
+    def forward(self, x):
+        return self.conv(x).flatten(1)
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32 * 32, 36)
+
+    def forward(self, x):
+        return 2.0 * self.fc(x.flatten(1))
+
+
+def test_a_detector_without_features_or_head_is_one_line(tiny_glyphs):
+    with pytest.raises(HarnessError, match=r"kappa 'ash' needs features, but the model gives none: return \(logits, features\)"):
+        evaluate(NoLinear(), DATA_CONFIG, benchmark=tiny_glyphs, kappas=["ash"], progress=False)
+    with pytest.raises(HarnessError, match=r"kappa 'scale' needs the last layer, but the logits are not the model's last linear"):
+        evaluate(Scaled(), DATA_CONFIG, benchmark=tiny_glyphs, kappas=["scale"], progress=False)
+
+
+def test_features_are_the_input_of_the_last_layer_from_the_same_pass():
+    model = load_example(CNN).build_model().eval()
+    forward = LocalForward(model, Execution.resolve("cpu"), 36, seed=0)
+    images = torch.randn(4, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    out = forward(images, ["a", "b", "c", "d"], [])
+    with torch.no_grad():
+        np.testing.assert_allclose(out.features, model.features(images).numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(out.logits, model(images).numpy(), rtol=1e-5, atol=1e-5)
+    weight, bias = forward.head
+    np.testing.assert_allclose(out.features @ weight.T + bias, out.logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["resnet10t", "vit_tiny_patch16_224"])
+def test_timm_features_are_forward_head_pre_logits(arch):
+    import timm
+
+    model = timm.create_model(arch, pretrained=False, num_classes=36).eval()
+    forward = LocalForward(model, Execution.resolve("cpu"), 36, seed=0)
+    images = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    out = forward(images, ["a", "b"], [])
+    with torch.no_grad():
+        expected = model.forward_head(model.forward_features(images), pre_logits=True)
+    np.testing.assert_allclose(out.features, expected.numpy(), rtol=1e-4, atol=1e-5)
+    weight, bias = forward.head
+    np.testing.assert_allclose(out.features @ weight.T + bias, out.logits, rtol=1e-4, atol=1e-4)

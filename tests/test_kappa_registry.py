@@ -1,0 +1,82 @@
+"""The kappa registry: unique names, suggestions for unknown names, plugins through entry points, the listing."""
+
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.errors import HarnessError
+from harness.kappas import KappaDef, Outputs, Registry, registry, resolve_kappas
+
+PLUGIN = '''
+import numpy as np
+from harness.kappas import KappaDef
+
+
+class Margin:
+    def __init__(self, params):
+        self.params = params
+
+    def score(self, outputs):
+        top2 = np.sort(outputs.logits, axis=1)[:, -2:]
+        margin = top2[:, 1] - top2[:, 0]
+        return margin, margin
+
+
+def kappas():
+    return [KappaDef("top2_margin", "difference of the two largest logits", "paper", frozenset({"logits"}), {}, Margin)]
+'''
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """A package with a ``cood_bench.kappas`` entry point, importable for this test only."""
+    (tmp_path / "margin_plugin.py").write_text(PLUGIN)
+    info = tmp_path / "margin_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: margin-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[cood_bench.kappas]\nmargin = margin_plugin:kappas\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.cache_clear()
+    yield
+    registry.cache_clear()
+    sys.modules.pop("margin_plugin", None)
+
+
+def test_unknown_name_suggests_the_closest_and_lists_the_known():
+    with pytest.raises(HarnessError, match=r"unknown kappa 'softmx'; did you mean 'softmax'\? known: softmax, entropy"):
+        resolve_kappas(["softmx"])
+    with pytest.raises(HarnessError, match=r"unknown kappa 'zzzz'; known: "):
+        resolve_kappas(["zzzz"])
+
+
+def test_names_are_unique_and_declarations_checked():
+    reg = Registry([KappaDef("a", "", "plugin", frozenset({"logits"}), {}, dict)])
+    with pytest.raises(HarnessError, match=r"kappa 'a' is registered twice \(by plugin and by paper\)"):
+        reg.add(KappaDef("a", "", "paper", frozenset({"logits"}), {}, dict))
+    with pytest.raises(ValueError, match="unknown needs"):
+        KappaDef("b", "", "plugin", frozenset({"pixels"}), {}, dict)
+
+
+def test_a_plugin_registers_like_a_built_in(plugin):
+    kdef = registry().get("top2_margin")
+    assert kdef.source == "plugin"  # whatever the plugin claims
+    (spec,) = resolve_kappas(["top2_margin"])
+    scores, confs = spec.impl.score(Outputs(np.array([[3.0, 1.0, 0.5], [0.0, 2.0, 1.5]])))
+    np.testing.assert_allclose(scores, [2.0, 0.5])
+    listing = CliRunner().invoke(app, ["kappas"], prog_name="cood-harness")
+    assert listing.exit_code == 0
+    assert any(line.split()[:4] == ["top2_margin", "plugin", "needs", "logits"] for line in listing.output.splitlines())
+
+
+def test_the_listing_names_needs_and_sources():
+    done = CliRunner().invoke(app, ["kappas"], prog_name="cood-harness")
+    assert done.exit_code == 0, done.output
+    rows = {line.split()[0]: line.split()[1:4] for line in done.output.splitlines()[:-1]}
+    assert rows["softmax"] == ["paper", "needs", "logits"]
+    assert rows["odin"] == ["paper", "needs", "model"]
+    assert done.output.splitlines()[-1] == f"{len(registry().defs)} kappas"
+    fit = CliRunner().invoke(app, ["kappas", "--needs", "model"], prog_name="cood-harness")
+    assert fit.output.splitlines()[-1] == "2 kappas"
