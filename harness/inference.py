@@ -12,12 +12,10 @@ from tqdm import tqdm
 
 from harness.errors import HarnessError
 from harness.execution import Execution
-from harness.kappas import MC_DROPOUT_PASSES, KappaSpec, LogitKappa, Outputs, check_logits, split_output
+from harness.kappas import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, KappaSpec, LogitKappa, Outputs, check_logits, split_output
 from harness.kappas.features import FeatureTap, check_features, check_head
 from harness.kappas.registry import resolve_kappas as resolve_registered
 from harness.method.scores import SplitScores
-
-DEFAULT_ODIN_PRESET = "paper"
 
 
 def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, odin_preset: str = DEFAULT_ODIN_PRESET,

@@ -22,10 +22,10 @@ from harness.distributed import Ranks, close, init_ranks
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
-from harness.inference import DEFAULT_ODIN_PRESET, KappaSpec, LocalForward, fit_kappas, from_outputs, resolve_kappas, score_shards
+from harness.inference import KappaSpec, LocalForward, fit_kappas, from_outputs, resolve_kappas, score_shards
 from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
-from harness.kappas import DEFAULT_KAPPAS, MC_DROPOUT_PASSES
+from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
 from harness.kappas.fitting import with_fit
 from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
 from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs

@@ -6,9 +6,9 @@ source.
 
 from harness.kappas.base import NEEDS, SOURCES, KappaDef, KappaSpec, Outputs
 from harness.kappas.logit import BUILTIN_LOGIT_KAPPAS, LogitKappa, check_logits
-from harness.kappas.model import MC_DROPOUT_PASSES, ODIN_PRESETS, logits_of, mc_dropout, odin, split_output
+from harness.kappas.model import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, ODIN_PRESETS, logits_of, mc_dropout, odin, split_output
 from harness.kappas.registry import DEFAULT_KAPPAS, ENTRY_POINT_GROUP, Registry, rebuild_kappa, registry, resolve_kappas
 
 __all__ = ["NEEDS", "SOURCES", "KappaDef", "KappaSpec", "Outputs", "BUILTIN_LOGIT_KAPPAS", "LogitKappa", "check_logits",
-           "MC_DROPOUT_PASSES", "ODIN_PRESETS", "logits_of", "mc_dropout", "odin", "split_output", "DEFAULT_KAPPAS",
+           "DEFAULT_ODIN_PRESET", "MC_DROPOUT_PASSES", "ODIN_PRESETS", "logits_of", "mc_dropout", "odin", "split_output", "DEFAULT_KAPPAS",
            "ENTRY_POINT_GROUP", "Registry", "rebuild_kappa", "registry", "resolve_kappas"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.errors import HarnessError
 from harness.kappas.base import KappaDef, Outputs
 from harness.kappas.logit import BUILTIN_LOGIT_KAPPAS, LogitKappa
-from harness.kappas.model import MC_DROPOUT_PASSES, ODIN_PRESETS, mc_dropout, odin
+from harness.kappas.model import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, ODIN_PRESETS, mc_dropout, odin
 
 PAPER = "Galil, Dabbah & El-Yaniv, ICLR 2023"
 
@@ -38,7 +38,7 @@ class McDropout:
 
 
 def _odin_options(options: dict) -> dict:
-    preset = options.get("odin_preset", "paper")
+    preset = options.get("odin_preset", DEFAULT_ODIN_PRESET)
     if preset not in ODIN_PRESETS:
         raise HarnessError(f"--odin-preset '{preset}' is unknown; known: {', '.join(ODIN_PRESETS)}")
     return {"preset": preset, **ODIN_PRESETS[preset]}

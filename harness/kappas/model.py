@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from harness.errors import HarnessError
 
 ODIN_PRESETS = {"paper": {"temperature": 2.0, "epsilon": 1e-5}, "original": {"temperature": 1000.0, "epsilon": 0.0014}}
+DEFAULT_ODIN_PRESET = "paper"
 MC_DROPOUT_PASSES = 30
 
 
