@@ -121,7 +121,7 @@ class LocalForward:
                 raise
             except Exception as exc:  # the submitter's code
                 raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
-        self.tap.take()  # drop what the kappas' own passes captured
+        self.tap.clear()  # drop what the kappas' own passes captured
         return ModelOutput(logits, features, scores, confs)
 
     def close(self) -> None:

@@ -79,4 +79,5 @@ def test_the_listing_names_needs_and_sources():
     assert rows["odin"] == ["paper", "needs", "model"]
     assert done.output.splitlines()[-1] == f"{len(registry().defs)} kappas"
     fit = CliRunner().invoke(app, ["kappas", "--needs", "model"], prog_name="cood-harness")
-    assert fit.output.splitlines()[-1] == "2 kappas"
+    assert [line.split()[0] for line in fit.output.splitlines()[:-1]] == ["odin", "mc_dropout", "gradnorm", "graduncertainty"]
+    assert fit.output.splitlines()[-1] == "4 kappas"

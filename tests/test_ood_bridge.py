@@ -84,3 +84,51 @@ def test_needs_follow_pytorch_ood_base_classes():
     assert reg.get("gen").needs == {"logits"}
     assert reg.get("knn").defaults == {"k": 50, "normalize": True}
     assert len(reg.defs) >= 25
+
+
+def test_every_pytorch_ood_detector_is_a_kappa_or_excluded_with_a_reason():
+    from harness.kappas.ood_bridge import GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA
+
+    classes = [name for name in pod.__all__ if isinstance(getattr(pod, name), type)]
+    assert len(classes) == 35
+    names = set(registry().defs)
+    for name in classes:
+        as_kappa = {**SAME_AS_PAPER_KAPPA, **{c.__name__: k for k, c in bridged_classes().items()},
+                    **{g: g.lower() for g in GRADIENT_DETECTORS}}.get(name)
+        assert (as_kappa in names) != (name in NOT_BRIDGED), name
+        assert name not in NOT_BRIDGED or len(NOT_BRIDGED[name]) > 20
+    assert len(names) >= 28
+
+
+@pytest.mark.parametrize("name,cls", [("gradnorm", pod.GradNorm), ("graduncertainty", pod.GradUncertainty)])
+def test_gradient_detectors_agree_with_pytorch_ood(name, cls):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)).eval()
+    images = torch.randn(20, 3, 2, 2)
+    (spec,) = resolve_kappas([name])
+    assert spec.needs == {"model"} and spec.in_model
+    ours, reported = spec.impl.score_model(model, images, seed=0)
+    if spec.params["parameters"] == "last_layer":
+        expected = -cls(model, param_filter=lambda n: n == "3.weight", **{k: v for k, v in spec.params.items() if k != "parameters"})(images)
+    else:
+        expected = -cls(model)(images)
+    assert np.ptp(expected.numpy()) > 0
+    np.testing.assert_allclose(ours.numpy(), expected.double().numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(reported.numpy(), ours.numpy())
+
+
+def test_a_gradient_detector_beside_the_feature_tap_across_batches():
+    """The tap sees the detector's vmapped passes; the next batch's features are still the forward pass's own."""
+    from harness.execution import Execution
+    from harness.inference import LocalForward
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)).eval()
+    execution = Execution(torch.device("cpu"), "none", False, False)
+    forward = LocalForward(execution.prepare(model), execution, CLASSES, seed=0)
+    kappas = resolve_kappas(["gradnorm"])
+    for batch in (torch.randn(6, 3, 2, 2), torch.randn(5, 3, 2, 2)):
+        out = forward(batch, [f"k{i}" for i in range(len(batch))], kappas)
+        expected_features = torch.relu(model[1](batch.flatten(1)))
+        np.testing.assert_allclose(out.features, expected_features.numpy(), rtol=1e-5, atol=1e-6)
+        assert out.scores["gradnorm"].shape == (len(batch),) and np.all(out.scores["gradnorm"] > 0)

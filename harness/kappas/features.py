@@ -41,6 +41,10 @@ class FeatureTap:
         captured, self.captured = self.captured, None
         return None if captured is None else captured.reshape(len(captured), -1)
 
+    def clear(self) -> None:
+        """Forget what the last pass captured, unread (a kappa's own passes may capture tensors of vmapped calls)."""
+        self.captured = None
+
     @property
     def head(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The last layer's ``(weight, bias)`` in float64 (a zero bias when it has none), or None."""

@@ -8,11 +8,8 @@ maps followed by the last layer, as their papers apply them. ``requires_fit`` ad
 larger = more OOD; a kappa is the negated score (higher = more in-distribution). Detectors compute in float32,
 as pytorch-ood expects.
 
-Not bridged here: the detectors that equal a paper kappa (MaxSoftmax, EnergyBased, Entropy, MaxLogit: the same
-definitions, checked by the tests), those that need the model for extra passes or several layers (ODIN, MCD,
-GradNorm, GradUncertainty, MahalanobisODIN, NACUE, Gram, MultiMahalanobis), and those that need what a trained
-classifier does not have (WeightedEBO: class weights learned in training; MCM: CLIP text embeddings; RankFeat:
-spatial feature maps).
+The gradient detectors GradNorm and GradUncertainty need the model: they take their own passes, as ODIN does, on the
+model's logits. Every other pytorch-ood detector is accounted for in :data:`NOT_BRIDGED` with the reason.
 """
 
 from __future__ import annotations
@@ -24,10 +21,25 @@ import torch
 from pytorch_ood import detector as pod
 from pytorch_ood.api import FeatureMapsDetector, FeaturesDetector, LogitsDetector
 
+from harness.errors import HarnessError
 from harness.kappas.base import KappaDef, Outputs
+from harness.kappas.model import logits_of
 
-SAME_AS_PAPER_KAPPA = {"MaxSoftmax": "softmax", "EnergyBased": "energy", "Entropy": "entropy", "MaxLogit": "max_logit"}
-NOT_POST_HOC = ("WeightedEBO", "MCM", "RankFeat")
+SAME_AS_PAPER_KAPPA = {"MaxSoftmax": "softmax", "EnergyBased": "energy", "Entropy": "entropy", "MaxLogit": "max_logit",
+                       "ODIN": "odin", "MCD": "mc_dropout"}
+# every other pytorch-ood detector, and why it is not a kappa here
+NOT_BRIDGED = {
+    "WeightedEBO": "needs per-class energy weights learned in training",
+    "MCM": "needs CLIP text embeddings of the ID class names, not a classifier",
+    "RankFeat": "needs the spatial feature maps of the last block, not pooled features",
+    "MahalanobisODIN": "needs a fit through the model (input gradients on the fit split); not bridged yet",
+    "MultiMahalanobis": "needs features of several layers and a fit on each; not bridged yet",
+    "Gram": "needs feature maps of several layers and a fit on each; not bridged yet",
+    "NACUE": "needs gradients of several layers and a fit on them; not bridged yet",
+}
+# the gradient detectors: their parameters are the papers' choices (GradNorm: the last layer's weights only)
+GRADIENT_DETECTORS = {"GradNorm": {"temperature": 1.0, "parameters": "last_layer"},
+                      "GradUncertainty": {"parameters": "all"}}
 NAMES = {"KLMatching": "kl_matching", "TemperatureScaling": "temperature_scaling"}
 INPUTS = ("model", "encoder", "backbone", "head", "w", "b", "detector", "criterion")
 # parameters without a default in pytorch-ood: ViM's principal dimension (None: half the feature dimension, about
@@ -113,6 +125,38 @@ class Bridged:
         return scores, scores
 
 
+class _LogitsOnly(torch.nn.Module):
+    """The model with logits as its only output (a submission may return ``(logits, features)``)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return logits_of(self.model(x))
+
+
+class GradientBridged:
+    """A pytorch-ood gradient detector on the model itself, its own passes per batch."""
+
+    def __init__(self, cls, params: dict):
+        self.cls, self.params = cls, params
+
+    def score_model(self, model: torch.nn.Module, images: torch.Tensor, seed: int):
+        wrapped = _LogitsOnly(model)
+        kwargs = {k: v for k, v in self.params.items() if k != "parameters"}
+        if self.params["parameters"] == "last_layer":
+            last = [name for name, m in wrapped.named_modules() if isinstance(m, torch.nn.Linear)]
+            if not last:
+                raise HarnessError(f"kappa '{self.cls.__name__.lower()}' with parameters=last_layer needs a model that "
+                                   "ends with a torch.nn.Linear; use parameters=all")
+            kwargs["param_filter"] = lambda name, prefix=f"{last[-1]}.": name == prefix + "weight"
+        elif self.params["parameters"] != "all":
+            raise HarnessError(f"parameters must be last_layer or all, got '{self.params['parameters']}'")
+        scores = -self.cls(wrapped, **kwargs).predict(images).double()
+        return scores, scores
+
+
 def _summary(cls) -> str:
     if cls.info is not None and cls.info.paper is not None:
         return cls.info.paper.title
@@ -130,17 +174,21 @@ def bridged_classes() -> dict[str, type]:
     classes = {}
     for name in pod.__all__:
         cls = getattr(pod, name)
-        if not inspect.isclass(cls) or name in SAME_AS_PAPER_KAPPA or name in NOT_POST_HOC or _kind(cls) is None:
+        if not inspect.isclass(cls) or name in SAME_AS_PAPER_KAPPA or name in NOT_BRIDGED or _kind(cls) is None:
             continue
         classes[NAMES.get(name, name.lower())] = cls
     return classes
 
 
 def pytorch_ood_kappas() -> list[KappaDef]:
-    """A :class:`KappaDef` per bridged pytorch-ood detector, in pytorch-ood's order."""
+    """A :class:`KappaDef` per bridged pytorch-ood detector, in pytorch-ood's order, then the gradient detectors."""
     defs = []
     for name, cls in bridged_classes().items():
         kind = _kind(cls)
         defs.append(KappaDef(name, _summary(cls), "pytorch-ood", _needs(cls, kind), _defaults(cls),
                              lambda params, cls=cls, kind=kind: Bridged(cls, kind, params), _reference(cls)))
+    for name, defaults in GRADIENT_DETECTORS.items():
+        cls = getattr(pod, name)
+        defs.append(KappaDef(name.lower(), _summary(cls), "pytorch-ood", frozenset({"model"}), dict(defaults),
+                             lambda params, cls=cls: GradientBridged(cls, params), _reference(cls)))
     return defs
