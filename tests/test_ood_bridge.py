@@ -129,6 +129,6 @@ def test_a_gradient_detector_beside_the_feature_tap_across_batches():
     kappas = resolve_kappas(["gradnorm"])
     for batch in (torch.randn(6, 3, 2, 2), torch.randn(5, 3, 2, 2)):
         out = forward(batch, [f"k{i}" for i in range(len(batch))], kappas)
-        expected_features = torch.relu(model[1](batch.flatten(1)))
+        expected_features = torch.relu(model[1](batch.flatten(1))).detach()
         np.testing.assert_allclose(out.features, expected_features.numpy(), rtol=1e-5, atol=1e-6)
         assert out.scores["gradnorm"].shape == (len(batch),) and np.all(out.scores["gradnorm"] > 0)
