@@ -25,7 +25,7 @@ def submit(
     benchmark: str = typer.Option("glyphs", help="'glyphs' (embedded, built on first use), a benchmark folder, or "
                                                  "hf://datasets/OWNER/NAME@REVISION."),
     kappa: Optional[List[str]] = typer.Option(None, "--kappa", "-k", show_default="softmax entropy max_logit energy, then the submission's own",
-                                              help="Confidence function; repeat for several."),
+                                              help="Confidence function, with parameters as NAME:KEY=VALUE[,KEY=VALUE] (e.g. knn:k=200); repeat for several."),
     out: Optional[Path] = typer.Option(None, show_default="cood-results/MODEL", help="Output folder; earlier outputs there are moved aside."),
     levels: int = typer.Option(11, help="Number of severity levels: at least 2, at most the OOD classes less the ID classes plus 1."),
     batch_size: int = typer.Option(256, help="Images per batch."),

@@ -27,6 +27,7 @@ from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
 from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
 from harness.kappas.fitting import with_fit
+from harness.kappas.registry import split_request
 from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
 from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
 from harness.score_cache import ScoreCache, kappa_id, run_key
@@ -175,7 +176,7 @@ def _check_options(name: str | None, num_levels: int, batch_size: int, workers: 
 def _model_kappa_options(kappas: list[str] | None, odin_preset: str | None, mc_passes: int | None) -> tuple[str, int]:
     """The ODIN preset and MC-dropout passes with their defaults filled in; each is refused when given without its
     kappa (which the default kappas never include)."""
-    requested = set(kappas or ())
+    requested = {split_request(k)[0] for k in kappas or ()}
     if odin_preset is not None and "odin" not in requested:
         raise HarnessError("--odin-preset applies to the odin kappa, which is not requested (-k odin)")
     if mc_passes is not None and "mc_dropout" not in requested:

@@ -81,3 +81,25 @@ def test_the_listing_names_needs_and_sources():
     fit = CliRunner().invoke(app, ["kappas", "--needs", "model"], prog_name="cood-harness")
     assert [line.split()[0] for line in fit.output.splitlines()[:-1]] == ["odin", "mc_dropout", "gradnorm", "graduncertainty"]
     assert fit.output.splitlines()[-1] == "4 kappas"
+
+
+def test_parameters_on_the_command_line_are_typed_and_checked():
+    knn, vim, ash = resolve_kappas(["knn:k=200,normalize=false", "vim:d=8", "ash:variant=ash-b"])
+    assert knn.params == {"k": 200, "normalize": False} and knn.impl.params == knn.params
+    assert vim.params == {"d": 8} and ash.params["variant"] == "ash-b" and ash.params["percentile"] == 0.65
+    with pytest.raises(HarnessError, match=r"kappa 'knn' has no parameter kk; its parameters: k=50, normalize=True"):
+        resolve_kappas(["knn:kk=3"])
+    with pytest.raises(HarnessError, match=r"parameter k takes a int, got 'many'"):
+        resolve_kappas(["knn:k=many"])
+    with pytest.raises(HarnessError, match=r"NAME:KEY=VALUE"):
+        resolve_kappas(["knn:k"])
+    with pytest.raises(HarnessError, match=r"requested twice with different parameters"):
+        resolve_kappas(["knn:k=5", "knn:k=6"])
+    assert resolve_kappas(["energy:temperature=2"])[0].params == {"temperature": 2.0}
+
+
+def test_a_parameter_changes_the_values():
+    logits = np.array([[2.0, 0.0, -1.0], [0.5, 0.4, 0.3]])
+    (t1,), (t4,) = resolve_kappas(["energy"]), resolve_kappas(["energy:temperature=4"])
+    np.testing.assert_allclose(t4.impl.score(Outputs(logits))[0], 4 * np.log(np.exp(logits / 4).sum(axis=1)))
+    assert not np.allclose(t1.impl.score(Outputs(logits))[0], t4.impl.score(Outputs(logits))[0])

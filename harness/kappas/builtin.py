@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
+
 from harness.errors import HarnessError
 from harness.kappas.base import KappaDef, Outputs
 from harness.kappas.logit import BUILTIN_LOGIT_KAPPAS, LogitKappa
@@ -11,9 +14,12 @@ PAPER = "Galil, Dabbah & El-Yaniv, ICLR 2023"
 
 
 class FromLogits:
-    """A :class:`LogitKappa` as an implementation: scores from the logits (and features, if it wants them)."""
+    """A :class:`LogitKappa` as an implementation: scores from the logits (and features, if it wants them), with
+    ``params`` passed to its score function where they differ from the kappa's defaults."""
 
-    def __init__(self, kappa: LogitKappa):
+    def __init__(self, kappa: LogitKappa, params: dict | None = None):
+        if params is not None and params != kappa.params:
+            kappa = replace(kappa, score=partial(kappa.score, **params), params=params)
         self.kappa = kappa
 
     def score(self, outputs: Outputs):
@@ -58,7 +64,7 @@ SUMMARIES = {"softmax": "max softmax probability (ranked by the max log-softmax)
 def paper_kappas() -> list[KappaDef]:
     """softmax, entropy, max_logit, energy (from the logits), ODIN and MC-dropout (extra passes through the model)."""
     defs = [KappaDef(name, SUMMARIES[name], "paper", frozenset({"logits"}), dict(kappa.params),
-                     lambda params, kappa=kappa: FromLogits(kappa), PAPER)
+                     lambda params, kappa=kappa: FromLogits(kappa, params), PAPER)
             for name, kappa in BUILTIN_LOGIT_KAPPAS.items()]
     defs.append(KappaDef("odin", "max softmax(f(x')/T) at an input perturbed against the top class", "paper",
                          frozenset({"model"}), {"preset": "paper", **ODIN_PRESETS["paper"]}, Odin,

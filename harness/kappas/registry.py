@@ -76,17 +76,62 @@ def registry() -> Registry:
     return reg
 
 
+def split_request(request: str) -> tuple[str, dict[str, str]]:
+    """``"knn:k=200,normalize=false"`` -> ``("knn", {"k": "200", "normalize": "false"})``."""
+    name, _, rest = request.partition(":")
+    overrides = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise HarnessError(f"kappa '{request}': parameters are written NAME:KEY=VALUE[,KEY=VALUE...], got '{item}'")
+        overrides[key.strip()] = value.strip()
+    return name.strip(), overrides
+
+
+def _typed(kappa: str, key: str, value: str, default):
+    """``value`` as the type of the parameter's default (a default of None: int, else float, else the string)."""
+    try:
+        if isinstance(default, bool):
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return value.lower() in ("true", "1")
+        if isinstance(default, (int, float)):
+            return type(default)(value)
+        if default is None:
+            for kind in (int, float):
+                try:
+                    return kind(value)
+                except ValueError:
+                    pass
+        return value
+    except ValueError:
+        raise HarnessError(f"kappa '{kappa}': parameter {key} takes a {type(default).__name__}, got '{value}'") from None
+
+
+def _with_overrides(kdef: KappaDef, params: dict, overrides: dict[str, str]) -> dict:
+    unknown = sorted(set(overrides) - set(kdef.defaults))
+    if unknown:
+        known = ", ".join(f"{k}={v}" for k, v in kdef.defaults.items()) or "none"
+        raise HarnessError(f"kappa '{kdef.name}' has no parameter {', '.join(unknown)}; its parameters: {known}")
+    return {**params, **{k: _typed(kdef.name, k, v, kdef.defaults[k]) for k, v in overrides.items()}}
+
+
 def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, **options) -> list[KappaSpec]:
-    """Turn kappa names into specs (a submission's own kappas among them); ``options`` (``odin_preset``,
-    ``mc_passes``) set the parameters of the kappas that read them."""
+    """Turn kappa requests (``name`` or ``name:key=value,...``) into specs (a submission's own kappas among them);
+    ``options`` (``odin_preset``, ``mc_passes``) set the parameters of the kappas that read them."""
     user_kappas = user_kappas or {}
-    specs = []
-    for name in dict.fromkeys(names):
+    specs: dict[str, KappaSpec] = {}
+    for request in dict.fromkeys(names):
+        name, overrides = split_request(request)
         kdef = _definition(name, user_kappas)
-        specs.append(_spec(kdef, {**kdef.defaults, **(kdef.from_options(options) if kdef.from_options else {})}))
+        params = {**kdef.defaults, **(kdef.from_options(options) if kdef.from_options else {})}
+        spec = _spec(kdef, _with_overrides(kdef, params, overrides))
+        if name in specs and specs[name].params != spec.params:
+            raise HarnessError(f"kappa '{name}' is requested twice with different parameters")
+        specs[name] = spec
     if not specs:
         raise HarnessError("no kappa requested")
-    return specs
+    return list(specs.values())
 
 
 def rebuild_kappa(name: str, params: dict, user_kappas: dict[str, LogitKappa]) -> KappaSpec:
