@@ -1,0 +1,90 @@
+"""Every pytorch-ood 0.4.0 detector class on ``glyph_cnn`` and the embedded benchmark: the README's coverage table.
+
+One pass keeps the logits and features of the fit split and the three evaluation splits in a score cache; then every
+supported detector that reads them is fitted and scored from the cache alone (the run's stats must show no image
+forwarded), and the detectors that need the model take their own passes. Prints a markdown table of all 35 classes:
+the kappa it is, or why it is not one; what it reads; whether it fits; its parameters and defaults; the level-0 and
+level-10 ood-auroc; its fit time and its scoring time over the evaluation splits.
+
+    python benchmarks/detector_coverage.py [--mc-passes 30] [--cache-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import tempfile
+from pathlib import Path
+
+from pytorch_ood import detector as pod
+
+from harness.kappas import registry
+from harness.kappas.ood_bridge import GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA, bridged_classes
+from harness.run import evaluate
+
+MODEL = str(Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py")
+EVAL_SPLITS = ("id_test", "ood_estimation", "ood_test")
+
+
+def kappa_of(cls_name: str) -> str | None:
+    bridged = {cls.__name__: name for name, cls in bridged_classes().items()}
+    return {**SAME_AS_PAPER_KAPPA, **bridged, **{g: g.lower() for g in GRADIENT_DETECTORS}}.get(cls_name)
+
+
+def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:
+    """One kappa alone on the shared cache: its record's first and last level, fit and score seconds, images forwarded."""
+    options = {"mc_passes": mc_passes} if kappa == "mc_dropout" else {}
+    evaluation = evaluate(MODEL, kappas=[kappa], cache=True, cache_dir=cache_dir, progress=False, **options)
+    (rec,) = evaluation.records
+    timings = rec["timings"]
+    fit_split = rec["kappa"]["params"].get("fit", {}).get("split")
+    return {"l0": rec["levels"][0]["ood_auroc"], "l10": rec["levels"][-1]["ood_auroc"],
+            "fit_s": timings.get(f"{fit_split}_s") if fit_split else None,
+            "score_s": sum(timings[f"{s}_s"] for s in EVAL_SPLITS), "forwarded": timings["images_forwarded"]}
+
+
+def reads(needs: frozenset) -> str:
+    order = ("logits", "features", "head", "model")
+    words = {"logits": "logits", "features": "features", "head": "last layer", "model": "the model (own passes)"}
+    return ", ".join(words[n] for n in order if n in needs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mc-passes", type=int, default=30, help="MC-dropout passes (each is a pass over every image)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="score cache (default: a temporary folder)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cache_dir = args.cache_dir or Path(tmp)
+        # the one pass: logits and features of every split, the fit split's too (knn:k=1 needs a fit)
+        first = evaluate(MODEL, kappas=["softmax", "knn:k=1"], cache=True, cache_dir=cache_dir, progress=False)
+        print(f"one pass: {first.records[0]['timings']['images_forwarded']} images forwarded", flush=True)
+        rows = []
+        for name in pod.__all__:
+            cls = getattr(pod, name)
+            if not inspect.isclass(cls):
+                continue
+            kappa = kappa_of(name)
+            if kappa is None:
+                rows.append(f"| {name} | no: {NOT_BRIDGED[name]} | | | | | | | |")
+                continue
+            kdef = registry().get(kappa)
+            measured = run(kappa, cache_dir, args.mc_passes)
+            if "model" not in kdef.needs and measured["forwarded"]:
+                raise SystemExit(f"{kappa} forwarded {measured['forwarded']} images; it should read the cache only")
+            params = ", ".join(f"{k}={v}" for k, v in kdef.defaults.items()) or "none"
+            if kappa == "mc_dropout" and args.mc_passes != kdef.defaults["passes"]:
+                params += f" (measured with passes={args.mc_passes})"
+            fit = f"{measured['fit_s']:.1f}" if measured["fit_s"] is not None else "-"
+            rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | {'yes' if 'fit' in kdef.needs else 'no'} "
+                        f"| {params} | {measured['l0']:.4f} | {measured['l10']:.4f} | {fit} | {measured['score_s']:.1f} |")
+            print(rows[-1], flush=True)
+    print()
+    print("| pytorch-ood class | kappa (source) | reads | fits | parameters (defaults) | ood-auroc level 0 | level 10 "
+          "| fit s | score s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

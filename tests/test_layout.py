@@ -1,0 +1,76 @@
+"""The house's rooms: the method imports without torch, and imports run one way (builder -> harness -> leaderboard;
+inside the harness: method <- kappas <- the rest)."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("dataset_builder", "harness", "leaderboard")
+# module prefix -> project modules it may never import
+FORBIDDEN = {
+    "dataset_builder": ("harness", "leaderboard"),
+    "leaderboard": ("harness", "dataset_builder"),
+    "harness.method": ("harness.kappas", "harness.adapters", "harness.inference", "harness.run", "harness.cli",
+                       "harness.isolation", "harness.data", "harness.score_cache", "harness.outputs", "harness.submission",
+                       "dataset_builder", "leaderboard"),
+    "harness.kappas": ("harness.adapters", "harness.inference", "harness.run", "harness.cli", "harness.isolation",
+                       "harness.data", "harness.score_cache", "harness.outputs", "harness.submission", "leaderboard"),
+    "harness.adapters": ("harness.run", "harness.cli", "harness.outputs", "leaderboard"),
+}
+
+
+def project_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_imports_run_one_way():
+    checked, wrong = 0, []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = module_name(path)
+            for prefix, banned in FORBIDDEN.items():
+                if name == prefix or name.startswith(prefix + "."):
+                    checked += 1
+                    wrong += [f"{name} imports {imp}" for imp in project_imports(path)
+                              if any(imp == b or imp.startswith(b + ".") for b in banned)]
+    assert checked > 40  # every module of the builder, the leaderboard, the method and the kappas
+    assert not wrong, wrong
+
+
+def test_a_module_that_breaks_the_rule_is_caught(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import numpy\nfrom harness.run import evaluate\nimport leaderboard.store as store\n")
+    assert project_imports(bad) == {"harness.run", "leaderboard.store"}
+
+
+def test_the_method_imports_without_torch(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'torchvision', 'timm', 'pytorch_ood'):\n"
+        "            raise ImportError(f'{name} is blocked')\n"
+        "sys.meta_path.insert(0, Block())\n")
+    code = ("import sys, numpy as np\n"
+            "import harness.method as m\n"
+            "from harness.method import severity_levels, auroc\n"
+            "try:\n    import torch\nexcept ImportError:\n    pass\nelse:\n    raise SystemExit('torch was not blocked')\n"
+            "assert not any(k.split('.')[0] == 'torch' for k in sys.modules), 'torch got imported'\n"
+            "print(auroc(np.array([0.9, 0.8]), np.array([0.1, 0.85])))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) == 0.75
