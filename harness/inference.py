@@ -128,16 +128,21 @@ class LocalForward:
         pass
 
 
+FEATURE_DTYPES = ("float32", "float16")
+
+
 def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarray, num_classes: int,
-                kappas: list[KappaSpec], keep_logits: bool = False) -> SplitScores:
+                kappas: list[KappaSpec], keep_logits: bool = False, feature_dtype: str = "float32") -> SplitScores:
     """All kappas of one batch from one forward pass (plus the extra passes of the kappas that need the model).
 
     ``forward`` (:class:`LocalForward`, or a model in a child process) returns the logits, the features and the kappas
     computed beside the model; every other kappa is computed here from them. ``keep_logits`` keeps logits and features.
+    Features are rounded to ``feature_dtype`` first, so that kappas read the same values now as from the cache later.
     """
     out = forward(images, keys, [k for k in kappas if k.in_model])
     logits = check_logits(out.logits, num_classes)
-    scores, confs = kappa_scores(logits, out.features, forward.head, [k for k in kappas if not k.in_model])
+    features = None if out.features is None else out.features.astype(feature_dtype).astype(np.float32)
+    scores, confs = kappa_scores(logits, features, forward.head, [k for k in kappas if not k.in_model])
     for spec in kappas:
         if spec.name not in scores:
             scores[spec.name], confs[spec.name] = out.scores[spec.name], out.confs[spec.name]
@@ -147,13 +152,15 @@ def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarr
             if not np.all(np.isfinite(values)):
                 raise HarnessError(f"kappa '{spec.name}' produced NaN or infinite scores")
     return SplitScores(np.asarray(keys), labels, logits.argmax(axis=1), scores, confs, logits if keep_logits else None,
-                       out.features if keep_logits else None)
+                       features if keep_logits else None)
 
 
-def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False) -> SplitScores:
+def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False,
+                         feature_dtype: str = "float32") -> SplitScores:
     """:func:`score_batch`, halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
     try:
-        return score_batch(forward, batch["images"], batch["keys"], batch["labels"].numpy(), num_classes, kappas, keep_logits)
+        return score_batch(forward, batch["images"], batch["keys"], batch["labels"].numpy(), num_classes, kappas, keep_logits,
+                           feature_dtype)
     except torch.cuda.OutOfMemoryError:
         if len(batch["keys"]) == 1:
             raise HarnessError("out of memory on a single image; use a smaller model, --amp, or another device") from None
@@ -162,11 +169,12 @@ def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[Ka
     half = len(batch["keys"]) // 2
     halves = [{"keys": batch["keys"][part], "images": batch["images"][part], "labels": batch["labels"][part]}
               for part in (slice(0, half), slice(half, None))]
-    return SplitScores.concat([score_batch_adaptive(forward, h, num_classes, kappas, keep_logits) for h in halves])
+    return SplitScores.concat([score_batch_adaptive(forward, h, num_classes, kappas, keep_logits, feature_dtype) for h in halves])
 
 
 def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int, kappas: list[KappaSpec],
-                 keep_logits: bool = False, progress: tqdm | None = None) -> Iterator[tuple[str, SplitScores]]:
+                 keep_logits: bool = False, progress: tqdm | None = None,
+                 feature_dtype: str = "float32") -> Iterator[tuple[str, SplitScores]]:
     """Score streamed batches and yield ``(shard path, its scores)`` as soon as a shard is complete; an error names
     the shard of the batch that failed."""
     pending: dict[str, list[SplitScores]] = {}
@@ -175,7 +183,7 @@ def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], 
             raise HarnessError(batch["error"])
         shard = batch["shard"]
         try:
-            scored = score_batch_adaptive(forward, batch, num_classes, kappas, keep_logits)
+            scored = score_batch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)
         except HarnessError as exc:
             raise HarnessError(f"shard {shard}: {exc}") from None
         pending.setdefault(shard, []).append(scored)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
@@ -22,7 +23,7 @@ from harness.distributed import Ranks, close, init_ranks
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
-from harness.inference import KappaSpec, LocalForward, fit_kappas, from_outputs, resolve_kappas, score_shards
+from harness.inference import FEATURE_DTYPES, KappaSpec, LocalForward, fit_kappas, from_outputs, resolve_kappas, score_shards
 from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
 from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
@@ -91,6 +92,7 @@ class Scorer:
     keep_logits: bool
     verify: bool
     progress: bool
+    feature_dtype: str = "float32"
     stats: dict = field(default_factory=lambda: dict.fromkeys(
         ["images_forwarded", "shards_scored", "shards_from_cache", "shards_from_logits"], 0))
 
@@ -147,7 +149,7 @@ class Scorer:
         with tqdm(total=total, desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split, unit="img",
                   disable=not self.progress or not total, leave=False) as bar:
             for path, scored in score_shards(self.forward, batches, sizes, len(self.benchmark.id_classes), kappas,
-                                             self.keep_logits or outputs, bar):
+                                             self.keep_logits or outputs, bar, self.feature_dtype):
                 merged = scored if hits[path] is None else hits[path].with_kappas(scored)
                 if self.cache:
                     self.cache.save(split, manifest[path], merged)
@@ -161,8 +163,18 @@ class Scorer:
         return everyone
 
 
-def _check_options(name: str | None, num_levels: int, batch_size: int, workers: int) -> None:
+def cache_cost(cache: ScoreCache, head, images: int) -> str:
+    """One line: what the run's cache takes on disk, and the features' share of it per image."""
+    on_disk = sum(p.stat().st_size for p in cache.folder.rglob("*.scores"))
+    dims = f"{head[0].shape[1]} features in {cache.feature_dtype} ({head[0].shape[1] * np.dtype(cache.feature_dtype).itemsize:,} " \
+           "bytes per image) and " if head is not None else ""
+    return f"score cache: {dims}scores of {images:,} images take {on_disk / 1e6:,.1f} MB in {cache.folder}"
+
+
+def _check_options(name: str | None, num_levels: int, batch_size: int, workers: int, feature_dtype: str = "float32") -> None:
     """Refuse, before anything is loaded, options that cannot work."""
+    if feature_dtype not in FEATURE_DTYPES:
+        raise HarnessError(f"--feature-dtype must be one of {', '.join(FEATURE_DTYPES)}, got '{feature_dtype}'")
     if name is not None:
         check_name(name)
     if num_levels < 2:
@@ -232,7 +244,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
              channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str | None = None,
              mc_passes: int | None = None, verify: bool = True, cache: bool = False,
              cache_dir: str | Path | None = None, keep_logits: bool = True, progress: bool = True,
-             trust_submission: bool = False, limits: Limits | None = None,
+             trust_submission: bool = False, limits: Limits | None = None, feature_dtype: str = "float32",
              out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None) -> Evaluation | None:
     """Evaluate a classifier on a C-OOD benchmark and return the results; nothing is written unless asked.
 
@@ -245,7 +257,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     submission's own. ``odin_preset`` (default paper) and ``mc_passes`` (default 30) apply to odin and mc_dropout
     and are refused when given without them; impossible options and bad model names are refused before any image is
     read. ``cache`` keeps per-shard scores (and, with ``keep_logits``, logits and features) so that a rerun resumes
-    and a new kappa needs no new pass; kappas that need a fit are fitted on the benchmark's ID fit split first;
+    and a new kappa needs no new pass (features kept in ``feature_dtype``, float32 or float16, which the kappas then
+    read in every run alike); kappas that need a fit are fitted on the benchmark's ID fit split first;
     ``out`` (a folder, or a function of
     the model's name giving one) is checked before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
 
@@ -254,7 +267,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     """
     started = time.perf_counter()
     created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
-    _check_options(name, num_levels, batch_size, workers)
+    _check_options(name, num_levels, batch_size, workers, feature_dtype)
     kappas = None if kappas is None else list(kappas)
     odin_preset, mc_passes = _model_kappa_options(kappas, odin_preset, mc_passes)
     ranks, device = init_ranks(auto_device(device))
@@ -285,12 +298,12 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         weights_sha = submission.weights_sha256
         score_cache = None
         if cache:
-            key = run_key(bench.sha256, weights_sha, submission.preprocessing, execution.numerics())
+            key = run_key(bench.sha256, weights_sha, submission.preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype})
             folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
-            score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs})
+            score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs}, feature_dtype)
         torch.manual_seed(seed)
         scorer = Scorer(submission, forward, bench, specs, execution, score_cache, ranks,
-                        batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main)
+                        batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main, feature_dtype)
         scores = {}
         timings = {}
         fitted = [k for k in specs if "fit" in k.needs]
@@ -310,6 +323,9 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         if not ranks.is_main:
             return None
         stats = {k: sum(r[k] for r in per_rank) for k in scorer.stats}
+        if score_cache is not None and keep_logits and progress and ranks.is_main:
+            images = sum(v for k, v in timings.items() if k.endswith("_images"))
+            print(cache_cost(score_cache, forward.head, images), file=sys.stderr, flush=True)
         if ranks.world > 1:
             stats["images_forwarded_per_rank"] = [r["images_forwarded"] for r in per_rank]
         num_id, num_ood = len(bench.id_classes), len(bench.ood_classes)
@@ -317,6 +333,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
                    for spec in specs]
         timings["total_s"] = round(time.perf_counter() - started, 3)
         run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "world_size": ranks.world,
+                    "feature_dtype": feature_dtype,
                     "isolation": forward.isolation}
         model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
                       "weights_sha256": weights_sha, "num_parameters": submission.num_parameters,

@@ -76,8 +76,8 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
 class ScoreCache:
     """Reads and writes per-shard :class:`SplitScores` under one run key, by kappa id."""
 
-    def __init__(self, folder: Path, ids: dict[str, str]):
-        self.folder, self.ids = folder, ids  # ids: kappa name -> kappa id
+    def __init__(self, folder: Path, ids: dict[str, str], feature_dtype: str = "float32"):
+        self.folder, self.ids, self.feature_dtype = folder, ids, feature_dtype  # ids: kappa name -> kappa id
         self.writable = True
 
     def _path(self, split: str, shard: str) -> Path:
@@ -112,7 +112,7 @@ class ScoreCache:
         scores = SplitScores(arrays["keys"], arrays["labels"], arrays["preds"],
                              {n: arrays[f"score:{self.ids[n]}"] for n in present},
                              {n: arrays[f"conf:{self.ids[n]}"] for n in present}, arrays.get("logits"),
-                             arrays.get("features"))
+                             None if arrays.get("features") is None else arrays["features"].astype(np.float32))
         return scores, present
 
     def save(self, split: str, shard: dict, scores: SplitScores) -> None:
@@ -129,7 +129,7 @@ class ScoreCache:
         if scores.logits is not None:
             arrays["logits"] = scores.logits
         if scores.features is not None:
-            arrays["features"] = scores.features.astype(np.float32)
+            arrays["features"] = scores.features.astype(self.feature_dtype)
         try:
             self._write(self._path(split, shard["path"]), encode(arrays))
         except OSError as exc:

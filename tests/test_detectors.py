@@ -120,3 +120,30 @@ def test_timm_features_are_forward_head_pre_logits(arch):
     np.testing.assert_allclose(out.features, expected.numpy(), rtol=1e-4, atol=1e-5)
     weight, bias = forward.head
     np.testing.assert_allclose(out.features @ weight.T + bias, out.logits, rtol=1e-4, atol=1e-4)
+
+
+def test_twenty_detectors_one_pass_half_precision_features_and_one_more_for_free(fit_glyphs, tmp_path, capfd):
+    from harness.kappas.ood_bridge import bridged_classes
+    from harness.score_cache import decode
+
+    detectors = ["softmax", "entropy", "max_logit", "energy", *[n for n in bridged_classes() if n != "gen"]]
+    assert len(detectors) >= 20
+    cache = tmp_path / "cache"
+    first = submit(CNN, benchmark=fit_glyphs, kappas=detectors, out=tmp_path / "a", cache_dir=cache, feature_dtype="float16")
+    assert first.stats["images_forwarded"] == 36 * FIT_PER_CLASS + EVAL_IMAGES  # each image once
+    assert all(len(r["levels"]) == 11 and r["timings"]["feature_dtype"] == "float16" for r in first.records)
+    line = [x for x in capfd.readouterr().err.splitlines() if x.startswith("score cache:")]
+    assert len(line) == 1 and "features in float16" in line[0] and "bytes per image" in line[0]
+    (entry, *_) = sorted(cache.rglob("*.scores"))
+    assert decode(entry.read_bytes())["features"].dtype == np.float16
+    second = submit(CNN, benchmark=fit_glyphs, kappas=[*detectors, "gen"], out=tmp_path / "b", cache_dir=cache,
+                    feature_dtype="float16", progress=False)
+    assert second.stats["images_forwarded"] == 0
+    before, after = records_in(tmp_path / "a"), records_in(tmp_path / "b")
+    assert len(after["gen"]["levels"]) == 11
+    assert all(stable(after[k]) == stable(before[k]) for k in ("knn", "vim", "react"))  # the same values from the cache
+    # float32 features are another cache: a new pass
+    third = submit(CNN, benchmark=fit_glyphs, kappas=["knn"], out=tmp_path / "c", cache_dir=cache, progress=False)
+    assert third.stats["images_forwarded"] == 36 * FIT_PER_CLASS + EVAL_IMAGES
+    with pytest.raises(HarnessError, match="--feature-dtype must be one of float32, float16"):
+        evaluate(CNN, benchmark=fit_glyphs, kappas=["knn"], feature_dtype="int8")
