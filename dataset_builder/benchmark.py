@@ -16,7 +16,7 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.manifest import MAX_IMAGE_PIXELS, load_manifest
 from dataset_builder.shards import file_sha256
 
-SPLITS = ("id_test", "id_train", "ood_estimation", "ood_test")
+SPLITS = ("id_test", "id_fit", "id_train", "ood_estimation", "ood_test")
 HUB_PREFIX = "hf://datasets/"
 
 

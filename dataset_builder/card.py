@@ -29,7 +29,7 @@ from dataset_builder.manifest import load_manifest
 
 REFERENCE = "levels/reference.txt"
 CARD_TAG = "cood-bench"  # marks a card this module wrote; publish rewrites only such cards
-SPLIT_FOLDERS = {"id_test": "id/test/*.tar", "id_train": "id/train/*.tar", "ood_estimation": "ood/estimation/*.tar",
+SPLIT_FOLDERS = {"id_test": "id/test/*.tar", "id_fit": "id/fit/*.tar", "id_train": "id/train/*.tar", "ood_estimation": "ood/estimation/*.tar",
                  "ood_test": "ood/test/*/*.tar"}
 LOCAL_PATH = "path/to/benchmark"
 EXAMPLE_LEVEL = 7

@@ -11,6 +11,7 @@ from dataset_builder import __version__
 from dataset_builder.console import make_app, run_app
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS
+from dataset_builder.split import DEFAULT_FIT_PER_CLASS
 
 app = make_app("Build C-OOD benchmarks as WebDataset shards.", f"cood-dataset {__version__}")
 
@@ -57,6 +58,8 @@ def imagenet(
     images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
     test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
     seed: int = typer.Option(0, help="Seed of the split."),
+    train: Optional[Path] = typer.Option(None, "--train", help="ImageNet-1K training images in <wnid>/ folders: a seeded id_fit split for detectors that fit."),
+    fit_per_class: int = typer.Option(DEFAULT_FIT_PER_CLASS, help="id_fit images per ID class (with --train; README: why this default)."),
     workers: int = typer.Option(2, help="Processes reading images."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
 ) -> None:
@@ -64,7 +67,8 @@ def imagenet(
     from dataset_builder.imagenet import build_imagenet
 
     sha = build_imagenet(out, imagenet21k, val, pool=pool, rule_sets=() if no_rule_sets else rule_set, min_images=min_images,
-                         images_per_class=images_per_class, test_fraction=test_fraction, seed=seed, workers=workers, overwrite=overwrite)
+                         images_per_class=images_per_class, test_fraction=test_fraction, seed=seed, workers=workers, overwrite=overwrite,
+                         train=train, fit_per_class=fit_per_class)
     _summary(out, sha)
 
 
@@ -81,6 +85,8 @@ def folder(
     test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
     image_ext: str = typer.Option("jpg", help="The image field of every sample (bytes are stored as they are)."),
     seed: int = typer.Option(0, help="Seed of the split."),
+    train: Optional[Path] = typer.Option(None, "--train", help="ID training images in <class>/ folders: a seeded id_fit split for detectors that fit."),
+    fit_per_class: int = typer.Option(DEFAULT_FIT_PER_CLASS, help="id_fit images per ID class (with --train)."),
     workers: int = typer.Option(2, help="Processes reading images."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
     license: Optional[str] = typer.Option(None, help="The images' licence: a Hub licence id such as cc-by-4.0, or a URL (unknown when not given)."),
@@ -91,9 +97,9 @@ def folder(
     from dataset_builder.images import ImageSettings
 
     settings = ImageSettings(seed=seed, images_per_class=images_per_class, n_test=n_test_of(images_per_class, test_fraction),
-                             min_images=min_images, image_ext=image_ext)
+                             min_images=min_images, image_ext=image_ext, fit_per_class=fit_per_class)
     sha = build_folder(out, id_dir, ood_dir, name=name, version=version, exclusions=read_exclusions(exclude) if exclude else None,
-                       settings=settings, workers=workers, overwrite=overwrite, license=license)
+                       settings=settings, workers=workers, overwrite=overwrite, license=license, train=train)
     _summary(out, sha)
 
 

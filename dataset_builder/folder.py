@@ -55,8 +55,10 @@ def classify_folders(id_classes: list[str], ood_classes: list[str], exclusions: 
 
 def build_folder(root: str | Path, id_dir: str | Path, ood_dir: str | Path, *, name: str = "custom", version: str = "1.0.0",
                  exclusions: Mapping[str, tuple[str, str]] | None = None, settings: ImageSettings = ImageSettings(),
-                 workers: int = 2, progress: bool = True, overwrite: bool = False, license: str | None = None) -> str:
-    """Build a C-OOD benchmark from two ImageFolder trees under ``root``; return its manifest sha256."""
+                 workers: int = 2, progress: bool = True, overwrite: bool = False, license: str | None = None,
+                 train: str | Path | None = None) -> str:
+    """Build a C-OOD benchmark from two ImageFolder trees under ``root``; return its manifest sha256. ``train``: ID
+    training images in ``<class>/`` folders, for the seeded ``id_fit`` split (``settings.fit_per_class`` per class)."""
     check_target(Path(root), overwrite)  # before the folder scans: a refusal comes at once
     id_classes = class_folders(Path(id_dir))
     ood_classes = class_folders(Path(ood_dir))
@@ -70,4 +72,5 @@ def build_folder(root: str | Path, id_dir: str | Path, ood_dir: str | Path, *, n
     }
     return build_from_folders(root, id_source=Path(id_dir), id_table=id_table, ood_source=Path(ood_dir),
                              ood_table=classify_folders(id_classes, ood_classes, exclusions or {}), settings=settings,
-                             description=description, workers=workers, progress=progress, overwrite=overwrite)
+                             description=description, workers=workers, progress=progress, overwrite=overwrite,
+                             fit_source=None if train is None else Path(train))

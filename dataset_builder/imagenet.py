@@ -25,6 +25,7 @@ from dataset_builder.assemble import check_target
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS, ID_CLASSES, imagenet_ood_classes, read_descriptions, read_synsets, rules_record
 from dataset_builder.images import ImageSettings, build_from_folders, class_folders
+from dataset_builder.split import DEFAULT_FIT_PER_CLASS
 
 BENCHMARK_ID = "imagenet"
 BENCHMARK_VERSION = "1.0.0"
@@ -58,8 +59,12 @@ def id_class_table(val: Path, id_classes: Iterable[str] | None = None) -> pd.Dat
 def build_imagenet(root: str | Path, imagenet21k: str | Path, val: str | Path, *, pool: str = "imagenet21k",
                    rule_sets: Iterable[str] = DEFAULT_RULE_SETS, min_images: int = 200, images_per_class: int = 200,
                    test_fraction: float = 0.25, seed: int = 0, id_classes: Iterable[str] | None = None,
-                   workers: int = 2, progress: bool = True, overwrite: bool = False) -> str:
+                   workers: int = 2, progress: bool = True, overwrite: bool = False, train: str | Path | None = None,
+                   fit_per_class: int = DEFAULT_FIT_PER_CLASS) -> str:
     """Build the ImageNet C-OOD benchmark under ``root``; return its manifest sha256.
+
+    ``train``: ImageNet-1K training images in ``<wnid>/`` folders, of which ``fit_per_class`` per ID class (seeded)
+    become the ``id_fit`` split that detectors fit on.
 
     ``id_classes`` restricts the ID test set to a subset of ImageNet-1K (for small trials); the
     class rules always use all 1,000 classes.
@@ -71,7 +76,7 @@ def build_imagenet(root: str | Path, imagenet21k: str | Path, val: str | Path, *
         raise BenchmarkError(f"{imagenet21k} has {len(unknown)} folders that are not {pool} classes, e.g. {unknown[0]!r}")
     rule_sets = tuple(rule_sets)
     settings = ImageSettings(seed=seed, images_per_class=images_per_class, n_test=n_test_of(images_per_class, test_fraction),
-                             min_images=min_images, image_ext="jpg")
+                             min_images=min_images, image_ext="jpg", fit_per_class=fit_per_class)
     description = {
         "benchmark": {"id": BENCHMARK_ID, "version": BENCHMARK_VERSION,
                       "description": "ImageNet-1K validation (ID) vs. ImageNet-21K classes outside ImageNet-1K's WordNet is-a closure (OOD)."},
@@ -80,4 +85,5 @@ def build_imagenet(root: str | Path, imagenet21k: str | Path, val: str | Path, *
     }
     return build_from_folders(root, id_source=Path(val), id_table=id_class_table(Path(val), id_classes),
                              ood_source=Path(imagenet21k), ood_table=ood_table, settings=settings, description=description,
-                             workers=workers, progress=progress, overwrite=overwrite)
+                             workers=workers, progress=progress, overwrite=overwrite,
+                             fit_source=None if train is None else Path(train))

@@ -21,6 +21,7 @@ real formats (``image_formats``).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import multiprocessing
@@ -42,7 +43,7 @@ from dataset_builder.assemble import class_counts, finish, number_pool, partial_
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
 from dataset_builder.shards import ShardWriter, make_sample, sample_key, write_shard
-from dataset_builder.split import SPLIT_RULE, split_class, split_order
+from dataset_builder.split import DEFAULT_FIT_PER_CLASS, SPLIT_RULE, split_class, split_order
 
 TEST_GROUP_SIZE = 1000
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff")
@@ -66,8 +67,11 @@ class ImageSettings:
     ood_classes_per_shard: int = 64
     id_classes_per_shard: int = 200
     max_image_pixels: int = MAX_IMAGE_PIXELS
+    fit_per_class: int = DEFAULT_FIT_PER_CLASS
 
     def check(self) -> None:
+        if self.fit_per_class < 1:
+            raise BenchmarkError(f"fit_per_class must be at least 1, got {self.fit_per_class}")
         if not 0 < self.n_test < self.images_per_class:
             raise BenchmarkError(f"n_test must be between 1 and images_per_class - 1, got {self.n_test} of {self.images_per_class}")
         if self.min_images < 1:
@@ -89,6 +93,7 @@ class Block:
     source: str
     classes: tuple[str, ...]
     positions: tuple[int, ...]
+    test_source: str = ""  # a fit block: the ID test images, whose byte-identical copies it skips
 
     @property
     def name(self) -> str:
@@ -131,15 +136,18 @@ def check_class_ids(ids: list[str], what: str) -> None:
 
 
 def _read_good(folder: Path, names: list[str], class_id: str, wanted: int | None, skipped: list[dict],
-               max_pixels: int) -> dict[str, tuple[bytes, str]]:
+               max_pixels: int, exclude: set[str] = frozenset(), excluded: list[dict] | None = None) -> dict[str, tuple[bytes, str]]:
     """``name -> (bytes, format)`` of the first ``wanted`` (all when None) readable images of ``names`` of at most
-    ``max_pixels`` pixels, in order."""
+    ``max_pixels`` pixels, in order; an image whose sha256 is in ``exclude`` is passed over and listed in ``excluded``."""
     good: dict[str, tuple[bytes, str]] = {}
     for name in names:
         if wanted is not None and len(good) == wanted:
             break
         try:
             data = (folder / name).read_bytes()
+            if exclude and hashlib.sha256(data).hexdigest() in exclude:
+                excluded.append({"class_id": class_id, "file": name})
+                continue
             good[name] = (data, image_format(data, max_pixels))
         except Exception as exc:  # noqa: BLE001 - any failure to read or decode makes the image unreadable
             error = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the file", f"{type(exc).__name__}: {exc}")  # no addresses: rebuilds are identical
@@ -160,7 +168,7 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
     """Write one block's shards, then its marker; return what the manifest and class tables need from it."""
     partial, block, s = task
     source = Path(block.source)
-    shards, classes, skipped, formats = [], [], [], Counter()
+    shards, classes, skipped, formats, fit, duplicates = [], [], [], Counter(), [], []
     if block.kind == "id":
         writer = ShardWriter(partial, f"id/test/{block.number:06d}.tar", "id_test")
         for cid in block.classes:
@@ -170,6 +178,20 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
             for sample in _samples(cid, sorted(good), good, s.image_ext, formats):
                 writer.write(sample)
             classes.append({"id": cid, "num_images": len(good)})
+        shards.append(writer.close())
+    elif block.kind == "fit":
+        writer = ShardWriter(partial, f"id/fit/{block.number:06d}.tar", "id_fit")
+        for cid in block.classes:
+            test_folder = Path(block.test_source) / cid
+            tests = {hashlib.sha256((test_folder / n).read_bytes()).hexdigest() for n in list_images(test_folder)}
+            names = list_images(source / cid)
+            good = _read_good(source / cid, split_order(names, cid, s.seed), cid, s.fit_per_class, skipped,
+                              s.max_image_pixels, tests, duplicates)
+            if not good:
+                raise BenchmarkError(f"ID class {cid} has no readable training image in {source / cid}")
+            for sample in _samples(cid, sorted(good), good, s.image_ext, formats):
+                writer.write(sample)
+            fit.append({"id": cid, "num_fit_images": len(good)})
         shards.append(writer.close())
     else:
         estimation = ShardWriter(partial, f"ood/estimation/{block.number:06d}.tar", "ood_estimation")
@@ -189,12 +211,35 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
                 estimation.write(sample)
             classes.append({"id": cid, "num_images": len(split.test) + len(split.estimation), "rule": None})
         shards.insert(0, estimation.close())
-    result = {"block": block.name, "shards": [i.to_dict() for i in shards if i is not None], "classes": classes, "skipped": skipped, "formats": dict(formats)}
+    result = {"block": block.name, "shards": [i.to_dict() for i in shards if i is not None], "classes": classes, "skipped": skipped,
+              "formats": dict(formats), "fit": fit, "duplicates": duplicates}
     marker = partial / STATE / f"{block.name}.json"
     marker.with_suffix(".partial").write_text(json.dumps(result, sort_keys=True))
     os.replace(marker.with_suffix(".partial"), marker)
     faults.point("block-done")
     return result
+
+
+def check_fit_source(fit_source: Path, id_ids: list[str]) -> None:
+    """Every ID class has a folder of training images, and there is no other folder."""
+    folders = class_folders(fit_source)
+    missing = [c for c in id_ids if c not in folders]
+    if missing:
+        raise BenchmarkError(f"{len(missing)} ID classes have no folder in the training images {fit_source}, e.g. {missing[0]}")
+    extra = sorted(set(folders) - set(id_ids))
+    if extra:
+        raise BenchmarkError(f"{fit_source} has {len(extra)} folders that are not ID classes, e.g. {extra[0]!r}")
+
+
+def fit_entry(settings: ImageSettings, fitted: dict[str, int], ordered: list[dict]) -> dict:
+    """The manifest's ``fit``: how the ``id_fit`` split was drawn, the classes that had fewer images, the copies skipped."""
+    duplicates = sorted((d for r in ordered for d in r.get("duplicates", [])), key=lambda d: (d["class_id"], d["file"]))
+    return {"split": "id_fit", "source": "ID training images", "per_class": settings.fit_per_class, "seed": settings.seed,
+            "rule": "per class, the first fit_per_class readable images in the seeded split order, skipping byte-identical "
+                    "copies of the class's ID test images",
+            "num_images": sum(fitted.values()),
+            "short_classes": {c: n for c, n in sorted(fitted.items()) if n < settings.fit_per_class},
+            "duplicates_of_test": {"count": len(duplicates), "images": duplicates}}
 
 
 def finished_block(partial: Path, block: Block) -> dict | None:
@@ -210,9 +255,9 @@ def finished_block(partial: Path, block: Block) -> dict | None:
     return result
 
 
-def _blocks(kind: str, source: Path, ids: list[str], size: int) -> list[Block]:
-    return [Block(kind, n, str(source), tuple(ids[start:start + size]), tuple(range(start, min(start + size, len(ids)))))
-            for n, start in enumerate(range(0, len(ids), size))]
+def _blocks(kind: str, source: Path, ids: list[str], size: int, test_source: Path | None = None) -> list[Block]:
+    return [Block(kind, n, str(source), tuple(ids[start:start + size]), tuple(range(start, min(start + size, len(ids)))),
+                  str(test_source or "")) for n, start in enumerate(range(0, len(ids), size))]
 
 
 def _open_partial(root: Path, config: dict, overwrite: bool) -> Path:
@@ -239,7 +284,7 @@ def _run(tasks: list[tuple[Path, Block, ImageSettings]], workers: int, bar: tqdm
         for task in tasks:
             result = run_block(task)
             results[result["block"]] = result
-            bar.update(len(result["classes"]))
+            bar.update(len(result["classes"]) + len(result.get("fit", [])))
         return results
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(run_block, task) for task in tasks]
@@ -247,7 +292,7 @@ def _run(tasks: list[tuple[Path, Block, ImageSettings]], workers: int, bar: tqdm
             for future in as_completed(futures):
                 result = future.result()
                 results[result["block"]] = result
-                bar.update(len(result["classes"]))
+                bar.update(len(result["classes"]) + len(result.get("fit", [])))
         except BaseException:
             for future in futures:
                 future.cancel()
@@ -257,13 +302,15 @@ def _run(tasks: list[tuple[Path, Block, ImageSettings]], workers: int, bar: tqdm
 
 def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFrame, ood_source: Path, ood_table: pd.DataFrame,
                        settings: ImageSettings, description: dict, workers: int = 2, progress: bool = True,
-                       overwrite: bool = False) -> str:
+                       overwrite: bool = False, fit_source: Path | None = None) -> str:
     """Build a benchmark under ``root``; return its manifest sha256.
 
     ``id_table``: the ID classes (columns ``index``, ``id``, ...), each a folder of ``id_source``.
     ``ood_table``: every OOD candidate in pool order (columns ``id``, ``status``, ``rule``,
     ``collides_with``, ...); rows with status ``ood`` are read from ``ood_source``, the others keep
-    their removal reason. ``description``: the manifest's ``benchmark``, ``source`` and ``rules``. The caller
+    their removal reason. ``fit_source`` (optional): ID training images in ``<class>/`` folders, of which a seeded
+    ``settings.fit_per_class`` per class become the ``id_fit`` split (byte-identical copies of ID test images passed
+    over and listed). ``description``: the manifest's ``benchmark``, ``source`` and ``rules``. The caller
     checks ``root`` first (:func:`dataset_builder.assemble.check_target`); the swap checks it again.
     """
     settings.check()
@@ -275,25 +322,32 @@ def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFr
     missing_id = [c for c in id_ids if not (Path(id_source) / c).is_dir()]
     if missing_id:
         raise BenchmarkError(f"{len(missing_id)} ID classes have no folder in the ID source, e.g. {missing_id[0]}")
+    if fit_source is not None:
+        check_fit_source(Path(fit_source), id_ids)
     in_source = [c for c in candidates if (Path(ood_source) / c).is_dir()]
     config = {"settings": asdict(settings), "description": description, "id": id_ids, "ood": in_source,
-              "sources": [str(Path(id_source).resolve()), str(Path(ood_source).resolve())]}
+              "sources": [str(Path(id_source).resolve()), str(Path(ood_source).resolve())]
+              + ([str(Path(fit_source).resolve())] if fit_source is not None else [])}
     partial = _open_partial(root, config, overwrite)
 
     blocks = _blocks("id", id_source, id_ids, settings.id_classes_per_shard)
+    if fit_source is not None:
+        blocks += _blocks("fit", fit_source, id_ids, settings.id_classes_per_shard, Path(id_source))
     blocks += _blocks("ood", ood_source, in_source, settings.ood_classes_per_shard)
     results = {b.name: r for b in blocks if (r := finished_block(partial, b)) is not None}
     todo = [(partial, b, settings) for b in blocks if b.name not in results]
-    with tqdm(total=len(id_ids) + len(in_source), initial=sum(len(b.classes) for b in blocks if b.name in results),
+    with tqdm(total=sum(len(b.classes) for b in blocks), initial=sum(len(b.classes) for b in blocks if b.name in results),
               desc="building", unit="class", disable=not progress) as bar:
         results.update(_run(todo, workers, bar))
     ordered = [results[b.name] for b in blocks]
 
     shards = [s for r in ordered for s in r["shards"]]
-    shards = ([s for s in shards if s["split"] == "id_test"] + [s for s in shards if s["split"] == "ood_estimation"]
-              + [s for s in shards if s["split"] == "ood_test"])
+    shards = [s for split in ("id_test", "id_fit", "ood_estimation", "ood_test") for s in shards if s["split"] == split]
     outcome = {c["id"]: c for r in ordered for c in r["classes"]}
     id_table = id_table.assign(num_images=[outcome[c]["num_images"] for c in id_table["id"]])
+    fitted = {c["id"]: c["num_fit_images"] for r in ordered for c in r.get("fit", [])}
+    if fit_source is not None:
+        id_table = id_table.assign(num_fit_images=[fitted[c] for c in id_table["id"]])
     ood_table = ood_table.reset_index(drop=True).copy()
     ood_table["num_images"] = [outcome[c]["num_images"] if c in outcome else 0 for c in ood_table["id"]]
     for rule, removed in (("not_in_source", ood_table["id"].isin(set(candidates) - set(in_source))),
@@ -315,6 +369,7 @@ def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFr
         "max_image_pixels": settings.max_image_pixels,
         "image_formats": dict(sorted(formats.items())),
         "skipped_images": {"count": len(skipped), "images": skipped},
+        **({"fit": fit_entry(settings, fitted, ordered)} if fit_source is not None else {}),
         "classes": class_counts(id_table, ood_table),
         "shards": shards,
     }
