@@ -8,7 +8,9 @@ from typing import Optional
 import typer
 
 from dataset_builder import __version__
-from dataset_builder.console import make_app, run_app
+from dataset_builder.console import make_app, require_torch_extra, run_app
+
+require_torch_extra("cood-dataset")  # before the imports below, which need it
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -11,6 +12,24 @@ import typer
 
 
 HELP = {"help_option_names": ["-h", "--help"]}
+TORCH_EXTRA = ("torch", "torchvision", "timm", "pytorch_ood", "scipy", "PIL", "datasets", "webdataset", "sklearn", "tqdm")
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
+
+
+def require_torch_extra(command: str) -> None:
+    """Exit 2 in one line, before anything imports them, when the packages of the ``torch`` extra are missing (the light
+    install, ``pip install cood-bench``, has the leaderboard only)."""
+    missing = [name for name in TORCH_EXTRA if not _importable(name)]
+    if missing:
+        print(f"error: {command} needs the torch extra (missing: {', '.join(missing)}): pip install 'cood-bench[torch]'",
+              file=sys.stderr)
+        sys.exit(2)
 
 
 def make_app(help: str, version: str) -> typer.Typer:

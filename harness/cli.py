@@ -7,7 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from dataset_builder.console import make_app, run_app
+from dataset_builder.console import make_app, require_torch_extra, run_app
+
+require_torch_extra("cood-harness")  # before the imports below, which need it
 from dataset_builder.errors import BenchmarkError
 from harness import __version__
 from harness.errors import HarnessError
