@@ -121,10 +121,7 @@ def validate_record(record) -> None:
 
     kappa = _object(record["kappa"], "kappa", ("name", "params"))
     _name(kappa["name"], "kappa.name", pattern=_KAPPA_NAME, what="a kappa name (letters, digits, _ . -)")
-    for key, value in _object(kappa["params"], "kappa.params").items():
-        _name(key, "kappa.params (a key)")
-        if not isinstance(value, (str, bool)) and value is not None:
-            _number(value, f"kappa.params.{key}")
+    _params(kappa["params"], "kappa.params")
 
     _validate_levels(record, paper)
 
@@ -149,6 +146,17 @@ def validate_record(record) -> None:
             raise _fail("created", f"not an ISO-8601 date-time: {created[:40]!r}") from None
     if record["timings"] is not None or not paper:
         _object(record["timings"], "timings")
+
+
+def _params(params, path: str, depth: int = 0) -> None:
+    """Parameters: strings, booleans, nulls, finite numbers, or (two levels deep at most, e.g. a fitted kappa's ``fit``:
+    split, size, seed) objects of them."""
+    for key, value in _object(params, path).items():
+        _name(key, f"{path} (a key)")
+        if isinstance(value, dict) and depth < 2:
+            _params(value, f"{path}.{key}", depth + 1)
+        elif not isinstance(value, (str, bool)) and value is not None:
+            _number(value, f"{path}.{key}")
 
 
 def validate_config(config, format_version: int) -> None:
@@ -205,15 +213,18 @@ def _validate_levels(record: dict, paper: bool) -> None:
 
 
 def canonical_params(params: dict) -> dict:
-    """Kappa params with integers as floats, so ``{"temperature": 2}`` and ``2.0`` are the same kappa."""
-    return {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in sorted(params.items())}
+    """Kappa params with integers as floats (nested ones too), so ``{"temperature": 2}`` and ``2.0`` are the same kappa."""
+    return {k: canonical_params(v) if isinstance(v, dict) else float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+            for k, v in sorted(params.items())}
 
 
 def kappa_label(name: str, params: dict) -> str:
-    """``softmax``, or ``odin(epsilon=1e-05,temperature=2)`` when the kappa has parameters."""
-    if not params:
+    """``softmax``, or ``odin(epsilon=1e-05,temperature=2)`` when the kappa has parameters; nested ones (a fitted kappa's
+    ``fit``) are left to the record."""
+    flat = {k: v for k, v in canonical_params(params).items() if not isinstance(v, dict)}
+    if not flat:
         return name
-    shown = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in canonical_params(params).items())
+    shown = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in flat.items())
     return f"{name}({shown})"
 
 

@@ -56,6 +56,13 @@ def test_detectors_from_one_pass_and_none_for_a_new_one(fit_glyphs, tmp_path):
         assert timings["images_forwarded"] == 36 * FIT_PER_CLASS + EVAL_IMAGES  # every image once, the fit split's too
         assert timings["id_train_images"] == 36 * FIT_PER_CLASS
     assert first["knn"]["kappa"]["params"] == {"k": 50, "normalize": True, "fit": fit}
+    # the leaderboard takes them, the fit among the entry's identity
+    from leaderboard.store import add_records, current_table
+
+    add_records(tmp_path / "board", list(first.values()), create=True)
+    table = current_table(tmp_path / "board")
+    assert sorted(table["kappa"]) == ["ash(percentile=0.65,variant=ash-s)", "knn(k=50,normalize=True)", "mahalanobis",
+                                      "react(percentile=0.9,threshold=None)", "vim(d=None)"]
     # a new detector later: from the kept logits and features, no image forwarded, the same values for the others
     second = submit(CNN, benchmark=fit_glyphs, kappas=["knn", "vim", "dice", "softmax"], out=tmp_path / "b",
                     cache_dir=cache, progress=False)

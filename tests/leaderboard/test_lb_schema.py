@@ -126,3 +126,19 @@ def test_kappa_label():
 def test_flags_near_chance(make_record):
     assert flags(make_record(acc=0.81)) == []
     assert flags(make_record(acc=0.03)) == ["id-acc near chance (0.0300, chance 0.0278)"]
+
+
+def test_a_fitted_kappa_carries_its_fit_in_the_params(make_record):
+    fit = {"split": "id_fit", "size": 100000, "seed": 0, "sample": {"per_class": 100, "seed": 0}}
+    record = make_record(kappa="knn", params={"k": 50, "normalize": True, "fit": fit})
+    validate_record(record)
+    assert kappa_label("knn", record["kappa"]["params"]) == "knn(k=50,normalize=True)"
+    other_fit = make_record(kappa="knn", params={"k": 50, "normalize": True, "fit": {**fit, "size": 5000}})
+    assert entry_id(other_fit) != entry_id(record)  # another fit set is another entry
+    same = make_record(kappa="knn", params={"k": 50.0, "normalize": True, "fit": {**fit, "size": 100000.0}})
+    assert entry_id(same) == entry_id(record)
+    for bad, message in (({"fit": {"split": [1]}}, r"kappa.params.fit.split: must be a number, got list"),
+                         ({"a": {"b": {"c": {"d": 1}}}}, r"kappa.params.a.b.c: must be a number, got dict"),
+                         ({"fit": {"s/plit": 1}}, r"kappa.params.fit \(a key\): contains a path separator")):
+        with pytest.raises(LeaderboardError, match=message):
+            validate_record(make_record(kappa="knn", params=bad))
