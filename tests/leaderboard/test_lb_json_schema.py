@@ -1,0 +1,69 @@
+"""The record format as a JSON Schema file inside the package, checked against the validator: what one accepts the
+other accepts, and every rejection the schema can express it makes too."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from importlib.resources import files
+
+import jsonschema
+import pytest
+
+from leaderboard import schema as validator
+from leaderboard.errors import LeaderboardError
+from leaderboard.paper import paper_records
+from test_lb_schema import REJECTIONS, _set
+
+SCHEMA = json.loads(files("leaderboard").joinpath("record.schema.json").read_text())
+CHECK = jsonschema.Draft202012Validator(SCHEMA)
+# what JSON Schema cannot express (the validator's cross-field and non-JSON checks)
+VALIDATOR_ONLY = {"levels.4.level", "levels.4.percentile", "levels.5.level_score", "num_levels=12",
+                  "summary.mean_ood_auroc", "created", "kappa.params", "levels.3.ood_auroc=nan", "id.avg_conf"}
+
+
+def test_the_schema_is_a_valid_draft_2020_12_schema():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["properties"]["schema_version"] == {"const": validator.SCHEMA_VERSION}
+
+
+def test_fields_match_the_validator():
+    assert set(SCHEMA["required"]) == set(SCHEMA["properties"]) == set(validator._TOP)
+    assert set(SCHEMA["$defs"]["benchmark"]["required"]) == set(validator._BENCHMARK)
+    assert set(SCHEMA["properties"]["model"]["required"]) == set(validator._MODEL)
+    assert set(SCHEMA["$defs"]["level"]["required"]) == set(validator._LEVEL)
+    assert set(SCHEMA["properties"]["id"]["required"]) == set(validator._ID)
+    assert SCHEMA["properties"]["provenance"]["enum"] == list(validator.PROVENANCES)
+
+
+def test_valid_records_pass_both(make_record, paper_table):
+    fitted = make_record(kappa="knn", params={"k": 50, "fit": {"split": "id_fit", "size": 10, "sample": {"per_class": 1}}})
+    for record in [make_record(), fitted, *paper_records(paper_table)[:50]]:
+        validator.validate_record(record)
+        CHECK.validate(record)
+
+
+def _key(path, value) -> set[str]:
+    return {path, f"{path}={value!r}" if not (isinstance(value, float) and math.isnan(value)) else f"{path}=nan"}
+
+
+@pytest.mark.parametrize(("path", "value", "message"), REJECTIONS, ids=[f"{p}={v!r}" for p, v, _ in REJECTIONS])
+def test_invalid_records_fail_both(make_record, path, value, message):
+    record = make_record()
+    _set(record, path, value)
+    with pytest.raises(LeaderboardError):
+        validator.validate_record(record)
+    if _key(path, value) & VALIDATOR_ONLY:
+        return
+    assert not CHECK.is_valid(json.loads(json.dumps(record))), f"the schema accepts {path}={value!r}"
+
+
+def test_a_paper_record_may_leave_out_what_a_harness_record_may_not(paper_table):
+    record = copy.deepcopy(paper_records(paper_table)[0])
+    assert record["model"]["weights_sha256"] is None
+    CHECK.validate(record)
+    record["provenance"] = "harness"
+    assert not CHECK.is_valid(record)
+    with pytest.raises(LeaderboardError):
+        validator.validate_record(record)
