@@ -238,6 +238,7 @@ def fit_entry(settings: ImageSettings, fitted: dict[str, int], ordered: list[dic
             "rule": "per class, the first fit_per_class readable images in the seeded split order, skipping byte-identical "
                     "copies of the class's ID test images",
             "num_images": sum(fitted.values()),
+            "shards": [sh["path"] for r in ordered for sh in r["shards"] if sh["split"] == "id_fit"],
             "short_classes": {c: n for c, n in sorted(fitted.items()) if n < settings.fit_per_class},
             "duplicates_of_test": {"count": len(duplicates), "images": duplicates}}
 

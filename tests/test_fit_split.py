@@ -125,3 +125,48 @@ def test_a_fitted_kappa_fits_on_id_fit_and_says_so(tmp_path):
     assert knn["timings"]["id_fit_images"] == 5 and len(knn["levels"]) == 2
     assert result.stats["images_forwarded"] == 5 + len(bench.id_classes) * 3 + sum(
         s["num_samples"] for s in bench.shards("ood_estimation") + bench.shards("ood_test"))
+
+
+def test_the_manifest_lists_the_fit_shards_and_datasets_loads_them(tmp_path):
+    import datasets
+    from dataset_builder.loading import sample_features
+
+    bench = build(tmp_path, "a")
+    assert bench.manifest["fit"]["shards"] == [s["path"] for s in bench.shards("id_fit")] == ["id/fit/000000.tar", "id/fit/000001.tar"]
+    bench.verify()
+    files = [str(tmp_path / "a" / p) for p in bench.manifest["fit"]["shards"]]
+    loaded = datasets.load_dataset("webdataset", data_files={"id_fit": files}, split="id_fit", features=sample_features("jpg"))
+    assert sorted(row["json"]["class_id"] for row in loaded) == ["cat"] * 3 + ["dog"] * 2
+
+
+def test_imagenet_builder_draws_id_fit_from_wnid_folders(tmp_path):
+    from dataset_builder.imagenet import build_imagenet
+    from image_fixtures import OPTIONS, VAL_CLASSES, imagenet_tree
+
+    pool, val = imagenet_tree(tmp_path / "in")
+    for cid in VAL_CLASSES:
+        (tmp_path / "train" / cid).mkdir(parents=True)
+        for i in range(2 if cid == VAL_CLASSES[0] else 6):
+            (tmp_path / "train" / cid / f"{cid}_{i}.JPEG").write_bytes(jpeg(f"train/{cid}/{i}"))
+    build_imagenet(tmp_path / "b", pool, val, id_classes=VAL_CLASSES, train=tmp_path / "train", fit_per_class=4, workers=1,
+                   progress=False, **OPTIONS)
+    bench = Benchmark.open(tmp_path / "b")
+    fit = bench.manifest["fit"]
+    assert {c: len(k) for c, k in fit_samples(bench).items()} == {VAL_CLASSES[0]: 2, **{c: 4 for c in VAL_CLASSES[1:]}}
+    assert (fit["num_images"], fit["short_classes"]) == (14, {VAL_CLASSES[0]: 2})
+    assert bench.id_classes.set_index("id")["num_fit_images"].to_dict() == {VAL_CLASSES[0]: 2, **{c: 4 for c in VAL_CLASSES[1:]}}
+
+
+def test_a_refused_train_folder_keeps_the_benchmark_it_would_replace(tmp_path):
+    bench = build(tmp_path, "a")
+    before = {p: p.read_bytes() for p in sorted((tmp_path / "a").rglob("*")) if p.is_file()}
+    train = tmp_path / "in" / "train"
+    (train / "emu").mkdir()
+    for folder, message in ((train, "not ID classes, e.g. 'emu'"), (tmp_path / "absent", "absent is not a folder")):
+        done = subprocess.run([sys.executable, "-c", "from dataset_builder.cli import main; main()", "folder", str(tmp_path / "a"),
+                               "--id", str(tmp_path / "in" / "id"), "--ood", str(tmp_path / "in" / "ood"), "--train", str(folder),
+                               "--overwrite"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+        assert message in done.stderr
+        assert {p: p.read_bytes() for p in sorted((tmp_path / "a").rglob("*")) if p.is_file()} == before
+    assert bench.sha256 == Benchmark.open(tmp_path / "a").sha256
