@@ -8,6 +8,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 import torch
+from PIL import Image
 from tqdm import tqdm
 
 from harness.errors import HarnessError
@@ -126,6 +127,12 @@ class LocalForward:
 
     def close(self) -> None:
         pass
+
+
+def gives_features(forward, transform, channels: int) -> bool:
+    """Whether the model returns features of its own: one trial pass on a blank image (no image of the benchmark)."""
+    image = transform(Image.new("L" if channels == 1 else "RGB", (320, 240)))
+    return forward(image[None], ["trial"], []).features is not None
 
 
 FEATURE_DTYPES = ("float32", "float16")

@@ -24,6 +24,8 @@ from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
 from harness.inference import FEATURE_DTYPES, KappaSpec, LocalForward, fit_kappas, from_outputs, resolve_kappas, score_shards
+from harness.inference import gives_features
+from harness.kappas.features import require_exposed
 from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
 from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
@@ -286,6 +288,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         if kappas is None:
             kappas = [*DEFAULT_KAPPAS, *submission.user_kappas]
         specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
+        require_exposed(specs, forward.head, lambda: gives_features(forward, submission.transform, submission.channels))
         if callable(out):
             out = out(submission.name)
         if out is not None and ranks.is_main:

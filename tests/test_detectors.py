@@ -86,6 +86,19 @@ class NoLinear(torch.nn.Module):
         return self.conv(x).flatten(1)
 
 
+class OwnFeatures(NoLinear):
+    """Returns (logits, features) but has no last linear layer; records the batch sizes it is called on."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def forward(self, x):
+        self.batches.append(len(x))
+        logits = super().forward(x)
+        return logits, logits.relu()
+
+
 class Scaled(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -100,6 +113,21 @@ def test_a_detector_without_features_or_head_is_one_line(tiny_glyphs):
         evaluate(NoLinear(), DATA_CONFIG, benchmark=tiny_glyphs, kappas=["ash"], progress=False)
     with pytest.raises(HarnessError, match=r"kappa 'scale' needs the last layer, but the logits are not the model's last linear"):
         evaluate(Scaled(), DATA_CONFIG, benchmark=tiny_glyphs, kappas=["scale"], progress=False)
+
+
+def test_a_model_without_features_is_refused_before_any_image_pass(tiny_glyphs, fit_glyphs):
+    model = NoLinear()
+    batches = []
+    model.register_forward_pre_hook(lambda module, args: batches.append(len(args[0])))
+    with pytest.raises(HarnessError, match=r"^kappa 'knn' needs features, but the model gives none: return \(logits, features\)"):
+        evaluate(model, DATA_CONFIG, benchmark=tiny_glyphs, kappas=["softmax", "knn"], progress=False)
+    assert batches == [1, 1]  # the trial pass on a blank image at load, the one asking for features; no benchmark image
+    own = OwnFeatures()
+    with pytest.raises(HarnessError, match=r"^kappa 'vim' needs the last layer that maps the features to the logits, and the model has none"):
+        evaluate(own, DATA_CONFIG, benchmark=tiny_glyphs, kappas=["knn", "vim"], progress=False)
+    assert own.batches == [1, 1]
+    run = evaluate(OwnFeatures(), DATA_CONFIG, benchmark=fit_glyphs, kappas=["knn"], progress=False)
+    assert len(run.records) == 1 and len(run.records[0]["levels"]) == 11  # its own features suffice
 
 
 def test_features_are_the_input_of_the_last_layer_from_the_same_pass():

@@ -72,3 +72,19 @@ def check_head(name: str, logits: np.ndarray, features: np.ndarray, head) -> tup
         raise HarnessError(f"kappa '{name}' needs the last layer, but the logits are not the model's last linear layer "
                            f"applied to its features: {HOW_TO_EXPOSE}, and return those features")
     return head
+
+
+def require_exposed(kappas, head, gives_features) -> None:
+    """Before any image pass: a kappa that needs features (or the last layer) from a model that gives none is one line.
+
+    ``head`` is the model's last layer or None; ``gives_features()`` runs one trial pass on a blank image and says
+    whether the model returns features of its own (asked only when there is no last layer to tap)."""
+    wanting = [k for k in kappas if "features" in k.needs or "head" in k.needs]
+    if not wanting or head is not None:
+        return
+    if not gives_features():
+        raise HarnessError(f"kappa '{wanting[0].name}' needs features, but the model gives none: {HOW_TO_EXPOSE}")
+    heads = [k for k in wanting if "head" in k.needs]
+    if heads:
+        raise HarnessError(f"kappa '{heads[0].name}' needs the last layer that maps the features to the logits, and the "
+                           f"model has none: {HOW_TO_EXPOSE}")
