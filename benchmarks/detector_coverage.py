@@ -6,7 +6,11 @@ forwarded), and the detectors that need the model take their own passes. Prints 
 the kappa it is, or why it is not one; what it reads; whether it fits; its parameters and defaults; the level-0 and
 level-10 ood-auroc; its fit time and its scoring time over the evaluation splits.
 
-    python benchmarks/detector_coverage.py [--mc-passes 30] [--cache-dir DIR]
+    python benchmarks/detector_coverage.py [--mc-passes 30] [--cache-dir DIR] [--skip-model-kappas] [--readme README.md]
+
+``--skip-model-kappas`` lists the detectors that take their own passes through the model without measuring them (on
+CPU those passes take most of the time: MC-dropout alone is ``--mc-passes`` passes over every image); ``--readme``
+writes the table into the README's "Detector coverage" section, between its markers.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from harness.run import evaluate
 
 MODEL = str(Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py")
 EVAL_SPLITS = ("id_test", "ood_estimation", "ood_test")
+START, END = "<!-- detector-coverage:start -->", "<!-- detector-coverage:end -->"
 
 
 def kappa_of(cls_name: str) -> str | None:
@@ -53,6 +58,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mc-passes", type=int, default=30, help="MC-dropout passes (each is a pass over every image)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="score cache (default: a temporary folder)")
+    parser.add_argument("--skip-model-kappas", action="store_true", help="do not measure the kappas that need the model")
+    parser.add_argument("--readme", type=Path, default=None, help="write the table into this README's coverage section")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cache_dir = args.cache_dir or Path(tmp)
@@ -69,21 +76,35 @@ def main() -> None:
                 rows.append(f"| {name} | no: {NOT_BRIDGED[name]} | | | | | | | |")
                 continue
             kdef = registry().get(kappa)
+            params = ", ".join(f"{k}={v}" for k, v in kdef.defaults.items()) or "none"
+            if args.skip_model_kappas and "model" in kdef.needs:
+                rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | no | {params} "
+                            "| not measured | (own passes) | - | - |")
+                continue
             measured = run(kappa, cache_dir, args.mc_passes)
             if "model" not in kdef.needs and measured["forwarded"]:
                 raise SystemExit(f"{kappa} forwarded {measured['forwarded']} images; it should read the cache only")
-            params = ", ".join(f"{k}={v}" for k, v in kdef.defaults.items()) or "none"
             if kappa == "mc_dropout" and args.mc_passes != kdef.defaults["passes"]:
                 params += f" (measured with passes={args.mc_passes})"
             fit = f"{measured['fit_s']:.1f}" if measured["fit_s"] is not None else "-"
             rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | {'yes' if 'fit' in kdef.needs else 'no'} "
                         f"| {params} | {measured['l0']:.4f} | {measured['l10']:.4f} | {fit} | {measured['score_s']:.1f} |")
             print(rows[-1], flush=True)
+    table = "\n".join(["| pytorch-ood class | kappa (source) | reads | fits | parameters (defaults) | ood-auroc level 0 "
+                       "| level 10 | fit s | score s |", "|---|---|---|---|---|---|---|---|---|", *rows])
     print()
-    print("| pytorch-ood class | kappa (source) | reads | fits | parameters (defaults) | ood-auroc level 0 | level 10 "
-          "| fit s | score s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
+    print(table)
+    if args.readme is not None:
+        write_section(args.readme, table)
+
+
+def write_section(readme: Path, table: str) -> None:
+    """Replace what lies between the coverage markers in ``readme`` with ``table``."""
+    text = readme.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"{readme} has no {START} ... {END} markers")
+    head, rest = text.split(START, 1)
+    readme.write_text(f"{head}{START}\n{table}\n{END}{rest.split(END, 1)[1]}")
 
 
 if __name__ == "__main__":

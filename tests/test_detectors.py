@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sklearn.metrics import roc_auc_score
 
 from dataset_builder.glyphs.build import build
 from glyph_fixtures import TINY, load_example
@@ -70,6 +71,15 @@ def test_detectors_from_one_pass_and_none_for_a_new_one(fit_glyphs, tmp_path):
     again = records_in(tmp_path / "b")
     assert stable(again["knn"]) == stable(first["knn"]) and stable(again["vim"]) == stable(first["vim"])
     assert len(again["dice"]["levels"]) == 11
+    # one level's ood-auroc is scikit-learn's roc_auc_score of ID test (positive) against that level's OOD test images
+    result = next(r for r in second.results if r.kappa == "dice")
+    level = 5
+    ood = second.scores["ood_test"]
+    mask = np.isin(ood.labels, result.levels.classes[level])
+    id_scores = second.scores["id_test"].scores["dice"]
+    y = np.r_[np.ones(len(id_scores)), np.zeros(mask.sum())]
+    expected = roc_auc_score(y, np.r_[id_scores, ood.scores["dice"][mask]])
+    assert again["dice"]["levels"][level]["ood_auroc"] == pytest.approx(expected, abs=1e-12)
 
 
 def test_a_fit_needs_an_id_fit_split(tiny_glyphs):

@@ -31,11 +31,16 @@ SAME_AS_PAPER_KAPPA = {"MaxSoftmax": "softmax", "EnergyBased": "energy", "Entrop
 NOT_BRIDGED = {
     "WeightedEBO": "needs per-class energy weights learned in training",
     "MCM": "needs CLIP text embeddings of the ID class names, not a classifier",
-    "RankFeat": "needs the spatial feature maps of the last block, not pooled features",
-    "MahalanobisODIN": "needs a fit through the model (input gradients on the fit split); not bridged yet",
-    "MultiMahalanobis": "needs features of several layers and a fit on each; not bridged yet",
-    "Gram": "needs feature maps of several layers and a fit on each; not bridged yet",
-    "NACUE": "needs gradients of several layers and a fit on them; not bridged yet",
+    "RankFeat": "needs the model cut into a backbone giving spatial feature maps and the rest as head; a submitted "
+                "classifier is any module, and its pooled features are what is kept",
+    "MahalanobisODIN": "fits on the ID fit split, then perturbs each input through the model against that fit; a fit "
+                       "travels to kappas scored on kept outputs only, not into the model's own passes",
+    "MultiMahalanobis": "needs the model as a list of consecutive layers (a fit per layer's output); a submitted "
+                        "classifier is any module, and only its penultimate features are kept",
+    "Gram": "needs the model as consecutive feature layers plus a head (Gram matrices of every layer, fitted); a "
+            "submitted classifier is any module, and only its penultimate features are kept",
+    "NACUE": "fits neuron-activation coverage on chosen intermediate layers' outputs and gradients; which layers is "
+             "model-specific, and only the penultimate features are kept",
 }
 # the gradient detectors: their parameters are the papers' choices (GradNorm: the last layer's weights only)
 GRADIENT_DETECTORS = {"GradNorm": {"temperature": 1.0, "parameters": "last_layer"},
