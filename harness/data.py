@@ -18,7 +18,7 @@ from PIL import Image
 
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.errors import BenchmarkError
-from dataset_builder.shards import iter_samples
+from dataset_builder.shards import read_shard
 
 
 def _collate(shard: str, examples: list) -> dict:
@@ -78,7 +78,7 @@ class ShardStream(torch.utils.data.IterableDataset):
             try:
                 path = self.benchmark.shard_path(shard)
                 self.benchmark.check_shard(shard, path, deep=self.verify)
-                examples = (self._example(shard, sample) for sample in iter_samples(path))
+                examples = (self._example(shard, sample) for sample in read_shard(path))
                 yield from batches_within_shard(shard["path"], examples, self.batch_size)
             except BenchmarkError as exc:
                 yield {"shard": shard["path"], "error": str(exc)}
