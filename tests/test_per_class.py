@@ -226,7 +226,7 @@ def _malformed(record: dict, change) -> dict:
     (lambda p: p["levels"].pop(), "per_class.levels: must be a list of num_levels (11) entries"),
     (lambda p: p["levels"][3].update(ood_auroc_quantiles=[0.1, 0.2, 0.3, 0.4]),
      "per_class.levels[3].ood_auroc_quantiles: must be a list of 5 numbers"),
-    (lambda p: p["levels"][0]["hardest"].reverse(), "per_class.levels[0].hardest[1].ood_auroc: .* is out of order"),
+    (lambda p: p["levels"][0]["hardest"].reverse(), "per_class.levels[0].hardest[1].ood_auroc: * is out of order"),
     (lambda p: p["levels"][2]["hardest"][0].pop("name"), "per_class.levels[2].hardest[0]: missing field 'name'"),
     (lambda p: p["levels"][1]["hardest"][0]["thumbnails"].append("/etc/passwd"),
      "per_class.levels[1].hardest[0].thumbnails[3]: not a relative path"),
@@ -235,8 +235,10 @@ def _malformed(record: dict, change) -> dict:
 def test_a_malformed_per_class_is_refused(glyph_run, change, message):
     record = glyph_run[0].records[0]
     validate_record(record)
-    with pytest.raises(LeaderboardError, match=message):
+    with pytest.raises(LeaderboardError) as error:
         validate_record(_malformed(record, change))
+    first, *rest = message.split("*")  # the message's fixed parts
+    assert str(error.value).startswith(first) and all(part in str(error.value) for part in rest), error.value
 
 
 def test_the_cli_refuses_a_record_without_its_files_in_one_line(glyph_run, tmp_path):
@@ -244,8 +246,8 @@ def test_the_cli_refuses_a_record_without_its_files_in_one_line(glyph_run, tmp_p
     alone = tmp_path / "softmax.json"
     alone.write_text(json.dumps(record))
     board = tmp_path / "board"
-    result = subprocess.run([sys.executable, "-c", "from leaderboard.cli import main; main()", "add", str(alone), "--init", "-d", str(board)],
-                            capture_output=True, text=True, timeout=120)
+    cli = [sys.executable, "-c", "from leaderboard.cli import main; main()"]
+    result = subprocess.run([*cli, "add", str(alone), "--init", "-d", str(board)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == (f"cood-leaderboard: error: {alone}: per_class names {SIDECAR}, which is not in {tmp_path}\n")
     assert not (board / "leaderboard.json").exists()
