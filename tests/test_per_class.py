@@ -186,7 +186,11 @@ def test_the_leaderboard_keeps_the_drill_down(glyph_run, tmp_path):
     result, out = glyph_run
     board = tmp_path / "board"
     files = sorted((out / "records").glob("*.json"))
-    add_files(board, files, create=True)
+    add_files(board, files[:1], create=True)
+    leftover = board / "attachments" / "000009-0123456789abcdef"  # what an interrupted add leaves behind
+    (leftover / "per_class").mkdir(parents=True)
+    add_files(board, files[1:])
+    assert not leftover.exists()
     stored = [board / "records" / name for name in accepted_files(board)]
     for path in stored:
         record = json.loads(path.read_text())
@@ -251,3 +255,9 @@ def test_the_cli_refuses_a_record_without_its_files_in_one_line(glyph_run, tmp_p
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == (f"cood-leaderboard: error: {alone}: per_class names {SIDECAR}, which is not in {tmp_path}\n")
     assert not (board / "leaderboard.json").exists()
+
+
+def test_the_per_class_method_needs_no_torch():
+    code = "import sys, harness.method.per_class; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout == "False\n", result.stderr
