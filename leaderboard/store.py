@@ -161,7 +161,8 @@ def add_files(directory: str | Path, paths: list[str | Path], create: bool = Fal
     for path in map(Path, paths):
         data = jsonio.read_limited(path)
         items.append((str(path), jsonio.parse(data, str(path)), data))
-    return _add(Path(directory), items, create, [p.parent.parent if p.parent.name == RECORDS else p.parent for p in map(Path, paths)])
+    folders = [p.parent.parent if p.parent.name == RECORDS else p.parent for p in map(Path, paths)]
+    return _add(Path(directory), items, create, folders)
 
 
 def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool, folders: list | None = None) -> list[str]:

@@ -155,7 +155,8 @@ def test_submit_writes_the_sidecar_and_per_class(glyph_run):
         for row in rows.sample(5, random_state=0).itertuples():
             mine = labels == row.class_index
             truth = np.r_[np.ones(len(keys)), np.zeros(mine.sum())]
-            assert row.ood_auroc == pytest.approx(roc_auc_score(truth, np.r_[keys.scores[kappa], ood.scores[kappa][mine]]), abs=1e-12)
+            sklearn = roc_auc_score(truth, np.r_[keys.scores[kappa], ood.scores[kappa][mine]])
+            assert row.ood_auroc == pytest.approx(sklearn, abs=1e-12)
             assert row.mean_confidence == pytest.approx(np.mean(ood.confs[kappa][mine]), rel=1e-12)
         # the drill-down does not change the level scores: a level's ood-auroc is its classes' n-weighted mean
         for level, summary in zip(rec["levels"], per_class["levels"]):

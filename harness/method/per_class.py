@@ -47,8 +47,9 @@ def class_metrics(id_scores: np.ndarray, ood_scores: np.ndarray, ood_confs: np.n
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise HarnessError(f"OOD class labels must lie in [0, {num_classes})")
     count = np.bincount(labels, minlength=num_classes)
-    if np.any(count == 0):
-        raise HarnessError(f"{int(np.sum(count == 0))} OOD classes have no test images (first: index {np.flatnonzero(count == 0)[0]})")
+    empty = np.flatnonzero(count == 0)
+    if len(empty):
+        raise HarnessError(f"{len(empty)} OOD classes have no test images (first: index {empty[0]})")
     mean_confidence = class_scores(confs, labels, num_classes)
     ranked = np.sort(pos)
     below = np.searchsorted(ranked, neg, side="left")  # ID scores below each OOD score
