@@ -38,8 +38,8 @@ def _clean(value):
 
 
 def record(result: KappaResult, *, benchmark: dict, model: dict, kappa_params: dict, seed: int, version: str,
-           created: str, timings: dict, metric_definitions: dict) -> dict:
-    """The result record of one (model, kappa) pair (schema in the README)."""
+           created: str, timings: dict, metric_definitions: dict, per_class: dict | None = None) -> dict:
+    """The result record of one (model, kappa) pair (schema in the README); ``per_class`` summarises the drill-down."""
     return _clean({
         "schema_version": SCHEMA_VERSION,
         "benchmark": benchmark,
@@ -55,6 +55,7 @@ def record(result: KappaResult, *, benchmark: dict, model: dict, kappa_params: d
         "created": created,
         "timings": timings,
         "provenance": "harness",
+        **({"per_class": per_class} if per_class is not None else {}),
     })
 
 
@@ -124,8 +125,8 @@ def check_out(out: Path) -> None:
 
 
 def write_outputs(out: Path, model_name: str, results: list[KappaResult], records: list[dict], ood_class_ids: list[str],
-                  benchmark: dict) -> dict:
-    """Write every output of a run as one set: into a new folder beside ``out``, then swapped in whole. Outputs already
+                  benchmark: dict, per_class=None) -> dict:
+    """Write every output of a run as one set (with ``per_class``, a :class:`harness.drilldown.PerClass`, its files): into a new folder beside ``out``, then swapped in whole. Outputs already
     in ``out`` are moved aside (``paths["previous"]``), never mixed with the new ones. Return the paths."""
     check_out(out)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.absolute().parent))
@@ -142,6 +143,8 @@ def write_outputs(out: Path, model_name: str, results: list[KappaResult], record
             write_level_table(table, staging / "levels", model_name, result.kappa)
         per_level_frame(model_name, results).to_csv(staging / names["csv"], index=False)
         plot_curves(model_name, results, staging / names["plot"], benchmark)
+        if per_class is not None:
+            per_class.write(staging)
         sync_tree(staging)
         previous = None
         if out.exists() and any(out.iterdir()):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -20,6 +22,7 @@ from dataset_builder.errors import BenchmarkError
 from harness import __version__
 from harness.data import shard_batches
 from harness.distributed import Ranks, close, init_ranks
+from harness.drilldown import PerClass, per_class
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
@@ -59,6 +62,7 @@ class Evaluation:
     stats: dict
     scores: dict[str, SplitScores]
     paths: dict = field(default_factory=dict)
+    per_class: PerClass | None = None
 
     @property
     def table(self) -> str:
@@ -334,6 +338,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         num_id, num_ood = len(bench.id_classes), len(bench.ood_classes)
         results = [evaluate_kappa(spec.name, scores["id_test"], scores["ood_estimation"], scores["ood_test"], num_id, num_ood, num_levels)
                    for spec in specs]
+        drilldown = per_class(results, scores["id_test"], scores["ood_test"], bench)
         timings["total_s"] = round(time.perf_counter() - started, 3)
         run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "world_size": ranks.world,
                     "feature_dtype": feature_dtype,
@@ -342,9 +347,10 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
                       "weights_sha256": weights_sha, "num_parameters": submission.num_parameters,
                       "preprocessing": submission.preprocessing}
         records = [record(result, benchmark=bench.identity(), model=model_info, kappa_params=spec.params, seed=seed,
-                          version=__version__, created=created, timings=run_info, metric_definitions=METRIC_DEFINITIONS)
+                          version=__version__, created=created, timings=run_info, metric_definitions=METRIC_DEFINITIONS,
+                          per_class=drilldown.summaries[spec.name])
                    for spec, result in zip(specs, results)]
-        evaluation = Evaluation(submission, bench, results, records, stats, scores)
+        evaluation = Evaluation(submission, bench, results, records, stats, scores, per_class=drilldown)
         if out is not None or leaderboard is not None:
             save(evaluation, out, leaderboard)
         return evaluation
@@ -359,13 +365,25 @@ def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path
     bench = evaluation.benchmark
     if out is not None:
         evaluation.paths = write_outputs(Path(out), evaluation.submission.name, evaluation.results, evaluation.records,
-                                         list(bench.ood_classes["id"]), bench.identity())
+                                         list(bench.ood_classes["id"]), bench.identity(), per_class=evaluation.per_class)
     if leaderboard is not None:
         try:
-            add_records(Path(leaderboard), evaluation.records, create=True)
+            with _run_folder(evaluation, out) as folder:
+                add_records(Path(leaderboard), evaluation.records, create=True, folder=folder)
         except (LeaderboardError, OSError) as exc:
             where = f"the run's outputs are in {out}, but " if out is not None else ""
             raise HarnessError(f"{where}the leaderboard could not take the records: {exc}") from None
+
+
+@contextmanager
+def _run_folder(evaluation: Evaluation, out: str | Path | None):
+    """The folder the records' ``per_class`` paths are relative to: ``out``, or a temporary one holding the drill-down."""
+    if out is not None or evaluation.per_class is None:
+        yield None if out is None else Path(out)
+        return
+    with tempfile.TemporaryDirectory(prefix="cood-per-class-") as folder:
+        evaluation.per_class.write(Path(folder))
+        yield Path(folder)
 
 
 def submit(target: str | Path, *, out: str | Path | None = None, leaderboard: str | Path | None = None, cache: bool = True,

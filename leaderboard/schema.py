@@ -30,6 +30,10 @@ _MODEL = ("name", "source", "file_sha256", "weights_sha256", "num_parameters", "
 _LEVEL = ("level", "percentile", "level_score", "ood_auroc", "fpr_at_95_tpr", "aupr_in", "aupr_out",
           "ood_avg_conf", "num_id", "num_ood")
 _ID = ("acc", "auroc", "avg_conf", "num")
+_OPTIONAL = ("per_class",)
+_PER_CLASS_LEVEL = ("level", "n_classes", "ood_auroc_quantiles", "hardest")
+_PER_CLASS_ENTRY = ("id", "name", "ood_auroc", "mean_confidence", "thumbnails")
+_RELATIVE_PATH = re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
 
 def _fail(path: str, reason: str) -> LeaderboardError:
@@ -104,7 +108,7 @@ def validate_record(record) -> None:
     _object(record, "record")
     if record.get("schema_version") != SCHEMA_VERSION:
         raise _fail("schema_version", f"unsupported {record.get('schema_version')!r} (this leaderboard reads {SCHEMA_VERSION})")
-    _object(record, "record", _TOP)
+    _object({k: v for k, v in record.items() if k not in _OPTIONAL}, "record", _TOP)
     if record["provenance"] not in PROVENANCES:
         raise _fail("provenance", f"must be one of {', '.join(PROVENANCES)}, got {record['provenance']!r}")
     paper = record["provenance"] == "paper"
@@ -146,6 +150,8 @@ def validate_record(record) -> None:
             raise _fail("created", f"not an ISO-8601 date-time: {created[:40]!r}") from None
     if record["timings"] is not None or not paper:
         _object(record["timings"], "timings")
+    if "per_class" in record:
+        _validate_per_class(record["per_class"], record["num_levels"])
 
 
 def _params(params, path: str, depth: int = 0) -> None:
@@ -210,6 +216,45 @@ def _validate_levels(record: dict, paper: bool) -> None:
     actual = math.fsum(level["ood_auroc"] for level in levels) / count
     if abs(mean - actual) > 1e-6:
         raise _fail("summary.mean_ood_auroc", f"is {mean} but the levels' ood_auroc average {actual}")
+
+
+def _validate_per_class(per_class, num_levels: int) -> None:
+    """The optional per-OOD-class summary: a relative sidecar path and, per level, quantiles and the hardest classes."""
+    _object(per_class, "per_class", ("file", "levels"))
+    _string(per_class["file"], "per_class.file", pattern=_RELATIVE_PATH, what="a relative path")
+    levels = per_class["levels"]
+    if not isinstance(levels, list) or len(levels) != num_levels:
+        raise _fail("per_class.levels", f"must be a list of num_levels ({num_levels}) entries")
+    for index, level in enumerate(levels):
+        path = f"per_class.levels[{index}]"
+        _object(level, path, _PER_CLASS_LEVEL)
+        if _integer(level["level"], f"{path}.level", 0) != index:
+            raise _fail(f"{path}.level", f"must be {index}, got {level['level']}")
+        count = _integer(level["n_classes"], f"{path}.n_classes", 1)
+        quantiles = level["ood_auroc_quantiles"]
+        if not isinstance(quantiles, list) or len(quantiles) != 5:
+            raise _fail(f"{path}.ood_auroc_quantiles", "must be a list of 5 numbers [min, q25, median, q75, max]")
+        values = [_number(q, f"{path}.ood_auroc_quantiles[{i}]", unit=True) for i, q in enumerate(quantiles)]
+        if values != sorted(values):
+            raise _fail(f"{path}.ood_auroc_quantiles", f"must not decrease, got {values}")
+        hardest = level["hardest"]
+        if not isinstance(hardest, list) or len(hardest) > count:
+            raise _fail(f"{path}.hardest", f"must be a list of at most n_classes ({count}) classes")
+        previous = values[0]
+        for rank, entry in enumerate(hardest):
+            where = f"{path}.hardest[{rank}]"
+            _object(entry, where, _PER_CLASS_ENTRY)
+            _string(entry["id"], f"{where}.id")
+            _string(entry["name"], f"{where}.name")
+            auroc = _number(entry["ood_auroc"], f"{where}.ood_auroc", unit=True)
+            if not previous <= auroc <= values[-1]:
+                raise _fail(f"{where}.ood_auroc", f"{auroc} is out of order (hardest first, within the level's min and max)")
+            previous = auroc
+            _number(entry["mean_confidence"], f"{where}.mean_confidence")
+            if not isinstance(entry["thumbnails"], list):
+                raise _fail(f"{where}.thumbnails", "must be a list of relative paths")
+            for i, thumbnail in enumerate(entry["thumbnails"]):
+                _string(thumbnail, f"{where}.thumbnails[{i}]", pattern=_RELATIVE_PATH, what="a relative path")
 
 
 def canonical_params(params: dict) -> dict:

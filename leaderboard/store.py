@@ -6,6 +6,7 @@ Layout::
     records/<seq>-<entry>.json  accepted records, byte for byte as they came; never changed or removed
     index.txt                 the accepted record files in arrival order, one per line
     table.parquet, table.csv  the current table, rebuilt from the records after every add
+    attachments/<seq>-<entry>/  the files a record's ``per_class`` names (see :mod:`leaderboard.drilldown`)
     releases/v<N>/            frozen versions (see :mod:`leaderboard.release`)
     .lock                     serialises writers (``add``, ``release``)
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from filelock import FileLock, Timeout
 
 from leaderboard import faults, jsonio
 from leaderboard.atomic import PARTIAL, fsync_dir, write_bytes_atomic
+from leaderboard.drilldown import ATTACHMENTS, read_files, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import entry_id, kappa_label, revision, validate_benchmark, validate_config, validate_record
 from leaderboard.table import PARQUET, build_table, read_table, record_row, write_table
@@ -134,36 +137,40 @@ def current_table(directory: str | Path):
     return table
 
 
-def add_records(directory: str | Path, records: list[dict], create: bool = False) -> list[str]:
+def add_records(directory: str | Path, records: list[dict], create: bool = False, folder: str | Path | None = None) -> list[str]:
     """Validate and append result records (dicts); return their entry ids.
 
     All or nothing: if any record is rejected, nothing is written and the error names it; an
     interrupted add leaves none of its records visible, or all of them. With ``create``, a
     directory that is not yet a leaderboard is initialised from the first record's benchmark
-    revision and level count. Safe to call from concurrent processes.
+    revision and level count. Safe to call from concurrent processes. The files a record's ``per_class`` names are
+    read from ``folder`` (the run's output folder) and kept beside it.
     """
     items = []
     for i, record in enumerate(records):
         if jsonio.too_deep(record):
             raise LeaderboardError(f"record {i + 1}: nested deeper than {jsonio.MAX_DEPTH} levels")
         items.append((f"record {i + 1}", record, (json.dumps(record, indent=1) + "\n").encode()))
-    return _add(Path(directory), items, create)
+    return _add(Path(directory), items, create, [folder] * len(items))
 
 
 def add_files(directory: str | Path, paths: list[str | Path], create: bool = False) -> list[str]:
-    """Like :func:`add_records` for record files, which are stored byte for byte."""
+    """Like :func:`add_records` for record files, which are stored byte for byte (their ``per_class`` files are read
+    from the folder above ``records/``, or from the record's own folder)."""
     items = []
     for path in map(Path, paths):
         data = jsonio.read_limited(path)
         items.append((str(path), jsonio.parse(data, str(path)), data))
-    return _add(Path(directory), items, create)
+    folders = [p.parent.parent if p.parent.name == RECORDS else p.parent for p in map(Path, paths)]
+    return _add(Path(directory), items, create, folders)
 
 
-def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool) -> list[str]:
+def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool, folders: list | None = None) -> list[str]:
     if not items:
         raise LeaderboardError("no records given")
     for source, record, data in items:
         _checked(source, record, data)
+    attached = [read_files(source, record, folder) for (source, record, _), folder in zip(items, folders or [None] * len(items))]
     if create:
         directory.mkdir(parents=True, exist_ok=True)
     else:
@@ -186,7 +193,7 @@ def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool) ->
             accepted.append((f"{len(names) + len(accepted) + 1:06d}-{key}.json", data))
         if fresh:
             _write_config(directory, config)
-        _commit(directory, names, accepted)
+        _commit(directory, names, accepted, attached)
         try:
             faults.point("add:after-commit", directory / PARQUET)
             write_table(directory, records_table(directory, config["num_levels"]))
@@ -206,13 +213,27 @@ def _index(directory: Path) -> list[str]:
         stem = path.name.removesuffix(PARTIAL)
         if path.name not in listed and _RECORD_FILE.match(stem):
             path.unlink()
+    if (directory / ATTACHMENTS).is_dir():
+        for path in (directory / ATTACHMENTS).iterdir():
+            if f"{path.name}.json" not in listed:
+                shutil.rmtree(path)
     return names
 
 
-def _commit(directory: Path, names: list[str], batch: list[tuple[str, bytes]]) -> None:
-    """Write the batch's record files, then list them in the index: the one step that makes them visible."""
+def _commit(directory: Path, names: list[str], batch: list[tuple[str, bytes]], attached: list | None = None) -> None:
+    """Write the batch's record files (and their attachments), then list them in the index: the one step that makes
+    them visible."""
     records = directory / RECORDS
     try:
+        for (name, _), files in zip(batch, attached or []):
+            for relative, data in files:
+                path = stored_folder(directory, name) / relative
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_bytes_atomic(path, data)
+            if files:
+                stored = stored_folder(directory, name)
+                for folder in [stored.parent, stored, *sorted(p for p in stored.rglob("*") if p.is_dir())]:
+                    fsync_dir(folder)
         for name, data in batch:
             write_bytes_atomic(records / name, data)
             faults.point("add:after-stage", records / name)
@@ -225,6 +246,7 @@ def _commit(directory: Path, names: list[str], batch: list[tuple[str, bytes]]) -
             for name, _ in batch:
                 if name not in listed:
                     (records / name).unlink(missing_ok=True)
+                    shutil.rmtree(stored_folder(directory, name), ignore_errors=True)
         raise
 
 

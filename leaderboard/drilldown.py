@@ -1,0 +1,95 @@
+"""A record's per-OOD-class drill-down: the files its ``per_class`` field names, where they are, and a level's classes.
+
+A record's ``per_class`` paths (``file``, thumbnails) are relative to its **folder**: for a run's outputs, the folder
+that holds ``records/``; in a leaderboard, ``attachments/<seq>-<entry>/`` beside ``records/``, where the store keeps
+the files of each record it accepts (:func:`record_folder` finds it from the record file's path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from leaderboard.errors import LeaderboardError
+
+ATTACHMENTS = "attachments"
+MAX_FILE_BYTES = 64 << 20  # a sidecar of 10,000 classes x a few kappas is a few MiB; a thumbnail a few KiB
+
+
+def files(record: dict) -> list[str]:
+    """The relative paths a record's ``per_class`` names: its sidecar, then every thumbnail (each once)."""
+    per_class = record.get("per_class")
+    if per_class is None:
+        return []
+    thumbs = [t for level in per_class["levels"] for entry in level["hardest"] for t in entry["thumbnails"]]
+    return list(dict.fromkeys([per_class["file"], *thumbs]))
+
+
+def resolve(folder: str | Path, relative: str) -> Path:
+    """``folder/relative``, refused when it leaves ``folder`` (a link pointing out of it)."""
+    root = Path(folder).resolve()
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):
+        raise LeaderboardError(f"{relative}: leaves the folder {folder}")
+    return path
+
+
+def read_files(source: str, record: dict, folder: str | Path | None) -> list[tuple[str, bytes]]:
+    """The bytes of every file a record's ``per_class`` names, read from its ``folder``; a one-line error naming the
+    first that is missing or too large."""
+    names = files(record)
+    if names and folder is None:
+        raise LeaderboardError(f"{source}: per_class names {names[0]}, but no folder holding it was given")
+    out = []
+    for name in names:
+        path = resolve(folder, name)
+        if not path.is_file():
+            raise LeaderboardError(f"{source}: per_class names {name}, which is not in {folder}")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise LeaderboardError(f"{source}: {name} is over the size limit of {MAX_FILE_BYTES:,} bytes")
+        out.append((name, path.read_bytes()))
+    return out
+
+
+def stored_folder(directory: str | Path, record_file: str) -> Path:
+    """Where a leaderboard keeps the files of its record ``records/<seq>-<entry>.json``."""
+    return Path(directory) / ATTACHMENTS / Path(record_file).stem
+
+
+def record_folder(record_path: str | Path) -> Path:
+    """The folder a record file's ``per_class`` paths are relative to (see the module's docstring)."""
+    path = Path(record_path)
+    if path.parent.name != "records":
+        return path.parent
+    root = path.parent.parent
+    return stored_folder(root, path.name) if (root / "leaderboard.json").is_file() else root
+
+
+def level_classes(record: dict, level: int, folder: str | Path | None = None) -> list[dict]:
+    """The classes of severity level ``level``, lowest ood-auroc first, as ``{id, name, ood_auroc, mean_confidence,
+    n, thumbnails}``: every class of the level from the sidecar in ``folder``, or without a folder the record's
+    hardest classes (``n`` None). Thumbnails are relative to the folder (:func:`thumbnail_paths` resolves them)."""
+    per_class = record.get("per_class")
+    if per_class is None:
+        raise LeaderboardError(f"{record['model']['name']} / {record['kappa']['name']}: the record has no per-class drill-down")
+    levels = per_class["levels"]
+    if not 0 <= level < len(levels):
+        raise LeaderboardError(f"no level {level}: the record has levels 0 to {len(levels) - 1}")
+    listed = {entry["id"]: entry for entry in levels[level]["hardest"]}
+    if folder is None:
+        return [{**entry, "n": None} for entry in listed.values()]
+    path = resolve(folder, per_class["file"])
+    try:
+        table = pd.read_parquet(path, filters=[("kappa", "==", record["kappa"]["name"]), ("level", "==", level)])
+    except (OSError, ValueError) as exc:
+        raise LeaderboardError(f"cannot read the per-class table {path}: {exc}") from None
+    table = table.sort_values(["ood_auroc", "class_index"], kind="stable")
+    return [{"id": row.class_id, "name": row.name, "ood_auroc": float(row.ood_auroc),
+             "mean_confidence": float(row.mean_confidence), "n": int(row.n),
+             "thumbnails": listed.get(row.class_id, {}).get("thumbnails", [])} for row in table.itertuples()]
+
+
+def thumbnail_paths(record: dict, folder: str | Path) -> dict[str, Path]:
+    """Every thumbnail a record lists, relative path -> file in ``folder`` (for a site to copy next to its pages)."""
+    return {name: resolve(folder, name) for name in files(record)[1:]}
