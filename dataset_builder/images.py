@@ -31,6 +31,7 @@ import shutil
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
+from typing import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -42,7 +43,7 @@ from dataset_builder import manifest as manifest_io
 from dataset_builder.assemble import class_counts, finish, number_pool, partial_of, write_class_tables
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
-from dataset_builder.shards import ShardWriter, make_sample, sample_key, write_shard
+from dataset_builder.shards import ShardInfo, ShardWriter, make_sample, sample_key, write_shard
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS, SPLIT_RULE, split_class, split_order
 
 TEST_GROUP_SIZE = 1000
@@ -164,35 +165,42 @@ def _samples(class_id: str, names: list[str], good: dict[str, tuple[bytes, str]]
     return [make_sample(key, ext, good[name][0], class_id) for key, name in zip(keys, names)]
 
 
+def _id_shard(partial: Path, relpath: str, split: str, block: Block, s: ImageSettings, formats: Counter, what: str,
+              read: Callable[[str], dict]) -> tuple[ShardInfo | None, dict[str, int]]:
+    """One shard of a block's ID classes, each class's images from ``read(class id)``; returns it and the counts."""
+    writer, counts = ShardWriter(partial, relpath, split), {}
+    for cid in block.classes:
+        good = read(cid)
+        if not good:
+            raise BenchmarkError(f"ID class {cid} has no readable {what}image in {Path(block.source) / cid}")
+        for sample in _samples(cid, sorted(good), good, s.image_ext, formats):
+            writer.write(sample)
+        counts[cid] = len(good)
+    return writer.close(), counts
+
+
 def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
     """Write one block's shards, then its marker; return what the manifest and class tables need from it."""
     partial, block, s = task
     source = Path(block.source)
     shards, classes, skipped, formats, fit, duplicates = [], [], [], Counter(), [], []
     if block.kind == "id":
-        writer = ShardWriter(partial, f"id/test/{block.number:06d}.tar", "id_test")
-        for cid in block.classes:
-            good = _read_good(source / cid, list_images(source / cid), cid, None, skipped, s.max_image_pixels)
-            if not good:
-                raise BenchmarkError(f"ID class {cid} has no readable image in {source / cid}")
-            for sample in _samples(cid, sorted(good), good, s.image_ext, formats):
-                writer.write(sample)
-            classes.append({"id": cid, "num_images": len(good)})
-        shards.append(writer.close())
+        def read_test(cid: str) -> dict:
+            return _read_good(source / cid, list_images(source / cid), cid, None, skipped, s.max_image_pixels)
+
+        shard, counts = _id_shard(partial, f"id/test/{block.number:06d}.tar", "id_test", block, s, formats, "", read_test)
+        shards.append(shard)
+        classes += [{"id": cid, "num_images": n} for cid, n in counts.items()]
     elif block.kind == "fit":
-        writer = ShardWriter(partial, f"id/fit/{block.number:06d}.tar", "id_fit")
-        for cid in block.classes:
+        def read_fit(cid: str) -> dict:
             test_folder = Path(block.test_source) / cid
             tests = {hashlib.sha256((test_folder / n).read_bytes()).hexdigest() for n in list_images(test_folder)}
-            names = list_images(source / cid)
-            good = _read_good(source / cid, split_order(names, cid, s.seed), cid, s.fit_per_class, skipped,
-                              s.max_image_pixels, tests, duplicates)
-            if not good:
-                raise BenchmarkError(f"ID class {cid} has no readable training image in {source / cid}")
-            for sample in _samples(cid, sorted(good), good, s.image_ext, formats):
-                writer.write(sample)
-            fit.append({"id": cid, "num_fit_images": len(good)})
-        shards.append(writer.close())
+            return _read_good(source / cid, split_order(list_images(source / cid), cid, s.seed), cid, s.fit_per_class,
+                              skipped, s.max_image_pixels, tests, duplicates)
+
+        shard, counts = _id_shard(partial, f"id/fit/{block.number:06d}.tar", "id_fit", block, s, formats, "training ", read_fit)
+        shards.append(shard)
+        fit += [{"id": cid, "num_fit_images": n} for cid, n in counts.items()]
     else:
         estimation = ShardWriter(partial, f"ood/estimation/{block.number:06d}.tar", "ood_estimation")
         for cid, position in zip(block.classes, block.positions):

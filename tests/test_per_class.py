@@ -6,9 +6,11 @@ import dataclasses
 import json
 import subprocess
 import sys
+from importlib.resources import files
 from itertools import islice
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
@@ -26,6 +28,8 @@ from leaderboard.drilldown import level_classes, record_folder, thumbnail_paths
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import validate_record
 from leaderboard.store import accepted_files, add_files
+
+RECORD_SCHEMA = jsonschema.Draft202012Validator(json.loads(files("leaderboard").joinpath("record.schema.json").read_text()))
 
 ROOT = Path(__file__).resolve().parents[1]
 CNN = ROOT / "examples" / "glyph_cnn.py"
@@ -240,10 +244,13 @@ def _malformed(record: dict, change) -> dict:
 def test_a_malformed_per_class_is_refused(glyph_run, change, message):
     record = glyph_run[0].records[0]
     validate_record(record)
+    RECORD_SCHEMA.validate(json.loads(json.dumps(record)))  # the published JSON Schema agrees
     with pytest.raises(LeaderboardError) as error:
         validate_record(_malformed(record, change))
     first, *rest = message.split("*")  # the message's fixed parts
     assert str(error.value).startswith(first) and all(part in str(error.value) for part in rest), error.value
+    if "out of order" not in message and "num_levels" not in message:  # cross-field checks JSON Schema cannot express
+        assert not RECORD_SCHEMA.is_valid(json.loads(json.dumps(_malformed(record, change))))
 
 
 def test_the_cli_refuses_a_record_without_its_files_in_one_line(glyph_run, tmp_path):
