@@ -60,7 +60,7 @@ def test_detectors_from_one_pass_and_none_for_a_new_one(fit_glyphs, tmp_path):
     # the leaderboard takes them, the fit among the entry's identity
     from leaderboard.store import add_records, current_table
 
-    add_records(tmp_path / "board", list(first.values()), create=True)
+    add_records(tmp_path / "board", list(first.values()), create=True, folder=tmp_path / "a")
     table = current_table(tmp_path / "board")
     assert sorted(table["kappa"]) == ["ash(percentile=0.65,variant=ash-s)", "knn(k=50,normalize=True)", "mahalanobis",
                                       "react(percentile=0.9,threshold=None)", "vim(d=None)"]
