@@ -26,8 +26,8 @@ from harness.drilldown import PerClass, per_class
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
-from harness.inference import FEATURE_DTYPES, KappaSpec, LocalForward, fit_kappas, from_outputs, resolve_kappas, score_shards
-from harness.inference import gives_features
+from harness.inference import (FEATURE_DTYPES, KappaSpec, LocalForward, fit_kappas, from_outputs, gives_features,
+                               resolve_kappas, score_shards)
 from harness.kappas.features import require_exposed
 from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
