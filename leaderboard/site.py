@@ -74,7 +74,7 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
     rates, counts = win_rates(table) if len(table) else (pd.DataFrame(), pd.DataFrame())
     data = {"levels": len(levels), "kappas": sorted(table["kappa"].unique().tolist()),
             "families": sorted({m["f"] for m in models}), "provenances": sorted(table["provenance"].unique().tolist()),
-            "models": models}
+            "models": [{**m, "e": [_compact(e) for e in m["e"]]} for m in models]}
     index = env.get_template("index.html").render(
         data=_json(data), num_models=len(models), num_valid=sum(any(not e["flag"] for e in m["e"]) for m in models),
         num_entries=len(table), definition=first["ood_auroc_definition"] if first is not None else "",
@@ -134,10 +134,16 @@ def _entry(r: pd.Series, levels: list[str], record: dict | None) -> dict:
             "fpr": _num(r["mean_fpr_at_95_tpr"]), "l": [_num(r[c]) for c in levels], "rec": r["record_file"]}
 
 
+def _compact(entry: dict) -> dict:
+    """An entry as the index embeds it: no record path, no empty flag, the status only when not self-reported."""
+    return {k: v for k, v in entry.items() if k != "rec" and not (k == "flag" and not v)
+            and not (k == "ver" and v == "self-reported")}
+
+
 def _num(value) -> float | None:
     if value is None or pd.isna(value):
         return None
-    return round(float(value), 6)
+    return float(value)
 
 
 def _fmt(value) -> str:

@@ -115,7 +115,7 @@
         .filter(function (r) { return r.v !== null; })
         .sort(function (a, b) { return b.v - a.v; });
       showTip(event, [{ text: "level " + level }].concat(rows.map(function (r) {
-        return { text: r.v.toFixed(4) + "  " + r.label, color: r.color };
+        return { text: r.v.toFixed(4) + " " + r.label, color: r.color };
       })));
     });
     overlay.addEventListener("mouseleave", function () { guide.setAttribute("visibility", "hidden"); hideTip(); });
@@ -174,6 +174,9 @@
     var state;
     var $ = function (id) { return document.getElementById(id); };
     var tbody = document.querySelector("#leaderboard tbody");
+    data.models.forEach(function (m) {
+      m.e.forEach(function (e) { e.flag = e.flag || ""; e.ver = e.ver || "self-reported"; });
+    });
     data.families.forEach(function (f) { $("family").appendChild(html("option", { value: f }, f)); });
     data.provenances.forEach(function (p) { $("prov").appendChild(html("option", { value: p }, p)); });
 
@@ -234,6 +237,7 @@
         return r.e[key];
       }
       out.sort(function (a, b) {
+        if (key !== "flag" && !a.e.flag !== !b.e.flag) { return a.e.flag ? 1 : -1; }  /* broken runs last */
         var x = value(a), y = value(b);
         var xn = x === null || x === undefined || x === "", yn = y === null || y === undefined || y === "";
         if (xn || yn) { return xn === yn ? a.model.m.localeCompare(b.model.m) : (xn ? 1 : -1); }
