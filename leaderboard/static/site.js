@@ -18,6 +18,9 @@
     if (text !== undefined) { node.textContent = text; }
     return node;
   }
+  function esc(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+  }
   function fmt(v, digits) { return v === null || v === undefined ? "-" : v.toFixed(digits === undefined ? 4 : digits); }
   function params(n) {
     if (n === null || n === undefined) { return "-"; }
@@ -247,50 +250,51 @@
       return out;
     }
 
-    function cell(row, cls, text, v) {
-      var td = html("td", cls ? { "class": cls } : {}, text);
-      if (v !== undefined) { td.dataset.v = v === null ? "" : v; }
-      row.appendChild(td);
-      return td;
+    /* One table cell as HTML; ``v`` (the sort value, for tests and tools) goes to data-v. */
+    function td(cls, text, v, title) {
+      return "<td" + (cls ? ' class="' + cls + '"' : "") + (v === undefined ? "" : ' data-v="' + esc(v === null ? "" : v) + '"') +
+        (title ? ' title="' + esc(title) + '"' : "") + ">" + text + "</td>";
     }
-    function render() {
-      var view = rows();
-      var fragment = document.createDocumentFragment();
-      view.forEach(function (r, i) {
-        var m = r.model, e = r.e, tr = html("tr", { "data-model": m.m });
-        if (e.flag) { tr.className = "flagged"; }
-        var tick = html("input", { type: "checkbox", "aria-label": "tick " + m.m });
-        tick.checked = state.sel.indexOf(m.m) >= 0;
-        tick.addEventListener("change", function () {
-          state.sel = tick.checked ? state.sel.concat([m.m]) : state.sel.filter(function (s) { return s !== m.m; });
-          update(false);
-        });
-        cell(tr, "tick").appendChild(tick);
-        cell(tr, "rank", String(i + 1), i + 1);
-        var name = cell(tr, "model text", undefined, m.m);
-        name.appendChild(html("a", { href: "models/" + m.p, title: m.m }, m.m));
-        if (e.ver === "verified") { name.appendChild(html("span", { "class": "verified", title: "verified: re-run by the leaderboard" }, "\u2713")); }
-        cell(tr, "text fam", m.f, m.f).title = m.f;
-        cell(tr, "text kap", e.k, e.k).title = e.k;
-        cell(tr, "", fmt(e.acc), e.acc);
-        cell(tr, "", fmt(e.idauroc), e.idauroc);
-        cell(tr, "mean", fmt(e.mean), e.mean);
-        var strip = html("div", { "class": "strip" });
-        e.l.forEach(function (v, level) {
-          var span = html("span", { "data-v": v === null ? "" : v, title: "level " + level + ": " + fmt(v) },
-            v === null ? "" : String(Math.round(v * 100)));
-          if (v !== null) { var c = heat(v); span.style.background = c.bg; span.style.color = c.fg; }
-          strip.appendChild(span);
-        });
-        cell(tr, "strip-cell").appendChild(strip);
-        cell(tr, "", fmt(e.fpr), e.fpr);
-        cell(tr, "", params(m.n), m.n).title = m.n === null ? "unknown" : m.n.toLocaleString("en");
-        cell(tr, "text prov", e.prov + (e.ver === "verified" ? " \u2713" : ""), e.prov).title = e.prov + ", " + e.ver;
-        cell(tr, "text flag", e.flag ? "\u2691" : "", e.flag).title = e.flag;
-        fragment.appendChild(tr);
+    function row(r, i) {
+      var m = r.model, e = r.e, out = [];
+      out.push('<tr data-model="' + esc(m.m) + '"' + (e.flag ? ' class="flagged"' : "") + ">");
+      out.push(td("tick", '<input type="checkbox" aria-label="tick ' + esc(m.m) + '"' + (state.sel.indexOf(m.m) >= 0 ? " checked" : "") + ">"));
+      out.push(td("rank", String(i + 1), i + 1));
+      out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + esc(m.m) + "</a>" +
+        (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
+      out.push(td("text fam", esc(m.f), m.f, m.f), td("text kap", esc(e.k), e.k, e.k));
+      out.push(td("", fmt(e.acc), e.acc), td("", fmt(e.idauroc), e.idauroc), td("mean", fmt(e.mean), e.mean));
+      var strip = e.l.map(function (v, level) {
+        if (v === null) { return '<span data-v="" title="level ' + level + ': -"></span>'; }
+        var c = heat(v);
+        return '<span data-v="' + v + '" title="level ' + level + ": " + fmt(v) + '" style="background:' + c.bg + ";color:" + c.fg + '">' +
+          Math.round(v * 100) + "</span>";
       });
-      tbody.textContent = "";
-      tbody.appendChild(fragment);
+      out.push(td("strip-cell", '<div class="strip">' + strip.join("") + "</div>"));
+      out.push(td("", fmt(e.fpr), e.fpr), td("", params(m.n), m.n, m.n === null ? "unknown" : m.n.toLocaleString("en")));
+      out.push(td("text prov", esc(e.prov) + (e.ver === "verified" ? " \u2713" : ""), e.prov, e.prov + ", " + e.ver));
+      out.push(td("text flag", e.flag ? "\u2691" : "", e.flag, e.flag), "</tr>");
+      return out.join("");
+    }
+    /* The view's rows: the first FIRST at once, the rest in the next task, so the page paints early; the table's
+       data-pending is set until every row is in (performance marks "rows-first" and "rows-all"). */
+    var FIRST = 60, generation = 0;
+    function render() {
+      var view = rows(), html = view.map(row), mine = ++generation, table = $("leaderboard");
+      tbody.innerHTML = html.slice(0, FIRST).join("");
+      performance.mark("rows-first");
+      if (html.length > FIRST) {
+        table.dataset.pending = "1";
+        setTimeout(function () {
+          if (mine !== generation) { return; }
+          tbody.insertAdjacentHTML("beforeend", html.slice(FIRST).join(""));
+          delete table.dataset.pending;
+          performance.mark("rows-all");
+        }, 0);
+      } else {
+        delete table.dataset.pending;
+        performance.mark("rows-all");
+      }
       $("count").textContent = String(view.length);
       return view;
     }
@@ -347,6 +351,11 @@
         state.sort = key;
         update(false);
       });
+    });
+    tbody.addEventListener("change", function (event) {
+      var box = event.target, name = box.closest("tr").dataset.model;
+      state.sel = box.checked ? state.sel.concat([name]) : state.sel.filter(function (s) { return s !== name; });
+      update(false);
     });
     $("clear").addEventListener("click", function () { state.sel = []; update(false); });
     $("permalink").addEventListener("click", function () {

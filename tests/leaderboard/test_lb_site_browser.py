@@ -57,22 +57,35 @@ def page(browser, paper_site):
     assert errors == []
 
 
+def settle(page) -> None:
+    """Wait until every row of the view is in the table (the page draws the first rows at once, the rest next)."""
+    page.wait_for_function("!document.getElementById('leaderboard').dataset.pending")
+
+
+def count(page) -> int:
+    settle(page)
+    return page.locator(ROWS).count()
+
+
 def shown(page, cls: str) -> list[str]:
     """The ``data-v`` of one cell class in every row of the table, top to bottom."""
+    settle(page)
     return page.eval_on_selector_all(ROWS, f"rows => rows.map(r => r.querySelector('td.{cls}').dataset.v)")
 
 
 def column(page, index: int) -> list[str]:
+    settle(page)
     return page.eval_on_selector_all(ROWS, f"rows => rows.map(r => r.cells[{index}].dataset.v)")
 
 
 def strip(page, level: int) -> list[float]:
+    settle(page)
     return page.eval_on_selector_all(ROWS, f"rows => rows.map(r => parseFloat(r.querySelectorAll('.strip span')[{level}].dataset.v))")
 
 
 def test_one_row_per_model_and_the_kappa_selector(page, table):
     assert page.title() == "C-OOD leaderboard: imagenet-cood-paper2023 iclr2023"
-    assert page.locator(ROWS).count() == 706 and page.locator("#count").inner_text() == "706"
+    assert count(page) == 706 and page.locator("#count").inner_text() == "706"
     valid = table[table["flag"] == ""]
     best = valid.sort_values(["mean_ood_auroc", "model"], ascending=[False, True]).drop_duplicates("model")
     models, kappas = shown(page, "model"), shown(page, "kap")
@@ -107,15 +120,15 @@ def test_filters(page, table):
     assert page.locator("#count").inner_text() == "16"
     page.select_option("#family", "")
     page.select_option("#flagged", "hide")
-    assert page.locator(ROWS).count() == 703 and page.locator(f"{ROWS}.flagged").count() == 0
+    assert count(page) == 703 and page.locator(f"{ROWS}.flagged").count() == 0
     page.select_option("#flagged", "only")
     assert sorted(shown(page, "model")) == ["efficientnet_b5", "efficientnet_b6", "efficientnet_b7"]
     assert all(f.startswith("id-acc near chance") for f in shown(page, "flag"))
     page.select_option("#flagged", "show")
     page.select_option("#prov", "paper")
-    assert page.locator(ROWS).count() == 706
+    assert count(page) == 706
     page.select_option("#status", "verified")
-    assert page.locator(ROWS).count() == 0  # the paper's records are self-reported
+    assert count(page) == 0  # the paper's records are self-reported
     page.select_option("#status", "self-reported")
     page.fill("#search", "clip vit-l")
     expected = table[table["model"].str.lower().str.contains("clip") & table["model"].str.lower().str.contains("vit-l")]
@@ -152,7 +165,7 @@ def test_sorting_renumbers_the_rank(page, table):
     assert ranks == [str(i) for i in range(1, len(ranks) + 1)] and len(ranks) == resnet50 > 10
     assert accs == sorted(accs, reverse=True)
     page.select_option("#kappa", "entropy")
-    assert shown(page, "rank") == [str(i) for i in range(1, page.locator(ROWS).count() + 1)]
+    assert shown(page, "rank") == [str(i) for i in range(1, count(page) + 1)]
 
 
 def test_the_plot_follows_the_view_and_shows_values(page, table):
@@ -230,6 +243,7 @@ def test_the_permalink_restores_the_view(page, browser):
 def test_layout_at_1280_and_on_a_phone(browser, paper_site):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto((paper_site / "index.html").as_uri())
+    settle(page)
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
     assert page.evaluate("(w => w.scrollWidth <= w.clientWidth)(document.getElementById('table-wrap'))")
     for header in page.locator("#leaderboard thead th").all():  # every column in view
@@ -241,6 +255,7 @@ def test_layout_at_1280_and_on_a_phone(browser, paper_site):
 
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     phone.goto((paper_site / "index.html").as_uri())
+    settle(phone)
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
     wrap = phone.locator("#table-wrap")
     name, flag = phone.locator(f"{ROWS} td.model").first, phone.locator(f"{ROWS} td.flag").first
@@ -307,6 +322,8 @@ def test_screenshots(browser, paper_site, tmp_path_factory):
         for name, path in pages.items():
             page = browser.new_page(viewport={"width": width, "height": height})
             page.goto(path.as_uri())
+            if name == "index":
+                settle(page)
             if name == "per-class":
                 page.locator(".per-class").scroll_into_view_if_needed()
             target = folder / f"{name}-{width}x{height}.png"
