@@ -205,3 +205,13 @@ def test_families():
     assert family("gluon_seresnext101_32x4d") == "ResNeXt" and family("ssl_resnet50") == "ResNet"
     assert family("mobilevitv2_200") == "MobileViT" and family("vit_base_r50_s16_384") == "ViT"
     assert family("mynet_small") == "mynet" == family("MyNet-L")
+
+
+def test_an_empty_leaderboard(tmp_path):
+    from leaderboard.store import init_leaderboard
+    from lb_records import GLYPHS
+    init_leaderboard(tmp_path / "b", GLYPHS)
+    out = tmp_path / "site"
+    pages = build_site(current_table(tmp_path / "b"), out, "current", board=tmp_path / "b")
+    assert [p.name for p in pages] == ["index.html"]
+    assert embedded(out / "index.html")["models"] == [] and len(pd.read_parquet(out / "downloads" / "leaderboard.parquet")) == 0

@@ -251,6 +251,9 @@ def test_layout_at_1280_and_on_a_phone(browser, paper_site):
         assert box["x"] >= 0 and box["x"] + box["width"] <= 1280
     mean = page.locator(f"{ROWS} td.mean").first
     assert mean.evaluate("td => td.scrollWidth <= td.clientWidth")  # values are not cut
+    page.evaluate("window.scrollTo(0, 6000)")
+    header = page.locator("#leaderboard th.model").bounding_box()
+    assert header["y"] == pytest.approx(0, abs=1)  # the header row stays on top of the scrolled table
     page.close()
 
     phone = browser.new_page(viewport={"width": 390, "height": 844})
@@ -308,6 +311,20 @@ def test_html_in_a_model_name_stays_text(browser, tmp_path):
         assert EVIL in page.locator("body").inner_text()
         assert EVIL in (page.locator("#legend").inner_text() if url.endswith("index.html") else page.locator("h1").inner_text())
         page.close()
+
+
+def test_an_empty_leaderboard(browser, tmp_path):
+    from leaderboard.store import init_leaderboard
+    from lb_records import GLYPHS
+    init_leaderboard(tmp_path / "b", GLYPHS)
+    build_site(current_table(tmp_path / "b"), tmp_path / "site", "current")
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto((tmp_path / "site" / "index.html").as_uri())
+    assert count(page) == 0 and page.locator("#count").inner_text() == "0" and errors == []
+    assert page.locator("#curves svg").count() == 1 and page.locator("#scatter circle").count() == 0
+    page.close()
 
 
 def test_screenshots(browser, paper_site, tmp_path_factory):
