@@ -136,9 +136,9 @@ def report(
 
 @app.command()
 def site(out: Path = typer.Argument(..., help="Output folder."), directory: Path = DIR, version: Optional[int] = VERSION) -> None:
-    """Write a static HTML site (sortable, searchable table, severity curves, a page per model)."""
+    """Write a static HTML site (a row per model, filters, charts, downloads, a page per model, the raw records)."""
 
-    pages = sites.build_site(_table(directory, version), out, _label(version))
+    pages = sites.build_site(_table(directory, version), out, _label(version), board=directory)
     typer.echo(f"wrote {len(pages)} pages to {out} (open {out / 'index.html'})")
 
 

@@ -1,13 +1,23 @@
-"""A static, self-contained HTML site of a table: ``index.html`` (sortable, searchable, severity
-curves of the top entries) and ``models/<model>.html`` (one page per model). No network needed:
-CSS, JS and SVG plots are inline; every value from the table is HTML-escaped.
+"""A static, self-contained site of a table, readable offline from its files:
+
+- ``index.html``: one row per model (each by its best kappa, or one kappa for all), filters, search, sortable columns,
+  a severity-curve plot and an id-accuracy vs mean ood-auroc scatter that follow the view, the kappas' win rates,
+  a permalink; the rows are JSON embedded in the page and drawn by the site's own script (``static/site.js``);
+- ``models/<model>.html``: every metric of a model's entries, its parameters, family, provenance, verification,
+  per-class drill-down (when its records carry one) and links to the raw records;
+- ``downloads/leaderboard.csv`` and ``.parquet``: the table itself; ``records/``: the raw records (given the
+  leaderboard's folder), with ``attachments/`` for their per-class files.
+
+Every value from the table or a record is HTML-escaped (or JSON-escaped for the embedded data).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
+import json
 import re
+import shutil
+from importlib import resources
 from pathlib import Path
 
 import pandas as pd
@@ -15,11 +25,19 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from leaderboard.atomic import write_bytes_atomic
-from leaderboard.svg import severity_svg
+from leaderboard.drilldown import level_classes, resolve, stored_folder
+from leaderboard.errors import LeaderboardError
+from leaderboard.report import win_rates
 from leaderboard.table import table_levels
-from leaderboard.views import select
+from leaderboard.views import family
 
-TOP_CURVES = 10
+PAPER_URL = "https://arxiv.org/abs/2302.11893"
+STATIC = ("site.js", "site.css")
+DOWNLOADS = ("leaderboard.csv", "leaderboard.parquet")
+MAX_CLASSES = 100  # classes listed per level on a model page (lowest ood-auroc first); the sidecar has them all
+LEVEL_METRICS = (("ood_auroc", "ood-auroc"), ("fpr_at_95_tpr", "fpr@95"), ("aupr_in", "AUPR-in"),
+                 ("aupr_out", "AUPR-out"), ("ood_avg_conf", "ood avg conf"), ("percentile", "percentile"),
+                 ("num_id", "# id"), ("num_ood", "# ood"))
 
 
 def page_name(model: str) -> str:
@@ -28,55 +46,176 @@ def page_name(model: str) -> str:
     return f"{stem}-{hashlib.sha256(model.encode()).hexdigest()[:8]}.html"
 
 
-def build_site(table: pd.DataFrame, out_dir: str | Path, version: str) -> list[Path]:
-    """Write the site of ``table`` (labelled ``version``, e.g. ``v3``) into ``out_dir``; return the pages."""
+def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: str | Path | None = None,
+               paper_url: str = PAPER_URL) -> list[Path]:
+    """Write the site of ``table`` (labelled ``version``, e.g. ``v3``) into ``out_dir``; return its HTML pages.
+
+    ``board``: the leaderboard folder the table comes from; its raw records (and their per-class files) are copied
+    into the site and give the model pages every per-level metric. Without it the pages show the table's columns.
+    """
     out = Path(out_dir)
-    (out / "models").mkdir(parents=True, exist_ok=True)
+    for folder in ("models", "static", "downloads"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
     env = Environment(loader=PackageLoader("leaderboard", "templates"), autoescape=select_autoescape(default=True))
+    env.globals["fmt"] = _fmt
     levels = table_levels(table)
-    ranked = select(table)
-    rows = [_row(r, levels) for _, r in ranked.iterrows()]
-    first = ranked.iloc[0] if len(ranked) else None
+    records = _records(table, board)
+    for name in STATIC:
+        write_bytes_atomic(out / "static" / name, resources.files("leaderboard").joinpath("static", name).read_bytes())
+    _downloads(table, out / "downloads")
+    models = _models(table, levels, records)
+    first = table.iloc[0] if len(table) else None
     common = {
         "bench": {"id": first["benchmark_id"] if first is not None else "(empty)",
                   "version": first["benchmark_version"] if first is not None else "",
                   "manifest": first["manifest_sha256"] if first is not None else None},
-        "num_levels": len(levels),
-        "version": version,
+        "num_levels": len(levels), "version": version, "paper_url": paper_url, "has_records": bool(records),
     }
-    top = ranked[ranked["flag"] == ""].head(TOP_CURVES)
+    rates, counts = win_rates(table) if len(table) else (pd.DataFrame(), pd.DataFrame())
+    data = {"levels": len(levels), "kappas": sorted(table["kappa"].unique().tolist()),
+            "families": sorted({m["f"] for m in models}), "provenances": sorted(table["provenance"].unique().tolist()),
+            "models": [{**m, "e": [_compact(e) for e in m["e"]]} for m in models]}
     index = env.get_template("index.html").render(
-        rows=rows, top=top, num_models=ranked["model"].nunique(),
-        definition=first["ood_auroc_definition"] if first is not None else "",
-        plot=Markup(severity_svg([(f"{r['model']} / {r['kappa']}", [r[c] for c in levels]) for _, r in top.iterrows()],
-                                 "ood-auroc per severity level, top entries")),
-        **common)
+        data=_json(data), num_models=len(models), num_valid=sum(any(not e["flag"] for e in m["e"]) for m in models),
+        num_entries=len(table), definition=first["ood_auroc_definition"] if first is not None else "",
+        kappas=data["kappas"], rate_kappas=list(rates.columns), rates=_win_rate_rows(rates, counts), root="", **common)
     pages = [out / "index.html"]
     write_bytes_atomic(pages[0], index.encode())
     template = env.get_template("model.html")
-    by_model: dict[str, list[dict]] = {}
-    for row in rows:
-        by_model.setdefault(row["model"], []).append(row)
-    for model, model_rows in by_model.items():
-        plot = Markup(severity_svg([(r["kappa"], [c["raw"] for c in r["levels"]]) for r in model_rows],
-                                   f"ood-auroc per severity level: {model}"))
-        page = out / "models" / page_name(model)
-        write_bytes_atomic(page, template.render(model=model, rows=model_rows, plot=plot, **common).encode())
+    details = table.set_index("record_file")
+    for model in models:
+        page = out / "models" / model["p"]
+        entries = [_entry_page(e, details.loc[e["rec"]], records.get(e["rec"]), board, out) for e in model["e"]]
+        plot = {"levels": len(levels), "curves": [{"label": e["k"], "values": e["l"]} for e in model["e"]]}
+        write_bytes_atomic(page, template.render(model=model, entries=entries, plot=_json(plot), root="../", **common).encode())
         pages.append(page)
+    if records:
+        pages.append(_copy_records(env, out, board, records, common))
     return pages
 
 
-def _row(r: pd.Series, levels: list[str]) -> dict:
-    return {
-        "rank": int(r["rank"]), "model": r["model"], "kappa": r["kappa"], "page": page_name(r["model"]),
-        "search": f"{r['model']} {r['kappa']}".lower(), "flag": r["flag"], "provenance": r["provenance"],
-        "id_acc": _cell(r["id_acc"]), "id_auroc": _cell(r["id_auroc"]), "mean": _cell(r["mean_ood_auroc"]),
-        "levels": [_cell(r[c]) for c in levels], "entry_id": r["entry_id"], "weights": r["weights_sha256"],
-        "source": r["model_source"], "record_file": r["record_file"], "definition": r["ood_auroc_definition"],
-    }
+def _records(table: pd.DataFrame, board: str | Path | None) -> dict[str, dict]:
+    """Each row's raw record (``record_file`` -> parsed JSON), read from ``board``; empty without one."""
+    if board is None:
+        return {}
+    out = {}
+    for name in table["record_file"]:
+        path = Path(board) / name
+        try:
+            out[name] = json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise LeaderboardError(f"cannot read the record {path}: {exc}") from None
+    return out
 
 
-def _cell(value) -> dict:
-    missing = value is None or (isinstance(value, float) and math.isnan(value))
-    return {"v": "" if missing else repr(float(value)), "text": "-" if missing else f"{value:.4f}",
-            "raw": float("nan") if missing else float(value)}
+def _downloads(table: pd.DataFrame, folder: Path) -> None:
+    csv, parquet = (folder / name for name in DOWNLOADS)
+    write_bytes_atomic(csv, table.to_csv(index=False).encode())
+    write_bytes_atomic(parquet, table.to_parquet(index=False))
+
+
+def _models(table: pd.DataFrame, levels: list[str], records: dict[str, dict]) -> list[dict]:
+    """One item per model, its entries best first (valid before flagged): the index page's embedded data."""
+    rows = table.sort_values(["model", "mean_ood_auroc", "kappa"], ascending=[True, False, True], kind="stable")
+    models = []
+    for model, group in rows.groupby("model", sort=False):
+        entries = [_entry(r, levels, records.get(r["record_file"])) for _, r in group.iterrows()]
+        entries.sort(key=lambda e: bool(e["flag"]))  # stable: the best valid entry first
+        params = group["num_parameters"].dropna()
+        models.append({"m": model, "f": family(model), "p": page_name(model),
+                       "n": int(params.iloc[0]) if len(params) else None, "e": entries})
+    return models
+
+
+def _entry(r: pd.Series, levels: list[str], record: dict | None) -> dict:
+    verification = (record or {}).get("verification") or {}
+    return {"k": r["kappa"], "prov": r["provenance"], "flag": r["flag"], "ver": verification.get("status", "self-reported"),
+            "acc": _num(r["id_acc"]), "idauroc": _num(r["id_auroc"]), "mean": _num(r["mean_ood_auroc"]),
+            "fpr": _num(r["mean_fpr_at_95_tpr"]), "l": [_num(r[c]) for c in levels], "rec": r["record_file"]}
+
+
+def _compact(entry: dict) -> dict:
+    """An entry as the index embeds it: no record path, no empty flag, the status only when not self-reported."""
+    return {k: v for k, v in entry.items() if k != "rec" and not (k == "flag" and not v)
+            and not (k == "ver" and v == "self-reported")}
+
+
+def _num(value) -> float | None:
+    if value is None or pd.isna(value):
+        return None
+    return float(value)
+
+
+def _fmt(value) -> str:
+    """A metric for a page: 4 decimals, an integer as is, ``-`` when missing."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.4f}"
+
+
+def _json(data) -> Markup:
+    """JSON safe inside a ``<script type="application/json">`` element (no ``</script>`` or ``<!--`` can appear)."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+def _win_rate_rows(rates: pd.DataFrame, counts: pd.DataFrame) -> list[dict]:
+    return [{"kappa": a, "cells": [{"rate": None if pd.isna(rates.loc[a, b]) else float(rates.loc[a, b]),
+                                    "n": int(counts.loc[a, b]), "vs": b} for b in rates.columns]}
+            for a in rates.index]
+
+
+def _entry_page(entry: dict, row: pd.Series, record: dict | None, board, out: Path) -> dict:
+    """A model page's view of one entry: its per-level metrics (every one the record has) and per-class drill-down."""
+    levels = record["levels"] if record else [{"level": i, "ood_auroc": v} for i, v in enumerate(entry["l"])]
+    metrics = [(key, label) for key, label in LEVEL_METRICS if any(level.get(key) is not None for level in levels)]
+    return {**entry, "entry": row["entry_id"], "source": row["model_source"], "weights": row["weights_sha256"],
+            "idconf": _num(row["id_avg_conf"]), "definition": row["ood_auroc_definition"], "created": row["created"],
+            "harness": row["harness_version"], "seed": None if pd.isna(row["seed"]) else int(row["seed"]),
+            "verification": (record or {}).get("verification"), "levels": levels, "metrics": metrics,
+            "per_class": _per_class(entry, record, board, out) if record and record.get("per_class") else None}
+
+
+def _per_class(entry: dict, record: dict, board, out: Path) -> dict:
+    """A record's per-class drill-down, its files copied into ``out/attachments/<record>/``: per level, the quantiles
+    and the classes (from the sidecar when present, else the record's hardest classes), thumbnails as site paths."""
+    source = stored_folder(board, entry["rec"])
+    target = Path("attachments") / Path(entry["rec"]).stem
+    sidecar = resolve(source, record["per_class"]["file"])
+    folder = source if sidecar.is_file() else None
+    if folder is not None:
+        _copy(sidecar, out / target / record["per_class"]["file"])
+    levels = []
+    for summary in record["per_class"]["levels"]:
+        classes = level_classes(record, summary["level"], folder)
+        for item in classes[:MAX_CLASSES]:
+            item["thumbnails"] = [_thumbnail(source, out, target, t) for t in item["thumbnails"]]
+            item["thumbnails"] = [t for t in item["thumbnails"] if t]
+        levels.append({**summary, "classes": classes[:MAX_CLASSES], "more": max(0, summary["n_classes"] - MAX_CLASSES)
+                       if folder is not None else summary["n_classes"] - len(classes)})
+    return {"levels": levels, "sidecar": (target / record["per_class"]["file"]).as_posix() if folder is not None else None}
+
+
+def _thumbnail(source: Path, out: Path, target: Path, relative: str) -> str | None:
+    """Copy one thumbnail into the site; its path from a model page, or None when the leaderboard lacks it."""
+    path = resolve(source, relative)
+    if not path.is_file():
+        return None
+    _copy(path, out / target / relative)
+    return f"../{(target / relative).as_posix()}"
+
+
+def _copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+
+
+def _copy_records(env: Environment, out: Path, board, records: dict[str, dict], common: dict) -> Path:
+    """The raw records, byte for byte, under ``out/records/``, listed by ``records/index.html``."""
+    (out / "records").mkdir(exist_ok=True)
+    for name in records:
+        _copy(Path(board) / name, out / name)
+    page = out / "records" / "index.html"
+    names = [Path(name).name for name in records]
+    write_bytes_atomic(page, env.get_template("records.html").render(names=names, root="../", **common).encode())
+    return page

@@ -62,3 +62,35 @@ def _cell(value) -> str:
     if isinstance(value, float):
         return "-" if pd.isna(value) else f"{value:.4f}"
     return str(value)
+
+
+# Architecture families, first match wins; a name is matched lowercased, after its weight-source prefix
+# (tf_, gluon_, legacy_, ssl_, swsl_, ig_, adv_, ens_adv_, dm_, jx_, new_timm_) is dropped.
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("CLIP", r"^clip_"), ("MobileViT", r"^mobilevit"), ("DeiT", r"^deit"), ("BEiT", r"^beit"), ("CaiT", r"^cait"),
+    ("XCiT", r"^xcit"), ("Swin", r"^swin"), ("PiT", r"^pit_"), ("CrossViT", r"^crossvit"), ("LeViT", r"^levit"),
+    ("Twins", r"^twins"), ("CoaT", r"^coat"), ("ConViT", r"^convit"), ("NesT", r"^nest"), ("TNT", r"^tnt"),
+    ("Visformer", r"^visformer"), ("ViT", r"^vit_"), ("ConvNeXt", r"^convnext"), ("EdgeNeXt", r"^edgenext"),
+    ("MLP-Mixer", r"^(g?mixer|gmlp|resmlp)"), ("PoolFormer", r"^poolformer"), ("Sequencer", r"^sequencer"),
+    ("NFNet", r"^(nfnet|eca_nfnet|nf_)"), ("EfficientNet", r"efficientnet|^tinynet"),
+    ("MobileNet/NAS", r"^(mobilenet|mnasnet|semnasnet|spnasnet|fbnet|lcnet|hardcorenas|ghostnet|mixnet)"),
+    ("RegNet", r"regnet"), ("HaloNet/BoTNet", r"halo|botnet"), ("DLA", r"^dla"), ("Res2Net", r"^res2ne"),
+    ("ResNeSt", r"^resnest"), ("ResNeXt", r"resnext"), ("SENet", r"^senet"), ("DenseNet", r"^densenet"),
+    ("TResNet", r"^tresnet"), ("RepVGG", r"^repvgg"), ("VGG", r"^vgg"), ("DPN", r"^dpn"), ("HRNet", r"^hrnet"),
+    ("CSP/DarkNet", r"^(cs3|csp|darknet)"), ("Inception/Xception", r"inception|xception|googlenet"),
+    ("NASNet", r"nasnet"), ("ReXNet", r"^rexnet"), ("SelecSLS", r"^selecsls"), ("VoVNet", r"vovnet"),
+    ("GENet", r"^gernet"), ("ShuffleNet", r"^shufflenet"), ("SqueezeNet", r"^squeezenet"), ("AlexNet", r"^alexnet"),
+    ("ResNet", r"resnet"),
+)
+_FAMILY_PATTERNS = [(name, re.compile(pattern)) for name, pattern in FAMILIES]
+_SOURCE_PREFIX = re.compile(r"^(tf|gluon|legacy|ssl|swsl|ig|adv|ens_adv|dm|jx|new_timm)_(?=.)")
+
+
+def family(model: str) -> str:
+    """A model name's architecture family from :data:`FAMILIES` (``tf_efficientnet_b0_ns`` -> ``EfficientNet``);
+    an unlisted name's first token (``mynet_small`` -> ``mynet``)."""
+    name = _SOURCE_PREFIX.sub("", model.lower())
+    for family_name, pattern in _FAMILY_PATTERNS:
+        if pattern.search(name):
+            return family_name
+    return re.split(r"[_\-~@.]", name, maxsplit=1)[0] or model

@@ -39,8 +39,9 @@ def test_workflow(tmp_path):
     assert _run("show", "-d", board, "-v", "1").splitlines()[0] == "table v1: 2 entries"
     assert _run("show", "-d", board, "--model", "OTH").splitlines()[0] == "table current (unreleased): 1 entries"
     assert "Top 2 of 2 models" in _run("report", "-d", board)
-    assert _run("site", tmp_path / "site", "-d", board, "-v", "1").startswith("wrote 2 pages")
-    assert (tmp_path / "site" / "index.html").read_text().count('<tr data-search=') == 2
+    assert _run("site", tmp_path / "site", "-d", board, "-v", "1").startswith("wrote 3 pages")  # index, model, records
+    assert (tmp_path / "site" / "index.html").read_text().count('{"k":"') == 2  # v1's two entries, one model
+    assert len(list((tmp_path / "site" / "records").glob("*.json"))) == 2
 
 
 def test_init_from_options(tmp_path):

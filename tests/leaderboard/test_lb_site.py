@@ -1,97 +1,217 @@
-"""The static site in a real headless browser (Debian's chromium driven by playwright)."""
+"""The static site's files: one row per model in the embedded JSON, the downloads, the model pages, the raw records,
+the per-class drill-down. The browser's behaviour is tested in test_lb_site_browser.py."""
 
+from __future__ import annotations
+
+import json
+import re
+import struct
+import zlib
+from html import unescape
 from pathlib import Path
 
+import pandas as pd
 import pytest
-from playwright.sync_api import sync_playwright
 
+from leaderboard.report import win_rates
 from leaderboard.site import build_site, page_name
 from leaderboard.store import add_records, current_table
+from leaderboard.views import family
 
 from lb_records import record
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-EVIL = '<img src=x onerror="window.pwned=1"><svg onload="window.pwned=2"><b>&amp;'  # no "/": names never hold a path separator
+NUM_LEVELS = 11
 
 
-@pytest.fixture(scope="module")
-def browser():
-    assert CHROMIUM.is_file(), "the site tests need Debian's chromium (apt-get install chromium)"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield browser
-        browser.close()
+def png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
+    """A small solid-colour PNG."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + bytes(rgb) * size for _ in range(size))
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def drilldown_record(run: Path, model: str = "glyph_cnn", classes: int = 4) -> dict:
+    """A harness record with a per-class drill-down (``classes`` OOD classes per level, the two hardest listed with
+    thumbnails), its sidecar and thumbnails written under ``run``; verified by the leaderboard's worker."""
+    rows, levels = [], []
+    for level in range(NUM_LEVELS):
+        aurocs = [round(0.55 + 0.04 * c + 0.01 * (NUM_LEVELS - level), 4) for c in range(classes)]
+        names = [f"class {level}-{c} <i>" for c in range(classes)]
+        for c, auroc in enumerate(aurocs):
+            rows.append({"kappa": "softmax", "level": level, "class_id": f"n{level:02d}{c:03d}", "class_index": level * classes + c,
+                         "name": names[c], "n": 10 + c, "ood_auroc": auroc, "mean_confidence": 0.3 + 0.01 * c})
+        hardest = []
+        for c in range(2):
+            thumbs = [f"per_class/thumbnails/{level * classes + c}-{k}.png" for k in range(2)]
+            for k, thumb in enumerate(thumbs):
+                (run / thumb).parent.mkdir(parents=True, exist_ok=True)
+                (run / thumb).write_bytes(png((40 * c, 20 * level, 100 + 50 * k)))
+            hardest.append({"id": f"n{level:02d}{c:03d}", "name": names[c], "ood_auroc": aurocs[c],
+                            "mean_confidence": 0.3 + 0.01 * c, "thumbnails": thumbs})
+        levels.append({"level": level, "n_classes": classes, "hardest": hardest,
+                       "ood_auroc_quantiles": [aurocs[0], aurocs[1], (aurocs[1] + aurocs[2]) / 2, aurocs[2], aurocs[-1]]})
+    (run / "per_class").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(run / "per_class" / "per_class.parquet", index=False)
+    return {**record(model=model, weights="44" * 32), "per_class": {"file": "per_class/per_class.parquet", "levels": levels}}
+
+
+def verify(board: Path, model: str) -> None:
+    """Mark a model's stored records verified, as the request queue's worker writes them."""
+    for path in (board / "records").glob("*.json"):
+        data = json.loads(path.read_bytes())
+        if data["model"]["name"] == model:
+            data["verification"] = {"status": "verified", "worker": "gpu-1", "request": "r-0001"}
+            path.write_text(json.dumps(data))
+
+
+def small_board(tmp_path: Path) -> Path:
+    """A leaderboard of three models: one with a per-class drill-down (verified), one in two kappas, one flagged."""
+    board = tmp_path / "board"
+    add_records(board, [drilldown_record(tmp_path / "run")], create=True, folder=tmp_path / "run")
+    add_records(board, [record(model="vit_tiny_patch16_224", weights="55" * 32),
+                        record(model="vit_tiny_patch16_224", weights="55" * 32, kappa="entropy",
+                               aurocs=[0.9 - 0.03 * i for i in range(NUM_LEVELS)]),
+                        record(model="tf_efficientnet_b0", weights="66" * 32, acc=0.01)])
+    verify(board, "glyph_cnn")
+    return board
+
+
+def embedded(page: Path, element: str = "board-data") -> dict:
+    match = re.search(rf'<script type="application/json" id="{element}">(.*?)</script>', page.read_text(), re.S)
+    return json.loads(match.group(1))
 
 
 @pytest.fixture(scope="module")
 def paper_site(paper_board, tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
-    build_site(current_table(paper_board), out, "v1")
-    return out
+    pages = build_site(current_table(paper_board), out, "v1", board=paper_board)
+    return out, pages
 
 
-def _column(page, index):
-    return page.eval_on_selector_all(
-        "#leaderboard tbody tr:not([hidden])", f"rows => rows.map(r => r.cells[{index}].dataset.v)")
-
-
-def test_sorting_search_and_plot(browser, paper_site, paper_board):
+def test_one_row_per_model_of_the_paper(paper_site, paper_board):
+    out, pages = paper_site
     table = current_table(paper_board)
-    page = browser.new_page()
-    page.goto((paper_site / "index.html").as_uri())
-    assert page.title() == "C-OOD leaderboard: imagenet-cood-paper2023 iclr2023"
-    assert page.locator("#leaderboard tbody tr").count() == 1848
-    assert page.locator("svg.severity polyline.curve").count() == 10
-    assert page.locator("svg.severity").first.bounding_box()["width"] > 300
-
-    models = page.eval_on_selector_all("#leaderboard tbody tr", "rows => rows.map(r => r.cells[1].dataset.v)")
-    assert models[0] == "vit_large_patch16_384_original"  # ranked by mean ood-auroc
-
-    level10 = page.locator("#leaderboard th", has_text="l10")
-    level10.click()
-    assert level10.get_attribute("aria-sort") == "descending"
-    values = [float(v) for v in _column(page, 15)]
-    assert values == sorted(values, reverse=True) and values[0] == table["ood_auroc_l10"].max()
-    level10.click()
-    assert level10.get_attribute("aria-sort") == "ascending"
-    assert [float(v) for v in _column(page, 15)] == sorted(values)
-
-    model = page.locator("#leaderboard th", has_text="model")
-    model.click()
-    assert model.get_attribute("aria-sort") == "ascending"
-    names = _column(page, 1)
-    assert (names[0], names[-1]) == ("adv_inception_v3", "xcit_tiny_24_p8_384_dist")
-
-    page.fill("#search", "clip vit-l")
-    shown = page.eval_on_selector_all("#leaderboard tbody tr:not([hidden])", "rows => rows.map(r => r.cells[1].dataset.v)")
-    expected = table[table["model"].str.lower().str.contains("clip") & table["model"].str.lower().str.contains("vit-l")]
-    assert sorted(shown) == sorted(expected["model"]) and len(shown) == 13
-    assert page.locator("#count").inner_text() == "13"
-    page.fill("#search", "")
-    assert page.locator("#count").inner_text() == "1848"
-
-    page.get_by_role("link", name="resnet50", exact=True).first.click()
-    page.wait_for_load_state()
-    assert page.url.endswith("/models/" + page_name("resnet50"))
-    assert page.locator("h1").inner_text() == "resnet50"
-    assert page.locator("#entries tbody tr").count() == 4
-    assert page.locator("svg.severity polyline.curve").count() == 4
-    page.close()
+    data = embedded(out / "index.html")
+    assert len(data["models"]) == 706 == table["model"].nunique()
+    assert sum(any(not e.get("flag") for e in m["e"]) for m in data["models"]) == 703
+    assert "706 models (703 valid) from 1848 entries" in unescape(re.sub(r"<[^>]+>", "", (out / "index.html").read_text()))
+    assert sum(len(m["e"]) for m in data["models"]) == 1848
+    assert data["levels"] == NUM_LEVELS and data["kappas"] == sorted(table["kappa"].unique())
+    by_name = {m["m"]: m for m in data["models"]}
+    best = table[table["flag"] == ""].sort_values("mean_ood_auroc", ascending=False).drop_duplicates("model")
+    for row in best.head(50).itertuples():
+        first = by_name[row.model]["e"][0]  # each model's first entry is its best valid one
+        assert first["k"] == row.kappa and "flag" not in first
+        assert first["mean"] == pytest.approx(row.mean_ood_auroc, abs=1e-6)
+        assert first["l"] == pytest.approx([getattr(row, f"ood_auroc_l{i}") for i in range(NUM_LEVELS)], abs=1e-6)
+    invalid = sorted(m["m"] for m in data["models"] if all(e.get("flag") for e in m["e"]))
+    assert invalid == ["efficientnet_b5", "efficientnet_b6", "efficientnet_b7"]
+    for m in data["models"]:  # valid entries first, best first
+        valid = [e["mean"] for e in m["e"] if not e.get("flag")]
+        assert [not e.get("flag") for e in m["e"]] == sorted((not e.get("flag") for e in m["e"]), reverse=True)
+        assert valid == sorted(valid, reverse=True)
+    assert by_name["tf_efficientnet_b0_ns"]["f"] == "EfficientNet" and by_name["CLIP_ViT-L~14"]["f"] == "CLIP"
+    assert len(pages) == 1 + 706 + 1  # index, a page per model, the records' list
 
 
-def test_html_in_a_model_name_stays_text(browser, tmp_path):
-    add_records(tmp_path / "b", [record(model=EVIL), record(model="plain", weights="66" * 32)], create=True)
+def test_downloads_load_with_pandas(paper_site, paper_board):
+    out, _ = paper_site
+    table = current_table(paper_board)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "downloads" / "leaderboard.parquet"), table)
+    csv = pd.read_csv(out / "downloads" / "leaderboard.csv")
+    assert len(csv) == 1848 and list(csv.columns) == list(table.columns)
+    assert csv["mean_ood_auroc"].tolist() == pytest.approx(table["mean_ood_auroc"].tolist())
+    index = (out / "index.html").read_text()
+    for link in ['href="downloads/leaderboard.csv"', 'href="downloads/leaderboard.parquet"', 'href="records/index.html"',
+                 'href="https://arxiv.org/abs/2302.11893"', 'src="static/site.js"', 'href="static/site.css"']:
+        assert link in index
+    assert "http" not in re.sub(r'href="https://arxiv\.org[^"]*"', "", index).replace("http://www.w3.org", "")  # no CDN
+    assert (out / "static" / "site.js").stat().st_size > 1000 and (out / "static" / "site.css").is_file()
+
+
+def test_raw_records_are_copied_byte_for_byte(paper_site, paper_board):
+    out, _ = paper_site
+    names = sorted(p.name for p in (paper_board / "records").glob("*.json"))
+    assert sorted(p.name for p in (out / "records").glob("*.json")) == names and len(names) == 1848
+    assert (out / "records" / names[0]).read_bytes() == (paper_board / "records" / names[0]).read_bytes()
+    assert (out / "records" / "index.html").read_text().count('<li><a href="') == 1848
+
+
+def test_win_rates_match_the_report(paper_site, paper_board):
+    out, _ = paper_site
+    rates, counts = win_rates(current_table(paper_board))
+    html = (out / "index.html").read_text()
+    cells = re.findall(r'<td data-v="([^"]+)" data-n="(\d+)"', html)
+    expected = [(rates.loc[a, b], counts.loc[a, b]) for a in rates.index for b in rates.columns if not pd.isna(rates.loc[a, b])]
+    assert len(cells) == len(expected) == 20
+    for (rate, n), (want_rate, want_n) in zip(cells, expected):
+        assert float(rate) == pytest.approx(want_rate) and int(n) == want_n
+
+
+def test_a_paper_model_page(paper_site):
+    out, _ = paper_site
+    text = (out / "models" / page_name("resnet50")).read_text()
+    assert "<h1>resnet50</h1>" in text and text.count('<section class="entry"') == 4
+    assert '<dd id="params">unknown</dd>' in text and "ResNet" in text
+    assert text.count('class="record" href="../records/') == 4
+    assert "self-reported" in text and "per-class" not in text.lower()
+    plot = embedded(out / "models" / page_name("resnet50"), "model-data")
+    assert len(plot["curves"]) == 4 and all(len(c["values"]) == NUM_LEVELS for c in plot["curves"])
+
+
+def test_model_page_metrics_verification_and_per_class(tmp_path):
+    board = small_board(tmp_path)
     out = tmp_path / "site"
-    build_site(current_table(tmp_path / "b"), out, "current")
-    for url in [(out / "index.html").as_uri(), (out / "models" / page_name(EVIL)).as_uri()]:
-        page = browser.new_page()
-        page.goto(url)
-        assert page.evaluate("window.pwned") is None
-        assert page.locator("img").count() == 0
-        assert page.locator("body script").count() == 1  # only the site's own script
-        assert EVIL in page.locator("body").inner_text()
-        assert EVIL in page.locator("svg.severity").first.inner_html().replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").replace("&quot;", '"')
-        page.close()
-    assert page_name(EVIL).endswith(".html") and "<" not in page_name(EVIL)
+    build_site(current_table(board), out, "v2", board=board)
+    page = (out / "models" / page_name("glyph_cnn")).read_text()
+    for label in ["ood-auroc", "fpr@95", "AUPR-in", "AUPR-out", "ood avg conf"]:
+        assert f"<th>{label}</th>" in page
+    assert "<td>0.3500</td>" in page  # level 5's fpr@95 (0.3 + 0.01 * 5)
+    assert '<dd id="params">123,456</dd>' in page
+    assert '<span class="badge verified">softmax: verified</span>' in page and "worker: gpu-1" in page
+    assert page.count('class="level-classes"') == NUM_LEVELS
+    assert "class 3-0 &lt;i&gt;" in page and "<i>" not in page  # names escaped
+    thumbs = re.findall(r'<img src="([^"]+)"', page)
+    assert len(thumbs) == NUM_LEVELS * 2 * 2
+    for thumb in thumbs:
+        assert (out / "models" / thumb).resolve().read_bytes()[:4] == b"\x89PNG"
+    assert 'href="../attachments/' in page and "per_class.parquet" in page
+    sidecar = next(out.glob("attachments/*/per_class/per_class.parquet"))
+    assert len(pd.read_parquet(sidecar)) == NUM_LEVELS * 4
+    data = embedded(out / "index.html")
+    by_name = {m["m"]: m for m in data["models"]}
+    assert by_name["glyph_cnn"]["e"][0]["ver"] == "verified" and "ver" not in by_name["vit_tiny_patch16_224"]["e"][0]
+    assert [e["k"] for e in by_name["vit_tiny_patch16_224"]["e"]] == ["softmax", "entropy"]
+    assert by_name["tf_efficientnet_b0"]["e"][0]["flag"].startswith("id-acc near chance")
+    other = (out / "models" / page_name("vit_tiny_patch16_224")).read_text()
+    assert "<h3>" not in other and other.count("self-reported") >= 2
+
+
+def test_the_site_without_the_records(tmp_path):
+    board = small_board(tmp_path)
+    out = tmp_path / "site"
+    pages = build_site(current_table(board), out, "current")
+    assert [p.name for p in pages][0] == "index.html" and len(pages) == 4
+    assert not (out / "records").exists() and "raw records" not in (out / "index.html").read_text()
+    page = (out / "models" / page_name("glyph_cnn")).read_text()
+    assert "<th>ood-auroc</th>" in page and "<th>fpr@95</th>" not in page
+
+
+def test_families():
+    assert family("tf_efficientnet_b7_ns") == family("efficientnetv2_rw_s") == "EfficientNet"
+    assert family("CLIP_finetuned_ViT-L~14@336px") == "CLIP"
+    assert family("gluon_seresnext101_32x4d") == "ResNeXt" and family("ssl_resnet50") == "ResNet"
+    assert family("mobilevitv2_200") == "MobileViT" and family("vit_base_r50_s16_384") == "ViT"
+    assert family("mynet_small") == "mynet" == family("MyNet-L")
+
+
+def test_an_empty_leaderboard(tmp_path):
+    from leaderboard.store import init_leaderboard
+    from lb_records import GLYPHS
+    init_leaderboard(tmp_path / "b", GLYPHS)
+    out = tmp_path / "site"
+    pages = build_site(current_table(tmp_path / "b"), out, "current", board=tmp_path / "b")
+    assert [p.name for p in pages] == ["index.html"]
+    assert embedded(out / "index.html")["models"] == [] and len(pd.read_parquet(out / "downloads" / "leaderboard.parquet")) == 0

@@ -1,0 +1,383 @@
+/* The C-OOD leaderboard's pages: the index's table, filters, charts and permalink; a model page's chart.
+   Hand-written, no libraries; reads the JSON embedded in the page. */
+(function () {
+  "use strict";
+  var SVG = "http://www.w3.org/2000/svg";
+  var PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
+  var TEXT_KEYS = { m: 1, f: 1, k: 1, prov: 1, flag: 1 };
+
+  function html(tag, attrs, text) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined) { node.textContent = text; }
+    return node;
+  }
+  function svg(tag, attrs, text) {
+    var node = document.createElementNS(SVG, tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined) { node.textContent = text; }
+    return node;
+  }
+  function esc(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+  }
+  function fmt(v, digits) { return v === null || v === undefined ? "-" : v.toFixed(digits === undefined ? 4 : digits); }
+  function params(n) {
+    if (n === null || n === undefined) { return "-"; }
+    var units = [[1e9, "B"], [1e6, "M"], [1e3, "k"]];
+    for (var i = 0; i < units.length; i++) { if (n >= units[i][0]) { return (n / units[i][0]).toFixed(1) + units[i][1]; } }
+    return String(n);
+  }
+  /* A heatmap colour for an ood-auroc: red at chance (0.5) or below, yellow at 0.75, green at 1. */
+  function heat(v) {
+    var t = Math.max(0, Math.min(1, (v - 0.5) / 0.5));
+    var stops = [[215, 48, 39], [254, 224, 139], [26, 152, 80]];
+    var a = t < 0.5 ? stops[0] : stops[1], b = t < 0.5 ? stops[1] : stops[2], u = t < 0.5 ? t * 2 : t * 2 - 1;
+    var rgb = a.map(function (c, i) { return Math.round(c + (b[i] - c) * u); });
+    return { bg: "rgb(" + rgb.join(",") + ")", fg: t < 0.15 || t > 0.85 ? "#fff" : "#222" };
+  }
+  /* Axis bounds on a 0.1 grid, as integers in tenths (clean ticks: 0.5, 0.6, ... 1.0). */
+  function tenths(values, floorAt, ceilAt) {
+    var lo = floorAt, hi = ceilAt;
+    values.forEach(function (v) { lo = Math.min(lo, Math.floor(v * 10 + 1e-9)); hi = Math.max(hi, Math.ceil(v * 10 - 1e-9)); });
+    return [lo, hi > lo ? hi : lo + 1];
+  }
+
+  /* ---------------- tooltip ---------------- */
+  var tip = document.getElementById("tip");
+  function showTip(event, lines) {
+    if (!tip) { return; }
+    tip.textContent = "";
+    lines.forEach(function (line) {
+      var row = html("div");
+      if (line.color) { row.appendChild(html("span", { "class": "swatch", style: "background:" + line.color })); }
+      row.appendChild(document.createTextNode(line.text));
+      tip.appendChild(row);
+    });
+    tip.hidden = false;
+    var x = event.pageX + 14, y = event.pageY + 14;
+    var width = tip.offsetWidth, room = document.documentElement.clientWidth + window.scrollX;
+    tip.style.left = Math.max(4, x + width > room ? event.pageX - width - 14 : x) + "px";
+    tip.style.top = y + "px";
+  }
+  function hideTip() { if (tip) { tip.hidden = true; } }
+
+  /* ---------------- severity curves ---------------- */
+  var L = 46, R = 14, T = 10, B = 38;
+  /* A chart's width in SVG units: its box's width in pixels (text stays legible on a phone), within bounds. */
+  function chartWidth(box, most) { return Math.max(340, Math.min(most, box.clientWidth || most)); }
+  function drawCurves(box, legend, curves, levels) {
+    box.textContent = "";
+    legend.textContent = "";
+    var W = chartWidth(box, 720), H = 270;
+    var all = [];
+    curves.forEach(function (c) { c.values.forEach(function (v) { if (v !== null) { all.push(v); } }); });
+    var range = tenths(all, 5, 10), lo = range[0] / 10, hi = range[1] / 10;
+    var pw = W - L - R, ph = H - T - B;
+    function x(level) { return L + pw * level / Math.max(levels - 1, 1); }
+    function y(v) { return T + ph * (hi - v) / (hi - lo); }
+    var root = svg("svg", { "class": "severity", viewBox: "0 0 " + W + " " + H, role: "img",
+      "aria-label": "ood-auroc per severity level" });
+    for (var i = range[0]; i <= range[1]; i++) {
+      var v = i / 10;
+      root.appendChild(svg("line", { "class": "grid", x1: L, x2: L + pw, y1: y(v), y2: y(v) }));
+      root.appendChild(svg("text", { "class": "ytick", x: L - 6, y: y(v) + 4, "text-anchor": "end" }, v.toFixed(1)));
+    }
+    for (var level = 0; level < levels; level++) {
+      root.appendChild(svg("text", { "class": "xtick", x: x(level), y: T + ph + 16, "text-anchor": "middle" }, String(level)));
+    }
+    root.appendChild(svg("line", { "class": "chance", x1: L, x2: L + pw, y1: y(0.5), y2: y(0.5) }));
+    root.appendChild(svg("text", { "class": "chance-label", x: L + pw - 4, y: y(0.5) - 4, "text-anchor": "end" }, "chance"));
+    root.appendChild(svg("text", { "class": "axis", x: L + pw / 2, y: H - 4, "text-anchor": "middle" }, "severity level (0 = easiest)"));
+    root.appendChild(svg("text", { "class": "axis", transform: "translate(12 " + (T + ph / 2) + ") rotate(-90)", "text-anchor": "middle" }, "ood-auroc"));
+    var lines = curves.map(function (c, index) {
+      var color = PALETTE[index % PALETTE.length];
+      var points = c.values.map(function (v, level) { return v === null ? null : x(level).toFixed(1) + "," + y(v).toFixed(1); })
+        .filter(Boolean).join(" ");
+      var line = svg("polyline", { "class": "curve", points: points, stroke: color });
+      line.appendChild(svg("title", {}, c.label));
+      root.appendChild(line);
+      var item = html("li");
+      item.appendChild(html("span", { "class": "swatch", style: "background:" + color }));
+      item.appendChild(c.href ? html("a", { href: c.href }, c.label) : html("span", {}, c.label));
+      item.addEventListener("mouseenter", function () { line.classList.add("hot"); });
+      item.addEventListener("mouseleave", function () { line.classList.remove("hot"); });
+      legend.appendChild(item);
+      return { line: line, color: color };
+    });
+    var guide = svg("line", { "class": "guide", x1: 0, x2: 0, y1: T, y2: T + ph, visibility: "hidden" });
+    root.appendChild(guide);
+    var overlay = svg("rect", { "class": "overlay", x: L, y: T, width: pw, height: ph });
+    root.appendChild(overlay);
+    overlay.addEventListener("mousemove", function (event) {
+      var box = root.getBoundingClientRect();
+      var px = (event.clientX - box.left) * W / box.width;
+      var level = Math.max(0, Math.min(levels - 1, Math.round((px - L) / pw * (levels - 1))));
+      guide.setAttribute("x1", x(level)); guide.setAttribute("x2", x(level)); guide.setAttribute("visibility", "visible");
+      var rows = curves.map(function (c, index) { return { v: c.values[level], label: c.label, color: lines[index].color }; })
+        .filter(function (r) { return r.v !== null; })
+        .sort(function (a, b) { return b.v - a.v; });
+      showTip(event, [{ text: "level " + level }].concat(rows.map(function (r) {
+        return { text: r.v.toFixed(4) + " " + r.label, color: r.color };
+      })));
+    });
+    overlay.addEventListener("mouseleave", function () { guide.setAttribute("visibility", "hidden"); hideTip(); });
+    box.appendChild(root);
+  }
+
+  /* ---------------- id-accuracy vs mean ood-auroc ---------------- */
+  function drawScatter(box, points) {
+    box.textContent = "";
+    var SW = chartWidth(box, 480), SH = 270;
+    var xr = tenths(points.map(function (p) { return p.x; }), 10, 0), yr = tenths(points.map(function (p) { return p.y; }), 10, 0);
+    if (!points.length) { xr = [0, 10]; yr = [5, 10]; }
+    var pw = SW - L - R, ph = SH - T - B;
+    function x(v) { return L + pw * (v - xr[0] / 10) / ((xr[1] - xr[0]) / 10); }
+    function y(v) { return T + ph * (yr[1] / 10 - v) / ((yr[1] - yr[0]) / 10); }
+    var root = svg("svg", { "class": "scatter", viewBox: "0 0 " + SW + " " + SH, role: "img",
+      "aria-label": "id accuracy vs mean ood-auroc" });
+    var i;
+    for (i = yr[0]; i <= yr[1]; i++) {
+      root.appendChild(svg("line", { "class": "grid", x1: L, x2: L + pw, y1: y(i / 10), y2: y(i / 10) }));
+      root.appendChild(svg("text", { "class": "ytick", x: L - 6, y: y(i / 10) + 4, "text-anchor": "end" }, (i / 10).toFixed(1)));
+    }
+    for (i = xr[0]; i <= xr[1]; i++) {
+      root.appendChild(svg("line", { "class": "grid", x1: x(i / 10), x2: x(i / 10), y1: T, y2: T + ph }));
+      root.appendChild(svg("text", { "class": "xtick", x: x(i / 10), y: T + ph + 16, "text-anchor": "middle" }, (i / 10).toFixed(1)));
+    }
+    if (yr[0] <= 5 && yr[1] >= 5) { root.appendChild(svg("line", { "class": "chance", x1: L, x2: L + pw, y1: y(0.5), y2: y(0.5) })); }
+    root.appendChild(svg("text", { "class": "axis", x: L + pw / 2, y: SH - 4, "text-anchor": "middle" }, "id accuracy"));
+    root.appendChild(svg("text", { "class": "axis", transform: "translate(12 " + (T + ph / 2) + ") rotate(-90)", "text-anchor": "middle" }, "mean ood-auroc"));
+    points.slice().sort(function (a, b) { return (a.color ? 1 : 0) - (b.color ? 1 : 0); }).forEach(function (p) {
+      var dot = svg("circle", { "class": p.color ? "dot hl" : "dot", cx: x(p.x).toFixed(1), cy: y(p.y).toFixed(1), r: p.color ? 5 : 3 });
+      if (p.color) { dot.setAttribute("fill", p.color); }
+      dot.appendChild(svg("title", {}, p.label + ": id-acc " + fmt(p.x) + ", mean ood-auroc " + fmt(p.y)));
+      dot.addEventListener("mousemove", function (event) {
+        showTip(event, [{ text: p.label, color: p.color }, { text: "id-acc " + fmt(p.x) }, { text: "mean ood-auroc " + fmt(p.y) }]);
+      });
+      dot.addEventListener("mouseleave", hideTip);
+      if (p.href) { dot.addEventListener("click", function () { window.location.href = p.href; }); }
+      root.appendChild(dot);
+    });
+    box.appendChild(root);
+  }
+  function pearson(points) {
+    var n = points.length;
+    if (n < 3) { return null; }
+    var mx = 0, my = 0, sxx = 0, syy = 0, sxy = 0;
+    points.forEach(function (p) { mx += p.x / n; my += p.y / n; });
+    points.forEach(function (p) { sxx += (p.x - mx) * (p.x - mx); syy += (p.y - my) * (p.y - my); sxy += (p.x - mx) * (p.y - my); });
+    return sxx && syy ? sxy / Math.sqrt(sxx * syy) : null;
+  }
+
+  /* ---------------- the index ---------------- */
+  function index(data) {
+    var DEFAULT = { kappa: "best", family: "", prov: "", status: "", flagged: "show", q: "", sort: "mean", dir: "desc",
+      ks: data.kappas.slice(), sel: [] };
+    var state;
+    var $ = function (id) { return document.getElementById(id); };
+    var tbody = document.querySelector("#leaderboard tbody");
+    data.models.forEach(function (m) {
+      m.e.forEach(function (e) { e.flag = e.flag || ""; e.ver = e.ver || "self-reported"; });
+    });
+    data.families.forEach(function (f) { $("family").appendChild(html("option", { value: f }, f)); });
+    data.provenances.forEach(function (p) { $("prov").appendChild(html("option", { value: p }, p)); });
+
+    function readState() {
+      var raw = window.location.hash.length > 1 ? window.location.hash.slice(1) : window.location.search.slice(1);
+      var params = new URLSearchParams(raw), next = {};
+      Object.keys(DEFAULT).forEach(function (k) {
+        var v = params.get(k);
+        if (v === null) { next[k] = Array.isArray(DEFAULT[k]) ? DEFAULT[k].slice() : DEFAULT[k]; }
+        else { next[k] = Array.isArray(DEFAULT[k]) ? v.split(",").filter(Boolean) : v; }
+      });
+      if (next.dir !== "asc") { next.dir = "desc"; }
+      return next;
+    }
+    function writeState() {
+      var params = new URLSearchParams();
+      Object.keys(DEFAULT).forEach(function (k) {
+        var v = Array.isArray(state[k]) ? state[k].join(",") : state[k];
+        var d = Array.isArray(DEFAULT[k]) ? DEFAULT[k].join(",") : DEFAULT[k];
+        if (v !== d) { params.set(k, v); }
+      });
+      var hash = params.toString();
+      var url = window.location.href.split("#")[0] + (hash ? "#" + hash : "");
+      if (url !== window.location.href) { history.replaceState(null, "", hash ? "#" + hash : window.location.pathname + window.location.search); }
+      $("permalink-url").href = url;
+    }
+    function showControls() {
+      ["kappa", "family", "prov", "status", "flagged"].forEach(function (k) { $(k).value = state[k]; });
+      $("search").value = state.q;
+      document.querySelectorAll("#kappas input").forEach(function (box) {
+        box.checked = state.ks.indexOf(box.value) >= 0;
+        box.disabled = state.kappa !== "best";
+      });
+    }
+
+    /* Each model's entry in the view: the chosen kappa's, or the best of the counted kappas (valid before flagged). */
+    function rows() {
+      var words = state.q.toLowerCase().split(/\s+/).filter(Boolean);
+      var out = [];
+      data.models.forEach(function (m) {
+        var entry = null;
+        for (var i = 0; i < m.e.length && !entry; i++) {
+          var e = m.e[i];
+          var kappaOk = state.kappa === "best" ? state.ks.indexOf(e.k) >= 0 : e.k === state.kappa;
+          var flagOk = state.flagged === "show" || (state.flagged === "hide" ? !e.flag : !!e.flag);
+          var provOk = (!state.prov || e.prov === state.prov) && (!state.status || e.ver === state.status);
+          if (kappaOk && flagOk && provOk) { entry = e; }
+        }
+        if (!entry || (state.family && m.f !== state.family)) { return; }
+        var text = (m.m + " " + m.f + " " + entry.k).toLowerCase();
+        if (!words.every(function (w) { return text.indexOf(w) >= 0; })) { return; }
+        out.push({ model: m, e: entry });
+      });
+      var key = state.sort, sign = state.dir === "asc" ? 1 : -1;
+      function value(r) {
+        if (key === "m" || key === "f" || key === "n") { return r.model[key]; }
+        if (key.charAt(0) === "l") { return r.e.l[parseInt(key.slice(1), 10)]; }
+        return r.e[key];
+      }
+      out.sort(function (a, b) {
+        if (key !== "flag" && !a.e.flag !== !b.e.flag) { return a.e.flag ? 1 : -1; }  /* broken runs last */
+        var x = value(a), y = value(b);
+        var xn = x === null || x === undefined || x === "", yn = y === null || y === undefined || y === "";
+        if (xn || yn) { return xn === yn ? a.model.m.localeCompare(b.model.m) : (xn ? 1 : -1); }
+        var c = TEXT_KEYS[key] ? String(x).localeCompare(String(y)) : x - y;
+        return c ? sign * c : (b.e.mean || 0) - (a.e.mean || 0) || a.model.m.localeCompare(b.model.m);
+      });
+      return out;
+    }
+
+    /* One table cell as HTML; ``v`` (the sort value, for tests and tools) goes to data-v. */
+    function td(cls, text, v, title) {
+      return "<td" + (cls ? ' class="' + cls + '"' : "") + (v === undefined ? "" : ' data-v="' + esc(v === null ? "" : v) + '"') +
+        (title ? ' title="' + esc(title) + '"' : "") + ">" + text + "</td>";
+    }
+    function row(r, i) {
+      var m = r.model, e = r.e, out = [];
+      out.push('<tr data-model="' + esc(m.m) + '"' + (e.flag ? ' class="flagged"' : "") + ">");
+      out.push(td("tick", '<input type="checkbox" aria-label="tick ' + esc(m.m) + '"' + (state.sel.indexOf(m.m) >= 0 ? " checked" : "") + ">"));
+      out.push(td("rank", String(i + 1), i + 1));
+      out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + esc(m.m) + "</a>" +
+        (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
+      out.push(td("text fam", esc(m.f), m.f, m.f), td("text kap", esc(e.k), e.k, e.k));
+      out.push(td("", fmt(e.acc), e.acc), td("", fmt(e.idauroc), e.idauroc), td("mean", fmt(e.mean), e.mean));
+      var strip = e.l.map(function (v, level) {
+        if (v === null) { return '<span data-v="" title="level ' + level + ': -"></span>'; }
+        var c = heat(v);
+        return '<span data-v="' + v + '" title="level ' + level + ": " + fmt(v) + '" style="background:' + c.bg + ";color:" + c.fg + '">' +
+          Math.round(v * 100) + "</span>";
+      });
+      out.push(td("strip-cell", '<div class="strip">' + strip.join("") + "</div>"));
+      out.push(td("", fmt(e.fpr), e.fpr), td("", params(m.n), m.n, m.n === null ? "unknown" : m.n.toLocaleString("en")));
+      out.push(td("text prov", esc(e.prov) + (e.ver === "verified" ? " \u2713" : ""), e.prov, e.prov + ", " + e.ver));
+      out.push(td("text flag", e.flag ? "\u2691" : "", e.flag, e.flag), "</tr>");
+      return out.join("");
+    }
+    /* The view's rows: the first FIRST at once, the rest in the next task, so the page paints early; the table's
+       data-pending is set until every row is in (performance marks "rows-first" and "rows-all"). */
+    var FIRST = 60, generation = 0;
+    function render() {
+      var view = rows(), html = view.map(row), mine = ++generation, table = $("leaderboard");
+      tbody.innerHTML = html.slice(0, FIRST).join("");
+      performance.mark("rows-first");
+      if (html.length > FIRST) {
+        table.dataset.pending = "1";
+        setTimeout(function () {
+          if (mine !== generation) { return; }
+          tbody.insertAdjacentHTML("beforeend", html.slice(FIRST).join(""));
+          delete table.dataset.pending;
+          performance.mark("rows-all");
+        }, 0);
+      } else {
+        delete table.dataset.pending;
+        performance.mark("rows-all");
+      }
+      $("count").textContent = String(view.length);
+      return view;
+    }
+    function markSort() {
+      document.querySelectorAll("#leaderboard [data-sort]").forEach(function (h) {
+        var on = h.dataset.sort === state.sort;
+        if (h.tagName === "TH") { if (on) { h.setAttribute("aria-sort", state.dir === "asc" ? "ascending" : "descending"); } else { h.removeAttribute("aria-sort"); } }
+        else { h.className = on ? "sorted " + state.dir : ""; }
+      });
+      var strip = document.querySelector("#leaderboard th.strip-head");
+      if (state.sort.charAt(0) === "l" && strip) { strip.setAttribute("aria-sort", state.dir === "asc" ? "ascending" : "descending"); }
+      else if (strip) { strip.removeAttribute("aria-sort"); }
+    }
+    function charts(view) {
+      var ticked = view.filter(function (r) { return state.sel.indexOf(r.model.m) >= 0; });
+      var shown = state.sel.length ? ticked : view.slice(0, 10);
+      $("plot-what").textContent = state.sel.length ? ticked.length + " ticked" : "top " + shown.length + " of the view";
+      drawCurves($("curves"), $("legend"), shown.map(function (r) {
+        return { label: r.model.m + " / " + r.e.k, values: r.e.l, href: "models/" + r.model.p };
+      }), data.levels);
+      var colors = {};
+      shown.forEach(function (r, i) { colors[r.model.m] = PALETTE[i % PALETTE.length]; });
+      var points = view.filter(function (r) { return r.e.acc !== null && r.e.mean !== null; }).map(function (r) {
+        return { x: r.e.acc, y: r.e.mean, label: r.model.m + " / " + r.e.k, color: colors[r.model.m], href: "models/" + r.model.p };
+      });
+      drawScatter($("scatter"), points);
+      var r = pearson(points);
+      $("scatter-n").textContent = String(points.length);
+      $("scatter-r").textContent = r === null ? "-" : r.toFixed(3);
+    }
+    function update(controls) {
+      if (controls) { showControls(); }
+      markSort();
+      charts(render());
+      writeState();
+    }
+
+    ["kappa", "family", "prov", "status", "flagged"].forEach(function (k) {
+      $(k).addEventListener("change", function () { state[k] = $(k).value; update(true); });
+    });
+    $("search").addEventListener("input", function () { state.q = $("search").value; update(false); });
+    document.querySelectorAll("#kappas input").forEach(function (box) {
+      box.addEventListener("change", function () {
+        state.ks = Array.prototype.filter.call(document.querySelectorAll("#kappas input"), function (b) { return b.checked; })
+          .map(function (b) { return b.value; });
+        update(false);
+      });
+    });
+    document.querySelectorAll("#leaderboard [data-sort]").forEach(function (h) {
+      h.addEventListener("click", function (event) {
+        event.stopPropagation();
+        var key = h.dataset.sort;
+        state.dir = key === state.sort ? (state.dir === "asc" ? "desc" : "asc") : (TEXT_KEYS[key] ? "asc" : "desc");
+        state.sort = key;
+        update(false);
+      });
+    });
+    tbody.addEventListener("change", function (event) {
+      var box = event.target, name = box.closest("tr").dataset.model;
+      state.sel = box.checked ? state.sel.concat([name]) : state.sel.filter(function (s) { return s !== name; });
+      update(false);
+    });
+    $("clear").addEventListener("click", function () { state.sel = []; update(false); });
+    $("permalink").addEventListener("click", function () {
+      if (navigator.clipboard) { navigator.clipboard.writeText($("permalink-url").href).catch(function () {}); }
+    });
+    window.addEventListener("hashchange", function () { state = readState(); update(true); });
+    state = readState();
+    update(true);
+  }
+
+  /* ---------------- a model page ---------------- */
+  function model(data) {
+    drawCurves(document.getElementById("curves"), document.getElementById("legend"), data.curves, data.levels);
+    document.querySelectorAll(".per-class").forEach(function (section) {
+      var pick = section.querySelector(".level-pick");
+      pick.addEventListener("change", function () {
+        section.querySelectorAll(".level-classes").forEach(function (div) { div.hidden = div.dataset.level !== pick.value; });
+      });
+    });
+  }
+
+  var board = document.getElementById("board-data"), one = document.getElementById("model-data");
+  if (board) { index(JSON.parse(board.textContent)); }
+  if (one) { model(JSON.parse(one.textContent)); }
+}());

@@ -1,0 +1,351 @@
+"""The site in a real headless browser (Debian's chromium, driven by playwright): the kappa selector, the filters,
+the rank after sorts and filters, the charts following the view, hover values, the permalink, the layout at 1280 px
+and on a phone; screenshots at 1280x900 and 390x844 go to $COOD_SITE_SCREENSHOTS (or a site-screenshots folder
+under pytest's tmp dir), their paths printed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from leaderboard.site import build_site, page_name
+from leaderboard.store import add_records, current_table
+
+from lb_records import record
+from test_lb_site import small_board
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="the browser tests need chromium (Debian: apt-get install chromium)")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+EVIL = '<img src=x onerror="window.pwned=1"><svg onload="window.pwned=2"><b>&amp;'  # no "/": names never hold a path separator
+ROWS = "#leaderboard tbody tr"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def paper_site(paper_board, tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    build_site(current_table(paper_board), out, "v1", board=paper_board)
+    return out
+
+
+@pytest.fixture(scope="module")
+def table(paper_board):
+    return current_table(paper_board)
+
+
+@pytest.fixture
+def page(browser, paper_site):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto((paper_site / "index.html").as_uri())
+    yield page
+    page.close()
+    assert errors == []
+
+
+def settle(page) -> None:
+    """Wait until every row of the view is in the table (the page draws the first rows at once, the rest next)."""
+    page.wait_for_function("!document.getElementById('leaderboard').dataset.pending")
+
+
+def count(page) -> int:
+    settle(page)
+    return page.locator(ROWS).count()
+
+
+def shown(page, cls: str) -> list[str]:
+    """The ``data-v`` of one cell class in every row of the table, top to bottom."""
+    settle(page)
+    return page.eval_on_selector_all(ROWS, f"rows => rows.map(r => r.querySelector('td.{cls}').dataset.v)")
+
+
+def column(page, index: int) -> list[str]:
+    settle(page)
+    return page.eval_on_selector_all(ROWS, f"rows => rows.map(r => r.cells[{index}].dataset.v)")
+
+
+def strip(page, level: int) -> list[float]:
+    settle(page)
+    return page.eval_on_selector_all(ROWS, f"rows => rows.map(r => parseFloat(r.querySelectorAll('.strip span')[{level}].dataset.v))")
+
+
+def test_one_row_per_model_and_the_kappa_selector(page, table):
+    assert page.title() == "C-OOD leaderboard: imagenet-cood-paper2023 iclr2023"
+    assert count(page) == 706 and page.locator("#count").inner_text() == "706"
+    valid = table[table["flag"] == ""]
+    best = valid.sort_values(["mean_ood_auroc", "model"], ascending=[False, True]).drop_duplicates("model")
+    models, kappas = shown(page, "model"), shown(page, "kap")
+    assert models[:703] == best["model"].tolist()  # each model by its best kappa, best first; then the 3 all-flagged ones
+    assert kappas[:703] == best["kappa"].tolist()
+    assert [float(v) for v in shown(page, "mean")[:703]] == pytest.approx(best["mean_ood_auroc"].tolist(), abs=1e-6)
+    assert shown(page, "rank") == [str(i) for i in range(1, 707)]
+
+    page.select_option("#kappa", "softmax")
+    softmax = table[table["kappa"] == "softmax"].set_index("model")
+    models = shown(page, "model")
+    assert sorted(models) == sorted(softmax.index) and len(models) == 539
+    assert set(shown(page, "kap")) == {"softmax"}
+    means = dict(zip(models, map(float, shown(page, "mean"))))
+    assert all(means[m] == pytest.approx(softmax.loc[m, "mean_ood_auroc"], abs=1e-6) for m in models)
+    top = best.iloc[0]  # vit_large_patch16_384_original: max_logit is its best, softmax shows another value
+    assert top["kappa"] == "max_logit" and means[top["model"]] < top["mean_ood_auroc"] - 0.01
+    assert page.locator("#kappas input").first.is_disabled()
+
+    page.select_option("#kappa", "best")
+    page.uncheck("#kappas input[value=max_logit]")  # best of the other kappas
+    others = valid[valid["kappa"] != "max_logit"].sort_values("mean_ood_auroc", ascending=False).drop_duplicates("model")
+    assert sorted(shown(page, "model")) == sorted(set(others["model"]) | {"efficientnet_b5", "efficientnet_b6", "efficientnet_b7"})
+    first = others.iloc[0]
+    assert (shown(page, "model")[0], shown(page, "kap")[0]) == (first["model"], first["kappa"])
+
+
+def test_filters(page, table):
+    page.select_option("#family", "CLIP")
+    clip = shown(page, "model")
+    assert len(clip) == 16 and all(m.startswith("CLIP_") for m in clip) and set(shown(page, "fam")) == {"CLIP"}
+    assert page.locator("#count").inner_text() == "16"
+    page.select_option("#family", "")
+    page.select_option("#flagged", "hide")
+    assert count(page) == 703 and page.locator(f"{ROWS}.flagged").count() == 0
+    page.select_option("#flagged", "only")
+    assert sorted(shown(page, "model")) == ["efficientnet_b5", "efficientnet_b6", "efficientnet_b7"]
+    assert all(f.startswith("id-acc near chance") for f in shown(page, "flag"))
+    page.select_option("#flagged", "show")
+    page.select_option("#prov", "paper")
+    assert count(page) == 706
+    page.select_option("#status", "verified")
+    assert count(page) == 0  # the paper's records are self-reported
+    page.select_option("#status", "self-reported")
+    page.fill("#search", "clip vit-l")
+    expected = table[table["model"].str.lower().str.contains("clip") & table["model"].str.lower().str.contains("vit-l")]
+    assert sorted(shown(page, "model")) == sorted(expected["model"].unique())
+    assert page.locator("#count").inner_text() == str(expected["model"].nunique()) == "4"
+
+
+def test_sorting_renumbers_the_rank(page, table):
+    level10 = page.locator("#leaderboard th .strip span[data-sort=l10]")
+    level10.click()
+    values = strip(page, 10)[:703]
+    assert values == sorted(values, reverse=True) and values[0] == pytest.approx(table["ood_auroc_l10"][table["flag"] == ""].max())
+    assert all(shown(page, "flag")[703:]) and not any(shown(page, "flag")[:703])  # broken runs last, whatever the sort
+    assert shown(page, "rank") == [str(i) for i in range(1, 707)]
+    assert page.locator("#leaderboard th.strip-head").get_attribute("aria-sort") == "descending"
+    level10.click()
+    assert strip(page, 10)[:703] == sorted(values)
+    assert shown(page, "rank") == [str(i) for i in range(1, 707)]
+
+    model = page.locator("#leaderboard th.model")
+    model.click()
+    assert model.get_attribute("aria-sort") == "ascending"
+    names = shown(page, "model")[:703]
+    assert (names[0], names[-1]) == ("adv_inception_v3", "xcit_tiny_24_p8_384_dist")
+    assert page.evaluate("names => names.every((n, i) => i === 0 || names[i - 1].localeCompare(n) <= 0)", names)
+    acc = page.locator("#leaderboard th[data-sort=acc]")
+    acc.click()
+    accs = [float(r) for r in column(page, 5)][:703]
+    assert accs == sorted(accs, reverse=True) and acc.get_attribute("aria-sort") == "descending"
+
+    page.fill("#search", "resnet50")
+    ranks, accs = shown(page, "rank"), [float(r) for r in column(page, 5)]
+    resnet50 = table[table["model"].str.contains("resnet50")]["model"].nunique()
+    assert ranks == [str(i) for i in range(1, len(ranks) + 1)] and len(ranks) == resnet50 > 10
+    assert accs == sorted(accs, reverse=True)
+    page.select_option("#kappa", "entropy")
+    assert shown(page, "rank") == [str(i) for i in range(1, count(page) + 1)]
+
+
+def test_the_plot_follows_the_view_and_shows_values(page, table):
+    def legend():
+        return page.eval_on_selector_all("#legend li", "items => items.map(i => i.textContent)")
+
+    assert page.locator("#curves polyline.curve").count() == 10
+    top = [f"{m} / {k}" for m, k in zip(shown(page, "model")[:10], shown(page, "kap")[:10])]
+    assert legend() == top and top[0] == "vit_large_patch16_384_original / max_logit"
+    for box in page.locator("#legend li").all():  # legends are whole, inside the page
+        assert box.evaluate("li => li.scrollWidth <= li.clientWidth + 1") and box.bounding_box()["x"] + box.bounding_box()["width"] <= 1280
+    ticks = page.eval_on_selector_all("#curves text.ytick", "ts => ts.map(t => t.textContent)")
+    assert ticks == ["0.5", "0.6", "0.7", "0.8", "0.9", "1.0"]
+    assert page.locator("#curves line.chance").count() == 1
+    assert page.locator("#scatter circle.dot").count() == 706 and page.locator("#scatter circle.dot.hl").count() == 10
+
+    page.fill("#search", "resnet50")
+    assert all("resnet50" in label for label in legend()) and len(legend()) == 10
+    assert page.locator("#scatter circle.dot").count() == table[table["model"].str.contains("resnet50")]["model"].nunique()
+    page.fill("#search", "CLIP_RN")
+    assert len(legend()) == 5 == table[table["model"].str.startswith("CLIP_RN")]["model"].nunique()
+    assert all(label.startswith("CLIP_") for label in legend())
+    ticks = page.eval_on_selector_all("#curves text.ytick", "ts => ts.map(t => t.textContent)")
+    assert ticks[0] == "0.4" and ticks[-1] == "1.0"  # CLIP's hardest level falls below chance
+
+    page.locator(f"{ROWS} td.tick input").nth(1).check()
+    page.locator(f"{ROWS} td.tick input").nth(3).check()
+    models = shown(page, "model")
+    assert legend() == [f"{models[1]} / {shown(page, 'kap')[1]}", f"{models[3]} / {shown(page, 'kap')[3]}"]
+    assert page.locator("#plot-what").inner_text() == "2 ticked"
+    assert page.locator("#scatter circle.dot.hl").count() == 2
+
+    box = page.locator("#curves rect.overlay").bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)  # level 10
+    tip = page.locator("#tip")
+    assert tip.is_visible()
+    text = tip.inner_text()
+    assert text.startswith("level 10")
+    value = float(page.locator(ROWS).nth(1).locator(".strip span").nth(10).get_attribute("data-v"))
+    assert f"{value:.4f} {models[1]} / {shown(page, 'kap')[1]}" in text.splitlines()
+    page.mouse.move(5, 5)
+    assert not tip.is_visible()
+    dot = page.locator("#scatter circle.dot.hl").first
+    dot.hover(force=True)
+    assert "mean ood-auroc" in tip.inner_text()
+
+
+def test_the_permalink_restores_the_view(page, browser):
+    page.select_option("#kappa", "softmax")
+    page.select_option("#family", "ViT")
+    page.fill("#search", "patch16")
+    page.locator("#leaderboard th .strip span[data-sort=l3]").click()
+    page.locator("#leaderboard th .strip span[data-sort=l3]").click()  # ascending
+    page.locator(f"{ROWS} td.tick input").first.check()
+    view = shown(page, "model")
+    assert 0 < len(view) < 40
+    url = page.locator("#permalink-url").get_attribute("href")
+    assert url == page.url and "kappa=softmax" in url and "sort=l3" in url and "dir=asc" in url
+
+    other = browser.new_page(viewport={"width": 1280, "height": 900})
+    other.goto(url)
+    assert shown(other, "model") == view and shown(other, "rank") == [str(i) for i in range(1, len(view) + 1)]
+    assert other.input_value("#kappa") == "softmax" and other.input_value("#family") == "ViT"
+    assert other.input_value("#search") == "patch16"
+    assert other.locator("#leaderboard th.strip-head").get_attribute("aria-sort") == "ascending"
+    assert other.locator("#legend li").count() == 1 and other.locator("#plot-what").inner_text() == "1 ticked"
+    other.close()
+
+    query = browser.new_page(viewport={"width": 1280, "height": 900})  # the same view from a query string
+    query.goto(url.replace("#", "?"))
+    assert shown(query, "model") == view
+    query.close()
+
+
+def test_layout_at_1280_and_on_a_phone(browser, paper_site):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto((paper_site / "index.html").as_uri())
+    settle(page)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    assert page.evaluate("(w => w.scrollWidth <= w.clientWidth)(document.getElementById('table-wrap'))")
+    for header in page.locator("#leaderboard thead th").all():  # every column in view
+        box = header.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 1280
+    mean = page.locator(f"{ROWS} td.mean").first
+    assert mean.evaluate("td => td.scrollWidth <= td.clientWidth")  # values are not cut
+    page.evaluate("window.scrollTo(0, 6000)")
+    header = page.locator("#leaderboard th.model").bounding_box()
+    assert header["y"] == pytest.approx(0, abs=1)  # the header row stays on top of the scrolled table
+    page.close()
+
+    phone = browser.new_page(viewport={"width": 390, "height": 844})
+    phone.goto((paper_site / "index.html").as_uri())
+    settle(phone)
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    wrap = phone.locator("#table-wrap")
+    name, flag = phone.locator(f"{ROWS} td.model").first, phone.locator(f"{ROWS} td.flag").first
+    before = (name.bounding_box()["x"], phone.locator(f"{ROWS} td.rank").first.bounding_box()["x"], flag.bounding_box()["x"])
+    wrap.evaluate("w => { w.scrollLeft = 400; }")
+    assert wrap.evaluate("w => w.scrollLeft") == 400
+    after = (name.bounding_box()["x"], phone.locator(f"{ROWS} td.rank").first.bounding_box()["x"], flag.bounding_box()["x"])
+    assert after[:2] == before[:2] and after[2] == pytest.approx(before[2] - 400, abs=1)  # rank and model stay, the rest scrolls
+    phone.close()
+
+
+def test_model_pages_and_the_per_class_section(browser, tmp_path):
+    board = small_board(tmp_path)
+    out = tmp_path / "site"
+    build_site(current_table(board), out, "v2", board=board)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto((out / "index.html").as_uri())
+    assert shown(page, "model") == ["glyph_cnn", "vit_tiny_patch16_224", "tf_efficientnet_b0"]
+    assert page.locator(f"{ROWS} .verified").count() == 1
+    page.select_option("#status", "verified")
+    assert shown(page, "model") == ["glyph_cnn"]
+    page.select_option("#status", "")
+    page.get_by_role("link", name="glyph_cnn", exact=True).click()
+    page.wait_for_load_state()
+    assert page.url.endswith("/models/" + page_name("glyph_cnn")) and page.locator("h1").inner_text() == "glyph_cnn"
+    assert page.locator("#curves polyline.curve").count() == 1
+    visible = page.locator(".level-classes:not([hidden])")
+    assert visible.get_attribute("data-level") == "0" and visible.locator("tbody tr").count() == 4
+    assert visible.locator("tbody tr").first.locator("td").first.inner_text() == "class 0-0 <i>"
+    page.select_option(".level-pick", "7")
+    visible = page.locator(".level-classes:not([hidden])")
+    assert visible.get_attribute("data-level") == "7" and page.locator(".level-classes:not([hidden])").count() == 1
+    images = visible.locator("img")
+    assert images.count() == 4 and all(img.evaluate("i => i.complete && i.naturalWidth === 8") for img in images.all())
+    page.locator("a.record").first.click()
+    page.wait_for_load_state()
+    assert '"model"' in page.locator("body").inner_text()
+    page.close()
+
+
+def test_html_in_a_model_name_stays_text(browser, tmp_path):
+    add_records(tmp_path / "b", [record(model=EVIL), record(model="plain", weights="66" * 32)], create=True)
+    out = tmp_path / "site"
+    build_site(current_table(tmp_path / "b"), out, "current", board=tmp_path / "b")
+    for url in [(out / "index.html").as_uri(), (out / "models" / page_name(EVIL)).as_uri()]:
+        page = browser.new_page()
+        page.goto(url)
+        assert page.evaluate("window.pwned") is None
+        assert page.locator("img").count() == 0
+        assert EVIL in page.locator("body").inner_text()
+        assert EVIL in (page.locator("#legend").inner_text() if url.endswith("index.html") else page.locator("h1").inner_text())
+        page.close()
+
+
+def test_an_empty_leaderboard(browser, tmp_path):
+    from leaderboard.store import init_leaderboard
+    from lb_records import GLYPHS
+    init_leaderboard(tmp_path / "b", GLYPHS)
+    build_site(current_table(tmp_path / "b"), tmp_path / "site", "current")
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto((tmp_path / "site" / "index.html").as_uri())
+    assert count(page) == 0 and page.locator("#count").inner_text() == "0" and errors == []
+    assert page.locator("#curves svg").count() == 1 and page.locator("#scatter circle").count() == 0
+    page.close()
+
+
+def test_screenshots(browser, paper_site, tmp_path_factory):
+    folder = Path(os.environ.get("COOD_SITE_SCREENSHOTS") or tmp_path_factory.mktemp("site-screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    drill = tmp_path_factory.mktemp("drilldown")
+    build_site(current_table(small_board(drill)), drill / "site", "v2", board=drill / "board")
+    pages = {"index": paper_site / "index.html", "model": paper_site / "models" / page_name("vit_large_patch16_384_original"),
+             "per-class": drill / "site" / "models" / page_name("glyph_cnn")}
+    written = []
+    for width, height in [(1280, 900), (390, 844)]:
+        for name, path in pages.items():
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.goto(path.as_uri())
+            if name == "index":
+                settle(page)
+            if name == "per-class":
+                page.locator(".per-class").scroll_into_view_if_needed()
+            target = folder / f"{name}-{width}x{height}.png"
+            page.screenshot(path=target)
+            page.close()
+            assert target.read_bytes()[:4] == b"\x89PNG"
+            written.append(target)
+    print("\nsite screenshots:\n" + "\n".join(f"  {path}" for path in written))
