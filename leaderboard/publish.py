@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 from huggingface_hub import HfApi
@@ -114,8 +115,10 @@ def publish(directory: str | Path, repo_id: str, version: int | None = None, end
             for (current, repo_type, folder, point), commit in zip(targets, done):
                 uploaded = commit is None
                 if uploaded:  # the Space's tree is exactly the site: files of an earlier site go
-                    commit = api.upload_folder(folder_path=folder, repo_id=current, repo_type=repo_type, commit_message=f"leaderboard {tag}",
-                                               delete_patterns="*" if repo_type == "space" else None).oid
+                    with warnings.catch_warnings():  # the site's downloads are data files in a Space, by design
+                        warnings.filterwarnings("ignore", "It seems that you are about to commit a data file")
+                        commit = api.upload_folder(folder_path=folder, repo_id=current, repo_type=repo_type, commit_message=f"leaderboard {tag}",
+                                                   delete_patterns="*" if repo_type == "space" else None).oid
                     faults.point(f"publish:after-{point}upload")
                     api.create_tag(current, tag=tag, repo_type=repo_type, revision=commit, tag_message=f"leaderboard {tag}")
                     faults.point(f"publish:after-{point}tag")
