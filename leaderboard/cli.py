@@ -148,14 +148,22 @@ def publish(
     directory: Path = DIR,
     version: Optional[int] = typer.Option(None, "--version", "-v", show_default="the latest", help="Release to publish."),
     endpoint: Optional[str] = typer.Option(None, envvar="HF_ENDPOINT", help="Hub URL (env HF_ENDPOINT)."),
+    space: Optional[str] = typer.Option(None, "--space", show_default="the dataset's repo id",
+                                        help="Hub Space (sdk: static) that gets the release's site, tagged v<N> too."),
+    no_space: bool = typer.Option(False, "--no-space", help="Publish the dataset repo only."),
 ) -> None:
-    """Upload a release to a Hub dataset repo (config "results") and tag it v<N>."""
+    """Upload a release to a Hub dataset repo (config "results") and its site to a static Space; tag both v<N>."""
 
-    result = hub.publish(directory, repo_id, version, endpoint)
-    if result["uploaded"]:
-        typer.echo(f"published {result['tag']} to {result['repo_id']} (commit {result['commit']})")
-    else:
-        typer.echo(f"{result['tag']} was already published to {result['repo_id']} (commit {result['commit']}); nothing to upload")
+    if space is not None and no_space:
+        raise LeaderboardError("give --space or --no-space, not both")
+    result = hub.publish(directory, repo_id, version, endpoint, space_id=None if no_space else space or repo_id)
+    for item, kind in ((result, ""), (result.get("space"), "Space ")):
+        if item is None:
+            continue
+        if item["uploaded"]:
+            typer.echo(f"published {item['tag']} to {kind}{item['repo_id']} (commit {item['commit']})")
+        else:
+            typer.echo(f"{item['tag']} was already published to {kind}{item['repo_id']} (commit {item['commit']}); nothing to upload")
 
 
 def main() -> None:

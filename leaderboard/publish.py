@@ -2,10 +2,12 @@
 
 The repo holds ``results/table.parquet`` (the ``results`` config), ``results/table.csv``,
 ``records/records.jsonl`` (the release's records, one per line, in arrival order),
-``release.json``, ``CHANGELOG.md`` and a dataset card. Versions are published in order; a
-published version is never overwritten. Publishing is idempotent: a rerun after a lost reply or
-an interruption finds the tag already set on the same files and succeeds, or uploads what is
-missing and sets the tag.
+``release.json``, ``CHANGELOG.md`` and a dataset card. Given a Space, the release's static site
+(:func:`leaderboard.site.build_site`) goes to that Hub Space (``sdk: static``) under the same tag, and
+the dataset card links it. Versions are published in order; a published version is never
+overwritten. Publishing is idempotent: a rerun after a lost reply or an interruption finds the tag
+already set on the same files and succeeds, or uploads what is missing and sets the tag. Both repos
+are checked before either is written, the dataset first, so a rerun ends with both tagged.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 from huggingface_hub import HfApi
@@ -22,6 +25,7 @@ from huggingface_hub.hf_api import RepoFile
 from leaderboard import faults
 from leaderboard.errors import LeaderboardError
 from leaderboard.release import CHANGELOG, RELEASE_JSON, changelog, list_releases, release_dir, release_info, release_table
+from leaderboard.site import build_site
 from leaderboard.table import CSV, PARQUET
 
 CARD = """---
@@ -39,7 +43,7 @@ tags:
 
 Version **v{version}** of the class-out-of-distribution detection leaderboard (cood-bench):
 {num_entries} (model, kappa) entries, {num_levels} severity levels, benchmark `{bench_id}`
-{bench_version}, manifest sha256 `{manifest}`.
+{bench_version}, manifest sha256 `{manifest}`.{site}
 
 ```python
 import datasets
@@ -51,13 +55,39 @@ table = datasets.load_dataset("{repo_id}", "results", revision="v{version}", spl
 - `CHANGELOG.md`: what entered in each version. Every version is a git tag (`v1`, `v2`, ...).
 """
 
+SITE_LINK = "\n\nBrowse it on the leaderboard's site, the Hub Space [{space_id}]({url}) (tag `v{version}` holds this version's site)."
+
+SPACE_CARD = """---
+title: C-OOD leaderboard
+emoji: 📊
+colorFrom: blue
+colorTo: indigo
+sdk: static
+app_file: index.html
+pinned: false
+short_description: Class-out-of-distribution detection leaderboard
+datasets:
+- {repo_id}
+tags:
+- leaderboard
+- out-of-distribution-detection
+---
+# C-OOD leaderboard: {bench_id} {bench_version}
+
+The static site of version **v{version}** of the class-out-of-distribution detection leaderboard
+(cood-bench): {num_entries} (model, kappa) entries. The results and records are the dataset
+[{repo_id}]({url}) (tag `v{version}`); the site offers them as `downloads/` and `records/` too.
+"""
+
 
 def publish(directory: str | Path, repo_id: str, version: int | None = None, endpoint: str | None = None,
-            token: str | None = None) -> dict:
-    """Upload release ``version`` (default: the latest) to dataset repo ``repo_id`` and tag it ``v<N>``.
+            token: str | None = None, space_id: str | None = None) -> dict:
+    """Upload release ``version`` (default: the latest) to dataset repo ``repo_id`` and tag it ``v<N>``; given
+    ``space_id``, also its site to that static Space, tagged ``v<N>`` too, and the dataset card links the Space.
 
     ``endpoint`` defaults to ``$HF_ENDPOINT``, then the public Hub. Returns ``{"repo_id", "tag", "commit",
-    "uploaded"}``; ``uploaded`` is false when the tag was already set on the same files (a rerun).
+    "uploaded"}``, plus ``"space"``: the same four for the Space when one is given; ``uploaded`` is false when the
+    tag was already set on the same files (a rerun).
     """
     versions = list_releases(directory)
     if not versions:
@@ -66,36 +96,60 @@ def publish(directory: str | Path, repo_id: str, version: int | None = None, end
     source = release_dir(directory, version)
     tag = f"v{version}"
     api = HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token)
+    base = api.endpoint.rstrip("/")
+    current, results = repo_id, {}
     try:
         with tempfile.TemporaryDirectory() as staging:
-            _stage(Path(directory), source, version, repo_id, Path(staging))
-            api.create_repo(repo_id, repo_type="dataset", exist_ok=True)
-            published = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo_id, repo_type="dataset").tags}
-            if tag in published:
-                differ = _differences(api, repo_id, published[tag], Path(staging))
-                if differ:
-                    raise LeaderboardError(f"{repo_id} already has {tag} with other content ({differ[0]} differs); "
-                                           "a published version is never overwritten")
-                return {"repo_id": repo_id, "tag": tag, "commit": published[tag], "uploaded": False}
-            later = sorted((t for t in published if t.startswith("v") and t[1:].isdigit() and int(t[1:]) > version),
-                           key=lambda t: int(t[1:]))
-            if later:
-                raise LeaderboardError(f"{repo_id} already has {later[-1]}; versions are published once and in order")
-            commit = api.upload_folder(folder_path=staging, repo_id=repo_id, repo_type="dataset",
-                                       commit_message=f"leaderboard {tag}").oid
-        faults.point("publish:after-upload")
-        api.create_tag(repo_id, tag=tag, repo_type="dataset", revision=commit, tag_message=f"leaderboard {tag}")
-        faults.point("publish:after-tag")
+            data, site = Path(staging) / "dataset", Path(staging) / "space"
+            data.mkdir()
+            link = SITE_LINK.format(space_id=space_id, url=f"{base}/spaces/{space_id}", version=version) if space_id else ""
+            _stage(Path(directory), source, version, repo_id, data, link)
+            targets = [(repo_id, "dataset", data, "")]
+            if space_id:
+                _stage_space(Path(directory), version, repo_id, site, f"{base}/datasets/{repo_id}")
+                targets.append((space_id, "space", site, "space-"))
+            done = []
+            for current, repo_type, folder, _ in targets:  # check both before writing either
+                api.create_repo(current, repo_type=repo_type, exist_ok=True, **({"space_sdk": "static"} if repo_type == "space" else {}))
+                done.append(_published(api, current, repo_type, tag, version, folder))
+            for (current, repo_type, folder, point), commit in zip(targets, done):
+                uploaded = commit is None
+                if uploaded:  # the Space's tree is exactly the site: files of an earlier site go
+                    with warnings.catch_warnings():  # the site's downloads are data files in a Space, by design
+                        warnings.filterwarnings("ignore", "It seems that you are about to commit a data file")
+                        commit = api.upload_folder(folder_path=folder, repo_id=current, repo_type=repo_type, commit_message=f"leaderboard {tag}",
+                                                   delete_patterns="*" if repo_type == "space" else None).oid
+                    faults.point(f"publish:after-{point}upload")
+                    api.create_tag(current, tag=tag, repo_type=repo_type, revision=commit, tag_message=f"leaderboard {tag}")
+                    faults.point(f"publish:after-{point}tag")
+                results[repo_type] = {"repo_id": current, "tag": tag, "commit": commit, "uploaded": uploaded}
     except LeaderboardError:
         raise
     except Exception as exc:  # HfHubHTTPError, OSError, and the HTTP client's transport errors
-        raise LeaderboardError(f"publishing to {repo_id} failed: {type(exc).__name__}: {(str(exc) or '-').splitlines()[0]}") from None
-    return {"repo_id": repo_id, "tag": tag, "commit": commit, "uploaded": True}
+        raise LeaderboardError(f"publishing to {current} failed: {type(exc).__name__}: {(str(exc) or '-').splitlines()[0]}") from None
+    return {**results["dataset"], **({"space": results["space"]} if space_id else {})}
 
 
-def _differences(api: HfApi, repo_id: str, revision: str, staging: Path) -> list[str]:
+def _published(api: HfApi, repo_id: str, repo_type: str, tag: str, version: int, staging: Path) -> str | None:
+    """The commit ``tag`` already marks in the repo when it holds the staged files, None when it is still to publish;
+    an error when the tag holds other files or a later version is out."""
+    published = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo_id, repo_type=repo_type).tags}
+    if tag in published:
+        differ = _differences(api, repo_id, published[tag], staging, repo_type)
+        if differ:
+            raise LeaderboardError(f"{repo_id} already has {tag} with other content ({differ[0]} differs); "
+                                   "a published version is never overwritten")
+        return published[tag]
+    later = sorted((t for t in published if t.startswith("v") and t[1:].isdigit() and int(t[1:]) > version),
+                   key=lambda t: int(t[1:]))
+    if later:
+        raise LeaderboardError(f"{repo_id} already has {later[-1]}; versions are published once and in order")
+    return None
+
+
+def _differences(api: HfApi, repo_id: str, revision: str, staging: Path, repo_type: str = "dataset") -> list[str]:
     """The staged files that ``revision`` of the repo lacks or holds with other bytes."""
-    remote = {entry.path: entry for entry in api.list_repo_tree(repo_id, repo_type="dataset", revision=revision, recursive=True)
+    remote = {entry.path: entry for entry in api.list_repo_tree(repo_id, repo_type=repo_type, revision=revision, recursive=True)
               if isinstance(entry, RepoFile)}
     differ = []
     for path in sorted(p for p in staging.rglob("*") if p.is_file()):
@@ -107,7 +161,7 @@ def _differences(api: HfApi, repo_id: str, revision: str, staging: Path) -> list
     return differ
 
 
-def _stage(directory: Path, source: Path, version: int, repo_id: str, staging: Path) -> None:
+def _stage(directory: Path, source: Path, version: int, repo_id: str, staging: Path, site: str = "") -> None:
     table = release_table(directory, version)
     info = release_info(directory, version)
     (staging / "results").mkdir()
@@ -122,4 +176,13 @@ def _stage(directory: Path, source: Path, version: int, repo_id: str, staging: P
     bench = info["benchmark"]
     (staging / "README.md").write_text(CARD.format(
         pretty_name=json.dumps(f"C-OOD leaderboard: {bench['id']} {bench['version']}"), bench_id=bench["id"], bench_version=bench["version"], manifest=bench["manifest_sha256"] or "none",
-        version=version, num_entries=info["num_entries"], num_levels=info["num_levels"], repo_id=repo_id))
+        version=version, num_entries=info["num_entries"], num_levels=info["num_levels"], repo_id=repo_id, site=site))
+
+
+def _stage_space(directory: Path, version: int, repo_id: str, staging: Path, dataset_url: str) -> None:
+    """The Space of release ``version``: its site (with the raw records and downloads) and the Space's card."""
+    build_site(release_table(directory, version), staging, f"v{version}", board=directory)
+    info = release_info(directory, version)
+    (staging / "README.md").write_text(SPACE_CARD.format(
+        repo_id=repo_id, url=dataset_url, bench_id=info["benchmark"]["id"], bench_version=info["benchmark"]["version"],
+        version=version, num_entries=info["num_entries"]), encoding="utf-8")

@@ -1,7 +1,7 @@
 """A local stand-in for the Hugging Face Hub's HTTP API, for tests (the real Hub is never reached).
 
 It speaks enough of the API for the real ``huggingface_hub`` and ``datasets`` clients: create a
-repo, preupload + NDJSON commit (every file is answered ``uploadMode: regular``, so no LFS or
+repo (model, dataset, or Space with its ``sdk``), preupload + NDJSON commit (every file is answered ``uploadMode: regular``, so no LFS or
 Xet transfer is ever needed), branches and tags, refs, repo info, commits, tree and paths-info
 listings, and ``resolve`` downloads (HEAD and GET, with ranges). Storage is in memory with git
 semantics: every commit gets a fresh 40-hex sha, branches and tags point at commits, and every
@@ -38,6 +38,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 USER = "cood-tester"
+SPACE_SDKS = ("gradio", "streamlit", "docker", "static")
 INITIAL_GITATTRIBUTES = b"*.parquet filter=lfs diff=lfs merge=lfs -text\n*.tar filter=lfs diff=lfs merge=lfs -text\n"
 
 
@@ -72,6 +73,7 @@ class Repo:
     commits: dict[str, Commit] = field(default_factory=dict)
     branches: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    sdk: str | None = None  # a Space's SDK, given when it is created
 
 
 def _now() -> str:
@@ -92,10 +94,12 @@ class HubState:
             raise HubError(404, f"Repository Not Found for url: {repo_type}s/{repo_id}", "RepoNotFound")
         return repo
 
-    def create_repo(self, repo_type: str, repo_id: str, url: str) -> Repo:
+    def create_repo(self, repo_type: str, repo_id: str, url: str, sdk: str | None = None) -> Repo:
         if (repo_type, repo_id) in self.repos:
             raise HubError(409, f"You already created this {repo_type} repo", url=url)
-        repo = Repo(repo_type, repo_id, _now())
+        if repo_type == "space" and sdk not in SPACE_SDKS:
+            raise HubError(400, f"a Space needs an sdk, one of {', '.join(SPACE_SDKS)} (got {sdk!r})")
+        repo = Repo(repo_type, repo_id, _now(), sdk=sdk if repo_type == "space" else None)
         self.repos[(repo_type, repo_id)] = repo
         self.commit(repo, "main", {".gitattributes": INITIAL_GITATTRIBUTES}, [], "initial commit", "", None)
         return repo
@@ -297,7 +301,7 @@ class HubHandler(BaseHTTPRequestHandler):
         if not payload.get("organization") or not payload.get("name"):
             raise HubError(400, "this test Hub wants repo ids of the form namespace/name")
         repo_id = f"{payload['organization']}/{payload['name']}"
-        self.state.create_repo(repo_type, repo_id, self._url(repo_type, repo_id))
+        self.state.create_repo(repo_type, repo_id, self._url(repo_type, repo_id), payload.get("sdk"))
         self._send(200, {"url": self._url(repo_type, repo_id), "name": repo_id, "id": repo_id})
 
     def api_whoami(self, body: bytes) -> None:
@@ -346,6 +350,7 @@ class HubHandler(BaseHTTPRequestHandler):
                 "likes": 0,
                 "tags": [],
                 "siblings": siblings,
+                **({"sdk": repo.sdk} if repo.sdk else {}),
             },
         )
 

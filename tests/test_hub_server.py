@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 import tarfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -183,3 +185,27 @@ def test_branches_tag_deletion_and_whoami(hub_server):
     with pytest.raises(RevisionNotFoundError):
         api.delete_tag(repo, tag="v1", repo_type="dataset")
     assert api.whoami()["name"] == "cood-tester"
+
+
+def test_a_static_space(hub_server, tmp_path):
+    api = HfApi(endpoint=hub_server)
+    space = "cood/static-space"
+    body = json.dumps({"name": "no-sdk", "organization": "cood", "type": "space"}).encode()
+    request = urllib.request.Request(f"{hub_server}/api/repos/create", body, {"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:  # the client insists on an sdk, so ask the server directly
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400 and "a Space needs an sdk" in json.loads(refused.value.read())["error"]
+    url = api.create_repo(space, repo_type="space", space_sdk="static")
+    assert url == f"{hub_server}/spaces/{space}"
+    api.create_repo(space, repo_type="space", space_sdk="static", exist_ok=True)
+    write(tmp_path / "site" / "index.html", b"<h1>hi</h1>")
+    write(tmp_path / "site" / "static" / "site.js", b"1;")
+    commit = api.upload_folder(folder_path=tmp_path / "site", repo_id=space, repo_type="space").oid
+    api.create_tag(space, tag="v1", repo_type="space", revision=commit)
+    assert [(t.name, t.target_commit) for t in api.list_repo_refs(space, repo_type="space").tags] == [("v1", commit)]
+    assert sorted(e.path for e in api.list_repo_tree(space, repo_type="space", revision="v1", recursive=True)) == [
+        ".gitattributes", "index.html", "static", "static/site.js"]
+    assert api.space_info(space, revision="v1").sdk == "static"
+    got = hf_hub_download(space, "index.html", repo_type="space", revision="v1", cache_dir=tmp_path / "cache")
+    assert Path(got).read_bytes() == b"<h1>hi</h1>"
+    assert not api.repo_exists(space, repo_type="dataset")  # a Space and a dataset of one name are two repos

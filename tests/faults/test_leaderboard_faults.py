@@ -245,12 +245,12 @@ def test_bad_file_is_one_line_and_changes_nothing(board, tmp_path, setup, messag
 def test_publish_rerun_after_lost_reply(board, hub_server, point):
     repo = f"cood/faults-{point.split(':')[1]}"
     before = _snapshot(board)
-    killed = _cli("publish", repo, "-d", board, fault=point)
+    killed = _cli("publish", repo, "-d", board, "--no-space", fault=point)
     assert (killed.returncode, killed.stdout, killed.stderr) == (137, "", "")
     api = HfApi(endpoint=hub_server)
     tags = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo, repo_type="dataset").tags}
     assert set(tags) == ({"v1"} if point == "publish:after-tag" else set())
-    rerun = _cli("publish", repo, "-d", board)
+    rerun = _cli("publish", repo, "-d", board, "--no-space")
     assert rerun.returncode == 0, rerun.stderr
     tagged = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo, repo_type="dataset").tags}
     if tags:
