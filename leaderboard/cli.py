@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from leaderboard import __version__, jsonio, paper, publish as hub, release as releases, report as reports, site as sites, store, views
+from leaderboard import __version__, jsonio, paper, publish as hub, release as releases, report as reports, requests, site as sites, store, views
+from leaderboard import worker as workers
 from leaderboard.errors import LeaderboardError, describe_os_error
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -164,6 +167,75 @@ def publish(
             typer.echo(f"published {item['tag']} to {kind}{item['repo_id']} (commit {item['commit']})")
         else:
             typer.echo(f"{item['tag']} was already published to {kind}{item['repo_id']} (commit {item['commit']}); nothing to upload")
+
+
+QUEUE = typer.Argument(..., help="Hub dataset repo of the request queue, e.g. org/cood-requests.")
+ENDPOINT = typer.Option(None, envvar="HF_ENDPOINT", help="Hub URL (env HF_ENDPOINT).")
+
+
+@app.command("queue-init")
+def queue_init(requests_repo: str = QUEUE, directory: Path = DIR, endpoint: Optional[str] = ENDPOINT) -> None:
+    """Create the request queue (a Hub dataset repo) tied to this leaderboard's benchmark revision."""
+
+    config = requests.init_queue(requests_repo, directory, requests.hub_api(endpoint))
+    typer.echo(f"{requests_repo} takes requests for {config['benchmark']['id']} {config['benchmark']['version']} "
+               f"(manifest {config['benchmark']['manifest_sha256']})")
+
+
+@app.command()
+def request(
+    target: str = typer.Argument(..., help="timm:<name>, torchvision:<name>, open_clip:<arch>[/<tag>] (with --weights "
+                                           "and --file), or hf:<owner>/<name> (a transformers model repo)."),
+    requests_repo: str = typer.Option(..., "--queue", "-q", help="The request queue's Hub dataset repo."),
+    weights: Optional[str] = typer.Option(None, help="Hub model repo holding the weights file, <owner>/<name>."),
+    file: Optional[str] = typer.Option(None, help="The weights file in that repo (.safetensors, .pt, .pth, .bin, .ckpt)."),
+    revision: str = typer.Option("main", help="Branch, tag or commit of the model repo; pinned to its commit now."),
+    name: Optional[str] = typer.Option(None, show_default="the model repo's name", help="Model name on the board."),
+    kappa: list[str] = typer.Option([], "--kappa", "-k", help="Kappas to evaluate (default: the harness's); repeatable."),
+    endpoint: Optional[str] = ENDPOINT,
+) -> None:
+    """Ask the leaderboard to evaluate a model: validated now, evaluated by a worker, its records marked verified."""
+
+    made = requests.make_request(requests.hub_api(endpoint), requests_repo, target, weights, file, revision, name, kappa)
+    model = made["model"]
+    typer.echo(f"requested {made['id']}: {target} from {model['repo']}@{model['revision'][:12]} "
+               f"({model['weights_format']} weights, sha256 {model['weights_sha256'][:12]}), pending in {requests_repo}")
+
+
+@app.command("requests")
+def list_requests(requests_repo: str = QUEUE, endpoint: Optional[str] = ENDPOINT) -> None:
+    """List the queue's requests, oldest first, with their status (and a failure's reason)."""
+
+    _, items = requests.list_requests(requests.hub_api(endpoint), requests_repo)
+    typer.echo(f"{requests_repo}: {len(items)} request{'' if len(items) == 1 else 's'}")
+    for item in items:
+        detail = item.get("reason") or (f"v{item['release']}" if item.get("release") else item.get("worker", ""))
+        typer.echo(f"  {item['id']}  {item['status']:<8} {item['name']:<24} {item['model']['target']:<28} {detail}".rstrip())
+
+
+@app.command()
+def worker(
+    requests_repo: str = QUEUE,
+    directory: Path = DIR,
+    benchmark: str = typer.Option("glyphs", help="The benchmark the leaderboard is tied to: an embedded name or a folder."),
+    publish_repo: Optional[str] = typer.Option(None, "--publish", help="Hub dataset repo to republish to after each request."),
+    space: Optional[str] = typer.Option(None, "--space", show_default="the --publish repo id", help="Space for the site."),
+    device: str = typer.Option("auto", help="cuda, cpu, cuda:N or auto."),
+    batch_size: int = typer.Option(256, help="Images per forward pass."),
+    work_dir: Path = typer.Option(Path("cood-worker"), help="Where each request's run folder goes."),
+    max_requests: Optional[int] = typer.Option(None, "--max", help="Stop after this many requests."),
+    poll: float = typer.Option(0.0, help="Seconds between looks at an empty queue; 0: stop when it is empty."),
+    name: str = typer.Option(f"{socket.gethostname()}-{os.getpid()}", show_default="host-pid", help="This worker's name."),
+    endpoint: Optional[str] = ENDPOINT,
+) -> None:
+    """Claim pending requests one at a time, evaluate each, add its records as verified, release, republish."""
+
+    evaluator = workers.load_evaluator()(benchmark, device=device, work_dir=work_dir, batch_size=batch_size)
+    api = requests.hub_api(endpoint)
+    served = workers.Worker(api, requests_repo, directory, evaluator, publish_repo, space or publish_repo, name,
+                            log=typer.echo).run(max_requests, poll)
+    done = sum(r["status"] == "done" for r in served)
+    typer.echo(f"{name}: served {len(served)} request{'' if len(served) == 1 else 's'}, {done} done, {len(served) - done} failed")
 
 
 def main() -> None:

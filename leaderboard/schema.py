@@ -22,6 +22,8 @@ PROVENANCES = ("harness", "paper")
 NEAR_CHANCE_FACTOR = 2  # id-acc below twice chance (2 / num_id_classes) marks a broken run
 MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_REQUEST_ID = re.compile(r"^[0-9a-f]{12}$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")
 _KAPPA_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
 _TOP = ("schema_version", "benchmark", "model", "kappa", "num_levels", "levels", "id", "summary",
         "metric_definitions", "seed", "harness_version", "created", "timings", "provenance")
@@ -30,7 +32,9 @@ _MODEL = ("name", "source", "file_sha256", "weights_sha256", "num_parameters", "
 _LEVEL = ("level", "percentile", "level_score", "ood_auroc", "fpr_at_95_tpr", "aupr_in", "aupr_out",
           "ood_avg_conf", "num_id", "num_ood")
 _ID = ("acc", "auroc", "avg_conf", "num")
-_OPTIONAL = ("per_class",)
+_OPTIONAL = ("per_class", "verification")
+VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
+_VERIFICATION = ("status", "request", "requests_repo", "worker")
 _PER_CLASS_LEVEL = ("level", "n_classes", "ood_auroc_quantiles", "hardest")
 _PER_CLASS_ENTRY = ("id", "name", "ood_auroc", "mean_confidence", "thumbnails")
 _RELATIVE_PATH = re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
@@ -152,6 +156,23 @@ def validate_record(record) -> None:
         _object(record["timings"], "timings")
     if "per_class" in record:
         _validate_per_class(record["per_class"], record["num_levels"])
+    if "verification" in record:
+        _validate_verification(record["verification"])
+
+
+def _validate_verification(verification) -> None:
+    """Who vouches for the numbers: the leaderboard's worker (the request, its queue repo, the worker's name)."""
+    block = _object(verification, "verification", _VERIFICATION)
+    if block["status"] != VERIFIED:
+        raise _fail("verification.status", f"must be {VERIFIED!r} (leave the block out for a self-reported record)")
+    _string(block["request"], "verification.request", pattern=_REQUEST_ID, what="a request id (12 hex digits)")
+    _string(block["requests_repo"], "verification.requests_repo", pattern=REPO_ID, what="a Hub repo id (owner/name)")
+    _name(block["worker"], "verification.worker")
+
+
+def verification_status(record: dict) -> str:
+    """``"verified"`` for a record the leaderboard's worker produced, else ``"self-reported"``."""
+    return (record.get("verification") or {}).get("status") or "self-reported"
 
 
 def _params(params, path: str, depth: int = 0) -> None:

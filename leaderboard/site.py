@@ -63,7 +63,7 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
     for name in STATIC:
         write_bytes_atomic(out / "static" / name, resources.files("leaderboard").joinpath("static", name).read_bytes())
     _downloads(table, out / "downloads")
-    models = _models(table, levels, records)
+    models = _models(table, levels)
     first = table.iloc[0] if len(table) else None
     common = {
         "bench": {"id": first["benchmark_id"] if first is not None else "(empty)",
@@ -114,12 +114,12 @@ def _downloads(table: pd.DataFrame, folder: Path) -> None:
     write_bytes_atomic(parquet, table.to_parquet(index=False))
 
 
-def _models(table: pd.DataFrame, levels: list[str], records: dict[str, dict]) -> list[dict]:
+def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
     """One item per model, its entries best first (valid before flagged): the index page's embedded data."""
     rows = table.sort_values(["model", "mean_ood_auroc", "kappa"], ascending=[True, False, True], kind="stable")
     models = []
     for model, group in rows.groupby("model", sort=False):
-        entries = [_entry(r, levels, records.get(r["record_file"])) for _, r in group.iterrows()]
+        entries = [_entry(r, levels) for _, r in group.iterrows()]
         entries.sort(key=lambda e: bool(e["flag"]))  # stable: the best valid entry first
         params = group["num_parameters"].dropna()
         models.append({"m": model, "f": family(model), "p": page_name(model),
@@ -127,9 +127,8 @@ def _models(table: pd.DataFrame, levels: list[str], records: dict[str, dict]) ->
     return models
 
 
-def _entry(r: pd.Series, levels: list[str], record: dict | None) -> dict:
-    verification = (record or {}).get("verification") or {}
-    return {"k": r["kappa"], "prov": r["provenance"], "flag": r["flag"], "ver": verification.get("status", "self-reported"),
+def _entry(r: pd.Series, levels: list[str]) -> dict:
+    return {"k": r["kappa"], "prov": r["provenance"], "flag": r["flag"], "ver": r["verification"],
             "acc": _num(r["id_acc"]), "idauroc": _num(r["id_auroc"]), "mean": _num(r["mean_ood_auroc"]),
             "fpr": _num(r["mean_fpr_at_95_tpr"]), "l": [_num(r[c]) for c in levels], "rec": r["record_file"]}
 

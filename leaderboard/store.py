@@ -33,7 +33,7 @@ from leaderboard import faults, jsonio
 from leaderboard.atomic import PARTIAL, fsync_dir, write_bytes_atomic
 from leaderboard.drilldown import ATTACHMENTS, read_files, stored_folder
 from leaderboard.errors import LeaderboardError
-from leaderboard.schema import entry_id, kappa_label, revision, validate_benchmark, validate_config, validate_record
+from leaderboard.schema import VERIFIED, entry_id, kappa_label, revision, validate_benchmark, validate_config, validate_record
 from leaderboard.table import PARQUET, build_table, read_table, record_row, write_table
 
 CONFIG = "leaderboard.json"
@@ -137,7 +137,8 @@ def current_table(directory: str | Path):
     return table
 
 
-def add_records(directory: str | Path, records: list[dict], create: bool = False, folder: str | Path | None = None) -> list[str]:
+def add_records(directory: str | Path, records: list[dict], create: bool = False, folder: str | Path | None = None,
+                verified: dict | None = None) -> list[str]:
     """Validate and append result records (dicts); return their entry ids.
 
     All or nothing: if any record is rejected, nothing is written and the error names it; an
@@ -145,7 +146,14 @@ def add_records(directory: str | Path, records: list[dict], create: bool = False
     directory that is not yet a leaderboard is initialised from the first record's benchmark
     revision and level count. Safe to call from concurrent processes. The files a record's ``per_class`` names are
     read from ``folder`` (the run's output folder) and kept beside it.
+
+    Records are self-reported; only the leaderboard's worker passes ``verified`` (``request``, ``requests_repo``,
+    ``worker``), which stamps them ``verification: verified``. A record that arrives already claiming it is refused.
     """
+    for i, record in enumerate(records):
+        _refuse_claimed(f"record {i + 1}", record)
+    if verified is not None:
+        records = [{**record, "verification": {"status": VERIFIED, **verified}} for record in records]
     items = []
     for i, record in enumerate(records):
         if jsonio.too_deep(record):
@@ -161,6 +169,7 @@ def add_files(directory: str | Path, paths: list[str | Path], create: bool = Fal
     for path in map(Path, paths):
         data = jsonio.read_limited(path)
         items.append((str(path), jsonio.parse(data, str(path)), data))
+        _refuse_claimed(str(path), items[-1][1])
     folders = [p.parent.parent if p.parent.name == RECORDS else p.parent for p in map(Path, paths)]
     return _add(Path(directory), items, create, folders)
 
@@ -248,6 +257,12 @@ def _commit(directory: Path, names: list[str], batch: list[tuple[str, bytes]], a
                     (records / name).unlink(missing_ok=True)
                     shutil.rmtree(stored_folder(directory, name), ignore_errors=True)
         raise
+
+
+def _refuse_claimed(source: str, record) -> None:
+    if isinstance(record, dict) and "verification" in record:
+        raise LeaderboardError(f"{source}: carries a 'verification' block; only the leaderboard's worker marks records "
+                               "verified (remove the block to add the record as self-reported)")
 
 
 def _checked(source: str, record: dict, data: bytes) -> None:

@@ -11,12 +11,12 @@ import pandas as pd
 from leaderboard import faults
 from leaderboard.atomic import write_atomic
 from leaderboard.errors import LeaderboardError
-from leaderboard.schema import entry_id, flags, kappa_label
+from leaderboard.schema import entry_id, flags, kappa_label, verification_status
 
 PARQUET = "table.parquet"
 CSV = "table.csv"
 LEVEL_PREFIX = "ood_auroc_l"
-FRONT = ["seq", "entry_id", "model", "kappa", "kappa_name", "kappa_params", "provenance", "flag",
+FRONT = ["seq", "entry_id", "model", "kappa", "kappa_name", "kappa_params", "provenance", "verification", "flag",
          "id_acc", "id_auroc", "id_avg_conf", "mean_ood_auroc"]
 BACK = ["mean_fpr_at_95_tpr", "num_parameters", "model_source", "weights_sha256", "benchmark_id",
         "benchmark_version", "manifest_sha256", "num_levels", "ood_auroc_definition", "harness_version",
@@ -44,6 +44,7 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> 
         "kappa_name": record["kappa"]["name"],
         "kappa_params": json.dumps(record["kappa"]["params"], sort_keys=True),
         "provenance": record["provenance"],
+        "verification": verification_status(record),
         "flag": "; ".join(flags(record)),
         "id_acc": record["id"]["acc"],
         "id_auroc": record["id"]["auroc"],
@@ -91,7 +92,11 @@ def write_table(directory: Path, table: pd.DataFrame) -> None:
 
 
 def read_table(path: Path) -> pd.DataFrame:
+    """A table file; one written before records could be verified gets its ``verification`` column (all self-reported)."""
     try:
-        return pd.read_parquet(path)
+        table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
         raise LeaderboardError(f"cannot read the table {path}: {exc}") from None
+    if "verification" not in table.columns and "provenance" in table.columns:
+        table.insert(table.columns.get_loc("provenance") + 1, "verification", "self-reported")
+    return table

@@ -61,6 +61,14 @@ REJECTIONS = [
     ("seed", None, "seed: must be an integer, got null"),
     ("created", "yesterday", "created: not an ISO-8601 date-time: 'yesterday'"),
     ("timings", None, "timings: must be an object, got NoneType"),
+    ("verification", {"status": "self-reported", "request": "0" * 12, "requests_repo": "o/r", "worker": "w"},
+     "verification.status: must be 'verified'"),
+    ("verification", {"status": "verified", "request": "r1", "requests_repo": "o/r", "worker": "w"},
+     "verification.request: not a request id (12 hex digits)"),
+    ("verification", {"status": "verified", "request": "0" * 12, "requests_repo": "requests", "worker": "w"},
+     "verification.requests_repo: not a Hub repo id (owner/name)"),
+    ("verification", {"status": "verified", "request": "0" * 12, "requests_repo": "o/r"},
+     "verification: missing field 'worker'"),
 ]
 
 

@@ -57,24 +57,15 @@ def drilldown_record(run: Path, model: str = "glyph_cnn", classes: int = 4) -> d
     return {**record(model=model, weights="44" * 32), "per_class": {"file": "per_class/per_class.parquet", "levels": levels}}
 
 
-def verify(board: Path, model: str) -> None:
-    """Mark a model's stored records verified, as the request queue's worker writes them."""
-    for path in (board / "records").glob("*.json"):
-        data = json.loads(path.read_bytes())
-        if data["model"]["name"] == model:
-            data["verification"] = {"status": "verified", "worker": "gpu-1", "request": "r-0001"}
-            path.write_text(json.dumps(data))
-
-
 def small_board(tmp_path: Path) -> Path:
     """A leaderboard of three models: one with a per-class drill-down (verified), one in two kappas, one flagged."""
     board = tmp_path / "board"
-    add_records(board, [drilldown_record(tmp_path / "run")], create=True, folder=tmp_path / "run")
+    add_records(board, [drilldown_record(tmp_path / "run")], create=True, folder=tmp_path / "run",
+                verified={"request": "00000000000a", "requests_repo": "org/requests", "worker": "gpu-1"})
     add_records(board, [record(model="vit_tiny_patch16_224", weights="55" * 32),
                         record(model="vit_tiny_patch16_224", weights="55" * 32, kappa="entropy",
                                aurocs=[0.9 - 0.03 * i for i in range(NUM_LEVELS)]),
                         record(model="tf_efficientnet_b0", weights="66" * 32, acc=0.01)])
-    verify(board, "glyph_cnn")
     return board
 
 

@@ -1,0 +1,37 @@
+"""The harness side of the leaderboard's request worker: evaluate one request's model on the pinned benchmark.
+
+Registered as the ``cood_bench.evaluators`` entry point ``harness``, which ``cood-leaderboard worker`` loads (the
+leaderboard never imports the harness). Requests name library models only (``timm:``, ``torchvision:``,
+``open_clip:``, ``hf:``) with weights data, never a submission file, and weights load with ``weights_only``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.run import open_benchmark, submit
+
+
+class RequestEvaluator:
+    """Evaluates requests on one benchmark, on one device, writing each run under ``work_dir/<request id>``."""
+
+    def __init__(self, benchmark: str | Path, device: str = "auto", work_dir: str | Path = "cood-worker",
+                 batch_size: int = 256, progress: bool = True):
+        self.benchmark, self.device, self.work_dir = benchmark, device, Path(work_dir)
+        self.batch_size, self.progress = batch_size, progress
+        self.identity = open_benchmark(benchmark, progress=progress).identity()
+
+    def evaluate(self, request: dict, weights: Path) -> tuple[list[dict], Path]:
+        """The records of ``request`` (its model with the downloaded ``weights``: a file, or the ``hf:`` snapshot
+        folder) and the run folder their per-class files are in."""
+        if request["benchmark"] != self.identity:
+            raise HarnessError(f"request {request['id']} is for benchmark manifest {request['benchmark']['manifest_sha256'][:12]}, "
+                               f"this worker's is {self.identity['manifest_sha256'][:12]}")
+        kind = request["model"]["target"].partition(":")[0]
+        target, weights_file = (f"hf:{weights}", None) if kind == "hf" else (request["model"]["target"], str(weights))
+        out = self.work_dir / request["id"]
+        evaluation = submit(target, weights=weights_file, benchmark=self.benchmark, name=request["name"],
+                            kappas=request["kappas"] or None, num_levels=request["num_levels"], device=self.device,
+                            batch_size=self.batch_size, out=out, progress=self.progress)
+        return evaluation.records, out
