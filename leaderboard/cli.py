@@ -191,7 +191,7 @@ def request(
     file: Optional[str] = typer.Option(None, help="The weights file in that repo (.safetensors, .pt, .pth, .bin, .ckpt)."),
     revision: str = typer.Option("main", help="Branch, tag or commit of the model repo; pinned to its commit now."),
     name: Optional[str] = typer.Option(None, show_default="the model repo's name", help="Model name on the board."),
-    kappa: list[str] = typer.Option([], "--kappa", "-k", help="Kappas to evaluate (default: the harness's); repeatable."),
+    kappa: list[str] = typer.Option([], "--kappa", "-k", help="Kappas to evaluate (none given: the harness's own set); repeatable."),
     endpoint: Optional[str] = ENDPOINT,
 ) -> None:
     """Ask the leaderboard to evaluate a model: validated now, evaluated by a worker, its records marked verified."""

@@ -35,7 +35,7 @@ def load_evaluator(name: str = "harness"):
     try:
         return found[0].load()
     except ImportError as exc:
-        raise LeaderboardError(f"the worker needs the torch extra ({exc.name or exc} is missing): "
+        raise LeaderboardError(f"the worker needs the torch extra ({exc}): "
                                "pip install 'cood-bench[torch]'") from None
 
 

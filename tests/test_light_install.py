@@ -58,3 +58,36 @@ def test_the_harness_and_builder_name_the_extra(no_torch, tmp_path, module, comm
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"error: {command} needs the torch extra (missing: torch, torchvision, timm, pytorch_ood")
     assert line.endswith("pip install 'cood-bench[torch]'")
+
+
+def test_a_request_without_torch_and_the_worker_names_the_extra(no_torch, tmp_path, hub_server):
+    import io
+    import uuid
+
+    import torch
+    from huggingface_hub import HfApi
+
+    from leaderboard.store import init_leaderboard
+
+    api, run_id = HfApi(endpoint=hub_server), uuid.uuid4().hex[:8]
+    weights, requests = f"org/light-model-{run_id}", f"org/light-requests-{run_id}"
+    buffer = io.BytesIO()
+    torch.save({"fc.weight": torch.ones(2, 3)}, buffer)
+    api.create_repo(weights)
+    api.upload_file(path_or_fileobj=buffer.getvalue(), path_in_repo="w.pt", repo_id=weights)
+    board = tmp_path / "board"
+    init_leaderboard(board, {"id": "glyphs", "version": "1.0.0", "manifest_sha256": "ab" * 32, "num_id_classes": 36,
+                             "num_ood_classes": 400})
+    outputs = {}
+    for step in [("queue-init", requests, "-d", board), ("request", "timm:resnet18", "-q", requests, "--weights", weights,
+                                                          "--file", "w.pt")]:
+        done = run(no_torch, "leaderboard.cli", *step, cwd=tmp_path)
+        assert done.returncode == 0, (step, done.stderr)
+        outputs[step[0]] = done.stdout
+    assert "(torch weights, sha256 " in outputs["request"]  # checked statically: the pickle names tensor rebuilders only
+    listed = run(no_torch, "leaderboard.cli", "requests", requests, cwd=tmp_path).stdout
+    assert f"{requests}: 1 request" in listed and "pending" in listed
+    done = run(no_torch, "leaderboard.cli", "worker", requests, "-d", board, cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line == "cood-leaderboard: error: the worker needs the torch extra (No module named 'torch'): pip install 'cood-bench[torch]'"
