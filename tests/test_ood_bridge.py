@@ -87,17 +87,17 @@ def test_needs_follow_pytorch_ood_base_classes():
 
 
 def test_every_pytorch_ood_detector_is_a_kappa_or_excluded_with_a_reason():
-    from harness.kappas.ood_bridge import GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA
+    from harness.kappas.ood_bridge import FITTED_MODEL_DETECTORS, GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA
 
     classes = [name for name in pod.__all__ if isinstance(getattr(pod, name), type)]
     assert len(classes) == 35
     names = set(registry().defs)
     for name in classes:
         as_kappa = {**SAME_AS_PAPER_KAPPA, **{c.__name__: k for k, c in bridged_classes().items()},
-                    **{g: g.lower() for g in GRADIENT_DETECTORS}}.get(name)
+                    **{g: g.lower() for g in GRADIENT_DETECTORS}, **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()}}.get(name)
         assert (as_kappa in names) != (name in NOT_BRIDGED), name
         assert name not in NOT_BRIDGED or len(NOT_BRIDGED[name]) > 20
-    assert len(names) >= 28
+    assert len(names) >= 32 and set(NOT_BRIDGED) == {"WeightedEBO", "MCM", "RankFeat"}
 
 
 @pytest.mark.parametrize("name,cls", [("gradnorm", pod.GradNorm), ("graduncertainty", pod.GradUncertainty)])
@@ -214,3 +214,16 @@ def test_model_reading_detectors_agree_with_pytorch_ood(name, request_, glyph_mo
     assert np.ptp(expected) > 0
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(expected).max()))
     np.testing.assert_array_equal(reported.numpy(), ours)
+
+
+def test_layers_default_to_a_timm_models_feature_info():
+    import timm
+
+    from harness.kappas.ood_layers import named_layers
+
+    model = timm.create_model("resnet10t", pretrained=False, num_classes=CLASSES).eval()
+    assert [name for name, _ in named_layers(model, "auto", "gram")] == ["act1", "layer1", "layer2", "layer3", "layer4"]
+    (spec,) = resolve_kappas(["multi_mahalanobis"])
+    images = torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    means = spec.impl.extract(model, images)
+    assert [means[f"z{i}"].shape for i in range(5)] == [(4, info["num_chs"]) for info in model.feature_info]

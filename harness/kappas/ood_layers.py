@@ -242,6 +242,7 @@ class Gram:
         layers = [{p: torch.from_numpy(np.concatenate([part[f"g{i}_{p}"] for part in parts])) for p in poles} for i in range(count)]
         num_classes = int(parts[0]["num_classes"])
         self.detector = _GramOnStatistics(None, [None] * count, num_classes, poles)
+        self.detector._device = torch.device("cpu")  # where the statistics are (pytorch-ood warns when it must guess)
         self.detector.fit([(_Statistics(layers), torch.from_numpy(labels.astype(np.int64)))])
 
     def state(self) -> dict:
