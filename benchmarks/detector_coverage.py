@@ -23,23 +23,28 @@ from pathlib import Path
 from pytorch_ood import detector as pod
 
 from harness.kappas import registry
-from harness.kappas.ood_bridge import GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA, bridged_classes
+from harness.kappas.ood_bridge import (FITTED_MODEL_DETECTORS, GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA,
+                                      bridged_classes)
 from harness.run import evaluate
 
 MODEL = str(Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py")
 EVAL_SPLITS = ("id_test", "ood_estimation", "ood_test")
 START, END = "<!-- detector-coverage:start -->", "<!-- detector-coverage:end -->"
+# glyph_cnn has no timm feature_info: the detectors that read intermediate layers read its three conv blocks
+GLYPH_LAYERS = "layers=features.0,features.1,features.2"
 
 
 def kappa_of(cls_name: str) -> str | None:
     bridged = {cls.__name__: name for name, cls in bridged_classes().items()}
-    return {**SAME_AS_PAPER_KAPPA, **bridged, **{g: g.lower() for g in GRADIENT_DETECTORS}}.get(cls_name)
+    return {**SAME_AS_PAPER_KAPPA, **bridged, **{g: g.lower() for g in GRADIENT_DETECTORS},
+            **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()}}.get(cls_name)
 
 
 def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:
     """One kappa alone on the shared cache: its record's first and last level, fit and score seconds, images forwarded."""
     options = {"mc_passes": mc_passes} if kappa == "mc_dropout" else {}
-    evaluation = evaluate(MODEL, kappas=[kappa], cache=True, cache_dir=cache_dir, progress=False, **options)
+    request = f"{kappa}:{GLYPH_LAYERS}" if "layers" in registry().get(kappa).needs else kappa
+    evaluation = evaluate(MODEL, kappas=[request], cache=True, cache_dir=cache_dir, progress=False, **options)
     (rec,) = evaluation.records
     timings = rec["timings"]
     fit_split = rec["kappa"]["params"].get("fit", {}).get("split")
@@ -49,8 +54,9 @@ def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:
 
 
 def reads(needs: frozenset) -> str:
-    order = ("logits", "features", "head", "model")
-    words = {"logits": "logits", "features": "features", "head": "last layer", "model": "the model (own passes)"}
+    order = ("logits", "features", "head", "layers", "model")
+    words = {"logits": "logits", "features": "features", "head": "last layer", "layers": "intermediate layers",
+             "model": "the model (own passes)"}
     return ", ".join(words[n] for n in order if n in needs)
 
 
@@ -86,6 +92,8 @@ def main() -> None:
                 raise SystemExit(f"{kappa} forwarded {measured['forwarded']} images; it should read the cache only")
             if kappa == "mc_dropout" and args.mc_passes != kdef.defaults["passes"]:
                 params += f" (measured with passes={args.mc_passes})"
+            if "layers" in kdef.needs:
+                params += f" (measured with {GLYPH_LAYERS})"
             fit = f"{measured['fit_s']:.1f}" if measured["fit_s"] is not None else "-"
             rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | {'yes' if 'fit' in kdef.needs else 'no'} "
                         f"| {params} | {measured['l0']:.4f} | {measured['l10']:.4f} | {fit} | {measured['score_s']:.1f} |")

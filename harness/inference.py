@@ -49,19 +49,30 @@ def from_outputs(cached: SplitScores, kappas: list[KappaSpec], head) -> SplitSco
 
 
 def fit_kappas(kappas: list[KappaSpec], data: SplitScores, head, seed: int) -> None:
-    """Fit every kappa that needs a fit on the fit split's logits, features and labels, seeded."""
+    """Fit every kappa that needs a fit on the fit split's logits, features and labels, seeded (those that read
+    intermediate layers: :func:`fit_on_layers`)."""
     for spec in kappas:
-        if "fit" not in spec.needs:
+        if "fit" not in spec.needs or "layers" in spec.needs:
             continue
-        outputs = outputs_for(spec, data.logits, data.features, head, data.labels)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            try:
-                spec.impl.fit(outputs)
-            except HarnessError:
-                raise
-            except Exception as exc:  # a detector's own checks (too few samples for k, a singular covariance)
-                raise HarnessError(f"fitting kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
+        _seeded_fit(spec, seed, spec.impl.fit, outputs_for(spec, data.logits, data.features, head, data.labels))
+
+
+def fit_on_layers(kappas: list[KappaSpec], parts: dict[str, list[dict]], labels: np.ndarray, seed: int) -> None:
+    """Fit the kappas that read intermediate layers on what the model's process extracted from the fit split
+    (``parts``: per kappa, one dict of arrays per batch, in the order of ``labels``), seeded."""
+    for spec in kappas:
+        _seeded_fit(spec, seed, spec.impl.fit_extracted, parts[spec.name], labels)
+
+
+def _seeded_fit(spec: KappaSpec, seed: int, fit, *args) -> None:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            fit(*args)
+        except HarnessError:
+            raise
+        except Exception as exc:  # a detector's own checks (too few samples for k, a singular covariance)
+            raise HarnessError(f"fitting kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
 
 
 def _batch_seed(seed: int, first_key: str) -> int:
@@ -124,6 +135,24 @@ class LocalForward:
                 raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
         self.tap.clear()  # drop what the kappas' own passes captured
         return ModelOutput(logits, features, scores, confs)
+
+    def extract(self, images: torch.Tensor, kappas: list[KappaSpec]) -> dict[str, dict]:
+        """What the kappas that read intermediate layers need of a batch of the fit split, per kappa."""
+        images = self.execution.inputs(images)
+        extracted = {}
+        for spec in kappas:
+            try:
+                with self.execution.autocast():
+                    extracted[spec.name] = spec.impl.extract(self.model, images)
+            except HarnessError:
+                raise
+            except Exception as exc:  # the model's code, or a layer that does not fit the detector
+                raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
+        self.tap.clear()
+        return extracted
+
+    def load_states(self, kappas: list[KappaSpec]) -> None:
+        """The fitted kappas are the ones scored here: nothing to carry."""
 
     def close(self) -> None:
         pass

@@ -3,7 +3,8 @@
 The parent reads shards, decodes and transforms images (timm's transform of the file's ``DATA_CONFIG``), computes the
 built-in kappas from the logits, forms levels, measures and writes records. The child imports the file, builds the
 model and runs only what needs the submitter's code or the model: forward passes, ODIN, MC-dropout and the file's own
-kappas. It returns arrays, so nothing it does can reach the parent's memory. The child gets:
+kappas, and the passes of fitted kappas that read the model (their fit, arrays only, is handed over once). It returns
+arrays, so nothing it does can reach the parent's memory. The child gets:
 
 - no network: a new network namespace (as root, or through a user namespace where the OS allows one), else a
   Python-level socket block, which native code could bypass; the record names the guard that was active;
@@ -161,6 +162,17 @@ class ChildForward:
         answer = self._ask(("batch", shape, dtype, keys, [(k.name, k.params) for k in kappas]), self.limits.batch_timeout_s)
         return ModelOutput(answer["logits"], answer["features"], answer["scores"], answer["confs"])
 
+    def extract(self, images: torch.Tensor, kappas) -> dict[str, dict]:
+        """What the kappas that read intermediate layers need of a batch of the fit split, from the child."""
+        shape, dtype = self.batches.write(images.numpy())
+        return self._ask(("extract", shape, dtype, [(k.name, k.params) for k in kappas]), self.limits.batch_timeout_s)
+
+    def load_states(self, kappas) -> None:
+        """Hand the fitted state of kappas computed in the child (arrays only) to the child, once."""
+        states = {k.name: k.impl.state() for k in kappas if hasattr(k.impl, "state")}
+        if states:
+            self._ask(("states", states), self.limits.batch_timeout_s)
+
     def close(self) -> None:
         """Stop the child (politely, then for good) and remove its home."""
         if self.process.poll() is None:
@@ -225,6 +237,14 @@ def serve(conn: Connection, guards: dict) -> None:
                       "weights_sha256": submission.weights_sha256,
                       "num_parameters": submission.num_parameters, "guards": guards, "head": forward.head,
                       "kappas": {n: (k.params, k.wants_features) for n, k in submission.user_kappas.items()}}))
+    states = {}  # fitted kappas' state, by name, from the parent
+
+    def rebuilt(name, params):
+        kappa = rebuild_kappa(name, params, submission.user_kappas)
+        if name in states:
+            kappa.impl.load(states[name])
+        return kappa
+
     while True:
         try:
             message = conn.recv()
@@ -232,9 +252,18 @@ def serve(conn: Connection, guards: dict) -> None:
             return
         if message[0] == "exit":
             return
-        _, shape, dtype, keys, wanted = message
         try:
-            kappas = [rebuild_kappa(name, params, submission.user_kappas) for name, params in wanted]
+            if message[0] == "states":
+                states.update(message[1])
+                conn.send(("ok", None))
+                continue
+            if message[0] == "extract":
+                _, shape, dtype, wanted = message
+                kappas = [rebuilt(name, params) for name, params in wanted]
+                conn.send(("ok", forward.extract(read_shared(options["batches_fd"], shape, dtype), kappas)))
+                continue
+            _, shape, dtype, keys, wanted = message
+            kappas = [rebuilt(name, params) for name, params in wanted]
             out = forward(read_shared(options["batches_fd"], shape, dtype), keys, kappas)
             conn.send(("ok", {"logits": out.logits, "features": out.features, "scores": out.scores, "confs": out.confs}))
         except torch.cuda.OutOfMemoryError as exc:

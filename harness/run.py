@@ -26,8 +26,8 @@ from harness.drilldown import PerClass, per_class
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
-from harness.inference import (FEATURE_DTYPES, KappaSpec, LocalForward, fit_kappas, from_outputs, gives_features,
-                               resolve_kappas, score_shards)
+from harness.inference import (FEATURE_DTYPES, KappaSpec, LocalForward, fit_kappas, fit_on_layers, from_outputs,
+                               gives_features, resolve_kappas, score_shards)
 from harness.kappas.features import require_exposed
 from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
@@ -167,6 +167,31 @@ class Scorer:
         if len(everyone) != expected:
             raise HarnessError(f"{split}: {len(everyone)} samples were scored, the manifest lists {expected}")
         return everyone
+
+
+    def fit_on_layers(self, split: str, kappas: list[KappaSpec]) -> np.ndarray:
+        """Fit the kappas that read intermediate layers: a pass over the split in the model's process gives what their
+        fits need, batch by batch (in key order, on every rank alike); returns the split's labels."""
+        sub = self.submission
+        shards = self.benchmark.shards(split)
+        batches = shard_batches(self.benchmark, self.ranks.mine(shards), sub.transform, sub.channels, self.labels(split),
+                                self.batch_size, self.workers, self.verify, pin_memory=self.execution.device.type == "cuda")
+        mine = []
+        with tqdm(total=sum(s["num_samples"] for s in self.ranks.mine(shards)), desc=f"{split} (layers)", unit="img",
+                  disable=not self.progress, leave=False) as bar:
+            for batch in batches:
+                if "error" in batch:
+                    raise HarnessError(batch["error"])
+                try:
+                    mine.append((batch["keys"][0], self.forward.extract(batch["images"], kappas), batch["labels"].numpy()))
+                except HarnessError as exc:
+                    raise HarnessError(f"shard {batch['shard']}: {exc}") from None
+                self.stats["images_forwarded"] += len(batch["keys"])
+                bar.update(len(batch["keys"]))
+        everyone = sorted(self.ranks.gather(mine), key=lambda part: part[0])
+        labels = np.concatenate([labels for _, _, labels in everyone])
+        fit_on_layers(kappas, {k.name: [parts[k.name] for _, parts, _ in everyone] for k in kappas}, labels, self.seed)
+        return labels
 
 
 def cache_cost(cache: ScoreCache, head, images: int) -> str:
@@ -317,8 +342,13 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         if fitted:
             split = fitted[0].params["fit"]["split"]
             split_start = time.perf_counter()
-            fit_data = scorer.split(split, kappas=[], outputs=True)
-            fit_kappas(fitted, fit_data, forward.head, seed)
+            on_layers = [k for k in fitted if "layers" in k.needs]
+            if len(on_layers) < len(fitted):
+                fit_data = scorer.split(split, kappas=[], outputs=True)
+                fit_kappas(fitted, fit_data, forward.head, seed)
+            if on_layers:
+                fit_data = scorer.fit_on_layers(split, on_layers)
+            forward.load_states([k for k in fitted if k.in_model])
             timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
             timings[f"{split}_images"] = len(fit_data)
         for split in EVAL_SPLITS:

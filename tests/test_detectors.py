@@ -192,3 +192,42 @@ def test_twenty_detectors_one_pass_half_precision_features_and_one_more_for_free
     assert third.stats["images_forwarded"] == 36 * FIT_PER_CLASS + EVAL_IMAGES
     with pytest.raises(HarnessError, match="--feature-dtype must be one of float32, float16"):
         evaluate(CNN, benchmark=fit_glyphs, kappas=["knn"], feature_dtype="int8")
+
+
+LAYERS = "features.0,features.1,features.2"
+
+
+def test_detectors_through_the_model_fitted_on_the_fit_split(fit_glyphs, tmp_path):
+    """MahalanobisODIN (fitted on the kept features) and the layer readers (fitted from a pass over the fit split in the
+    submission's process): their fit travels to the child, 11 levels each, and the leaderboard takes them."""
+    done = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "submit", str(CNN), "--benchmark",
+                           str(fit_glyphs), "-k", "mahalanobis_odin", "-k", f"multi_mahalanobis:layers={LAYERS}",
+                           "-k", f"gram:layers={LAYERS}", "-k", "nacue:layers=features.1,features.2",
+                           "--out", str(tmp_path / "a"), "--cache-dir", str(tmp_path / "cache"), "--no-progress"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    records = records_in(tmp_path / "a")
+    assert set(records) == {"mahalanobis_odin", "multi_mahalanobis", "gram", "nacue"}
+    fit = {"split": "id_train", "size": 36 * FIT_PER_CLASS, "seed": 0}
+    for rec in records.values():
+        assert len(rec["levels"]) == 11 and rec["kappa"]["params"]["fit"] == fit
+        assert rec["timings"]["isolation"]["mode"] == "child process"
+        # the fit split twice (kept features; the named layers), the evaluation splits once (their own passes beside them)
+        assert rec["timings"]["images_forwarded"] == 2 * 36 * FIT_PER_CLASS + EVAL_IMAGES
+    assert records["gram"]["kappa"]["params"] == {"layers": LAYERS, "num_poles_list": None, "fit": fit}
+    assert 0.5 < records["gram"]["summary"]["mean_ood_auroc"] and 0.5 < records["mahalanobis_odin"]["summary"]["mean_ood_auroc"]
+    from leaderboard.store import add_records, current_table
+
+    add_records(tmp_path / "board", list(records.values()), create=True, folder=tmp_path / "a")
+    assert sorted(current_table(tmp_path / "board")["kappa"]) == [
+        f"gram(layers={LAYERS},num_poles_list=None)", "mahalanobis_odin(eps=0.002)",
+        f"multi_mahalanobis(alpha=None,layers={LAYERS})", "nacue(alpha=100,layers=features.1,features.2,m_bins=50,o_star=50)"]
+
+
+def test_layers_the_model_lacks_are_one_line(fit_glyphs):
+    model = load_example(CNN).build_model()
+    with pytest.raises(HarnessError, match=r"kappa 'gram' reads intermediate layers and this model has no timm feature_info "
+                                           r"to choose them: name them, gram:layers=NAME\[,NAME...\] \(its top-level modules: features, head\)"):
+        evaluate(model, DATA_CONFIG, benchmark=fit_glyphs, kappas=["gram"], progress=False)
+    with pytest.raises(HarnessError, match=r"kappa 'nacue': the model has no layer 'features.9' \(its top-level modules: features, head\)"):
+        evaluate(model, DATA_CONFIG, benchmark=fit_glyphs, kappas=["nacue:layers=features.1,features.9"], progress=False)

@@ -79,8 +79,11 @@ def test_the_listing_names_needs_and_sources():
     assert rows["odin"] == ["paper", "needs", "model"]
     assert done.output.splitlines()[-1] == f"{len(registry().defs)} kappas"
     fit = CliRunner().invoke(app, ["kappas", "--needs", "model"], prog_name="cood-harness")
-    assert [line.split()[0] for line in fit.output.splitlines()[:-1]] == ["odin", "mc_dropout", "gradnorm", "graduncertainty"]
-    assert fit.output.splitlines()[-1] == "4 kappas"
+    assert [line.split()[0] for line in fit.output.splitlines()[:-1]] == ["odin", "mc_dropout", "gradnorm", "graduncertainty",
+                                                                         "mahalanobis_odin", "multi_mahalanobis", "gram", "nacue"]
+    assert fit.output.splitlines()[-1] == "8 kappas"
+    layers = CliRunner().invoke(app, ["kappas", "--needs", "layers"], prog_name="cood-harness")
+    assert [line.split()[0] for line in layers.output.splitlines()[:-1]] == ["multi_mahalanobis", "gram", "nacue"]
 
 
 def test_parameters_on_the_command_line_are_typed_and_checked():
@@ -96,6 +99,9 @@ def test_parameters_on_the_command_line_are_typed_and_checked():
     with pytest.raises(HarnessError, match=r"requested twice with different parameters"):
         resolve_kappas(["knn:k=5", "knn:k=6"])
     assert resolve_kappas(["energy:temperature=2"])[0].params == {"temperature": 2.0}
+    # an item without '=' continues the previous value: lists of layers (and per-layer values)
+    (gram,) = resolve_kappas(["gram:layers=layer3,layer4,num_poles_list=1,2"])
+    assert gram.params == {"layers": "layer3,layer4", "num_poles_list": "1,2"}
 
 
 def test_a_parameter_changes_the_values():

@@ -87,17 +87,17 @@ def test_needs_follow_pytorch_ood_base_classes():
 
 
 def test_every_pytorch_ood_detector_is_a_kappa_or_excluded_with_a_reason():
-    from harness.kappas.ood_bridge import GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA
+    from harness.kappas.ood_bridge import FITTED_MODEL_DETECTORS, GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA
 
     classes = [name for name in pod.__all__ if isinstance(getattr(pod, name), type)]
     assert len(classes) == 35
     names = set(registry().defs)
     for name in classes:
         as_kappa = {**SAME_AS_PAPER_KAPPA, **{c.__name__: k for k, c in bridged_classes().items()},
-                    **{g: g.lower() for g in GRADIENT_DETECTORS}}.get(name)
+                    **{g: g.lower() for g in GRADIENT_DETECTORS}, **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()}}.get(name)
         assert (as_kappa in names) != (name in NOT_BRIDGED), name
         assert name not in NOT_BRIDGED or len(NOT_BRIDGED[name]) > 20
-    assert len(names) >= 28
+    assert len(names) >= 32 and set(NOT_BRIDGED) == {"WeightedEBO", "MCM", "RankFeat"}
 
 
 @pytest.mark.parametrize("name,cls", [("gradnorm", pod.GradNorm), ("graduncertainty", pod.GradUncertainty)])
@@ -132,3 +132,98 @@ def test_a_gradient_detector_beside_the_feature_tap_across_batches():
         expected_features = torch.relu(model[1](batch.flatten(1))).detach()
         np.testing.assert_allclose(out.features, expected_features.numpy(), rtol=1e-5, atol=1e-6)
         assert out.scores["gradnorm"].shape == (len(batch),) and np.all(out.scores["gradnorm"] > 0)
+
+
+CNN = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py"
+GLYPH_LAYERS = "features.0,features.1,features.2"
+
+
+@pytest.fixture(scope="module")
+def glyph_model():
+    """The example CNN, and glyph-like inputs: a fit set labelled by the model's predictions (every class present)."""
+    from glyph_fixtures import load_example
+
+    model = load_example(CNN).build_model().eval()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(600, 1, 32, 32, generator=gen)
+    with torch.no_grad():
+        y = model(x).argmax(dim=1)
+    y[:36] = torch.arange(36)  # the fit needs every class; the first ones are relabelled
+    x_test = torch.cat([torch.randn(40, 1, 32, 32, generator=gen), 3.0 * torch.rand(40, 1, 32, 32, generator=gen) - 1.0])
+    return model, x, y, x_test
+
+
+def child_side(spec):
+    """The kappa as the model's process has it: rebuilt from name and parameters, with the fitted state handed over."""
+    import pickle
+
+    from harness.kappas import rebuild_kappa
+
+    state = pickle.loads(pickle.dumps(spec.impl.state()))  # what travels: arrays and numbers only
+    rebuilt = rebuild_kappa(spec.name, spec.params, {})
+    rebuilt.impl.load(state)
+    return rebuilt
+
+
+def fitted_like_the_harness(spec, model, x, y, batch=64):
+    from harness.execution import Execution
+    from harness.inference import LocalForward, fit_kappas, fit_on_layers
+    from harness.method.scores import SplitScores
+
+    forward = LocalForward(model, Execution(torch.device("cpu"), "none", False, False), 36, seed=0)
+    if "layers" in spec.needs:
+        parts = [forward.extract(x[i:i + batch], [spec])[spec.name] for i in range(0, len(x), batch)]
+        fit_on_layers([spec], {spec.name: parts}, y.numpy(), seed=0)
+    else:
+        outs = [forward(x[i:i + batch], [str(i)], []) for i in range(0, len(x), batch)]
+        logits, features = np.concatenate([o.logits for o in outs]), np.concatenate([o.features for o in outs])
+        data = SplitScores(np.arange(len(x)).astype(str), y.numpy(), logits.argmax(1), {}, {}, logits, features)
+        fit_kappas([spec], data, forward.head, seed=0)
+    return child_side(spec)
+
+
+def usual_way_on_the_model(name, model, x, y, x_test, batch=64):
+    """pytorch-ood as its documentation uses it on the example CNN: model pieces, fit(loader), then detector(inputs)."""
+    f = model.features
+    if name == "mahalanobis_odin":
+        detector = pod.MahalanobisODIN(f, eps=0.002)
+    elif name == "multi_mahalanobis":
+        detector = pod.MultiMahalanobis([f[0], f[1], f[2]])
+    elif name == "gram":
+        detector = pod.Gram(torch.nn.Sequential(f[3], f[4], model.head), [f[0], f[1], f[2]], num_classes=36)
+    else:
+        detector = pod.NACUE(model, layers=[f[1], f[2]])
+    torch.manual_seed(0)  # Gram holds out a random tenth of each class: the same draw as the harness's seeded fit
+    detector.fit(DataLoader(TensorDataset(x, y), batch_size=batch, generator=torch.Generator()))
+    return -detector.predict(x_test).double().numpy()
+
+
+@pytest.mark.parametrize("name,request_", [("mahalanobis_odin", "mahalanobis_odin"),
+                                           ("multi_mahalanobis", f"multi_mahalanobis:layers={GLYPH_LAYERS}"),
+                                           ("gram", f"gram:layers={GLYPH_LAYERS}"),
+                                           ("nacue", "nacue:layers=features.1,features.2")])
+def test_model_reading_detectors_agree_with_pytorch_ood(name, request_, glyph_model):
+    model, x, y, x_test = glyph_model
+    (spec,) = resolve_kappas([request_])
+    assert spec.source == "pytorch-ood" and spec.in_model and "fit" in spec.needs
+    child = fitted_like_the_harness(spec, model, x, y)
+    ours, reported = child.impl.score_model(model, x_test, seed=0)
+    expected = usual_way_on_the_model(name, model, x, y, x_test)
+    ours = ours.numpy()
+    assert ours.shape == (len(x_test),) and ours.dtype == np.float64 and np.all(np.isfinite(ours))
+    assert np.ptp(expected) > 0
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(expected).max()))
+    np.testing.assert_array_equal(reported.numpy(), ours)
+
+
+def test_layers_default_to_a_timm_models_feature_info():
+    import timm
+
+    from harness.kappas.ood_layers import named_layers
+
+    model = timm.create_model("resnet10t", pretrained=False, num_classes=CLASSES).eval()
+    assert [name for name, _ in named_layers(model, "auto", "gram")] == ["act1", "layer1", "layer2", "layer3", "layer4"]
+    (spec,) = resolve_kappas(["multi_mahalanobis"])
+    images = torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    means = spec.impl.extract(model, images)
+    assert [means[f"z{i}"].shape for i in range(5)] == [(4, info["num_chs"]) for info in model.feature_info]

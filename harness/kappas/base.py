@@ -14,6 +14,7 @@ NEEDS = {
     "head": "the last layer's weight and bias",
     "fit": "a fit on ID data (features and labels of the fit split)",
     "model": "extra passes through the model",
+    "layers": "outputs of intermediate layers (named by its layers parameter), from a pass over the fit split",
 }
 SOURCES = ("paper", "built-in", "pytorch-ood", "plugin", "submission")
 

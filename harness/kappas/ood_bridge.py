@@ -9,7 +9,8 @@ larger = more OOD; a kappa is the negated score (higher = more in-distribution).
 as pytorch-ood expects.
 
 The gradient detectors GradNorm and GradUncertainty need the model: they take their own passes, as ODIN does, on the
-model's logits. Every other pytorch-ood detector is accounted for in :data:`NOT_BRIDGED` with the reason.
+model's logits. MahalanobisODIN, MultiMahalanobis, Gram and NACUE are fitted, then score through the model (see
+:mod:`harness.kappas.ood_layers`). Every other pytorch-ood detector is accounted for in :data:`NOT_BRIDGED` with the reason.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pytorch_ood.api import FeatureMapsDetector, FeaturesDetector, LogitsDetecto
 
 from harness.errors import HarnessError
 from harness.kappas.base import KappaDef, Outputs
+from harness.kappas import ood_layers
 from harness.kappas.model import logits_of
 
 SAME_AS_PAPER_KAPPA = {"MaxSoftmax": "softmax", "EnergyBased": "energy", "Entropy": "entropy", "MaxLogit": "max_logit",
@@ -33,18 +35,18 @@ NOT_BRIDGED = {
     "MCM": "needs CLIP text embeddings of the ID class names, not a classifier",
     "RankFeat": "needs the model cut into a backbone giving spatial feature maps and the rest as head; a submitted "
                 "classifier is any module, and its pooled features are what is kept",
-    "MahalanobisODIN": "fits on the ID fit split, then perturbs each input through the model against that fit; a fit "
-                       "travels to kappas scored on kept outputs only, not into the model's own passes",
-    "MultiMahalanobis": "needs the model as a list of consecutive layers (a fit per layer's output); a submitted "
-                        "classifier is any module, and only its penultimate features are kept",
-    "Gram": "needs the model as consecutive feature layers plus a head (Gram matrices of every layer, fitted); a "
-            "submitted classifier is any module, and only its penultimate features are kept",
-    "NACUE": "fits neuron-activation coverage on chosen intermediate layers' outputs and gradients; which layers is "
-             "model-specific, and only the penultimate features are kept",
 }
 # the gradient detectors: their parameters are the papers' choices (GradNorm: the last layer's weights only)
 GRADIENT_DETECTORS = {"GradNorm": {"temperature": 1.0, "parameters": "last_layer"},
                       "GradUncertainty": {"parameters": "all"}}
+# fitted on the fit split, then scored through the model: our name, what it reads besides the model, its parameters
+# (``layers``: module names, comma-separated, or auto for a timm model's feature_info; a per-layer value: a,b,...)
+FITTED_MODEL_DETECTORS = {
+    "MahalanobisODIN": ("mahalanobis_odin", "features", {"eps": 0.002}),
+    "MultiMahalanobis": ("multi_mahalanobis", "layers", {"layers": "auto", "alpha": None}),
+    "Gram": ("gram", "layers", {"layers": "auto", "num_poles_list": None}),
+    "NACUE": ("nacue", "layers", {"layers": "auto", "m_bins": 50, "alpha": 100.0, "o_star": 50}),
+}
 NAMES = {"KLMatching": "kl_matching", "TemperatureScaling": "temperature_scaling"}
 INPUTS = ("model", "encoder", "backbone", "head", "w", "b", "detector", "criterion")
 # parameters without a default in pytorch-ood: ViM's principal dimension (None: half the feature dimension, about
@@ -179,14 +181,16 @@ def bridged_classes() -> dict[str, type]:
     classes = {}
     for name in pod.__all__:
         cls = getattr(pod, name)
-        if not inspect.isclass(cls) or name in SAME_AS_PAPER_KAPPA or name in NOT_BRIDGED or _kind(cls) is None:
+        if (not inspect.isclass(cls) or name in SAME_AS_PAPER_KAPPA or name in NOT_BRIDGED or name in FITTED_MODEL_DETECTORS
+                or _kind(cls) is None):
             continue
         classes[NAMES.get(name, name.lower())] = cls
     return classes
 
 
 def pytorch_ood_kappas() -> list[KappaDef]:
-    """A :class:`KappaDef` per bridged pytorch-ood detector, in pytorch-ood's order, then the gradient detectors."""
+    """A :class:`KappaDef` per bridged pytorch-ood detector, in pytorch-ood's order, then the gradient detectors and
+    those fitted, then scored through the model."""
     defs = []
     for name, cls in bridged_classes().items():
         kind = _kind(cls)
@@ -196,4 +200,10 @@ def pytorch_ood_kappas() -> list[KappaDef]:
         cls = getattr(pod, name)
         defs.append(KappaDef(name.lower(), _summary(cls), "pytorch-ood", frozenset({"model"}), dict(defaults),
                              lambda params, cls=cls: GradientBridged(cls, params), _reference(cls)))
+    implementations = {"MahalanobisODIN": ood_layers.MahalanobisOdin, "MultiMahalanobis": ood_layers.MultiMahalanobis,
+                       "Gram": ood_layers.Gram, "NACUE": ood_layers.Nacue}
+    for cls_name, (name, reads, defaults) in FITTED_MODEL_DETECTORS.items():
+        cls = getattr(pod, cls_name)
+        defs.append(KappaDef(name, _summary(cls), "pytorch-ood", frozenset({reads, "fit", "model"}), dict(defaults),
+                             implementations[cls_name], _reference(cls)))
     return defs

@@ -77,11 +77,16 @@ def registry() -> Registry:
 
 
 def split_request(request: str) -> tuple[str, dict[str, str]]:
-    """``"knn:k=200,normalize=false"`` -> ``("knn", {"k": "200", "normalize": "false"})``."""
+    """``"knn:k=200,normalize=false"`` -> ``("knn", {"k": "200", "normalize": "false"})``; an item without ``=``
+    continues the previous value (``"gram:layers=layer3,layer4"`` -> ``{"layers": "layer3,layer4"}``)."""
     name, _, rest = request.partition(":")
     overrides = {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
+        if not eq and overrides:
+            last = next(reversed(overrides))
+            overrides[last] = f"{overrides[last]},{item.strip()}"
+            continue
         if not eq or not key.strip():
             raise HarnessError(f"kappa '{request}': parameters are written NAME:KEY=VALUE[,KEY=VALUE...], got '{item}'")
         overrides[key.strip()] = value.strip()
