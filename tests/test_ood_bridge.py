@@ -236,7 +236,9 @@ def test_rankfeat_agrees_with_pytorch_ood_on_a_timm_cnn():
     """RankFeat through forward_features/forward_head against pytorch-ood on the backbone and head as modules."""
     import timm
 
+    torch.manual_seed(0)
     model = timm.create_model("resnet10t", pretrained=False, num_classes=CLASSES).eval()
+    torch.nn.init.normal_(model.fc.weight, std=1.0)  # logits far from zero, as a trained head's
     images = torch.randn(8, 3, 96, 96, generator=torch.Generator().manual_seed(0))
     (spec,) = resolve_kappas(["rankfeat"])
     assert spec.needs == {"model"} and spec.in_model and spec.params == {}
@@ -269,24 +271,9 @@ def test_rankfeat_refuses_models_without_a_spatial_split():
 @pytest.fixture(scope="module")
 def tiny_clip(tmp_path_factory):
     """A tiny open_clip model with random weights, as an open_clip: target with three class names (nothing downloaded)."""
-    import json
+    from clip_fixtures import tiny_open_clip
 
-    import open_clip
-
-    from harness.adapters import load_target
-
-    folder = tmp_path_factory.mktemp("clip")
-    (folder / "cfg").mkdir()
-    config = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
-              "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
-    (folder / "cfg" / "cood-tiny-clip.json").write_text(json.dumps(config))
-    open_clip.add_model_config(folder / "cfg")
-    torch.manual_seed(0)
-    clip = open_clip.create_model("cood-tiny-clip", pretrained=None).eval()
-    torch.save(clip.state_dict(), folder / "clip.pt")
-    sub = load_target("open_clip:cood-tiny-clip", weights=str(folder / "clip.pt"), num_classes_expected=3,
-                      classnames=["cat", "dog", "cup"])
-    return clip, sub
+    return tiny_open_clip(tmp_path_factory.mktemp("clip"), ["cat", "dog", "cup"])
 
 
 @pytest.mark.parametrize("request_,temperature", [("mcm", 1.0), ("mcm:temperature=0.01", 0.01)])
