@@ -24,7 +24,7 @@ from pytorch_ood import detector as pod
 
 from harness.kappas import registry
 from harness.kappas.ood_bridge import (FITTED_MODEL_DETECTORS, GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA,
-                                      bridged_classes)
+                                      SPLIT_MODEL_DETECTORS, bridged_classes)
 from harness.run import evaluate
 
 MODEL = str(Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py")
@@ -32,12 +32,20 @@ EVAL_SPLITS = ("id_test", "ood_estimation", "ood_test")
 START, END = "<!-- detector-coverage:start -->", "<!-- detector-coverage:end -->"
 # glyph_cnn has no timm feature_info: the detectors that read intermediate layers read its three conv blocks
 GLYPH_LAYERS = "layers=features.0,features.1,features.2"
+# bridged, but glyph_cnn has not what they read: what they read, and why glyph_cnn cannot run them
+NOT_ON_GLYPH_CNN = {
+    "rankfeat": ("the model (own passes): spatial maps of forward_features, then forward_head",
+                 "not on glyph_cnn: it has no forward_features/forward_head split (a timm CNN has, a submission may define it)"),
+    "mcm": ("the model (own passes): CLIP's image embedding and the ID class names' text embeddings",
+            "not on glyph_cnn: it needs a CLIP model (an open_clip: target)"),
+}
 
 
 def kappa_of(cls_name: str) -> str | None:
     bridged = {cls.__name__: name for name, cls in bridged_classes().items()}
     return {**SAME_AS_PAPER_KAPPA, **bridged, **{g: g.lower() for g in GRADIENT_DETECTORS},
-            **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()}}.get(cls_name)
+            **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
+            **{c: k for c, (k, _) in SPLIT_MODEL_DETECTORS.items()}}.get(cls_name)
 
 
 def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:
@@ -83,6 +91,10 @@ def main() -> None:
                 continue
             kdef = registry().get(kappa)
             params = ", ".join(f"{k}={v}" for k, v in kdef.defaults.items()) or "none"
+            if kappa in NOT_ON_GLYPH_CNN:
+                what, why = NOT_ON_GLYPH_CNN[kappa]
+                rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {what} | no | {params} | {why} | | - | - |")
+                continue
             if args.skip_model_kappas and "model" in kdef.needs:
                 rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | no | {params} "
                             "| not measured | (own passes) | - | - |")

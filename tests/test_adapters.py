@@ -234,6 +234,8 @@ def test_open_clip_zero_shot_classifier(tmp_path):
         logits = sub.model(x.unsqueeze(0))
     assert logits.shape == (1, 3)
     torch.testing.assert_close(logits[0, 1], 100 * image @ dog)
+    torch.testing.assert_close(sub.model.text_embeddings[1], dog)  # what MCM reads, beside the image encoder
+    torch.testing.assert_close(sub.model.encode_image(x.unsqueeze(0)), clip.encode_image(x.unsqueeze(0)))
     assert json.loads(json.dumps(sub.preprocessing))["zero_shot"] == {
         "templates": list(CLIP_TEMPLATES), "classnames": "given", "logit_scale": 100.0}
     assert sub.preprocessing["input_size"] == [3, 32, 32] and sub.preprocessing["interpolation"] == "bicubic"

@@ -231,3 +231,67 @@ def test_layers_the_model_lacks_are_one_line(fit_glyphs):
         evaluate(model, DATA_CONFIG, benchmark=fit_glyphs, kappas=["gram"], progress=False)
     with pytest.raises(HarnessError, match=r"kappa 'nacue': the model has no layer 'features.9' \(its top-level modules: features, head\)"):
         evaluate(model, DATA_CONFIG, benchmark=fit_glyphs, kappas=["nacue:layers=features.1,features.9"], progress=False)
+
+
+SPLIT_CNN = """
+import torch
+from torch import nn
+
+DATA_CONFIG = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}
+
+
+class Split(nn.Module):
+    \"\"\"A CNN split as timm splits its models: spatial feature maps, then a head.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
+                                  nn.ReLU(), nn.MaxPool2d(2))
+        self.fc = nn.Linear(32, 36)
+
+    def forward_features(self, x):
+        return self.body(x)
+
+    def forward_head(self, maps):
+        return self.fc(maps.mean(dim=(2, 3)))
+
+    def forward(self, x):
+        return self.forward_head(self.forward_features(x))
+
+
+def build_model():
+    torch.manual_seed(0)
+    return Split()
+"""
+
+
+def test_rankfeat_through_the_submissions_process(tiny_glyphs, tmp_path):
+    """A submission that exposes forward_features/forward_head: RankFeat runs in its child process, 11 levels."""
+    path = tmp_path / "split_cnn.py"
+    path.write_text(SPLIT_CNN)
+    run = submit(path, benchmark=tiny_glyphs, kappas=["rankfeat", "energy"], out=tmp_path / "a", cache_dir=tmp_path / "cache",
+                 progress=False)
+    records = records_in(tmp_path / "a")
+    assert set(records) == {"rankfeat", "energy"}
+    rec = records["rankfeat"]
+    assert len(rec["levels"]) == 11 and rec["kappa"]["params"] == {} and rec["timings"]["isolation"]["mode"] == "child process"
+    scores = run.scores["id_test"].scores
+    assert np.ptp(scores["rankfeat"]) > 0 and not np.allclose(scores["rankfeat"], scores["energy"], rtol=1e-3)
+    with pytest.raises(HarnessError, match=r"^shard .*: kappa 'rankfeat' needs the model split into a backbone and a head"):
+        submit(CNN, benchmark=tiny_glyphs, kappas=["rankfeat"], out=tmp_path / "b", cache=False, progress=False)
+
+
+def test_mcm_on_an_open_clip_zero_shot_classifier(tiny_glyphs, tmp_path):
+    """MCM on CLIP's image embeddings and the glyph class names' text embeddings, through evaluate: 11 levels."""
+    import pandas as pd
+    from clip_fixtures import tiny_open_clip
+
+    names = list(pd.read_parquet(tiny_glyphs / "classes" / "id.parquet").sort_values("index")["name"])
+    _, sub = tiny_open_clip(tmp_path / "clip", names)
+    run = evaluate(sub.model, sub.transform, benchmark=tiny_glyphs, kappas=["mcm:temperature=0.01", "softmax"], progress=False)
+    rec = next(r for r in run.records if r["kappa"]["name"] == "mcm")
+    assert len(rec["levels"]) == 11 and rec["kappa"]["params"] == {"temperature": 0.01}
+    mcm = run.scores["id_test"].scores["mcm"]
+    assert np.all((mcm > 1 / 36) & (mcm <= 1)) and np.ptp(mcm) > 0
+    with pytest.raises(HarnessError, match=r"kappa 'mcm' needs CLIP image and class-name text embeddings: an open_clip: target"):
+        evaluate(load_example(CNN).build_model(), DATA_CONFIG, benchmark=tiny_glyphs, kappas=["mcm"], progress=False)

@@ -77,11 +77,13 @@ def test_the_listing_names_needs_and_sources():
     rows = {line.split()[0]: line.split()[1:4] for line in done.output.splitlines()[:-1]}
     assert rows["softmax"] == ["paper", "needs", "logits"]
     assert rows["odin"] == ["paper", "needs", "model"]
+    assert rows["rankfeat"] == rows["mcm"] == ["pytorch-ood", "needs", "model"]
     assert done.output.splitlines()[-1] == f"{len(registry().defs)} kappas"
     fit = CliRunner().invoke(app, ["kappas", "--needs", "model"], prog_name="cood-harness")
     assert [line.split()[0] for line in fit.output.splitlines()[:-1]] == ["odin", "mc_dropout", "gradnorm", "graduncertainty",
-                                                                         "mahalanobis_odin", "multi_mahalanobis", "gram", "nacue"]
-    assert fit.output.splitlines()[-1] == "8 kappas"
+                                                                         "mahalanobis_odin", "multi_mahalanobis", "gram", "nacue",
+                                                                         "rankfeat", "mcm"]
+    assert fit.output.splitlines()[-1] == "10 kappas"
     layers = CliRunner().invoke(app, ["kappas", "--needs", "layers"], prog_name="cood-harness")
     assert [line.split()[0] for line in layers.output.splitlines()[:-1]] == ["multi_mahalanobis", "gram", "nacue"]
 

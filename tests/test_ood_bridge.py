@@ -6,6 +6,7 @@ import torch
 from pytorch_ood import detector as pod
 from torch.utils.data import DataLoader, TensorDataset
 
+from harness.errors import HarnessError
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, Outputs, registry, resolve_kappas
 from harness.kappas.ood_bridge import bridged_classes
 
@@ -87,17 +88,19 @@ def test_needs_follow_pytorch_ood_base_classes():
 
 
 def test_every_pytorch_ood_detector_is_a_kappa_or_excluded_with_a_reason():
-    from harness.kappas.ood_bridge import FITTED_MODEL_DETECTORS, GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA
+    from harness.kappas.ood_bridge import (FITTED_MODEL_DETECTORS, GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA,
+                                          SPLIT_MODEL_DETECTORS)
 
     classes = [name for name in pod.__all__ if isinstance(getattr(pod, name), type)]
     assert len(classes) == 35
     names = set(registry().defs)
     for name in classes:
         as_kappa = {**SAME_AS_PAPER_KAPPA, **{c.__name__: k for k, c in bridged_classes().items()},
-                    **{g: g.lower() for g in GRADIENT_DETECTORS}, **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()}}.get(name)
+                    **{g: g.lower() for g in GRADIENT_DETECTORS}, **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
+                    **{c: k for c, (k, _) in SPLIT_MODEL_DETECTORS.items()}}.get(name)
         assert (as_kappa in names) != (name in NOT_BRIDGED), name
         assert name not in NOT_BRIDGED or len(NOT_BRIDGED[name]) > 20
-    assert len(names) >= 32 and set(NOT_BRIDGED) == {"WeightedEBO", "MCM", "RankFeat"}
+    assert len(names) >= 34 and set(NOT_BRIDGED) == {"WeightedEBO"}
 
 
 @pytest.mark.parametrize("name,cls", [("gradnorm", pod.GradNorm), ("graduncertainty", pod.GradUncertainty)])
@@ -227,3 +230,77 @@ def test_layers_default_to_a_timm_models_feature_info():
     images = torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     means = spec.impl.extract(model, images)
     assert [means[f"z{i}"].shape for i in range(5)] == [(4, info["num_chs"]) for info in model.feature_info]
+
+
+def test_rankfeat_agrees_with_pytorch_ood_on_a_timm_cnn():
+    """RankFeat through forward_features/forward_head against pytorch-ood on the backbone and head as modules."""
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet10t", pretrained=False, num_classes=CLASSES).eval()
+    torch.nn.init.normal_(model.fc.weight, std=1.0)  # logits far from zero, as a trained head's
+    images = torch.randn(8, 3, 96, 96, generator=torch.Generator().manual_seed(0))
+    (spec,) = resolve_kappas(["rankfeat"])
+    assert spec.needs == {"model"} and spec.in_model and spec.params == {}
+    ours, reported = spec.impl.score_model(model, images, seed=0)
+    backbone = torch.nn.Sequential(model.conv1, model.bn1, model.act1, model.maxpool, model.layer1, model.layer2,
+                                   model.layer3, model.layer4)
+    expected = -pod.RankFeat(backbone, torch.nn.Sequential(model.global_pool, model.fc))(images).double().numpy()
+    with torch.no_grad():
+        energy = torch.logsumexp(model(images).double(), dim=1).numpy()
+    assert np.ptp(expected) > 0 and not np.allclose(expected, energy, rtol=1e-3)  # the rank-1 removal changes the scores
+    np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(reported.numpy(), ours.numpy())
+
+
+def test_rankfeat_refuses_models_without_a_spatial_split():
+    import timm
+
+    (spec,) = resolve_kappas(["rankfeat"])
+    glyph = __import__("glyph_fixtures").load_example(CNN).build_model().eval()
+    with pytest.raises(HarnessError, match=r"^kappa 'rankfeat' needs the model split into a backbone and a head: a timm: CNN "
+                                           r"target, or a model with forward_features\(images\)"):
+        spec.impl.score_model(glyph, torch.randn(2, 1, 32, 32), seed=0)
+    vit = timm.create_model("test_vit", pretrained=False, num_classes=CLASSES).eval()
+    size = vit.default_cfg["input_size"][1:]
+    with pytest.raises(HarnessError, match=r"^kappa 'rankfeat' needs spatial feature maps B x C x H x W from forward_features, "
+                                           r"this model's are \(2, \d+, \d+\)"):
+        spec.impl.score_model(vit, torch.randn(2, 3, *size), seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_clip(tmp_path_factory):
+    """A tiny open_clip model with random weights, as an open_clip: target with three class names (nothing downloaded)."""
+    from clip_fixtures import tiny_open_clip
+
+    return tiny_open_clip(tmp_path_factory.mktemp("clip"), ["cat", "dog", "cup"])
+
+
+@pytest.mark.parametrize("request_,temperature", [("mcm", 1.0), ("mcm:temperature=0.01", 0.01)])
+def test_mcm_agrees_with_pytorch_ood_on_an_open_clip_target(tiny_clip, request_, temperature):
+    import open_clip
+
+    from harness.adapters import CLIP_TEMPLATES
+
+    clip, sub = tiny_clip
+    images = torch.randn(10, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    (spec,) = resolve_kappas([request_])
+    assert spec.needs == {"model"} and spec.params == {"temperature": temperature}
+    ours, reported = spec.impl.score_model(sub.model, images, seed=0)
+    tokenizer = open_clip.get_tokenizer("cood-tiny-clip")
+    with torch.no_grad():  # the class names' text embeddings, computed here from the CLIP model itself
+        text = torch.stack([torch.nn.functional.normalize(torch.nn.functional.normalize(
+            clip.encode_text(tokenizer([t.format(name) for t in CLIP_TEMPLATES])), dim=-1).mean(0), dim=0)
+            for name in ("cat", "dog", "cup")])
+    expected = -pod.MCM(clip.encode_image, text, temperature=temperature)(images).double().numpy()
+    assert np.ptp(expected) > 0 and np.all((expected > 1 / 3) & (expected <= 1))
+    np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(reported.numpy(), ours.numpy())
+
+
+def test_mcm_refuses_a_classifier_without_clip_embeddings():
+    (spec,) = resolve_kappas(["mcm"])
+    glyph = __import__("glyph_fixtures").load_example(CNN).build_model().eval()
+    with pytest.raises(HarnessError, match=r"^kappa 'mcm' needs CLIP image and class-name text embeddings: an open_clip: "
+                                           r"target, or a model with encode_image\(images\) and text_embeddings"):
+        spec.impl.score_model(glyph, torch.randn(2, 1, 32, 32), seed=0)

@@ -42,8 +42,16 @@ class ZeroShotClassifier(torch.nn.Module):
         self.clip = clip
         self.register_buffer("class_weights", class_weights)
 
+    @property
+    def text_embeddings(self) -> torch.Tensor:
+        """The ID class names' text embeddings (the class weights), which MCM reads."""
+        return self.class_weights
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        return self.clip.encode_image(images)
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        features = F.normalize(self.clip.encode_image(images).float(), dim=-1)
+        features = F.normalize(self.encode_image(images).float(), dim=-1)
         return 100.0 * features @ self.class_weights.T
 
 

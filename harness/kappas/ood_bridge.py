@@ -10,7 +10,8 @@ as pytorch-ood expects.
 
 The gradient detectors GradNorm and GradUncertainty need the model: they take their own passes, as ODIN does, on the
 model's logits. MahalanobisODIN, MultiMahalanobis, Gram and NACUE are fitted, then score through the model (see
-:mod:`harness.kappas.ood_layers`). Every other pytorch-ood detector is accounted for in :data:`NOT_BRIDGED` with the reason.
+:mod:`harness.kappas.ood_layers`); RankFeat and MCM score through a model split in two, a backbone and a head, or
+CLIP's image encoder and class-name text embeddings (see :mod:`harness.kappas.ood_split`). Every other pytorch-ood detector is accounted for in :data:`NOT_BRIDGED` with the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pytorch_ood.api import FeatureMapsDetector, FeaturesDetector, LogitsDetecto
 
 from harness.errors import HarnessError
 from harness.kappas.base import KappaDef, Outputs
-from harness.kappas import ood_layers
+from harness.kappas import ood_layers, ood_split
 from harness.kappas.model import logits_of
 
 SAME_AS_PAPER_KAPPA = {"MaxSoftmax": "softmax", "EnergyBased": "energy", "Entropy": "entropy", "MaxLogit": "max_logit",
@@ -32,9 +33,6 @@ SAME_AS_PAPER_KAPPA = {"MaxSoftmax": "softmax", "EnergyBased": "energy", "Entrop
 # every other pytorch-ood detector, and why it is not a kappa here
 NOT_BRIDGED = {
     "WeightedEBO": "needs per-class energy weights learned in training",
-    "MCM": "needs CLIP text embeddings of the ID class names, not a classifier",
-    "RankFeat": "needs the model cut into a backbone giving spatial feature maps and the rest as head; a submitted "
-                "classifier is any module, and its pooled features are what is kept",
 }
 # the gradient detectors: their parameters are the papers' choices (GradNorm: the last layer's weights only)
 GRADIENT_DETECTORS = {"GradNorm": {"temperature": 1.0, "parameters": "last_layer"},
@@ -47,6 +45,9 @@ FITTED_MODEL_DETECTORS = {
     "Gram": ("gram", "layers", {"layers": "auto", "num_poles_list": None}),
     "NACUE": ("nacue", "layers", {"layers": "auto", "m_bins": 50, "alpha": 100.0, "o_star": 50}),
 }
+# scored through a model split in two (see :mod:`harness.kappas.ood_split`): our name, its parameters (MCM's temperature:
+# the paper's 1)
+SPLIT_MODEL_DETECTORS = {"RankFeat": ("rankfeat", {}), "MCM": ("mcm", {"temperature": 1.0})}
 NAMES = {"KLMatching": "kl_matching", "TemperatureScaling": "temperature_scaling"}
 INPUTS = ("model", "encoder", "backbone", "head", "w", "b", "detector", "criterion")
 # parameters without a default in pytorch-ood: ViM's principal dimension (None: half the feature dimension, about
@@ -182,15 +183,15 @@ def bridged_classes() -> dict[str, type]:
     for name in pod.__all__:
         cls = getattr(pod, name)
         if (not inspect.isclass(cls) or name in SAME_AS_PAPER_KAPPA or name in NOT_BRIDGED or name in FITTED_MODEL_DETECTORS
-                or _kind(cls) is None):
+                or name in SPLIT_MODEL_DETECTORS or _kind(cls) is None):
             continue
         classes[NAMES.get(name, name.lower())] = cls
     return classes
 
 
 def pytorch_ood_kappas() -> list[KappaDef]:
-    """A :class:`KappaDef` per bridged pytorch-ood detector, in pytorch-ood's order, then the gradient detectors and
-    those fitted, then scored through the model."""
+    """A :class:`KappaDef` per bridged pytorch-ood detector, in pytorch-ood's order, then the gradient detectors,
+    those fitted, then scored through the model, and those that read a split model."""
     defs = []
     for name, cls in bridged_classes().items():
         kind = _kind(cls)
@@ -206,4 +207,8 @@ def pytorch_ood_kappas() -> list[KappaDef]:
         cls = getattr(pod, cls_name)
         defs.append(KappaDef(name, _summary(cls), "pytorch-ood", frozenset({reads, "fit", "model"}), dict(defaults),
                              implementations[cls_name], _reference(cls)))
+    for cls_name, (name, defaults) in SPLIT_MODEL_DETECTORS.items():
+        cls = getattr(pod, cls_name)
+        make = {"RankFeat": ood_split.RankFeat, "MCM": ood_split.Mcm}[cls_name]
+        defs.append(KappaDef(name, _summary(cls), "pytorch-ood", frozenset({"model"}), dict(defaults), make, _reference(cls)))
     return defs
