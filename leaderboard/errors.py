@@ -7,6 +7,11 @@ class LeaderboardError(Exception):
     """A user-facing problem (bad record, duplicate entry, missing release) with a one-line message."""
 
 
+def one_line(exc: BaseException) -> str:
+    """``<ExceptionType>: <first line of its message>``, for reporting a library's failure on one line."""
+    return f"{type(exc).__name__}: {(str(exc) or '-').splitlines()[0]}"
+
+
 def describe_os_error(exc: OSError) -> str:
     """``<file>: <reason>`` for a failed system call (disk full, permission denied), on one line."""
     reason = exc.strerror or str(exc) or type(exc).__name__

@@ -23,7 +23,7 @@ from huggingface_hub import HfApi
 from huggingface_hub.hf_api import RepoFile
 
 from leaderboard import faults
-from leaderboard.errors import LeaderboardError
+from leaderboard.errors import LeaderboardError, one_line
 from leaderboard.release import CHANGELOG, RELEASE_JSON, changelog, list_releases, release_dir, release_info, release_table
 from leaderboard.site import build_site
 from leaderboard.table import CSV, PARQUET
@@ -126,7 +126,7 @@ def publish(directory: str | Path, repo_id: str, version: int | None = None, end
     except LeaderboardError:
         raise
     except Exception as exc:  # HfHubHTTPError, OSError, and the HTTP client's transport errors
-        raise LeaderboardError(f"publishing to {current} failed: {type(exc).__name__}: {(str(exc) or '-').splitlines()[0]}") from None
+        raise LeaderboardError(f"publishing to {current} failed: {one_line(exc)}") from None
     return {**results["dataset"], **({"space": results["space"]} if space_id else {})}
 
 

@@ -25,7 +25,7 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
 from leaderboard import store
-from leaderboard.errors import LeaderboardError
+from leaderboard.errors import LeaderboardError, one_line
 from leaderboard.schema import REPO_ID, revision
 from leaderboard.weights_check import WEIGHT_SUFFIXES, check_weights_file
 
@@ -48,7 +48,7 @@ def _now() -> str:
 
 
 def _hub_error(what: str, exc: Exception) -> LeaderboardError:
-    return LeaderboardError(f"{what} failed: {type(exc).__name__}: {(str(exc) or '-').splitlines()[0]}")
+    return LeaderboardError(f"{what} failed: {one_line(exc)}")
 
 
 def _read_json(api: HfApi, repo_id: str, path: str, rev: str) -> dict:
@@ -102,7 +102,7 @@ def read_queue(api: HfApi, repo_id: str) -> dict:
         return _read_json(api, repo_id, QUEUE_JSON, "main")
     except HfHubHTTPError as exc:
         raise LeaderboardError(f"{repo_id} is no request queue (run `cood-leaderboard queue-init` first): "
-                               f"{(str(exc) or type(exc).__name__).splitlines()[0]}") from None
+                               f"{one_line(exc)}") from None
 
 
 def parse_target(target: str, weights: str | None, file: str | None) -> dict:

@@ -12,7 +12,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from leaderboard.errors import LeaderboardError
+from leaderboard.errors import LeaderboardError, one_line
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 WEIGHT_SUFFIXES = (".safetensors", *TORCH_SUFFIXES)
@@ -36,7 +36,7 @@ def check_weights_file(path: str | Path) -> str:
             raise
         except Exception as exc:  # SafetensorError, OSError: the header or a tensor's range is broken
             raise LeaderboardError(f"weights file {path.name} is not a valid safetensors file: "
-                                   f"{(str(exc) or type(exc).__name__).splitlines()[0]}") from None
+                                   f"{one_line(exc)}") from None
         return "safetensors"
     if path.suffix not in TORCH_SUFFIXES:
         raise LeaderboardError(f"weights file {path.name}: unknown format; use {' or '.join(WEIGHT_SUFFIXES)}")

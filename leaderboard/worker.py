@@ -19,7 +19,7 @@ from filelock import FileLock
 from huggingface_hub import HfApi
 
 from leaderboard import publish as hub, release as releases, requests as queue, store
-from leaderboard.errors import LeaderboardError
+from leaderboard.errors import LeaderboardError, one_line
 from leaderboard.schema import revision
 
 EVALUATORS = "cood_bench.evaluators"
@@ -37,10 +37,6 @@ def load_evaluator(name: str = "harness"):
     except ImportError as exc:
         raise LeaderboardError(f"the worker needs the torch extra ({exc}): "
                                "pip install 'cood-bench[torch]'") from None
-
-
-def one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {(str(exc) or '-').splitlines()[0]}"[:500]
 
 
 @dataclass
@@ -77,13 +73,13 @@ class Worker:
             queue.finish(self.api, self.requests_repo, request, "pending")
             raise
         except Exception as exc:  # any failure of the request's own model or data is the request's outcome
-            return self._finish(request, "failed", reason=one_line(exc))
+            return self._finish(request, "failed", reason=one_line(exc)[:500])
         verified = {"request": request["id"], "requests_repo": self.requests_repo, "worker": self.name}
         with FileLock(self.board / TURN_LOCK):
             try:
                 entries = store.add_records(self.board, records, folder=folder, verified=verified)
             except LeaderboardError as exc:
-                return self._finish(request, "failed", reason=one_line(exc))
+                return self._finish(request, "failed", reason=one_line(exc)[:500])
             info = releases.release(self.board, note=f"request {request['id']}: {request['name']} (verified)")
             published = None
             if self.publish_repo is not None:
