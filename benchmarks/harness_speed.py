@@ -24,6 +24,7 @@ from PIL import Image
 from sklearn.metrics import roc_auc_score
 
 from dataset_builder.shards import iter_samples
+from harness.decoding import make_decoder
 from harness.distributed import Ranks
 from harness.execution import Execution
 from harness.inference import LocalForward, resolve_kappas
@@ -35,8 +36,9 @@ from harness.submission import load_file
 KAPPAS = ["softmax", "entropy", "max_logit", "energy"]
 
 
-def harness_pass(submission, forward, bench, kappas, execution, split, batch_size, workers) -> float:
-    scorer = Scorer(submission, forward, bench, resolve_kappas(kappas), execution, cache=None, ranks=Ranks(),
+def harness_pass(submission, forward, bench, kappas, execution, split, batch_size, workers, decoder="auto") -> float:
+    images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, execution.device)
+    scorer = Scorer(forward, images, bench, resolve_kappas(kappas), execution, cache=None, ranks=Ranks(),
                     batch_size=batch_size, workers=workers, seed=0, keep_logits=False, verify=True, progress=False)
     start = time.perf_counter()
     scorer.split(split)

@@ -31,7 +31,11 @@ def submit(
     out: Optional[Path] = typer.Option(None, show_default="cood-results/MODEL", help="Output folder; earlier outputs there are moved aside."),
     levels: int = typer.Option(11, help="Number of severity levels: at least 2, at most the OOD classes less the ID classes plus 1."),
     batch_size: int = typer.Option(256, help="Images per batch."),
-    workers: int = typer.Option(2, help="Data-loading worker processes (0: in the main process)."),
+    workers: Optional[int] = typer.Option(None, help="Data-loading worker processes; 0: a background thread of the main process. "
+                                         "Default: 0 on the CPU (the model keeps every core), up to 8 beside a GPU."),
+    decoder: str = typer.Option("auto", help="Image decoder: pil (the model's transform on each Pillow image), torchvision (batched decoding, "
+                                "nvJPEG on a GPU, Pillow's resize reproduced as tensor ops; timm-style transforms only), or auto "
+                                "(torchvision where the transform allows it). The record names it."),
     device: str = typer.Option("auto", help="auto (CUDA when available, else cpu), cpu, cuda or cuda:N (under torchrun: each rank's own GPU)."),
     amp: str = typer.Option("auto", help="Autocast: auto (bf16 on CUDA, none on CPU), bf16, fp16 or none."),
     channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last", show_default="on for CUDA",
@@ -59,7 +63,7 @@ def submit(
     from harness.run import submit as run_submit
 
     result = run_submit(target, benchmark=benchmark, kappas=kappa or None, out=out, num_levels=levels, batch_size=batch_size,
-                        workers=workers, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
+                        workers=workers, decoder=decoder, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
                         odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
                         keep_logits=keep_logits, feature_dtype=feature_dtype, progress=progress, leaderboard=leaderboard, weights=weights,
                         trust_submission=trust_submission, name=name, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)))

@@ -20,7 +20,8 @@ from dataset_builder.benchmark import Benchmark
 from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark, embedded_num_id_classes, embedded_num_ood_classes
 from dataset_builder.errors import BenchmarkError
 from harness import __version__
-from harness.data import shard_batches
+from harness.data import default_workers, shard_batches
+from harness.decoding import DECODERS, PilDecoder, TensorDecoder, make_decoder
 from harness.distributed import Ranks, close, init_ranks
 from harness.drilldown import PerClass, per_class
 from harness.errors import HarnessError
@@ -85,8 +86,8 @@ def open_benchmark(spec: str | Path, progress: bool = True) -> Benchmark:
 class Scorer:
     """Scores the evaluation splits of one benchmark with one model, shard by shard, through the cache."""
 
-    submission: Submission
     forward: LocalForward | ChildForward
+    decoder: PilDecoder | TensorDecoder
     benchmark: Benchmark
     kappas: list[KappaSpec]
     execution: Execution
@@ -147,8 +148,7 @@ class Scorer:
         needed = {k.name for _, missing in todo for k in missing}
         kappas = [k for k in kappas if k.name in needed]
         total = sum(shard["num_samples"] for shard, _ in todo)
-        sub = self.submission
-        batches = shard_batches(self.benchmark, [s for s, _ in todo], sub.transform, sub.channels, self.labels(split),
+        batches = shard_batches(self.benchmark, [s for s, _ in todo], self.decoder, self.labels(split),
                                 self.batch_size, self.workers, self.verify, pin_memory=self.execution.device.type == "cuda")
         manifest = {shard["path"]: shard for shard, _ in todo}
         sizes = {path: shard["num_samples"] for path, shard in manifest.items()}
@@ -172,9 +172,8 @@ class Scorer:
     def fit_on_layers(self, split: str, kappas: list[KappaSpec]) -> np.ndarray:
         """Fit the kappas that read intermediate layers: a pass over the split in the model's process gives what their
         fits need, batch by batch (in key order, on every rank alike); returns the split's labels."""
-        sub = self.submission
         shards = self.benchmark.shards(split)
-        batches = shard_batches(self.benchmark, self.ranks.mine(shards), sub.transform, sub.channels, self.labels(split),
+        batches = shard_batches(self.benchmark, self.ranks.mine(shards), self.decoder, self.labels(split),
                                 self.batch_size, self.workers, self.verify, pin_memory=self.execution.device.type == "cuda")
         mine = []
         with tqdm(total=sum(s["num_samples"] for s in self.ranks.mine(shards)), desc=f"{split} (layers)", unit="img",
@@ -202,7 +201,8 @@ def cache_cost(cache: ScoreCache, head, images: int) -> str:
     return f"score cache: {dims}scores of {images:,} images take {on_disk / 1e6:,.1f} MB in {cache.folder}"
 
 
-def _check_options(name: str | None, num_levels: int, batch_size: int, workers: int, feature_dtype: str = "float32") -> None:
+def _check_options(name: str | None, num_levels: int, batch_size: int, workers: int | None, feature_dtype: str = "float32",
+                   decoder: str = "auto") -> None:
     """Refuse, before anything is loaded, options that cannot work."""
     if feature_dtype not in FEATURE_DTYPES:
         raise HarnessError(f"--feature-dtype must be one of {', '.join(FEATURE_DTYPES)}, got '{feature_dtype}'")
@@ -212,8 +212,10 @@ def _check_options(name: str | None, num_levels: int, batch_size: int, workers: 
         raise HarnessError(f"--levels must be at least 2 (the method needs a first and a last level), got {num_levels}")
     if batch_size < 1:
         raise HarnessError(f"--batch-size must be at least 1, got {batch_size}")
-    if workers < 0:
+    if workers is not None and workers < 0:
         raise HarnessError(f"--workers must be 0 or more, got {workers}")
+    if decoder not in DECODERS:
+        raise HarnessError(f"--decoder must be one of {', '.join(DECODERS)}, got '{decoder}'")
 
 
 def _model_kappa_options(kappas: list[str] | None, odin_preset: str | None, mc_passes: int | None) -> tuple[str, int]:
@@ -271,7 +273,7 @@ def _load(target, transform, name: str | None, weights, channels: int, num_id: i
 
 def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=None, name: str | None = None,
              channels: int = 3, weights: str | Path | None = None, num_levels: int = DEFAULT_NUM_LEVELS,
-             batch_size: int = 256, workers: int = 2, device: str = "auto", amp: str = "auto",
+             batch_size: int = 256, workers: int | None = None, decoder: str = "auto", device: str = "auto", amp: str = "auto",
              channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str | None = None,
              mc_passes: int | None = None, verify: bool = True, cache: bool = False,
              cache_dir: str | Path | None = None, keep_logits: bool = True, progress: bool = True,
@@ -298,13 +300,14 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     """
     started = time.perf_counter()
     created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
-    _check_options(name, num_levels, batch_size, workers, feature_dtype)
+    _check_options(name, num_levels, batch_size, workers, feature_dtype, decoder)
     kappas = None if kappas is None else list(kappas)
     odin_preset, mc_passes = _model_kappa_options(kappas, odin_preset, mc_passes)
     ranks, device = init_ranks(auto_device(device))
     forward = None
     try:
         execution = Execution.resolve(device, amp, channels_last, compile)
+        workers = default_workers(execution.device) if workers is None else workers
         execution.share_cpu(workers)
         # everything that can fail fast does so before an embedded benchmark is built (a minute on first use)
         embedded = str(benchmark) in EMBEDDED
@@ -327,14 +330,19 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         if embedded:
             bench = _open(benchmark, progress and ranks.is_main, num_levels)
         specs = with_fit(specs, bench, seed)
+        try:
+            images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, execution.device)
+        except ValueError as exc:
+            raise HarnessError(str(exc)) from None
+        preprocessing = {**submission.preprocessing, "decoder": images.name}
         weights_sha = submission.weights_sha256
         score_cache = None
         if cache:
-            key = run_key(bench.sha256, weights_sha, submission.preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype})
+            key = run_key(bench.sha256, weights_sha, preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype})
             folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
             score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs}, feature_dtype)
         torch.manual_seed(seed)
-        scorer = Scorer(submission, forward, bench, specs, execution, score_cache, ranks,
+        scorer = Scorer(forward, images, bench, specs, execution, score_cache, ranks,
                         batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main, feature_dtype)
         scores = {}
         timings = {}
@@ -370,12 +378,12 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
                    for spec in specs]
         drilldown = per_class(results, scores["id_test"], scores["ood_test"], bench)
         timings["total_s"] = round(time.perf_counter() - started, 3)
-        run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "world_size": ranks.world,
+        run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "workers": workers, "world_size": ranks.world,
                     "feature_dtype": feature_dtype,
                     "isolation": forward.isolation}
         model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
                       "weights_sha256": weights_sha, "num_parameters": submission.num_parameters,
-                      "preprocessing": submission.preprocessing}
+                      "preprocessing": preprocessing}
         records = [record(result, benchmark=bench.identity(), model=model_info, kappa_params=spec.params, seed=seed,
                           version=__version__, created=created, timings=run_info, metric_definitions=METRIC_DEFINITIONS,
                           per_class=drilldown.summaries[spec.name])

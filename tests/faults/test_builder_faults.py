@@ -303,7 +303,10 @@ def test_an_image_above_the_pixel_limit_is_skipped_and_counted(width, height, re
 
 def test_the_harness_refuses_an_image_above_the_benchmarks_limit(folder_benchmarks, tmp_path):
     from dataset_builder.benchmark import Benchmark
+    import torch
+
     from harness.data import ShardStream
+    from harness.decoding import PilDecoder
 
     bench = tmp_path / "bench"
     shutil.copytree(folder_benchmarks[0], bench)
@@ -311,7 +314,8 @@ def test_the_harness_refuses_an_image_above_the_benchmarks_limit(folder_benchmar
     (bench / "manifest.json").write_text(json.dumps({**manifest, "max_image_pixels": 255}))  # the images are 16x16
     benchmark = Benchmark.open(bench)
     shard = benchmark.shards("id_test")[0]
-    stream = ShardStream(benchmark, [shard], transform=lambda image: image, channels=3, label_of={"cat": 0, "dog": 1}, batch_size=2)
+    decoder = PilDecoder(lambda image: torch.zeros(3), 3, benchmark.max_image_pixels)
+    stream = ShardStream(benchmark, [shard], decoder, label_of={"cat": 0, "dog": 1}, batch_size=2)
     assert list(stream) == [{"shard": shard["path"], "error": f"shard {shard['path']}: sample cat__cat_0 is 16x16 pixels, "
                                                              "above the benchmark's max_image_pixels (255)"}]
 
