@@ -36,10 +36,12 @@ from harness.submission import load_file
 KAPPAS = ["softmax", "entropy", "max_logit", "energy"]
 
 
-def harness_pass(submission, forward, bench, kappas, execution, split, batch_size, workers, decoder="auto") -> float:
+def harness_pass(submission, forward, bench, kappas, execution, split, batch_size, workers, decoder="auto",
+                 decoded=None) -> float:
     images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, execution.device)
     scorer = Scorer(forward, images, bench, resolve_kappas(kappas), execution, cache=None, ranks=Ranks(),
-                    batch_size=batch_size, workers=workers, seed=0, keep_logits=False, verify=True, progress=False)
+                    batch_size=batch_size, workers=workers, seed=0, keep_logits=False, verify=True, progress=False,
+                    decoded=decoded)
     start = time.perf_counter()
     scorer.split(split)
     return time.perf_counter() - start
@@ -70,7 +72,7 @@ def main() -> None:
     parser.add_argument("--split", default="ood_test")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=0, help="0: a background thread reads and decodes (the CPU default)")
     args = parser.parse_args()
 
     bench = open_benchmark(args.benchmark)

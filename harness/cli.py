@@ -49,6 +49,7 @@ def submit(
     cache: bool = typer.Option(True, help="Keep per-shard scores so that an interrupted run resumes where it stopped."),
     cache_dir: Optional[Path] = typer.Option(None, show_default="$COOD_BENCH_CACHE/scores", help="Score cache folder."),
     keep_logits: bool = typer.Option(True, help="Also cache the logits and features, so that new kappas need no new pass."),
+    decoded_cache_gb: float = typer.Option(8.0, "--decoded-cache-gb", help="Keep decoded images (torchvision decoder, CPU) in the cache, up to this many GB, so the next model with the same preprocessing skips decoding; 0: none."),
     feature_dtype: str = typer.Option("float32", help="Precision of the cached features: float32, or float16 for half the disk (kappas read the same values in every run)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
@@ -65,7 +66,7 @@ def submit(
     result = run_submit(target, benchmark=benchmark, kappas=kappa or None, out=out, num_levels=levels, batch_size=batch_size,
                         workers=workers, decoder=decoder, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
                         odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
-                        keep_logits=keep_logits, feature_dtype=feature_dtype, progress=progress, leaderboard=leaderboard, weights=weights,
+                        keep_logits=keep_logits, feature_dtype=feature_dtype, decoded_cache_gb=decoded_cache_gb, progress=progress, leaderboard=leaderboard, weights=weights,
                         trust_submission=trust_submission, name=name, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)))
     if result is None:  # a torchrun rank other than 0
         return

@@ -1,11 +1,12 @@
 """Streaming benchmark shards into batches for the model.
 
-Shards are divided among DataLoader workers, or read by a background thread when there are none (and, under
-torchrun, divided among ranks by the caller); each shard is fetched (a Hub shard is downloaded on first use), checked
-against the manifest's size and sha256, and cut into batches that never span two shards, decoded by the run's
-decoder (:mod:`harness.decoding`) in the workers, or in this process for a GPU decoder. A batch's content therefore depends only on its shard and the batch size, which keeps
-stochastic kappas and resumed runs reproducible whatever the number of workers.
-"""
+A split's shards are packed in manifest order into groups that fill a batch (:func:`shard_groups`: per-class shards
+of 50 images still give the model full batches), divided among DataLoader workers, or read by a background thread
+when there are none (and, under torchrun, among ranks by the caller). Each shard is fetched (a Hub shard is downloaded
+on first use), checked against the manifest's size and sha256, and decoded by the run's decoder
+(:mod:`harness.decoding`) in the workers, or in this process for a GPU decoder. A batch's content depends only on the
+manifest and the batch size, which keeps stochastic kappas and resumed runs reproducible whatever the number of
+workers."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import torch
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.shards import read_shard
+from harness.decoded_cache import DecodedCache
 
 
 def _collate(shard: str, decode: Callable | None, examples: list) -> dict:
@@ -42,15 +44,17 @@ def batches_within_shard(shard: str, examples: Iterator[tuple], batch_size: int,
 
 
 class ShardStream(torch.utils.data.IterableDataset):
-    """Batches ``{"shard", "keys", "images", "labels"}`` of the given shards (``"data"``, the images' bytes, in place
-    of ``"images"`` when ``decode`` is None), or ``{"shard", "error"}`` when a shard is missing, corrupt or holds an
-    unreadable sample (the consumer raises it)."""
+    """Batches ``{"shard", "shards", "keys", "images", "labels"}`` of the given groups of shards (:func:`shard_groups`;
+    ``"shards"``: each shard's path and number of samples in the batch, in order; ``"data"``, the images' bytes, in
+    place of ``"images"`` when ``decode`` is None), or ``{"shard", "error"}`` when a shard is missing, corrupt or holds
+    an unreadable sample (the consumer raises it). With a ``decoded`` cache (:mod:`harness.decoded_cache`, for a
+    decoder with ``pixels``), a shard decoded before is read from it, and one decoded now is kept in it."""
 
-    def __init__(self, benchmark: Benchmark, shards: list[dict], decode: Callable | None, label_of: dict[str, int],
-                 batch_size: int, verify: bool = True):
+    def __init__(self, benchmark: Benchmark, groups: list[list[dict]], decode: Callable | None, label_of: dict[str, int],
+                 batch_size: int, verify: bool = True, decoded: DecodedCache | None = None):
         super().__init__()
-        self.benchmark, self.shards, self.decode = benchmark, shards, decode
-        self.label_of, self.batch_size, self.verify = label_of, batch_size, verify
+        self.benchmark, self.groups, self.decode = benchmark, groups, decode
+        self.label_of, self.batch_size, self.verify, self.decoded = label_of, batch_size, verify, decoded
 
     def _example(self, shard: dict, sample: dict) -> tuple:
         key = sample.get("__key__")
@@ -63,18 +67,85 @@ class ShardStream(torch.utils.data.IterableDataset):
             raise BenchmarkError(f"shard {shard['path']}: sample {key} has class '{class_id}', which is not in this split")
         return key, data, self.label_of[class_id]
 
+    def _kept(self, shard: dict, arrays: dict) -> Iterator[dict]:
+        """A shard's batches from its decoded images."""
+        keys, labels, pixels = list(arrays["keys"]), torch.from_numpy(arrays["labels"]), torch.from_numpy(arrays["images"])
+        for start in range(0, len(keys), self.batch_size):
+            part = slice(start, start + self.batch_size)
+            yield {"shard": shard["path"], "keys": keys[part], "labels": labels[part], "images": self.decode.normalize(pixels[part])}
+
+    def _keeping(self, shard: dict, examples: Iterator[tuple]) -> Iterator[dict]:
+        """A shard's batches, decoded now, its pixels kept in the decoded cache once the shard is whole."""
+        parts = []
+        for batch in batches_within_shard(shard["path"], examples, self.batch_size):
+            pixels = self.decode.pixels(batch.pop("data"), [f"{shard['path']}: sample {key}" for key in batch["keys"]])
+            parts.append((batch["keys"], batch["labels"], pixels))
+            yield batch | {"images": self.decode.normalize(pixels)}
+        self.decoded.save(shard, [k for keys, _, _ in parts for k in keys], torch.cat([p[1] for p in parts]).numpy(),
+                          torch.cat([p[2] for p in parts]).numpy())
+
+    def _batches(self, shard: dict) -> Iterator[dict]:
+        """A shard's batches (through the decoded cache when there is one); raises BenchmarkError."""
+        kept = self.decoded.load(shard) if self.decoded is not None else None
+        if kept is not None:
+            yield from self._kept(shard, kept)
+            return
+        path = self.benchmark.shard_path(shard)
+        self.benchmark.check_shard(shard, path, deep=self.verify)
+        examples = (self._example(shard, sample) for sample in read_shard(path))
+        if self.decoded is not None:
+            yield from self._keeping(shard, examples)
+        else:
+            yield from batches_within_shard(shard["path"], examples, self.batch_size, self.decode)
+
     def __iter__(self) -> Iterator[dict]:
         worker = torch.utils.data.get_worker_info()
-        mine = self.shards if worker is None else self.shards[worker.id :: worker.num_workers]
-        for shard in mine:
+        mine = self.groups if worker is None else self.groups[worker.id :: worker.num_workers]
+        for group in mine:
+            shard = group[0]
             try:
-                path = self.benchmark.shard_path(shard)
-                self.benchmark.check_shard(shard, path, deep=self.verify)
-                examples = (self._example(shard, sample) for sample in read_shard(path))
-                yield from batches_within_shard(shard["path"], examples, self.batch_size, self.decode)
+                if len(group) == 1:
+                    for batch in self._batches(shard):
+                        yield batch | {"shards": [(shard["path"], len(batch["keys"]))]}
+                else:  # small shards: together they fill one batch
+                    parts = []
+                    for shard in group:
+                        parts += list(self._batches(shard))
+                    yield _joined(parts)
             except BenchmarkError as exc:
                 yield {"shard": shard["path"], "error": str(exc)}
                 return
+
+
+def _joined(parts: list[dict]) -> dict:
+    """One batch of the batches of several shards, in order."""
+    batch = {"shard": ", ".join(p["shard"] for p in parts), "shards": [(p["shard"], len(p["keys"])) for p in parts],
+             "keys": [k for p in parts for k in p["keys"]], "labels": torch.cat([p["labels"] for p in parts])}
+    if "data" in parts[0]:
+        return batch | {"data": [d for p in parts for d in p["data"]]}
+    return batch | {"images": torch.cat([p["images"] for p in parts])}
+
+
+def wheres(batch: dict) -> list[str]:
+    """Where each sample of a batch comes from, for error messages: ``"<shard>: sample <key>"``."""
+    paths = [path for path, count in batch["shards"] for _ in range(count)]
+    return [f"{path}: sample {key}" for path, key in zip(paths, batch["keys"])]
+
+
+def shard_groups(shards: list[dict], batch_size: int) -> list[list[dict]]:
+    """Shards in manifest order, consecutive small ones packed into groups of at most ``batch_size`` samples (a larger
+    shard is a group alone). A batch depends only on the manifest and the batch size, whichever shards a resumed run
+    still needs and however many workers or ranks share them, so the model sees full batches on per-class shards."""
+    groups: list[list[dict]] = []
+    size = 0
+    for shard in shards:
+        if groups and size + shard["num_samples"] <= batch_size:
+            groups[-1].append(shard)
+            size += shard["num_samples"]
+        else:
+            groups.append([shard])
+            size = shard["num_samples"]
+    return groups
 
 
 def _decoded(batches: Iterator[dict], decode: Callable) -> Iterator[dict]:
@@ -83,7 +154,7 @@ def _decoded(batches: Iterator[dict], decode: Callable) -> Iterator[dict]:
         if "data" in batch:
             data = batch.pop("data")
             try:
-                batch["images"] = decode(data, [f"{batch['shard']}: sample {key}" for key in batch["keys"]])
+                batch["images"] = decode(data, wheres(batch))
             except BenchmarkError as exc:
                 batch = {"shard": batch["shard"], "error": str(exc)}
         yield batch
@@ -140,15 +211,18 @@ def default_workers(device: torch.device) -> int:
     return 0 if device.type == "cpu" else min(8, max(1, len(os.sched_getaffinity(0)) - 1))
 
 
-def shard_batches(benchmark: Benchmark, shards: list[dict], decoder, label_of: dict[str, int], batch_size: int = 256,
-                  workers: int = 2, verify: bool = True, pin_memory: bool = False) -> Iterator[dict]:
-    """Batches of ``shards`` (see :class:`ShardStream`), read in ``workers`` processes (0: in a background thread of
-    this one) and decoded by ``decoder`` (:mod:`harness.decoding`): in the workers on the CPU, here on a GPU."""
-    if not shards:
+def shard_batches(benchmark: Benchmark, groups: list[list[dict]], decoder, label_of: dict[str, int], batch_size: int = 256,
+                  workers: int = 2, verify: bool = True, pin_memory: bool = False,
+                  decoded: DecodedCache | None = None) -> Iterator[dict]:
+    """Batches of ``groups`` of shards (see :class:`ShardStream`), read in ``workers`` processes (0: in a background
+    thread of this one) and decoded by ``decoder`` (:mod:`harness.decoding`): in the workers on the CPU, here on a
+    GPU; through the ``decoded`` image cache when given and the decoder decodes on the CPU."""
+    if not groups:
         return iter(())
     in_stream = decoder.device.type == "cpu"
-    stream = ShardStream(benchmark, shards, decoder if in_stream else None, label_of, batch_size, verify)
-    workers = max(0, min(workers, len(shards)))
+    decoded = decoded if in_stream and hasattr(decoder, "pixels") else None
+    stream = ShardStream(benchmark, groups, decoder if in_stream else None, label_of, batch_size, verify, decoded)
+    workers = max(0, min(workers, len(groups)))
     if workers:
         batches = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=workers, pin_memory=pin_memory))
         return batches if in_stream else prefetched(_decoded(batches, decoder))

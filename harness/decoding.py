@@ -117,24 +117,26 @@ def _pass(x: torch.Tensor, index: torch.Tensor, weight: torch.Tensor) -> torch.T
 
 
 def resize_crop(image: torch.Tensor, size: tuple[int, int], crop: tuple[int, int], filter_name: str) -> torch.Tensor:
-    """Pillow's ``resize(size[::-1], filter)`` then torchvision's centre crop to ``crop``, of a uint8 ``(C, H, W)``
-    tensor on any device; only the cropped pixels are computed. Pillow skips the pass of an unchanged axis."""
-    _, height, width = image.shape
+    """Pillow's ``resize(size[::-1], filter)`` then torchvision's centre crop to ``crop``, of uint8 ``(..., C, H, W)``
+    tensors on any device; only the cropped pixels are computed. Pillow skips the pass of an unchanged axis."""
+    height, width = image.shape[-2:]
     (out_h, out_w), (crop_h, crop_w) = size, crop
     top, left = int(round((out_h - crop_h) / 2.0)), int(round((out_w - crop_w) / 2.0))
     if out_h == height:
-        image = image[:, top : top + crop_h]
+        image = image[..., top : top + crop_h, :]
     else:
         rows, row_weight = coefficients(height, out_h, top, crop_h, filter_name)
         first, last = int(rows.min()), int(rows.max()) + 1
-        image, rows = image[:, first:last], rows - first
+        image, rows = image[..., first:last, :], rows - first
+    if (out_h, out_w) == (height, width):
+        return image[..., left : left + crop_w].contiguous()
     x = image.to(torch.int32)
     if out_w == width:
-        x = x[:, :, left : left + crop_w]
+        x = x[..., left : left + crop_w]
     else:
         x = _pass(x, *coefficients(width, out_w, left, crop_w, filter_name))
     if out_h != height:
-        x = _pass(x.transpose(1, 2), rows, row_weight).transpose(1, 2)
+        x = _pass(x.transpose(-1, -2), rows, row_weight).transpose(-1, -2)
     return x.to(torch.uint8)
 
 
@@ -252,12 +254,12 @@ class TensorDecoder:
         out: list = [None] * len(datas)
         jpegs = []
         for i, (data, where) in enumerate(zip(datas, wheres)):
-            opened = _opened(data, self.max_pixels, where)
-            header = opened.format, opened.mode
-            if header == ("JPEG", self.mode):
-                jpegs.append(i)
-            elif header == ("PNG", self.mode):
+            if _png_mode(data, self.max_pixels, where) == self.mode:
                 out[i] = self.io.decode_png(torch.frombuffer(bytearray(data), dtype=torch.uint8)).to(self.device)
+                continue
+            opened = _opened(data, self.max_pixels, where)
+            if (opened.format, opened.mode) == ("JPEG", self.mode):
+                jpegs.append(i)
             else:
                 out[i] = open_checked(data, self.mode, self.max_pixels, where)
         if jpegs:
@@ -287,9 +289,37 @@ class TensorDecoder:
         return torch.from_numpy(array.reshape(crop_h, crop_w, -1).copy()).permute(2, 0, 1).to(self.device)
 
     def __call__(self, datas: list[bytes], wheres: list[str]) -> torch.Tensor:
-        images = torch.stack([self._geometry(image, where) for image, where in zip(self._decoded(datas, wheres), wheres)])
-        images = images.to(torch.float32).div(255)  # as ToTensor, then Normalize: the same float32 operations
+        return self.normalize(self.pixels(datas, wheres))
+
+    def pixels(self, datas: list[bytes], wheres: list[str]) -> torch.Tensor:
+        """A batch's uint8 ``(N, C, h, w)`` model inputs before normalising: decoded, resized and cropped."""
+        decoded = self._decoded(datas, wheres)
+        shapes = {image.shape if isinstance(image, torch.Tensor) else None for image in decoded}
+        sizes = self.plan.sizes(*next(iter(shapes))[-2:]) if len(shapes) == 1 and None not in shapes else None
+        if sizes is not None and (self.device.type != "cpu" or sizes[0] == next(iter(shapes))[-2:]):
+            images = resize_crop(torch.stack(decoded), *sizes, self.plan.filter_name)  # one size: the batch at once
+        else:
+            images = torch.stack([self._geometry(image, where) for image, where in zip(decoded, wheres)])
+        return images
+
+    def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
+        """ToTensor then Normalize, on a whole batch: the same float32 operations, so the same values."""
+        images = pixels.to(self.device).to(torch.float32).div(255)
         return images if self.mean is None else images.sub(self.mean).div(self.std)
+
+
+_PNG_MODES = {(8, 0): "L", (8, 2): "RGB"}  # (bit depth, colour type) -> the Pillow mode it decodes to
+
+
+def _png_mode(data: bytes, max_pixels: int, where: str) -> str | None:
+    """The Pillow mode of an 8-bit greyscale or RGB PNG, read from its header (its size checked against
+    ``max_pixels``); None for anything else."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR" or len(data) < 26:
+        return None
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if width * height > max_pixels:
+        raise BenchmarkError(f"shard {where} is {width}x{height} pixels, above the benchmark's max_image_pixels ({max_pixels})")
+    return _PNG_MODES.get((data[24], data[25]))
 
 
 def make_decoder(name: str, transform: Callable, channels: int, max_pixels: int, device: torch.device | str = "cpu"):

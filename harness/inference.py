@@ -211,23 +211,24 @@ def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[Ka
 def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int, kappas: list[KappaSpec],
                  keep_logits: bool = False, progress: tqdm | None = None,
                  feature_dtype: str = "float32") -> Iterator[tuple[str, SplitScores]]:
-    """Score streamed batches and yield ``(shard path, its scores)`` as soon as a shard is complete; an error names
-    the shard of the batch that failed."""
+    """Score streamed batches (each naming its shards and their samples in it) and yield ``(shard path, its scores)``
+    as soon as a shard is complete; an error names the shards of the batch that failed."""
     pending: dict[str, list[SplitScores]] = {}
     for batch in batches:
         if "error" in batch:
             raise HarnessError(batch["error"])
-        shard = batch["shard"]
         try:
             scored = score_batch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)
         except HarnessError as exc:
-            raise HarnessError(f"shard {shard}: {exc}") from None
-        pending.setdefault(shard, []).append(scored)
+            raise HarnessError(f"shard {batch['shard']}: {exc}") from None
         if progress is not None:
             progress.update(len(batch["keys"]))
-        done = sum(len(part) for part in pending[shard])
-        if done == shard_sizes[shard]:
-            yield shard, SplitScores.concat(pending.pop(shard))
+        start = 0
+        for shard, count in batch["shards"]:
+            pending.setdefault(shard, []).append(scored.take(slice(start, start + count)))
+            start += count
+            if sum(len(part) for part in pending[shard]) == shard_sizes[shard]:
+                yield shard, SplitScores.concat(pending.pop(shard))
     if pending:
         shard = next(iter(pending))
         raise HarnessError(f"shard {shard} yielded {sum(len(p) for p in pending[shard])} samples, the manifest says {shard_sizes[shard]}")

@@ -20,7 +20,9 @@ from dataset_builder.benchmark import Benchmark
 from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark, embedded_num_id_classes, embedded_num_ood_classes
 from dataset_builder.errors import BenchmarkError
 from harness import __version__
-from harness.data import default_workers, shard_batches
+from harness.data import default_workers, shard_batches, shard_groups
+from harness.decoded_cache import DecodedCache
+from harness.decoded_cache import cache_key as decoded_key
 from harness.decoding import DECODERS, PilDecoder, TensorDecoder, make_decoder
 from harness.distributed import Ranks, close, init_ranks
 from harness.drilldown import PerClass, per_class
@@ -100,6 +102,7 @@ class Scorer:
     verify: bool
     progress: bool
     feature_dtype: str = "float32"
+    decoded: DecodedCache | None = None
     stats: dict = field(default_factory=lambda: dict.fromkeys(
         ["images_forwarded", "shards_scored", "shards_from_cache", "shards_from_logits"], 0))
 
@@ -137,30 +140,34 @@ class Scorer:
         kappas = self.kappas if kappas is None else kappas
         names = [k.name for k in kappas]
         shards = self.benchmark.shards(split)
-        parts, hits, todo = [], {}, []
-        for shard in self.ranks.mine(shards):
-            cached, missing = self._from_cache(split, shard, kappas, outputs)
-            if missing is None or missing:
-                hits[shard["path"]] = cached
-                todo.append((shard, missing or []))
-            else:
-                parts.append(cached.only(names, keep_logits=outputs))
-        needed = {k.name for _, missing in todo for k in missing}
+        parts, hits, todo, needed, scoring = [], {}, [], set(), set()
+        for group in self.ranks.mine(shard_groups(shards, self.batch_size)):
+            states = [(shard, *self._from_cache(split, shard, kappas, outputs)) for shard in group]
+            wanted = [(shard, missing) for shard, _, missing in states if missing is None or missing]
+            if not wanted:
+                parts += [cached.only(names, keep_logits=outputs) for _, cached, _ in states]
+                continue
+            todo.append(group)  # scored whole: its batch is the same whichever of its shards a resumed run needs
+            hits |= {shard["path"]: cached for shard, cached, _ in states}
+            needed |= {k.name for _, missing in wanted for k in missing or []}
+            scoring |= {shard["path"] for shard, _ in wanted}
         kappas = [k for k in kappas if k.name in needed]
-        total = sum(shard["num_samples"] for shard, _ in todo)
-        batches = shard_batches(self.benchmark, [s for s, _ in todo], self.decoder, self.labels(split),
-                                self.batch_size, self.workers, self.verify, pin_memory=self.execution.device.type == "cuda")
-        manifest = {shard["path"]: shard for shard, _ in todo}
+        manifest = {shard["path"]: shard for group in todo for shard in group}
         sizes = {path: shard["num_samples"] for path, shard in manifest.items()}
-        with tqdm(total=total, desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split, unit="img",
-                  disable=not self.progress or not total, leave=False) as bar:
+        batches = shard_batches(self.benchmark, todo, self.decoder, self.labels(split), self.batch_size, self.workers,
+                                self.verify, self.execution.device.type == "cuda", self.decoded)
+        with tqdm(total=sum(sizes.values()), desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
+                  unit="img", disable=not self.progress or not sizes, leave=False) as bar:
             for path, scored in score_shards(self.forward, batches, sizes, len(self.benchmark.id_classes), kappas,
                                              self.keep_logits or outputs, bar, self.feature_dtype):
+                self.stats["images_forwarded"] += len(scored)
+                if path not in scoring:  # scored again beside a shard of its batch: the same values as its cache entry
+                    parts.append(hits[path].only(names, keep_logits=outputs))
+                    continue
                 merged = scored if hits[path] is None else hits[path].with_kappas(scored)
                 if self.cache:
                     self.cache.save(split, manifest[path], merged)
                 parts.append(merged.only(names, keep_logits=outputs))
-                self.stats["images_forwarded"] += len(scored)
                 self.stats["shards_scored"] += 1
         everyone = SplitScores.concat(self.ranks.gather(parts))
         expected = sum(s["num_samples"] for s in shards)
@@ -172,11 +179,11 @@ class Scorer:
     def fit_on_layers(self, split: str, kappas: list[KappaSpec]) -> np.ndarray:
         """Fit the kappas that read intermediate layers: a pass over the split in the model's process gives what their
         fits need, batch by batch (in key order, on every rank alike); returns the split's labels."""
-        shards = self.benchmark.shards(split)
-        batches = shard_batches(self.benchmark, self.ranks.mine(shards), self.decoder, self.labels(split),
-                                self.batch_size, self.workers, self.verify, pin_memory=self.execution.device.type == "cuda")
+        groups = self.ranks.mine(shard_groups(self.benchmark.shards(split), self.batch_size))
+        batches = shard_batches(self.benchmark, groups, self.decoder, self.labels(split), self.batch_size,
+                                self.workers, self.verify, self.execution.device.type == "cuda", self.decoded)
         mine = []
-        with tqdm(total=sum(s["num_samples"] for s in self.ranks.mine(shards)), desc=f"{split} (layers)", unit="img",
+        with tqdm(total=sum(s["num_samples"] for group in groups for s in group), desc=f"{split} (layers)", unit="img",
                   disable=not self.progress, leave=False) as bar:
             for batch in batches:
                 if "error" in batch:
@@ -278,6 +285,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
              mc_passes: int | None = None, verify: bool = True, cache: bool = False,
              cache_dir: str | Path | None = None, keep_logits: bool = True, progress: bool = True,
              trust_submission: bool = False, limits: Limits | None = None, feature_dtype: str = "float32",
+             decoded_cache_gb: float = 8.0,
              out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None) -> Evaluation | None:
     """Evaluate a classifier on a C-OOD benchmark and return the results; nothing is written unless asked.
 
@@ -291,7 +299,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     and are refused when given without them; impossible options and bad model names are refused before any image is
     read. ``cache`` keeps per-shard scores (and, with ``keep_logits``, logits and features) so that a rerun resumes
     and a new kappa needs no new pass (features kept in ``feature_dtype``, float32 or float16, which the kappas then
-    read in every run alike); kappas that need a fit are fitted on the benchmark's ID fit split first;
+    read in every run alike), and, with the ``torchvision`` decoder on the CPU, the decoded images (up to
+    ``decoded_cache_gb``; 0: none) so that the next model with the same preprocessing skips decoding; kappas that need a fit are fitted on the benchmark's ID fit split first;
     ``out`` (a folder, or a function of
     the model's name giving one) is checked before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
 
@@ -338,12 +347,17 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         weights_sha = submission.weights_sha256
         score_cache = None
         if cache:
-            key = run_key(bench.sha256, weights_sha, preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype})
+            key = run_key(bench.sha256, weights_sha, preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype,
+                                                                             "batches": "shard groups"})
             folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
             score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs}, feature_dtype)
+        decoded = None
+        if cache and decoded_cache_gb > 0 and isinstance(images, TensorDecoder):
+            decoded = DecodedCache((Path(cache_dir) if cache_dir is not None else cache_root()) / "decoded", decoded_key(bench.sha256, images.plan, submission.channels),
+                                   int(decoded_cache_gb * 1e9))
         torch.manual_seed(seed)
         scorer = Scorer(forward, images, bench, specs, execution, score_cache, ranks,
-                        batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main, feature_dtype)
+                        batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main, feature_dtype, decoded)
         scores = {}
         timings = {}
         fitted = [k for k in specs if "fit" in k.needs]

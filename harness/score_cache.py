@@ -131,23 +131,24 @@ class ScoreCache:
         if scores.features is not None:
             arrays["features"] = scores.features.astype(self.feature_dtype)
         try:
-            self._write(self._path(split, shard["path"]), encode(arrays))
+            write_atomic(self._path(split, shard["path"]), encode(arrays))
         except OSError as exc:
             self.writable = False
             warn(f"cannot write the score cache in {self.folder} ({exc.strerror or exc}); the run goes on without caching")
 
-    @staticmethod
-    def _write(path: Path, data: bytes) -> None:
-        """Write ``data`` to ``path`` atomically: a temporary file, fsynced, then renamed over ``path``."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + f".{os.getpid()}.partial")
-        try:
-            with open(partial, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(partial, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                partial.unlink()
-            raise
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file, fsynced, then renamed over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + f".{os.getpid()}.partial")
+    try:
+        with open(partial, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise

@@ -41,6 +41,12 @@ class SplitScores:
                    {k: pick([p.scores[k] for p in parts]) for k in kappas},
                    {k: pick([p.confs[k] for p in parts]) for k in kappas}, logits, features)
 
+    def take(self, rows: slice) -> "SplitScores":
+        """The results of ``rows`` (in their order)."""
+        cut = lambda array: None if array is None else array[rows]  # noqa: E731
+        return SplitScores(self.keys[rows], self.labels[rows], self.preds[rows], {k: v[rows] for k, v in self.scores.items()},
+                           {k: v[rows] for k, v in self.confs.items()}, cut(self.logits), cut(self.features))
+
     def with_kappas(self, other: "SplitScores") -> "SplitScores":
         """These results plus the kappas of ``other`` (same samples)."""
         if not np.array_equal(self.keys, other.keys):

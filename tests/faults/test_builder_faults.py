@@ -315,7 +315,7 @@ def test_the_harness_refuses_an_image_above_the_benchmarks_limit(folder_benchmar
     benchmark = Benchmark.open(bench)
     shard = benchmark.shards("id_test")[0]
     decoder = PilDecoder(lambda image: torch.zeros(3), 3, benchmark.max_image_pixels)
-    stream = ShardStream(benchmark, [shard], decoder, label_of={"cat": 0, "dog": 1}, batch_size=2)
+    stream = ShardStream(benchmark, [[shard]], decoder, label_of={"cat": 0, "dog": 1}, batch_size=2)
     assert list(stream) == [{"shard": shard["path"], "error": f"shard {shard['path']}: sample cat__cat_0 is 16x16 pixels, "
                                                              "above the benchmark's max_image_pixels (255)"}]
 

@@ -1,0 +1,308 @@
+"""One GPU check of the data path, in one run of a few minutes (figures, not a test).
+
+Prints, one line each, then all of it as one final JSON line:
+
+(a) the forward ceiling: timm ``resnet50`` (random weights, nothing downloaded) in bf16 autocast with channels_last
+    on random input tensors made beforehand on the device, batch 256, img/s (warmed up first);
+(b) JPEG decoding of the ImageNet-shaped benchmark's real-size JPEGs (read from its shards), in batches of 256:
+    nvJPEG (``torchvision.io.decode_jpeg(..., device="cuda")``), then torchvision and Pillow on the CPU (one
+    process each), img/s; and the harness's ``torchvision`` decoder (decode, resize, crop, normalise) on the device;
+(c) the harness end to end (``harness.run.evaluate``, the 4 default logit kappas, no cache) on that benchmark with
+    ``decoder="pil"`` and with ``decoder="torchvision"``, img/s each (the three evaluation splits' passes; best of
+    ``--repeats``) and its ratio to the forward ceiling;
+(d) the largest per-level ood-AUROC difference between the two decoders' results (and their largest logit
+    difference).
+
+The benchmark (``imagenet_shaped.py``: all 1,000 ImageNet-1K classes, one JPEG each, and 1,010 ImageNet-21K OOD
+classes of two JPEGs, so 11 levels) is built in ``--work`` on first use and reused after. A part that fails (no
+nvJPEG, say) prints one line saying what failed, and the rest goes on. Run from the repository's root:
+
+    python benchmarks/gpu_check.py [--work ~/.cache/cood-bench/imagenet-shaped-gpu] [--device cuda]
+
+``--cpu-smoke`` runs every part but nvJPEG on the CPU, with ``resnet18`` on a benchmark of 4 ID and 5 OOD classes
+(a few dozen images), to check the script itself in a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other benchmarks/ scripts, as top-level modules
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from dataset_builder.benchmark import Benchmark  # noqa: E402
+from dataset_builder.imagenet import build_imagenet  # noqa: E402
+from dataset_builder.imagenet_classes import ID_CLASSES, imagenet_ood_classes, read_synsets  # noqa: E402
+from dataset_builder.shards import read_shard  # noqa: E402
+from harness.decoding import make_decoder  # noqa: E402
+from harness.execution import Execution  # noqa: E402
+from harness.method.severity import DEFAULT_NUM_LEVELS  # noqa: E402
+from harness.run import EVAL_SPLITS, evaluate  # noqa: E402
+from harness_speed import pure_forward  # noqa: E402
+from imagenet_shaped import _photos, build, photo_jpeg  # noqa: E402
+
+DECODERS = ("pil", "torchvision")
+FULL = dict(model="resnet50", batch_size=256, forward_batches=8, forward_repeats=3, cpu_decode_images=1024,
+            id_classes=None, ood_classes=1010, ood_per_class=2)
+SMOKE = dict(model="resnet18", batch_size=8, forward_batches=2, forward_repeats=1, cpu_decode_images=16,
+             id_classes=4, ood_classes=5, ood_per_class=2)
+
+
+def small_benchmark(out: Path, id_classes: int, ood_classes: int, ood_per_class: int, workers: int) -> Path:
+    """A benchmark of the first ``id_classes`` ImageNet-1K classes (two JPEGs each) and ``ood_classes`` OOD classes,
+    the same real-size JPEGs as ``imagenet_shaped.py``; an existing one is reused."""
+    bench = out / "benchmark"
+    if (bench / "manifest.json").is_file():
+        return bench
+    photos, ids = _photos(), read_synsets(ID_CLASSES)[:id_classes]
+    table = imagenet_ood_classes()
+    survivors = table.loc[table["status"] == "ood", "id"].tolist()[:ood_classes]
+    val, pool = out / "source" / "val", out / "source" / "imagenet21k"
+    for folder, classes, count in ((val, ids, 2), (pool, survivors, ood_per_class)):
+        for wnid in classes:
+            (folder / wnid).mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                (folder / wnid / f"{wnid}_{i}.JPEG").write_bytes(photo_jpeg(photos, f"{wnid}/{i}"))
+    build_imagenet(bench, pool, val, min_images=ood_per_class, images_per_class=ood_per_class, test_fraction=0.5,
+                   id_classes=ids, workers=workers, progress=False)
+    return bench
+
+
+def jpeg_batches(bench: Benchmark, batch_size: int) -> list[list[bytes]]:
+    """Every image of the evaluation splits, as read from the shards, in batches."""
+    datas = [sample[bench.image_ext] for split in EVAL_SPLITS for shard in bench.shards(split)
+             for sample in read_shard(bench.shard_path(shard))]
+    return [datas[i : i + batch_size] for i in range(0, len(datas), batch_size)]
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device: torch.device) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def forward_ceiling(model, execution: Execution, input_size, cfg: dict) -> float:
+    """(a) img/s of the pure forward pass on random input tensors already on the device, best of the repeats."""
+    batch = cfg["batch_size"]
+    images = execution.inputs(torch.randn(batch * cfg["forward_batches"], *input_size, device=execution.device))
+    pure_forward(model, images[:batch], execution, batch)  # warm-up (cuDNN picks its kernels)
+    pure_forward(model, images[:batch], execution, batch)
+    best = min(timed(lambda: pure_forward(model, images, execution, batch), execution.device)
+               for _ in range(cfg["forward_repeats"]))
+    return len(images) / best
+
+
+def decode_rates(batches: list[list[bytes]], device: torch.device, cfg: dict, transform, bench: Benchmark,
+                 report) -> dict:
+    """(b) img/s of JPEG decoding: nvJPEG on ``device`` (a GPU), torchvision and Pillow on the CPU; and the harness's
+    ``torchvision`` decoder (decode + preprocess) on ``device``."""
+    import torchvision.io
+
+    rates = {}
+    tensors = [[torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in batch] for batch in batches]
+    n = sum(len(batch) for batch in batches)
+    if device.type == "cuda":
+        def nvjpeg() -> None:
+            torchvision.io.decode_jpeg(tensors[0], device=device)  # warm-up: nvJPEG's handles and buffers
+            seconds = timed(lambda: [torchvision.io.decode_jpeg(batch, device=device) for batch in tensors], device)
+            rates["nvjpeg_img_s"] = n / seconds
+            print(f"(b) nvJPEG decode_jpeg on {device}, {n} JPEGs in batches of {len(tensors[0])}: "
+                  f"{rates['nvjpeg_img_s']:.0f} img/s")
+        report("nvJPEG decode", nvjpeg)
+    else:
+        print(f"(b) nvJPEG decode: skipped (device {device} is not a CUDA GPU)")
+    limit = cfg["cpu_decode_images"]
+    cpu_batches, count = [], 0
+    for batch in tensors:
+        if count >= limit:
+            break
+        cpu_batches.append(batch[: limit - count])
+        count += len(cpu_batches[-1])
+
+    def cpu_torchvision() -> None:
+        seconds = timed(lambda: [torchvision.io.decode_jpeg(batch, device="cpu") for batch in cpu_batches],
+                        torch.device("cpu"))
+        rates["cpu_torchvision_img_s"] = count / seconds
+        print(f"(b) torchvision decode_jpeg on the CPU ({torch.get_num_threads()} torch threads), {count} JPEGs: "
+              f"{rates['cpu_torchvision_img_s']:.0f} img/s")
+
+    def cpu_pillow() -> None:
+        seconds = timed(lambda: [Image.open(io.BytesIO(bytes(t.numpy()))).convert("RGB") for b in cpu_batches for t in b],
+                        torch.device("cpu"))
+        rates["cpu_pillow_img_s"] = count / seconds
+        print(f"(b) Pillow decode on the CPU (one process), {count} JPEGs: {rates['cpu_pillow_img_s']:.0f} img/s")
+
+    def preprocess() -> None:
+        decoder = make_decoder("torchvision", transform, 3, bench.max_image_pixels, device)
+        where = [[f"batch {i}: image {j}" for j in range(len(batch))] for i, batch in enumerate(batches)]
+        decoder(batches[0], where[0])  # warm-up
+        seconds = timed(lambda: [decoder(batch, w) for batch, w in zip(batches, where)], device)
+        rates["preprocess_img_s"] = n / seconds
+        print(f"(b) the harness's torchvision decoder (decode, resize, crop, normalise) on {device}, {n} JPEGs: "
+              f"{rates['preprocess_img_s']:.0f} img/s")
+
+    report("CPU torchvision decode", cpu_torchvision)
+    report("CPU Pillow decode", cpu_pillow)
+    report("torchvision decoder preprocessing", preprocess)
+    return rates
+
+
+def harness_run(model, config: dict, bench_path: Path, decoder: str, args, cfg: dict, num_levels: int):
+    """(c) one ``evaluate``: the Evaluation, img/s over its three evaluation splits' passes, and over the whole call."""
+    model.to("cpu")  # the harness checks an in-memory model with a trial pass on the CPU, then moves it
+    start = time.perf_counter()
+    evaluation = evaluate(model, config, benchmark=bench_path, name=cfg["model"], decoder=decoder, device=args.device,
+                          amp=args.amp, batch_size=cfg["batch_size"], workers=args.workers, num_levels=num_levels,
+                          cache=False, progress=False)
+    wall = time.perf_counter() - start
+    timings = evaluation.records[0]["timings"]
+    images = sum(timings[f"{split}_images"] for split in EVAL_SPLITS)
+    seconds = sum(timings[f"{split}_s"] for split in EVAL_SPLITS)
+    return evaluation, images, images / seconds, images / wall
+
+
+def decoder_differences(evaluations: dict) -> dict:
+    """(d) the largest per-level ood-AUROC difference between the decoders' results (same kappa, same level), and the
+    largest difference between their logits."""
+    pil, tv = evaluations["pil"], evaluations["torchvision"]
+    auroc = 0.0
+    levels = 0
+    for a, b in zip(pil.results, tv.results):
+        assert a.kappa == b.kappa and len(a.rows) == len(b.rows), "the decoders' results differ in shape"
+        for row_a, row_b in zip(a.rows, b.rows):
+            auroc = max(auroc, abs(row_a["ood_auroc"] - row_b["ood_auroc"]))
+            levels += 1
+    logits = 0.0
+    for split in EVAL_SPLITS:
+        x, y = pil.scores[split], tv.scores[split]
+        assert list(x.keys) == list(y.keys), f"{split}: the decoders scored different samples"
+        if x.logits is not None and y.logits is not None:
+            logits = max(logits, float(np.abs(x.logits.astype(np.float64) - y.logits.astype(np.float64)).max()))
+    return {"max_level_auroc_diff": auroc, "levels_compared": levels, "max_logit_diff": logits}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "cood-bench" / "imagenet-shaped-gpu",
+                        help="where the ImageNet-shaped benchmark is built (reused when there)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--amp", default="bf16", help="none | bf16 | fp16 (the CPU smoke run: none)")
+    parser.add_argument("--workers", type=int, default=None, help="the harness's loader workers (default: its own)")
+    parser.add_argument("--repeats", type=int, default=2, help="harness runs per decoder, interleaved, best kept")
+    parser.add_argument("--cpu-smoke", action="store_true",
+                        help="everything on the CPU, resnet18 on a benchmark of a few dozen images; no nvJPEG")
+    args = parser.parse_args()
+    cfg = dict(SMOKE if args.cpu_smoke else FULL)
+    if args.cpu_smoke:
+        args.device, args.amp, args.repeats = "cpu", "none", 1
+    started = time.perf_counter()
+    errors: list[str] = []
+    figures: dict = {"mode": "cpu-smoke" if args.cpu_smoke else "full", "model": cfg["model"], "device": args.device,
+                     "amp": args.amp, "batch_size": cfg["batch_size"]}
+
+    def report(what: str, fn):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 -- a failed part is reported in one line; the others still run
+            line = f"{what} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            print(f"FAILED {line}", flush=True)
+            traceback.print_exc(file=sys.stderr)
+            errors.append(line)
+            return None
+
+    import timm
+    from timm.data import resolve_data_config
+
+    execution = Execution.resolve(args.device, args.amp)
+    figures["gpu"] = execution.gpu_name()
+    print(f"{execution.summary()}, channels_last {execution.channels_last}; torch {torch.__version__}, "
+          f"timm {timm.__version__}", flush=True)
+    torch.manual_seed(0)
+    num_classes = cfg["id_classes"] or 1000
+    model = timm.create_model(cfg["model"], pretrained=False, num_classes=num_classes).eval()
+    config = resolve_data_config({}, model=model)
+    from harness.submission import timm_transform
+
+    transform = timm_transform(config)
+
+    workers = args.workers or min(16, os.cpu_count() or 1)
+    bench_path = report("building the benchmark", lambda: build(args.work, id_per_class=1, ood_classes=cfg["ood_classes"],
+                                                                ood_per_class=cfg["ood_per_class"], workers=workers)
+                        if cfg["id_classes"] is None else
+                        small_benchmark(args.work, cfg["id_classes"], cfg["ood_classes"], cfg["ood_per_class"], workers))
+    bench = report("opening the benchmark", lambda: Benchmark.open(bench_path)) if bench_path else None
+    if bench is not None:
+        figures["benchmark"] = {"id_classes": len(bench.id_classes), "ood_classes": len(bench.ood_classes),
+                                "images": sum(s["num_samples"] for split in EVAL_SPLITS for s in bench.shards(split))}
+        print(f"benchmark: {figures['benchmark']['id_classes']} ID and {figures['benchmark']['ood_classes']} OOD "
+              f"classes, {figures['benchmark']['images']} images in the evaluation splits "
+              f"({time.perf_counter() - started:.0f} s so far)", flush=True)
+
+    def ceiling() -> None:
+        prepared = execution.prepare(model)
+        figures["forward_img_s"] = forward_ceiling(prepared, execution, config["input_size"], cfg)
+        print(f"(a) forward ceiling, {cfg['model']} at {tuple(config['input_size'])}, batch {cfg['batch_size']}: "
+              f"{figures['forward_img_s']:.0f} img/s", flush=True)
+
+    report("forward ceiling", ceiling)
+    if bench is not None:
+        batches = report("reading the shards", lambda: jpeg_batches(bench, cfg["batch_size"]))
+        if batches:
+            figures.update(decode_rates(batches, execution.device, cfg, transform, bench, report))
+            del batches
+
+    num_levels = min(DEFAULT_NUM_LEVELS, len(bench.ood_classes) - len(bench.id_classes) + 1) if bench is not None else 0
+    evaluations, harness = {}, {}
+    for repeat in range(args.repeats if bench is not None else 0):
+        for decoder in DECODERS:
+            ran = report(f"harness run, decoder {decoder}",
+                         lambda: harness_run(model, config, bench_path, decoder, args, cfg, num_levels))
+            if ran is None:
+                continue
+            evaluation, images, rate, overall = ran
+            evaluations.setdefault(decoder, evaluation)
+            best = harness.setdefault(decoder, {"images": images, "img_s": 0.0, "overall_img_s": 0.0, "runs": 0})
+            best["img_s"], best["overall_img_s"] = max(best["img_s"], rate), max(best["overall_img_s"], overall)
+            best["runs"] += 1
+            print(f"    harness run {repeat + 1}, decoder {decoder:11s}: {images} images, {rate:.0f} img/s over the splits' "
+                  f"passes, {overall:.0f} img/s over the whole call", flush=True)
+    for decoder, best in harness.items():
+        if "forward_img_s" in figures:
+            best["ratio_to_forward"] = best["img_s"] / figures["forward_img_s"]
+        ratio = f", {best['ratio_to_forward']:.2f} x the forward ceiling" if "ratio_to_forward" in best else ""
+        print(f"(c) harness end to end, decoder {decoder:11s}: {best['img_s']:.0f} img/s (best of {best['runs']}){ratio}")
+    figures["harness"] = harness
+    if len(evaluations) == len(DECODERS):
+        differences = report("comparing the decoders", lambda: decoder_differences(evaluations))
+        if differences:
+            figures.update(differences)
+            print(f"(d) largest per-level ood-AUROC difference between the decoders: {differences['max_level_auroc_diff']:.3g} "
+                  f"({differences['levels_compared']} kappa levels); largest logit difference "
+                  f"{differences['max_logit_diff']:.3g}")
+    else:
+        print("(d) decoder comparison: skipped (a harness run failed)")
+    figures["errors"] = errors
+    figures["seconds"] = time.perf_counter() - started
+    print(f"done in {figures['seconds']:.0f} s" + (f", {len(errors)} part(s) failed" if errors else ""))
+    print(json.dumps(figures, default=str))
+
+
+if __name__ == "__main__":
+    main()
