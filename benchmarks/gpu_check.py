@@ -49,7 +49,7 @@ from harness.execution import Execution  # noqa: E402
 from harness.method.severity import DEFAULT_NUM_LEVELS  # noqa: E402
 from harness.run import EVAL_SPLITS, evaluate  # noqa: E402
 from harness_speed import pure_forward  # noqa: E402
-from imagenet_shaped import _photos, build, photo_jpeg  # noqa: E402
+from imagenet_shaped import source_photos, build, photo_jpeg  # noqa: E402
 
 DECODERS = ("pil", "torchvision")
 FULL = dict(model="resnet50", batch_size=256, forward_batches=8, forward_repeats=3, cpu_decode_images=1024,
@@ -64,7 +64,7 @@ def small_benchmark(out: Path, id_classes: int, ood_classes: int, ood_per_class:
     bench = out / "benchmark"
     if (bench / "manifest.json").is_file():
         return bench
-    photos, ids = _photos(), read_synsets(ID_CLASSES)[:id_classes]
+    photos, ids = source_photos(), read_synsets(ID_CLASSES)[:id_classes]
     table = imagenet_ood_classes()
     survivors = table.loc[table["status"] == "ood", "id"].tolist()[:ood_classes]
     val, pool = out / "source" / "val", out / "source" / "imagenet21k"

@@ -30,7 +30,7 @@ QUALITY = 90
 GRAIN = 12.0
 
 
-def _photos() -> list[Image.Image]:
+def source_photos() -> list[Image.Image]:
     """The source photos, RGB, upscaled so that every crop below has at least ImageNet's resolution."""
     photos = []
     for name in PHOTOS:
@@ -61,7 +61,7 @@ def photo_jpeg(photos: list[Image.Image], seed: str) -> bytes:
 def write_trees(root: Path, id_per_class: int, ood_classes: int, ood_per_class: int) -> tuple[Path, Path]:
     """``(imagenet21k, val)`` folders of real-size JPEGs: every ImageNet-1K class, and ``ood_classes`` 21K classes
     that survive the WordNet rules."""
-    photos = _photos()
+    photos = source_photos()
     val, pool = root / "val", root / "imagenet21k"
     table = imagenet_ood_classes()
     survivors = table.loc[table["status"] == "ood", "id"].tolist()[:ood_classes]

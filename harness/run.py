@@ -340,7 +340,9 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
             bench = _open(benchmark, progress and ranks.is_main, num_levels)
         specs = with_fit(specs, bench, seed)
         try:
-            images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, execution.device)
+            # a sandboxed submission's images cross to its process through shared memory: decoded on the CPU
+            on = execution.device if isinstance(forward, LocalForward) else torch.device("cpu")
+            images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, on)
         except ValueError as exc:
             raise HarnessError(str(exc)) from None
         preprocessing = {**submission.preprocessing, "decoder": images.name}
