@@ -49,7 +49,7 @@ def test_evaluate_with_a_callable_transform_and_outputs_on_request(tiny_glyphs, 
     same = evaluate(MLP, benchmark=tiny_glyphs, kappas=["max_logit"], progress=False)
     for ours, theirs in zip(result.records[0]["levels"], same.records[0]["levels"]):  # same pixels up to float rounding
         assert ours == pytest.approx(theirs, rel=1e-5)
-    assert result.records[0]["model"]["preprocessing"] == {"transform": "custom", "channels": 1}
+    assert result.records[0]["model"]["preprocessing"] == {"transform": "custom", "channels": 1, "decoder": "pil"}
     assert sorted(p.name for p in (tmp_path / "out" / "records").iterdir()) == ["max_logit.json"]
     assert (tmp_path / "out" / "levels" / "mlp_in_memory__max_logit.parquet").is_file()
 

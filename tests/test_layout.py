@@ -14,10 +14,11 @@ FORBIDDEN = {
     "dataset_builder": ("harness", "leaderboard"),
     "leaderboard": ("harness", "dataset_builder"),
     "harness.method": ("harness.kappas", "harness.adapters", "harness.inference", "harness.run", "harness.cli",
-                       "harness.isolation", "harness.data", "harness.score_cache", "harness.outputs", "harness.submission",
-                       "dataset_builder", "leaderboard"),
+                       "harness.isolation", "harness.data", "harness.decoding", "harness.decoded_cache", "harness.score_cache",
+                       "harness.outputs", "harness.submission", "dataset_builder", "leaderboard"),
     "harness.kappas": ("harness.adapters", "harness.inference", "harness.run", "harness.cli", "harness.isolation",
-                       "harness.data", "harness.score_cache", "harness.outputs", "harness.submission", "leaderboard"),
+                       "harness.data", "harness.decoding", "harness.decoded_cache", "harness.score_cache", "harness.outputs",
+                       "harness.submission", "leaderboard"),
     "harness.adapters": ("harness.run", "harness.cli", "harness.outputs", "leaderboard"),
 }
 
