@@ -169,26 +169,24 @@ def prefetched(batches: Iterator[dict], depth: int = 2) -> Iterator[dict]:
     stop = threading.Event()
     done = object()
 
-    def produce() -> None:
-        try:
-            for batch in batches:
-                while not stop.is_set():
-                    try:
-                        queue.put(batch, timeout=0.1)
-                        break
-                    except Full:
-                        continue
-                if stop.is_set():
-                    return
-            item = done
-        except BaseException as exc:  # re-raised in the consumer
-            item = exc
+    def put(item) -> bool:
+        """Hand ``item`` over, unless the consumer has stopped (then False)."""
         while not stop.is_set():
             try:
                 queue.put(item, timeout=0.1)
-                return
+                return True
             except Full:
                 continue
+        return False
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                if not put(batch):
+                    return
+            put(done)
+        except BaseException as exc:  # re-raised in the consumer
+            put(exc)
 
     thread = threading.Thread(target=produce, name="cood-prefetch", daemon=True)
     thread.start()

@@ -10,7 +10,6 @@ hand: no maintained library keeps decoded WebDataset shards per preprocessing.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -20,7 +19,7 @@ import numpy as np
 import PIL
 import torchvision
 
-from harness.score_cache import Damaged, decode, encode, warn, write_atomic
+from harness.score_cache import Damaged, encode, read_entry, write_atomic
 
 
 def cache_key(benchmark_sha256: str, plan, channels: int) -> str:
@@ -42,22 +41,13 @@ class DecodedCache:
 
     def load(self, shard: dict) -> dict[str, np.ndarray] | None:
         """A shard's ``keys``, ``labels`` and uint8 ``images``, or None (a damaged entry is reported and removed)."""
-        path = self._path(shard)
-        if not path.is_file():
-            return None
-        try:
-            arrays = decode(path.read_bytes())
+        def check(arrays: dict) -> None:
             if not {"keys", "labels", "images"} <= arrays.keys() or arrays["images"].dtype != np.uint8:
                 raise Damaged("it is not a decoded shard")
             if not len(arrays["keys"]) == len(arrays["labels"]) == len(arrays["images"]) == shard["num_samples"]:
                 raise Damaged(f"it holds {len(arrays['images'])} images, the manifest lists {shard['num_samples']}")
-        except (Damaged, OSError, ValueError) as exc:
-            warn(f"decoded image cache entry {path} is unusable ({exc.strerror if isinstance(exc, OSError) else exc}); "
-                 "it is discarded and its shard decoded again")
-            with contextlib.suppress(OSError):  # a read-only cache keeps it
-                path.unlink()
-            return None
-        return arrays
+
+        return read_entry(self._path(shard), check, "decoded image cache", "decoded")
 
     def save(self, shard: dict, keys: list[str], labels: np.ndarray, images: np.ndarray) -> None:
         """Keep a shard's decoded images, unless that would take the cache past its budget; a cache that cannot be

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -85,22 +86,13 @@ class ScoreCache:
 
     def _read(self, split: str, shard: dict) -> dict[str, np.ndarray] | None:
         """The arrays stored for a shard, or None when there are none (a damaged entry is reported and removed)."""
-        path = self._path(split, shard["path"])
-        if not path.is_file():
-            return None
-        try:
-            arrays = decode(path.read_bytes())
+        def check(arrays: dict) -> None:
             if str(arrays["shard"]) != f"{split}/{shard['path']}":
                 raise Damaged(f"it holds the scores of {arrays['shard']}")
             if len(arrays["keys"]) != shard["num_samples"]:
                 raise Damaged(f"it holds {len(arrays['keys'])} samples, the manifest lists {shard['num_samples']}")
-        except (Damaged, OSError) as exc:
-            warn(f"score cache entry {path} is unusable ({exc.strerror if isinstance(exc, OSError) else exc}); "
-                 "it is discarded and its shard scored again")
-            with contextlib.suppress(OSError):  # a read-only cache keeps it
-                path.unlink()
-            return None
-        return arrays
+
+        return read_entry(self._path(split, shard["path"]), check, "score cache", "scored")
 
     def load(self, split: str, shard: dict) -> tuple[SplitScores, set[str]] | None:
         """The cached scores of a shard (a manifest entry: only the kappas of this run that are there) and the names
@@ -152,3 +144,20 @@ def write_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             partial.unlink()
         raise
+
+
+def read_entry(path: Path, check: Callable[[dict], None], cache: str, again: str) -> dict[str, np.ndarray] | None:
+    """The arrays of a cache entry that passes its checksum and ``check`` (which raises :class:`Damaged`), or None:
+    none there, or a damaged one, reported in one line and removed (its shard is then ``again``, e.g. "scored")."""
+    if not path.is_file():
+        return None
+    try:
+        arrays = decode(path.read_bytes())
+        check(arrays)
+    except (Damaged, OSError, ValueError, KeyError) as exc:
+        warn(f"{cache} entry {path} is unusable ({exc.strerror if isinstance(exc, OSError) else exc}); "
+             f"it is discarded and its shard {again} again")
+        with contextlib.suppress(OSError):  # a read-only cache keeps it
+            path.unlink()
+        return None
+    return arrays
