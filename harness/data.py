@@ -21,7 +21,7 @@ import torch
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.shards import read_shard
-from harness.decoded_cache import DecodedCache
+from harness.decoded_cache import MAX_ENTRY_BYTES, DecodedCache
 
 
 def _collate(shard: str, decode: Callable | None, examples: list) -> dict:
@@ -75,14 +75,18 @@ class ShardStream(torch.utils.data.IterableDataset):
             yield {"shard": shard["path"], "keys": keys[part], "labels": labels[part], "images": self.decode.normalize(pixels[part])}
 
     def _keeping(self, shard: dict, examples: Iterator[tuple]) -> Iterator[dict]:
-        """A shard's batches, decoded now, its pixels kept in the decoded cache once the shard is whole."""
-        parts = []
+        """A shard's batches, decoded now, its pixels kept in the decoded cache once the shard is whole (unless they
+        take more than ``MAX_ENTRY_BYTES``)."""
+        parts, held = [], 0
         for batch in batches_within_shard(shard["path"], examples, self.batch_size):
             pixels = self.decode.pixels(batch.pop("data"), [f"{shard['path']}: sample {key}" for key in batch["keys"]])
-            parts.append((batch["keys"], batch["labels"], pixels))
+            held += pixels.numel()
+            if held <= MAX_ENTRY_BYTES:
+                parts.append((batch["keys"], batch["labels"], pixels))
             yield batch | {"images": self.decode.normalize(pixels)}
-        self.decoded.save(shard, [k for keys, _, _ in parts for k in keys], torch.cat([p[1] for p in parts]).numpy(),
-                          torch.cat([p[2] for p in parts]).numpy())
+        if held <= MAX_ENTRY_BYTES:
+            self.decoded.save(shard, [k for keys, _, _ in parts for k in keys], torch.cat([p[1] for p in parts]).numpy(),
+                              torch.cat([p[2] for p in parts]).numpy())
 
     def _batches(self, shard: dict) -> Iterator[dict]:
         """A shard's batches (through the decoded cache when there is one); raises BenchmarkError."""

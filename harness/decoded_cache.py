@@ -22,6 +22,9 @@ import torchvision
 from harness.score_cache import Damaged, encode, read_entry, write_atomic
 
 
+MAX_ENTRY_BYTES = 1 << 30  # a shard's images are held in memory until it is whole: larger shards are not kept
+
+
 def cache_key(benchmark_sha256: str, plan, channels: int) -> str:
     """The folder of a benchmark's decoded images under one preprocessing."""
     defining = [benchmark_sha256, dataclasses.asdict(plan), channels, PIL.__version__, torchvision.__version__]

@@ -62,6 +62,9 @@ def _sinc(x: float) -> float:
     return math.sin(x) / x
 
 
+HAMMING_A, HAMMING_B = float(np.float32(0.54)), float(np.float32(0.46))  # single-precision constants in Pillow
+
+
 def _hamming(x: float) -> float:
     x = abs(x)
     if x == 0.0:
@@ -69,7 +72,7 @@ def _hamming(x: float) -> float:
     if x >= 1.0:
         return 0.0
     x *= math.pi
-    return math.sin(x) / x * (0.54 + 0.46 * math.cos(x))
+    return math.sin(x) / x * (HAMMING_A + HAMMING_B * math.cos(x))
 
 
 def _lanczos(x: float) -> float:
