@@ -26,10 +26,10 @@ from harness.decoded_cache import MAX_ENTRY_BYTES, DecodedCache
 
 def _collate(shard: str, decode: Callable | None, examples: list) -> dict:
     keys, datas, labels = zip(*examples)
-    batch = {"shard": shard, "keys": list(keys), "labels": torch.tensor(labels, dtype=torch.int64)}
+    batch = {"shard": shard, "shards": [(shard, len(keys))], "keys": list(keys), "labels": torch.tensor(labels, dtype=torch.int64)}
     if decode is None:
         return batch | {"data": list(datas)}
-    return batch | {"images": decode(list(datas), [f"{shard}: sample {key}" for key in keys])}
+    return batch | {"images": decode(list(datas), wheres(batch))}
 
 
 def batches_within_shard(shard: str, examples: Iterator[tuple], batch_size: int, decode: Callable | None = None) -> Iterator[dict]:
@@ -72,14 +72,15 @@ class ShardStream(torch.utils.data.IterableDataset):
         keys, labels, pixels = list(arrays["keys"]), torch.from_numpy(arrays["labels"]), torch.from_numpy(arrays["images"])
         for start in range(0, len(keys), self.batch_size):
             part = slice(start, start + self.batch_size)
-            yield {"shard": shard["path"], "keys": keys[part], "labels": labels[part], "images": self.decode.normalize(pixels[part])}
+            yield {"shard": shard["path"], "shards": [(shard["path"], len(keys[part]))], "keys": keys[part], "labels": labels[part],
+                   "images": self.decode.normalize(pixels[part])}
 
     def _keeping(self, shard: dict, examples: Iterator[tuple]) -> Iterator[dict]:
         """A shard's batches, decoded now, its pixels kept in the decoded cache once the shard is whole (unless they
         take more than ``MAX_ENTRY_BYTES``)."""
         parts, held = [], 0
         for batch in batches_within_shard(shard["path"], examples, self.batch_size):
-            pixels = self.decode.pixels(batch.pop("data"), [f"{shard['path']}: sample {key}" for key in batch["keys"]])
+            pixels = self.decode.pixels(batch.pop("data"), wheres(batch))
             held += pixels.numel()
             if held <= MAX_ENTRY_BYTES:
                 parts.append((batch["keys"], batch["labels"], pixels))
@@ -109,8 +110,7 @@ class ShardStream(torch.utils.data.IterableDataset):
             shard = group[0]
             try:
                 if len(group) == 1:
-                    for batch in self._batches(shard):
-                        yield batch | {"shards": [(shard["path"], len(batch["keys"]))]}
+                    yield from self._batches(shard)
                 else:  # small shards: together they fill one batch
                     parts = []
                     for shard in group:
@@ -123,7 +123,7 @@ class ShardStream(torch.utils.data.IterableDataset):
 
 def _joined(parts: list[dict]) -> dict:
     """One batch of the batches of several shards, in order."""
-    batch = {"shard": ", ".join(p["shard"] for p in parts), "shards": [(p["shard"], len(p["keys"])) for p in parts],
+    batch = {"shard": ", ".join(p["shard"] for p in parts), "shards": [s for p in parts for s in p["shards"]],
              "keys": [k for p in parts for k in p["keys"]], "labels": torch.cat([p["labels"] for p in parts])}
     if "data" in parts[0]:
         return batch | {"data": [d for p in parts for d in p["data"]]}
