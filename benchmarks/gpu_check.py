@@ -6,7 +6,8 @@ Prints, one line each, then all of it as one final JSON line:
     on random input tensors made beforehand on the device, batch 256, img/s (warmed up first);
 (b) JPEG decoding of the ImageNet-shaped benchmark's real-size JPEGs (read from its shards), in batches of 256:
     nvJPEG (``torchvision.io.decode_jpeg(..., device="cuda")``), then torchvision and Pillow on the CPU (one
-    process each), img/s; and the harness's ``torchvision`` decoder (decode, resize, crop, normalise) on the device;
+    process each), img/s; the harness's ``torchvision`` decoder (decode, resize, crop, normalise) on the device; and
+    how far its uint8 model inputs, and nvJPEG's decoded pixels, are from timm's Pillow transform's and Pillow's;
 (c) the harness end to end (``harness.run.evaluate``, the 4 default logit kappas, no cache) on that benchmark with
     ``decoder="pil"`` and with ``decoder="torchvision"``, img/s each (the three evaluation splits' passes; best of
     ``--repeats``) and its ratio to the forward ceiling;
@@ -41,41 +42,19 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from dataset_builder.benchmark import Benchmark  # noqa: E402
-from dataset_builder.imagenet import build_imagenet  # noqa: E402
-from dataset_builder.imagenet_classes import ID_CLASSES, imagenet_ood_classes, read_synsets  # noqa: E402
 from dataset_builder.shards import read_shard  # noqa: E402
 from harness.decoding import make_decoder  # noqa: E402
 from harness.execution import Execution  # noqa: E402
 from harness.method.severity import DEFAULT_NUM_LEVELS  # noqa: E402
 from harness.run import EVAL_SPLITS, evaluate  # noqa: E402
 from harness_speed import pure_forward  # noqa: E402
-from imagenet_shaped import source_photos, build, photo_jpeg  # noqa: E402
+from imagenet_shaped import build  # noqa: E402
 
 DECODERS = ("pil", "torchvision")
 FULL = dict(model="resnet50", batch_size=256, forward_batches=8, forward_repeats=3, cpu_decode_images=1024,
-            id_classes=None, ood_classes=1010, ood_per_class=2)
+            id_classes=None, id_per_class=1, ood_classes=1010, ood_per_class=2)
 SMOKE = dict(model="resnet18", batch_size=8, forward_batches=2, forward_repeats=1, cpu_decode_images=16,
-             id_classes=4, ood_classes=5, ood_per_class=2)
-
-
-def small_benchmark(out: Path, id_classes: int, ood_classes: int, ood_per_class: int, workers: int) -> Path:
-    """A benchmark of the first ``id_classes`` ImageNet-1K classes (two JPEGs each) and ``ood_classes`` OOD classes,
-    the same real-size JPEGs as ``imagenet_shaped.py``; an existing one is reused."""
-    bench = out / "benchmark"
-    if (bench / "manifest.json").is_file():
-        return bench
-    photos, ids = source_photos(), read_synsets(ID_CLASSES)[:id_classes]
-    table = imagenet_ood_classes()
-    survivors = table.loc[table["status"] == "ood", "id"].tolist()[:ood_classes]
-    val, pool = out / "source" / "val", out / "source" / "imagenet21k"
-    for folder, classes, count in ((val, ids, 2), (pool, survivors, ood_per_class)):
-        for wnid in classes:
-            (folder / wnid).mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                (folder / wnid / f"{wnid}_{i}.JPEG").write_bytes(photo_jpeg(photos, f"{wnid}/{i}"))
-    build_imagenet(bench, pool, val, min_images=ood_per_class, images_per_class=ood_per_class, test_fraction=0.5,
-                   id_classes=ids, workers=workers, progress=False)
-    return bench
+             id_classes=4, id_per_class=2, ood_classes=5, ood_per_class=2)
 
 
 def jpeg_batches(bench: Benchmark, batch_size: int) -> list[list[bytes]]:
@@ -158,10 +137,41 @@ def decode_rates(batches: list[list[bytes]], device: torch.device, cfg: dict, tr
         print(f"(b) the harness's torchvision decoder (decode, resize, crop, normalise) on {device}, {n} JPEGs: "
               f"{rates['preprocess_img_s']:.0f} img/s")
 
+    def agreement() -> None:
+        rates.update(pixel_agreement(batches[0], device, transform, bench))
+        print(f"(b) pixel agreement on {len(batches[0])} JPEGs, the model's uint8 inputs, torchvision decoder on {device} "
+              f"against timm's Pillow transform: max {rates['pixels_max_diff']} levels, mean {rates['pixels_mean_diff']:.3f}, "
+              f"{rates['pixels_differing']:.2%} of values differ; the JPEG decode alone ({'nvJPEG' if device.type == 'cuda' else 'torchvision'} "
+              f"against Pillow): max {rates['decode_max_diff']}, mean {rates['decode_mean_diff']:.3f}")
+
     report("CPU torchvision decode", cpu_torchvision)
     report("CPU Pillow decode", cpu_pillow)
     report("torchvision decoder preprocessing", preprocess)
+    report("pixel agreement", agreement)
     return rates
+
+
+def pixel_agreement(datas: list[bytes], device: torch.device, transform, bench: Benchmark) -> dict:
+    """How far the ``torchvision`` decoder's uint8 model inputs on ``device`` are from timm's own Pillow transform's
+    (the latter un-normalised and rounded back to levels), and the JPEG decode alone from Pillow's, over ``datas``."""
+    import torchvision.io
+
+    decoder = make_decoder("torchvision", transform, 3, bench.max_image_pixels, device)
+    where = [f"image {j}" for j in range(len(datas))]
+    ours = decoder.pixels(datas, where).cpu().to(torch.int32)
+    mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in (decoder.plan.mean, decoder.plan.std))
+    theirs = make_decoder("pil", transform, 3, bench.max_image_pixels)(datas, where)
+    theirs = ((theirs * std + mean) * 255).round().to(torch.int32)
+    diff = (ours - theirs).abs()
+    decode_max, decode_sum, decode_count = 0, 0, 0
+    for data in datas:
+        pil = torch.from_numpy(np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1).to(torch.int32)
+        raw = torchvision.io.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), device=device)
+        d = (raw.cpu().to(torch.int32) - pil).abs()
+        decode_max, decode_sum, decode_count = max(decode_max, int(d.max())), decode_sum + int(d.sum()), decode_count + d.numel()
+    return {"pixels_max_diff": int(diff.max()), "pixels_mean_diff": float(diff.double().mean()),
+            "pixels_differing": float((diff > 0).double().mean()), "decode_max_diff": decode_max,
+            "decode_mean_diff": decode_sum / decode_count}
 
 
 def harness_run(model, config: dict, bench_path: Path, decoder: str, args, cfg: dict, num_levels: int):
@@ -243,10 +253,9 @@ def main() -> None:
     transform = timm_transform(config)
 
     workers = args.workers or min(16, os.cpu_count() or 1)
-    bench_path = report("building the benchmark", lambda: build(args.work, id_per_class=1, ood_classes=cfg["ood_classes"],
-                                                                ood_per_class=cfg["ood_per_class"], workers=workers)
-                        if cfg["id_classes"] is None else
-                        small_benchmark(args.work, cfg["id_classes"], cfg["ood_classes"], cfg["ood_per_class"], workers))
+    bench_path = report("building the benchmark", lambda: build(
+        args.work, id_per_class=cfg["id_per_class"], ood_classes=cfg["ood_classes"], ood_per_class=cfg["ood_per_class"],
+        workers=workers, id_classes=cfg["id_classes"]))
     bench = report("opening the benchmark", lambda: Benchmark.open(bench_path)) if bench_path else None
     if bench is not None:
         figures["benchmark"] = {"id_classes": len(bench.id_classes), "ood_classes": len(bench.ood_classes),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -58,29 +59,43 @@ def photo_jpeg(photos: list[Image.Image], seed: str) -> bytes:
     return out.getvalue()
 
 
-def write_trees(root: Path, id_per_class: int, ood_classes: int, ood_per_class: int) -> tuple[Path, Path]:
-    """``(imagenet21k, val)`` folders of real-size JPEGs: every ImageNet-1K class, and ``ood_classes`` 21K classes
-    that survive the WordNet rules."""
+def _write_jpegs(paths: list[Path]) -> None:
+    """Write the JPEGs at ``paths``, each seeded by its class folder and index (``<wnid>/<wnid>_<i>.JPEG``)."""
     photos = source_photos()
+    for path in paths:
+        path.write_bytes(photo_jpeg(photos, f"{path.parent.name}/{path.stem.rsplit('_', 1)[1]}"))
+
+
+def write_trees(root: Path, id_per_class: int, ood_classes: int, ood_per_class: int, id_classes: int | None = None,
+                workers: int = 2) -> tuple[Path, Path]:
+    """``(imagenet21k, val)`` folders of real-size JPEGs: the first ``id_classes`` ImageNet-1K classes (all when
+    None), and ``ood_classes`` 21K classes that survive the WordNet rules; written by ``workers`` processes."""
     val, pool = root / "val", root / "imagenet21k"
     table = imagenet_ood_classes()
     survivors = table.loc[table["status"] == "ood", "id"].tolist()[:ood_classes]
-    for folder, classes, count in ((val, read_synsets(ID_CLASSES), id_per_class), (pool, survivors, ood_per_class)):
+    paths = []
+    for folder, classes, count in ((val, read_synsets(ID_CLASSES)[:id_classes], id_per_class),
+                                   (pool, survivors, ood_per_class)):
         for wnid in classes:
             (folder / wnid).mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                (folder / wnid / f"{wnid}_{i}.JPEG").write_bytes(photo_jpeg(photos, f"{wnid}/{i}"))
+            paths += [folder / wnid / f"{wnid}_{i}.JPEG" for i in range(count)]
+    chunks = [paths[i::workers] for i in range(workers)]
+    with ProcessPoolExecutor(workers) as pool_:
+        list(pool_.map(_write_jpegs, chunks))
     return pool, val
 
 
-def build(out: Path, id_per_class: int = 1, ood_classes: int = 1000, ood_per_class: int = 2, workers: int = 2) -> Path:
-    """The benchmark in ``out`` (its source trees in ``out/source``); an existing one is reused."""
+def build(out: Path, id_per_class: int = 1, ood_classes: int = 1000, ood_per_class: int = 2, workers: int = 2,
+          id_classes: int | None = None) -> Path:
+    """The benchmark in ``out`` (its source trees in ``out/source``); an existing one is reused. ``id_classes``: the
+    first so many ImageNet-1K classes (all 1,000 when None, so real classifiers' logits line up)."""
     bench = out / "benchmark"
     if (bench / "manifest.json").is_file():
         return bench
-    pool, val = write_trees(out / "source", id_per_class, ood_classes, ood_per_class)
+    pool, val = write_trees(out / "source", id_per_class, ood_classes, ood_per_class, id_classes, workers)
+    ids = None if id_classes is None else read_synsets(ID_CLASSES)[:id_classes]
     build_imagenet(bench, pool, val, min_images=ood_per_class, images_per_class=ood_per_class, test_fraction=0.5,
-                   workers=workers, progress=False)
+                   id_classes=ids, workers=workers, progress=False)
     return bench
 
 
