@@ -32,7 +32,7 @@ def submit(
     levels: int = typer.Option(11, help="Number of severity levels: at least 2, at most the OOD classes less the ID classes plus 1."),
     batch_size: int = typer.Option(256, help="Images per batch."),
     workers: Optional[int] = typer.Option(None, help="Data-loading worker processes; 0: a background thread of the main process. "
-                                         "Default: 0 on the CPU (the model keeps every core), up to 8 beside a GPU."),
+                                         "Default: 0 on the CPU (the model keeps every core); beside a GPU, all cores but one (shared among torchrun's ranks on a host)."),
     decoder: str = typer.Option("auto", help="Image decoder: pil (the model's transform on each Pillow image), torchvision (batched decoding, "
                                 "nvJPEG on a GPU, Pillow's resize reproduced as tensor ops; timm-style transforms only), or auto "
                                 "(torchvision where the transform allows it). The record names it."),

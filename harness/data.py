@@ -209,8 +209,11 @@ def prefetched(batches: Iterator[dict], depth: int = 2) -> Iterator[dict]:
 
 def default_workers(device: torch.device) -> int:
     """Loader worker processes by default: none on the CPU (a background thread reads and decodes, and the model keeps
-    every core; workers would take cores from it), up to 8 beside a GPU."""
-    return 0 if device.type == "cpu" else min(8, max(1, len(os.sched_getaffinity(0)) - 1))
+    every core; workers would take cores from it); beside a GPU, every core this process may use but one, shared with
+    the other ranks on the host under torchrun (``LOCAL_WORLD_SIZE``)."""
+    if device.type == "cpu":
+        return 0
+    return max(1, len(os.sched_getaffinity(0)) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))) - 1)
 
 
 def shard_batches(benchmark: Benchmark, groups: list[list[dict]], decoder, label_of: dict[str, int], batch_size: int = 256,

@@ -112,10 +112,16 @@ def coefficients(in_size: int, out_size: int, first: int, count: int, filter_nam
     return torch.from_numpy(index), torch.from_numpy(weight)
 
 
+@functools.lru_cache(maxsize=1024)
+def _on_device(in_size: int, out_size: int, first: int, count: int, filter_name: str,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`coefficients` kept on ``device`` (a copy to a GPU waits for it: made once per geometry)."""
+    return tuple(t.to(device) for t in coefficients(in_size, out_size, first, count, filter_name))
+
+
 def _pass(x: torch.Tensor, index: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """One Pillow resampling pass along the last axis of int32 ``x``: weighted taps, rounded, shifted, clipped."""
-    taps = x[..., index.to(x.device)]
-    total = (taps * weight.to(x.device)).sum(-1, dtype=torch.int32) + (1 << (PRECISION_BITS - 1))
+    total = (x[..., index] * weight).sum(-1, dtype=torch.int32) + (1 << (PRECISION_BITS - 1))
     return (total >> PRECISION_BITS).clamp_(0, 255)
 
 
@@ -128,8 +134,8 @@ def resize_crop(image: torch.Tensor, size: tuple[int, int], crop: tuple[int, int
     if out_h == height:
         image = image[..., top : top + crop_h, :]
     else:
-        rows, row_weight = coefficients(height, out_h, top, crop_h, filter_name)
-        first, last = int(rows.min()), int(rows.max()) + 1
+        first, last = _rows(height, out_h, top, crop_h, filter_name)
+        rows, row_weight = _on_device(height, out_h, top, crop_h, filter_name, image.device)
         image, rows = image[..., first:last, :], rows - first
     if (out_h, out_w) == (height, width):
         return image[..., left : left + crop_w].contiguous()
@@ -137,10 +143,17 @@ def resize_crop(image: torch.Tensor, size: tuple[int, int], crop: tuple[int, int
     if out_w == width:
         x = x[..., left : left + crop_w]
     else:
-        x = _pass(x, *coefficients(width, out_w, left, crop_w, filter_name))
+        x = _pass(x, *_on_device(width, out_w, left, crop_w, filter_name, image.device))
     if out_h != height:
         x = _pass(x.transpose(-1, -2), rows, row_weight).transpose(-1, -2)
     return x.to(torch.uint8)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rows(in_size: int, out_size: int, first: int, count: int, filter_name: str) -> tuple[int, int]:
+    """The source rows the vertical pass reads: ``[first, last)``."""
+    index = coefficients(in_size, out_size, first, count, filter_name)[0]
+    return int(index.min()), int(index.max()) + 1
 
 
 @dataclass(frozen=True)
@@ -246,6 +259,7 @@ class TensorDecoder:
         self.plan, self.channels, self.max_pixels = plan, channels, max_pixels
         self.mode = "L" if channels == 1 else "RGB"
         self.device = torch.device(device)
+        self.tensor_resize = self.device.type != "cpu"  # on the CPU, Pillow's own resize is the fast one
         self.io = _torchvision_io()
         shape = (1, channels, 1, 1)
         self.mean = None if plan.mean is None else torch.tensor(plan.mean, dtype=torch.float32).view(shape).to(self.device)
@@ -258,10 +272,9 @@ class TensorDecoder:
         jpegs = []
         for i, (data, where) in enumerate(zip(datas, wheres)):
             if _png_mode(data, self.max_pixels, where) == self.mode:
-                out[i] = self.io.decode_png(torch.frombuffer(bytearray(data), dtype=torch.uint8)).to(self.device)
+                out[i] = self.io.decode_png(torch.frombuffer(bytearray(data), dtype=torch.uint8))
                 continue
-            opened = _opened(data, self.max_pixels, where)
-            if (opened.format, opened.mode) == ("JPEG", self.mode):
+            if _jpeg_mode(data, self.max_pixels, where) == self.mode:
                 jpegs.append(i)
             else:
                 out[i] = open_checked(data, self.mode, self.max_pixels, where)
@@ -275,35 +288,48 @@ class TensorDecoder:
                 out[i] = image
         return out
 
-    def _geometry(self, image: torch.Tensor | Image.Image, where: str) -> torch.Tensor:
-        height, width = (image.height, image.width) if isinstance(image, Image.Image) else image.shape[1:]
+    def _sizes(self, height: int, width: int, where: str) -> tuple[tuple[int, int], tuple[int, int]]:
         sizes = self.plan.sizes(height, width)
         if sizes is None:
             raise BenchmarkError(f"shard {where}: the crop is larger than the resized image; use --decoder pil")
-        (out_h, out_w), (crop_h, crop_w) = sizes
-        if isinstance(image, torch.Tensor) and (self.device.type != "cpu" or (out_h, out_w) == (height, width)):
-            return resize_crop(image, (out_h, out_w), (crop_h, crop_w), self.plan.filter_name)
-        if isinstance(image, torch.Tensor):  # the CPU: Pillow's own resize is the fast one
-            image = Image.fromarray(image.permute(1, 2, 0).squeeze(-1).numpy(), self.mode)
-        if (out_h, out_w) != (height, width):
+        return sizes
+
+    def _with_pillow(self, image: torch.Tensor | Image.Image, where: str) -> torch.Tensor:
+        """One image resized by Pillow itself and centre-cropped, as a uint8 ``(C, h, w)`` tensor on the device."""
+        if isinstance(image, torch.Tensor):
+            image = Image.fromarray(image.cpu().permute(1, 2, 0).squeeze(-1).numpy(), self.mode)
+        (out_h, out_w), (crop_h, crop_w) = self._sizes(image.height, image.width, where)
+        if (out_h, out_w) != (image.height, image.width):
             image = image.resize((out_w, out_h), Image.Resampling[self.plan.filter_name.upper()])
         top, left = int(round((out_h - crop_h) / 2.0)), int(round((out_w - crop_w) / 2.0))
         array = np.asarray(image.crop((left, top, left + crop_w, top + crop_h)), dtype=np.uint8)
-        return torch.from_numpy(array.reshape(crop_h, crop_w, -1).copy()).permute(2, 0, 1).to(self.device)
+        return torch.from_numpy(array.reshape(crop_h, crop_w, -1).copy()).permute(2, 0, 1).to(self.device, non_blocking=True)
 
     def __call__(self, datas: list[bytes], wheres: list[str]) -> torch.Tensor:
         return self.normalize(self.pixels(datas, wheres))
 
     def pixels(self, datas: list[bytes], wheres: list[str]) -> torch.Tensor:
-        """A batch's uint8 ``(N, C, h, w)`` model inputs before normalising: decoded, resized and cropped."""
+        """A batch's uint8 ``(N, C, h, w)`` model inputs before normalising: decoded, resized and cropped. Decoded
+        tensors of one size are resized together by :func:`resize_crop` (with ``tensor_resize``, as on a GPU, else
+        only when no resize is needed); Pillow resizes the rest."""
         decoded = self._decoded(datas, wheres)
-        shapes = {image.shape if isinstance(image, torch.Tensor) else None for image in decoded}
-        sizes = self.plan.sizes(*next(iter(shapes))[-2:]) if len(shapes) == 1 and None not in shapes else None
-        if sizes is not None and (self.device.type != "cpu" or sizes[0] == next(iter(shapes))[-2:]):
-            images = resize_crop(torch.stack(decoded), *sizes, self.plan.filter_name)  # one size: the batch at once
-        else:
-            images = torch.stack([self._geometry(image, where) for image, where in zip(decoded, wheres)])
-        return images
+        out: list = [None] * len(decoded)
+        by_shape: dict[tuple, list[int]] = {}
+        for i, image in enumerate(decoded):
+            if isinstance(image, torch.Tensor):
+                by_shape.setdefault(tuple(image.shape), []).append(i)
+            else:
+                out[i] = self._with_pillow(image, wheres[i])
+        for shape, members in by_shape.items():
+            sizes = self._sizes(*shape[-2:], wheres[members[0]])
+            if not self.tensor_resize and sizes[0] != shape[-2:]:
+                for i in members:
+                    out[i] = self._with_pillow(decoded[i], wheres[i])
+                continue
+            images = torch.stack([decoded[i].to(self.device, non_blocking=True) for i in members])
+            for i, image in zip(members, resize_crop(images, *sizes, self.plan.filter_name)):
+                out[i] = image
+        return torch.stack(out)
 
     def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
         """ToTensor then Normalize, on a whole batch: the same float32 operations, so the same values."""
@@ -323,6 +349,34 @@ def _png_mode(data: bytes, max_pixels: int, where: str) -> str | None:
     if width * height > max_pixels:
         raise BenchmarkError(f"shard {where} is {width}x{height} pixels, above the benchmark's max_image_pixels ({max_pixels})")
     return _PNG_MODES.get((data[24], data[25]))
+
+
+_JPEG_MODES = {1: "L", 3: "RGB"}  # components of an 8-bit JPEG -> the Pillow mode it decodes to (4, CMYK: Pillow)
+_NO_LENGTH = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
+
+
+def _jpeg_mode(data: bytes, max_pixels: int, where: str) -> str | None:
+    """The Pillow mode of an 8-bit greyscale or colour JPEG, read from its frame header (its size checked against
+    ``max_pixels``); None for anything else. Walking the markers by hand costs a tenth of opening the file with Pillow,
+    once per image of every batch."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    i = 2
+    while i + 10 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF or marker in _NO_LENGTH:
+            i += 1 if marker == 0xFF else 2
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a start of frame
+            height, width = int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
+            if width * height > max_pixels:
+                raise BenchmarkError(f"shard {where} is {width}x{height} pixels, above the benchmark's max_image_pixels "
+                                     f"({max_pixels})")
+            return _JPEG_MODES.get(data[i + 9]) if data[i + 4] == 8 and width and height else None
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return None
 
 
 def make_decoder(name: str, transform: Callable, channels: int, max_pixels: int, device: torch.device | str = "cpu"):

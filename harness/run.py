@@ -9,7 +9,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -105,6 +105,7 @@ class Scorer:
     decoded: DecodedCache | None = None
     stats: dict = field(default_factory=lambda: dict.fromkeys(
         ["images_forwarded", "shards_scored", "shards_from_cache", "shards_from_logits"], 0))
+    first_batch_s: dict = field(default_factory=dict)  # split -> seconds until its first batch reached the model
 
     def labels(self, split: str) -> dict[str, int]:
         classes = self.benchmark.id_classes if split.startswith("id") else self.benchmark.ood_classes
@@ -154,8 +155,8 @@ class Scorer:
         kappas = [k for k in kappas if k.name in needed]
         manifest = {shard["path"]: shard for group in todo for shard in group}
         sizes = {path: shard["num_samples"] for path, shard in manifest.items()}
-        batches = shard_batches(self.benchmark, todo, self.decoder, self.labels(split), self.batch_size, self.workers,
-                                self.verify, self.execution.device.type == "cuda", self.decoded)
+        batches = self._timed(split, shard_batches(self.benchmark, todo, self.decoder, self.labels(split), self.batch_size,
+                                                   self.workers, self.verify, self.execution.device.type == "cuda", self.decoded))
         with tqdm(total=sum(sizes.values()), desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
                   unit="img", disable=not self.progress or not sizes, leave=False) as bar:
             for path, scored in score_shards(self.forward, batches, sizes, len(self.benchmark.id_classes), kappas,
@@ -175,6 +176,13 @@ class Scorer:
             raise HarnessError(f"{split}: {len(everyone)} samples were scored, the manifest lists {expected}")
         return everyone
 
+
+    def _timed(self, split: str, batches: Iterator[dict]) -> Iterator[dict]:
+        """``batches``, noting in ``first_batch_s`` how long the first took to come (the loader's start-up)."""
+        start = time.perf_counter()
+        for batch in batches:
+            self.first_batch_s.setdefault(split, round(time.perf_counter() - start, 3))
+            yield batch
 
     def fit_on_layers(self, split: str, kappas: list[KappaSpec]) -> np.ndarray:
         """Fit the kappas that read intermediate layers: a pass over the split in the model's process gives what their
@@ -380,6 +388,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
             scores[split] = scorer.split(split)
             timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
             timings[f"{split}_images"] = len(scores[split])
+            timings[f"{split}_first_batch_s"] = scorer.first_batch_s.get(split)
         per_rank = ranks.gather([scorer.stats])
         if not ranks.is_main:
             return None

@@ -73,6 +73,21 @@ def test_the_tensor_resize_of_a_batch_is_each_images():
     assert torch.equal(batch[1], resize_crop(pixels[1], (256, 341), (224, 224), "bicubic"))
 
 
+def test_the_gpu_path_resizes_each_size_together_and_agrees_with_pillow():
+    """The decoder's GPU path (tensor resize of each group of same-sized images), run on the CPU."""
+    transform = timm_transform(EFFNET)
+    datas = photos() + [encoded(PHOTO.resize((500, 375)).rotate(180), "JPEG", quality=90)]  # a second 500x375
+    decoder = TensorDecoder(plan_of(transform), 3, 10**8)
+    decoder.tensor_resize = True
+    got = decoder.pixels(datas, [WHERE] * len(datas)).to(torch.int32)
+    expected = PilDecoder(transform, 3, 10**8)(datas, [WHERE] * len(datas))
+    expected = (expected * 0.5 + 0.5).mul(255).round().to(torch.int32)
+    assert got.shape == expected.shape == (len(datas), 3, 224, 224)
+    assert (got - expected).abs().max().item() <= 2  # exact for landscape photos, within 2 levels otherwise
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[-1], expected[-1])
+    assert torch.equal(got[-1], decoder.pixels(datas[-1:], [WHERE])[0])  # in a group of two, as alone
+
+
 def test_a_custom_transform_goes_to_pillow_and_torchvision_says_why():
     custom = lambda image: torch.zeros(3, 8, 8)  # noqa: E731
     assert plan_of(custom) is None
@@ -110,14 +125,15 @@ def test_shard_groups_fill_batches_in_manifest_order():
 
 @pytest.fixture(scope="module")
 def decoder_runs(tiny_glyphs, tmp_path_factory):
-    """The example CNN on the tiny glyph benchmark: with each decoder, and twice through a decoded image cache."""
+    """The example CNN on the tiny glyph benchmark, on the CPU (where decoders agree exactly and the decoded cache is
+    used): with each decoder, and twice through a decoded image cache."""
     from glyph_fixtures import CNN, load_example
     from harness.run import evaluate
 
     cnn = load_example(CNN)
     cache = tmp_path_factory.mktemp("cache")
     run = lambda decoder, **options: evaluate(cnn.build_model(), cnn.DATA_CONFIG, benchmark=tiny_glyphs, decoder=decoder,  # noqa: E731
-                                              num_levels=3, progress=False, **options)
+                                              device="cpu", num_levels=3, progress=False, **options)
     runs = {"pil": run("pil"), "torchvision": run("torchvision"),
             "filling": run("torchvision", cache=True, cache_dir=cache)}
     entries = sorted((cache / "decoded").rglob("*.decoded"))
@@ -145,7 +161,7 @@ def test_a_damaged_decoded_entry_is_decoded_again(tiny_glyphs, tmp_path, capfd):
     from harness.run import evaluate
 
     cnn = load_example(CNN)
-    run = lambda: evaluate(cnn.build_model(), cnn.DATA_CONFIG, benchmark=tiny_glyphs, num_levels=3, progress=False,  # noqa: E731
+    run = lambda: evaluate(cnn.build_model(), cnn.DATA_CONFIG, benchmark=tiny_glyphs, device="cpu", num_levels=3, progress=False,  # noqa: E731
                            cache=True, cache_dir=tmp_path, kappas=["softmax"])
     first = run()
     entry = sorted((tmp_path / "decoded").rglob("*.decoded"))[0]
