@@ -208,15 +208,18 @@ def plan_of(transform: Callable) -> Plan | None:
     return Plan(resize, filter_name or "bilinear", crop, mean, std)
 
 
+def _check_size(width: int, height: int, max_pixels: int, where: str) -> None:
+    if width * height > max_pixels:
+        raise BenchmarkError(f"shard {where} is {width}x{height} pixels, above the benchmark's max_image_pixels ({max_pixels})")
+
+
 def _opened(data: bytes, max_pixels: int, where: str) -> Image.Image:
     """A sample's image, opened lazily, its size checked against ``max_pixels`` on the header (before decoding)."""
     try:
         image = Image.open(io.BytesIO(data))
     except Exception as exc:  # any undecodable sample is reported with its shard and key
         raise BenchmarkError(f"corrupt shard {where} cannot be decoded ({type(exc).__name__}: {exc})") from None
-    if image.width * image.height > max_pixels:
-        raise BenchmarkError(f"shard {where} is {image.width}x{image.height} pixels, above the benchmark's "
-                             f"max_image_pixels ({max_pixels})")
+    _check_size(image.width, image.height, max_pixels, where)
     return image
 
 
@@ -346,8 +349,7 @@ def _png_mode(data: bytes, max_pixels: int, where: str) -> str | None:
     if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR" or len(data) < 26:
         return None
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    if width * height > max_pixels:
-        raise BenchmarkError(f"shard {where} is {width}x{height} pixels, above the benchmark's max_image_pixels ({max_pixels})")
+    _check_size(width, height, max_pixels, where)
     return _PNG_MODES.get((data[24], data[25]))
 
 
@@ -371,9 +373,7 @@ def _jpeg_mode(data: bytes, max_pixels: int, where: str) -> str | None:
             continue
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a start of frame
             height, width = int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
-            if width * height > max_pixels:
-                raise BenchmarkError(f"shard {where} is {width}x{height} pixels, above the benchmark's max_image_pixels "
-                                     f"({max_pixels})")
+            _check_size(width, height, max_pixels, where)
             return _JPEG_MODES.get(data[i + 9]) if data[i + 4] == 8 and width and height else None
         i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
     return None

@@ -353,7 +353,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
             images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, on)
         except ValueError as exc:
             raise HarnessError(str(exc)) from None
-        preprocessing = {**submission.preprocessing, "decoder": images.name}
+        preprocessing = {**submission.preprocessing, "decoder": images.name, "decoded_on": images.device.type}
         weights_sha = submission.weights_sha256
         score_cache = None
         if cache:

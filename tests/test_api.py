@@ -26,7 +26,8 @@ def test_evaluate_an_in_memory_module_writes_nothing(tiny_glyphs, tmp_path, monk
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COOD_BENCH_CACHE", str(tmp_path / "cache"))
     cnn = load_example(CNN)
-    result = evaluate(cnn.build_model(), cnn.DATA_CONFIG, benchmark=tiny_glyphs, kappas=["softmax", "energy"], progress=False)
+    result = evaluate(cnn.build_model(), cnn.DATA_CONFIG, benchmark=tiny_glyphs, kappas=["softmax", "energy"], device="cpu",
+                      progress=False)  # on the CPU: a GPU decodes an in-memory model's images itself, within 2 levels
     assert files_under(tmp_path) == []
     assert isinstance(result.per_level, pd.DataFrame)
     assert len(result.per_level) == 22 and list(result.per_level["severity level"][:11]) == list(range(11))
@@ -34,7 +35,7 @@ def test_evaluate_an_in_memory_module_writes_nothing(tiny_glyphs, tmp_path, monk
     rec = result.records[0]
     assert rec["model"]["name"] == "GlyphCNN" and rec["model"]["source"].endswith("GlyphCNN")
     # the same weights through a submission file give the same levels and metrics
-    from_file = evaluate(CNN, benchmark=tiny_glyphs, kappas=["softmax"], progress=False)
+    from_file = evaluate(CNN, benchmark=tiny_glyphs, kappas=["softmax"], device="cpu", progress=False)
     assert from_file.records[0]["levels"] == rec["levels"] and from_file.records[0]["id"] == rec["id"]
     assert rec["model"]["weights_sha256"] == from_file.records[0]["model"]["weights_sha256"]
 
@@ -49,7 +50,8 @@ def test_evaluate_with_a_callable_transform_and_outputs_on_request(tiny_glyphs, 
     same = evaluate(MLP, benchmark=tiny_glyphs, kappas=["max_logit"], progress=False)
     for ours, theirs in zip(result.records[0]["levels"], same.records[0]["levels"]):  # same pixels up to float rounding
         assert ours == pytest.approx(theirs, rel=1e-5)
-    assert result.records[0]["model"]["preprocessing"] == {"transform": "custom", "channels": 1, "decoder": "pil"}
+    assert result.records[0]["model"]["preprocessing"] == {"transform": "custom", "channels": 1, "decoder": "pil",
+                                                           "decoded_on": "cpu"}
     assert sorted(p.name for p in (tmp_path / "out" / "records").iterdir()) == ["max_logit.json"]
     assert (tmp_path / "out" / "levels" / "mlp_in_memory__max_logit.parquet").is_file()
 
