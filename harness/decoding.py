@@ -125,12 +125,17 @@ def _pass(x: torch.Tensor, index: torch.Tensor, weight: torch.Tensor) -> torch.T
     return (total >> PRECISION_BITS).clamp_(0, 255)
 
 
+def crop_offsets(size: tuple[int, int], crop: tuple[int, int]) -> tuple[int, int]:
+    """The top and left of torchvision's centre crop ``crop`` of an image of ``size`` (both ``(h, w)``)."""
+    return int(round((size[0] - crop[0]) / 2.0)), int(round((size[1] - crop[1]) / 2.0))
+
+
 def resize_crop(image: torch.Tensor, size: tuple[int, int], crop: tuple[int, int], filter_name: str) -> torch.Tensor:
     """Pillow's ``resize(size[::-1], filter)`` then torchvision's centre crop to ``crop``, of uint8 ``(..., C, H, W)``
     tensors on any device; only the cropped pixels are computed. Pillow skips the pass of an unchanged axis."""
     height, width = image.shape[-2:]
     (out_h, out_w), (crop_h, crop_w) = size, crop
-    top, left = int(round((out_h - crop_h) / 2.0)), int(round((out_w - crop_w) / 2.0))
+    top, left = crop_offsets(size, crop)
     if out_h == height:
         image = image[..., top : top + crop_h, :]
     else:
@@ -304,7 +309,7 @@ class TensorDecoder:
         (out_h, out_w), (crop_h, crop_w) = self._sizes(image.height, image.width, where)
         if (out_h, out_w) != (image.height, image.width):
             image = image.resize((out_w, out_h), Image.Resampling[self.plan.filter_name.upper()])
-        top, left = int(round((out_h - crop_h) / 2.0)), int(round((out_w - crop_w) / 2.0))
+        top, left = crop_offsets((out_h, out_w), (crop_h, crop_w))
         array = np.asarray(image.crop((left, top, left + crop_w, top + crop_h)), dtype=np.uint8)
         return torch.from_numpy(array.reshape(crop_h, crop_w, -1).copy()).permute(2, 0, 1).to(self.device, non_blocking=True)
 

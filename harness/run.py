@@ -176,7 +176,6 @@ class Scorer:
             raise HarnessError(f"{split}: {len(everyone)} samples were scored, the manifest lists {expected}")
         return everyone
 
-
     def _timed(self, split: str, batches: Iterator[dict]) -> Iterator[dict]:
         """``batches``, noting in ``first_batch_s`` how long the first took to come (the loader's start-up)."""
         start = time.perf_counter()
@@ -362,7 +361,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
             folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
             score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs}, feature_dtype)
         decoded = None
-        if cache and decoded_cache_gb > 0 and isinstance(images, TensorDecoder):
+        if cache and decoded_cache_gb > 0 and isinstance(images, TensorDecoder) and images.device.type == "cpu":
             decoded = DecodedCache((Path(cache_dir) if cache_dir is not None else cache_root()) / "decoded", decoded_key(bench.sha256, images.plan, submission.channels),
                                    int(decoded_cache_gb * 1e9))
         torch.manual_seed(seed)
