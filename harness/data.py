@@ -22,50 +22,71 @@ from dataset_builder.benchmark import Benchmark
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.shards import read_shard
 from harness.decoded_cache import MAX_ENTRY_BYTES, DecodedCache
+from harness.decoding import joined
 
 
-def _collate(shard: str, decode: Callable | None, examples: list) -> dict:
+def _collate(shard: str, examples: list, decode: Callable | None = None, field: str = "images") -> dict:
+    """One batch of ``(key, bytes, label)`` examples: the images' bytes under ``"data"`` without ``decode``, else
+    ``decode(datas, wheres)`` under ``field``."""
     keys, datas, labels = zip(*examples)
     batch = {"shard": shard, "shards": [(shard, len(keys))], "keys": list(keys), "labels": torch.tensor(labels, dtype=torch.int64)}
     if decode is None:
         return batch | {"data": list(datas)}
-    return batch | {"images": decode(list(datas), wheres(batch))}
+    return batch | {field: decode(list(datas), wheres(batch))}
 
 
-def batches_within_shard(shard: str, examples: Iterator[tuple], batch_size: int, decode: Callable | None = None) -> Iterator[dict]:
+def _chunks(examples: Iterator[tuple], batch_size: int) -> Iterator[list]:
+    """A shard's examples in lists of at most ``batch_size``."""
     batch: list = []
     for example in examples:
         batch.append(example)
         if len(batch) == batch_size:
-            yield _collate(shard, decode, batch)
+            yield batch
             batch = []
     if batch:
-        yield _collate(shard, decode, batch)
+        yield batch
 
 
 class ShardStream(torch.utils.data.IterableDataset):
     """Batches ``{"shard", "shards", "keys", "images", "labels"}`` of the given groups of shards (:func:`shard_groups`;
-    ``"shards"``: each shard's path and number of samples in the batch, in order; ``"data"``, the images' bytes, in
-    place of ``"images"`` when ``decode`` is None), or ``{"shard", "error"}`` when a shard is missing, corrupt or holds
-    an unreadable sample (the consumer raises it). With a ``decoded`` cache (:mod:`harness.decoded_cache`, for a
-    decoder with ``pixels``), a shard decoded before is read from it, and one decoded now is kept in it."""
+    ``"shards"``: each shard's path and number of samples in the batch, in order), or ``{"shard", "error"}`` when a
+    shard is missing, corrupt or holds an unreadable sample (the consumer raises it). In place of ``"images"``: the
+    images' bytes, ``"data"``, when ``decode`` is None, and their uint8 model inputs before normalising, ``"pixels"``,
+    for a decoder with ``pixels`` (the consumer normalises them: see :func:`shard_batches`). With a ``decoded`` cache
+    (:mod:`harness.decoded_cache`, for such a decoder), a shard decoded before is read from it, and one decoded now is
+    kept in it."""
 
     def __init__(self, benchmark: Benchmark, groups: list[list[dict]], decode: Callable | None, label_of: dict[str, int],
                  batch_size: int, verify: bool = True, decoded: DecodedCache | None = None):
         super().__init__()
         self.benchmark, self.groups, self.decode = benchmark, groups, decode
         self.label_of, self.batch_size, self.verify, self.decoded = label_of, batch_size, verify, decoded
+        self.field = "pixels" if hasattr(decode, "pixels") else "images"
+        self.decode_into = getattr(decode, "pixels", decode)  # what fills ``field``
+        self._labels: dict[bytes, int] = {}
 
     def _example(self, shard: dict, sample: dict) -> tuple:
         key = sample.get("__key__")
         try:
-            class_id = json.loads(sample["json"])["class_id"]
+            label = self._labels.get(sample["json"])
             data = sample[self.benchmark.image_ext]
         except Exception as exc:  # any undecodable sample is reported with its shard and key
             raise BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})") from None
+        return key, data, self._label(shard, key, sample["json"]) if label is None else label
+
+    def _label(self, shard: dict, key: str, record: bytes) -> int:
+        """The split's label of a sample's JSON record, kept for the next sample with the same record (one per class
+        in the builder's shards)."""
+        try:
+            class_id = json.loads(record)["class_id"]
+        except Exception as exc:
+            raise BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})") from None
         if class_id not in self.label_of:
             raise BenchmarkError(f"shard {shard['path']}: sample {key} has class '{class_id}', which is not in this split")
-        return key, data, self.label_of[class_id]
+        if len(self._labels) >= 4096:  # records of other benchmarks may differ per sample
+            self._labels.clear()
+        self._labels[record] = self.label_of[class_id]
+        return self._labels[record]
 
     def _kept(self, shard: dict, arrays: dict) -> Iterator[dict]:
         """A shard's batches from its decoded images."""
@@ -73,21 +94,21 @@ class ShardStream(torch.utils.data.IterableDataset):
         for start in range(0, len(keys), self.batch_size):
             part = slice(start, start + self.batch_size)
             yield {"shard": shard["path"], "shards": [(shard["path"], len(keys[part]))], "keys": keys[part], "labels": labels[part],
-                   "images": self.decode.normalize(pixels[part])}
+                   "pixels": pixels[part]}
 
     def _keeping(self, shard: dict, examples: Iterator[tuple]) -> Iterator[dict]:
         """A shard's batches, decoded now, its pixels kept in the decoded cache once the shard is whole (unless they
         take more than ``MAX_ENTRY_BYTES``)."""
         parts, held = [], 0
-        for batch in batches_within_shard(shard["path"], examples, self.batch_size):
-            pixels = self.decode.pixels(batch.pop("data"), wheres(batch))
-            held += pixels.numel()
+        for chunk in _chunks(examples, self.batch_size):
+            batch = _collate(shard["path"], chunk, self.decode_into, self.field)
+            held += batch["pixels"].numel()
             if held <= MAX_ENTRY_BYTES:
-                parts.append((batch["keys"], batch["labels"], pixels))
-            yield batch | {"images": self.decode.normalize(pixels)}
+                parts.append((batch["keys"], batch["labels"], batch["pixels"]))
+            yield batch
         if held <= MAX_ENTRY_BYTES:
-            self.decoded.save(shard, [k for keys, _, _ in parts for k in keys], torch.cat([p[1] for p in parts]).numpy(),
-                              torch.cat([p[2] for p in parts]).numpy())
+            self.decoded.save(shard, [k for keys, _, _ in parts for k in keys], joined([p[1] for p in parts]).numpy(),
+                              joined([p[2] for p in parts]).numpy())
 
     def _batches(self, shard: dict) -> Iterator[dict]:
         """A shard's batches (through the decoded cache when there is one); raises BenchmarkError."""
@@ -101,7 +122,8 @@ class ShardStream(torch.utils.data.IterableDataset):
         if self.decoded is not None:
             yield from self._keeping(shard, examples)
         else:
-            yield from batches_within_shard(shard["path"], examples, self.batch_size, self.decode)
+            for chunk in _chunks(examples, self.batch_size):
+                yield _collate(shard["path"], chunk, self.decode_into, self.field)
 
     def __iter__(self) -> Iterator[dict]:
         worker = torch.utils.data.get_worker_info()
@@ -124,10 +146,11 @@ class ShardStream(torch.utils.data.IterableDataset):
 def _joined(parts: list[dict]) -> dict:
     """One batch of the batches of several shards, in order."""
     batch = {"shard": ", ".join(p["shard"] for p in parts), "shards": [s for p in parts for s in p["shards"]],
-             "keys": [k for p in parts for k in p["keys"]], "labels": torch.cat([p["labels"] for p in parts])}
-    if "data" in parts[0]:
+             "keys": [k for p in parts for k in p["keys"]], "labels": joined([p["labels"] for p in parts])}
+    field = next(f for f in ("data", "pixels", "images") if f in parts[0])
+    if field == "data":
         return batch | {"data": [d for p in parts for d in p["data"]]}
-    return batch | {"images": torch.cat([p["images"] for p in parts])}
+    return batch | {field: joined([p[field] for p in parts])}
 
 
 def wheres(batch: dict) -> list[str]:
@@ -221,7 +244,9 @@ def shard_batches(benchmark: Benchmark, groups: list[list[dict]], decoder, label
                   decoded: DecodedCache | None = None) -> Iterator[dict]:
     """Batches of ``groups`` of shards (see :class:`ShardStream`), read in ``workers`` processes (0: in a background
     thread of this one) and decoded by ``decoder`` (:mod:`harness.decoding`): in the workers on the CPU, here on a
-    GPU; through the ``decoded`` image cache when given and the decoder decodes on the CPU."""
+    GPU; through the ``decoded`` image cache when given and the decoder decodes on the CPU. A decoder's uint8 pixels
+    are normalised here, in the consumer's thread: the reading thread or workers run no multi-threaded torch op
+    beside the model's, and carry a quarter of the bytes."""
     if not groups:
         return iter(())
     in_stream = decoder.device.type == "cpu"
@@ -230,11 +255,19 @@ def shard_batches(benchmark: Benchmark, groups: list[list[dict]], decoder, label
     workers = max(0, min(workers, len(groups)))
     if workers:
         batches = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=workers, pin_memory=pin_memory))
-        return batches if in_stream else prefetched(_decoded(batches, decoder))
-    batches = iter(stream) if in_stream else _decoded(iter(stream), decoder)
-    return prefetched(_pinned(batches) if pin_memory and in_stream else batches)
+        batches = batches if in_stream else prefetched(_decoded(batches, decoder))
+    else:
+        batches = iter(stream) if in_stream else _decoded(iter(stream), decoder)
+        batches = prefetched(_pinned(batches) if pin_memory and in_stream else batches)
+    return _normalized(batches, decoder) if stream.field == "pixels" else batches
+
+
+def _normalized(batches: Iterator[dict], decoder) -> Iterator[dict]:
+    for batch in batches:
+        yield batch | {"images": decoder.normalize(batch.pop("pixels"))} if "pixels" in batch else batch
 
 
 def _pinned(batches: Iterator[dict]) -> Iterator[dict]:
     for batch in batches:
-        yield batch | {"images": batch["images"].pin_memory()} if "images" in batch else batch
+        field = next((f for f in ("pixels", "images") if f in batch), None)
+        yield batch | {field: batch[field].pin_memory()} if field else batch

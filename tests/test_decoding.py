@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,8 @@ from PIL import Image
 
 from dataset_builder.errors import BenchmarkError
 from harness.data import shard_groups
-from harness.decoding import PilDecoder, TensorDecoder, make_decoder, plan_of, resize_crop
+from harness.decoding import Plan, PilDecoder, TensorDecoder, joined, make_decoder, plan_of, resize_crop
+from harness.execution import Execution
 from harness.submission import timm_transform
 
 EFFNET = {"input_size": (3, 224, 224), "interpolation": "bicubic", "mean": (0.5,) * 3, "std": (0.5,) * 3, "crop_pct": 0.875}
@@ -86,6 +88,38 @@ def test_the_gpu_path_resizes_each_size_together_and_agrees_with_pillow():
     assert (got - expected).abs().max().item() <= 2  # exact for landscape photos, within 2 levels otherwise
     assert torch.equal(got[0], expected[0]) and torch.equal(got[-1], expected[-1])
     assert torch.equal(got[-1], decoder.pixels(datas[-1:], [WHERE])[0])  # in a group of two, as alone
+
+
+@pytest.mark.parametrize("spng", [True, False], ids=["libspng", "torchvision"])
+def test_pngs_decode_to_pillows_pixels_with_or_without_libspng(spng, monkeypatch):
+    """PNGs are decoded by libspng where the torch extra installs it (not on 64-bit ARM Linux), else by torchvision:
+    Pillow's pixels either way, transparency chunks included; a broken one is Pillow's one-line error."""
+    import harness.decoding
+
+    if not spng:
+        monkeypatch.setattr(harness.decoding, "pyspng", None)
+    elif platform.machine() != "aarch64":
+        assert harness.decoding.pyspng is not None
+    grey, rgb = PHOTO.convert("L").resize((61, 47)), PHOTO.resize((61, 47))
+    datas = [encoded(grey, "PNG"), encoded(rgb, "PNG"), encoded(grey, "PNG", transparency=7), encoded(rgb, "PNG", transparency=(1, 2, 3))]
+    for channels, mode in ((1, "L"), (3, "RGB")):
+        decoder = TensorDecoder(Plan(None, "bilinear", None, None, None), channels, 10**8)
+        expected = [np.asarray(Image.open(io.BytesIO(d)).convert(mode)).reshape(47, 61, channels) for d in datas]
+        assert np.array_equal(decoder.pixels(datas, [WHERE] * 4).numpy(), np.stack(expected).transpose(0, 3, 1, 2))
+        with pytest.raises(BenchmarkError) as error:
+            decoder.pixels([datas[0], datas[1][:-40]], ["shard.tar: sample ok", WHERE])
+        assert str(error.value).startswith("corrupt shard shard.tar: sample k cannot be decoded") and "\n" not in str(error.value)
+
+
+def test_batches_reach_the_model_in_the_recorded_memory_format():
+    """Decoded images are ``(H, W, C)`` arrays seen as ``(C, H, W)``: joined into contiguous batches as torch would, and
+    the model gets contiguous NCHW or channels_last as the run records it (the layout changes the kernels)."""
+    parts = [torch.arange(24, dtype=torch.uint8).view(2, 4, 3).permute(2, 0, 1) + i for i in range(3)]
+    for got, expected in [(joined(parts, new_axis=True), torch.stack(parts)), (joined([p[None] for p in parts]), torch.stack(parts))]:
+        assert torch.equal(got, expected) and got.is_contiguous()
+    nhwc = torch.rand(2, 3, 5, 4).contiguous(memory_format=torch.channels_last)
+    assert Execution.resolve("cpu").inputs(nhwc).is_contiguous()
+    assert Execution.resolve("cpu", channels_last=True).inputs(nhwc.contiguous()).is_contiguous(memory_format=torch.channels_last)
 
 
 def test_a_custom_transform_goes_to_pillow_and_torchvision_says_why():
