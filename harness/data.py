@@ -25,7 +25,7 @@ from harness.decoded_cache import MAX_ENTRY_BYTES, DecodedCache
 from harness.decoding import joined
 
 
-def _collate(shard: str, examples: list, decode: Callable | None = None, field: str = "images") -> dict:
+def _collate(shard: str, examples: list, decode: Callable | None, field: str) -> dict:
     """One batch of ``(key, bytes, label)`` examples: the images' bytes under ``"data"`` without ``decode``, else
     ``decode(datas, wheres)`` under ``field``."""
     keys, datas, labels = zip(*examples)
@@ -59,34 +59,31 @@ class ShardStream(torch.utils.data.IterableDataset):
     def __init__(self, benchmark: Benchmark, groups: list[list[dict]], decode: Callable | None, label_of: dict[str, int],
                  batch_size: int, verify: bool = True, decoded: DecodedCache | None = None):
         super().__init__()
-        self.benchmark, self.groups, self.decode = benchmark, groups, decode
+        self.benchmark, self.groups = benchmark, groups
         self.label_of, self.batch_size, self.verify, self.decoded = label_of, batch_size, verify, decoded
         self.field = "pixels" if hasattr(decode, "pixels") else "images"
         self.decode_into = getattr(decode, "pixels", decode)  # what fills ``field``
-        self._labels: dict[bytes, int] = {}
+        self._class_ids: dict[bytes, str] = {}
 
     def _example(self, shard: dict, sample: dict) -> tuple:
         key = sample.get("__key__")
         try:
-            label = self._labels.get(sample["json"])
-            data = sample[self.benchmark.image_ext]
+            record, data = sample["json"], sample[self.benchmark.image_ext]
+            class_id = self._class_ids.get(record) or self._class_id(record)
+            label = self.label_of.get(class_id)
         except Exception as exc:  # any undecodable sample is reported with its shard and key
             raise BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})") from None
-        return key, data, self._label(shard, key, sample["json"]) if label is None else label
-
-    def _label(self, shard: dict, key: str, record: bytes) -> int:
-        """The split's label of a sample's JSON record, kept for the next sample with the same record (one per class
-        in the builder's shards)."""
-        try:
-            class_id = json.loads(record)["class_id"]
-        except Exception as exc:
-            raise BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})") from None
-        if class_id not in self.label_of:
+        if label is None:
             raise BenchmarkError(f"shard {shard['path']}: sample {key} has class '{class_id}', which is not in this split")
-        if len(self._labels) >= 4096:  # records of other benchmarks may differ per sample
-            self._labels.clear()
-        self._labels[record] = self.label_of[class_id]
-        return self._labels[record]
+        return key, data, label
+
+    def _class_id(self, record: bytes) -> str:
+        """A sample's class from its JSON record, kept for the next sample with the same record (one per class in the
+        builder's shards; at most 4,096 kept, as other benchmarks' records may differ per sample)."""
+        if len(self._class_ids) >= 4096:
+            self._class_ids.clear()
+        self._class_ids[record] = json.loads(record)["class_id"]
+        return self._class_ids[record]
 
     def _kept(self, shard: dict, arrays: dict) -> Iterator[dict]:
         """A shard's batches from its decoded images."""
@@ -96,12 +93,11 @@ class ShardStream(torch.utils.data.IterableDataset):
             yield {"shard": shard["path"], "shards": [(shard["path"], len(keys[part]))], "keys": keys[part], "labels": labels[part],
                    "pixels": pixels[part]}
 
-    def _keeping(self, shard: dict, examples: Iterator[tuple]) -> Iterator[dict]:
+    def _keeping(self, shard: dict, batches: Iterator[dict]) -> Iterator[dict]:
         """A shard's batches, decoded now, its pixels kept in the decoded cache once the shard is whole (unless they
         take more than ``MAX_ENTRY_BYTES``)."""
         parts, held = [], 0
-        for chunk in _chunks(examples, self.batch_size):
-            batch = _collate(shard["path"], chunk, self.decode_into, self.field)
+        for batch in batches:
             held += batch["pixels"].numel()
             if held <= MAX_ENTRY_BYTES:
                 parts.append((batch["keys"], batch["labels"], batch["pixels"]))
@@ -119,11 +115,8 @@ class ShardStream(torch.utils.data.IterableDataset):
         path = self.benchmark.shard_path(shard)
         self.benchmark.check_shard(shard, path, deep=self.verify)
         examples = (self._example(shard, sample) for sample in read_shard(path))
-        if self.decoded is not None:
-            yield from self._keeping(shard, examples)
-        else:
-            for chunk in _chunks(examples, self.batch_size):
-                yield _collate(shard["path"], chunk, self.decode_into, self.field)
+        batches = (_collate(shard["path"], chunk, self.decode_into, self.field) for chunk in _chunks(examples, self.batch_size))
+        yield from self._keeping(shard, batches) if self.decoded is not None else batches
 
     def __iter__(self) -> Iterator[dict]:
         worker = torch.utils.data.get_worker_info()

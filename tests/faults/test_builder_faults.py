@@ -320,6 +320,35 @@ def test_the_harness_refuses_an_image_above_the_benchmarks_limit(folder_benchmar
                                                              "above the benchmark's max_image_pixels (255)"}]
 
 
+def test_a_bad_sample_record_is_one_line_naming_the_sample(folder_benchmarks, tmp_path):
+    """A sample whose JSON record is missing or broken, or names a class outside the split or not as a string; the
+    batch of good samples before it still comes through."""
+    from dataclasses import asdict
+
+    from dataset_builder.benchmark import Benchmark
+    from dataset_builder.shards import read_shard, write_shard
+    from harness.data import ShardStream
+    from harness.decoding import PilDecoder
+    import torch
+
+    bench = tmp_path / "bench"
+    shutil.copytree(folder_benchmarks[0], bench)
+    benchmark = Benchmark.open(bench)
+    good = list(read_shard(benchmark.shard_path(benchmark.shards("id_test")[0])))[:2]
+    ext = benchmark.image_ext
+    decoder = PilDecoder(lambda image: torch.zeros(3), 3, benchmark.max_image_pixels)
+    for bad, reason in [({"__key__": "bad", ext: good[0][ext]}, r"cannot be decoded \(KeyError: 'json'\)"),
+                        ({**good[0], "__key__": "bad", "json": b"{not json"}, r"cannot be decoded \(JSONDecodeError: "),
+                        ({**good[0], "__key__": "bad", "json": b'{"class_id": ["cat"]}'}, r"cannot be decoded \(TypeError: "),
+                        ({**good[0], "__key__": "bad", "json": b'{"class_id": "owl"}'}, r"has class 'owl', which is not in this split")]:
+        shard = asdict(write_shard(bench, "id/test/bad.tar", "id_test", [*good, bad]))
+        label_of = {json.loads(good[0]["json"])["class_id"]: 7}
+        stream = ShardStream(benchmark, [[shard]], decoder, label_of=label_of, batch_size=2)
+        assert [b["labels"].tolist() for b in stream if "labels" in b] == [[7, 7]]
+        [error] = [b["error"] for b in stream if "error" in b]
+        assert re.match(rf"(corrupt shard|shard) id/test/bad.tar: sample bad {reason}", error) and "\n" not in error, error
+
+
 # ---------------------------------------------------------------------------------------------------- the cache
 
 def test_a_built_cache_is_read_without_writing(tmp_path, monkeypatch):
