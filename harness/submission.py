@@ -27,8 +27,8 @@ from typing import Callable
 
 import torch
 from PIL import Image
-from timm.data import create_transform
 
+from harness.bundle import Bundle
 from harness.errors import HarnessError
 from harness.kappas import LogitKappa, registry, split_output
 
@@ -66,6 +66,7 @@ class Submission:
     user_kappas: dict[str, LogitKappa] = field(default_factory=dict)
     weights_sha256: str | None = None  # computed from ``model`` unless given (a model in a child process)
     num_parameters: int | None = None
+    bundle_sha256: str | None = None  # a submission file's code: :mod:`harness.bundle`
 
     def __post_init__(self):
         check_name(self.name)
@@ -76,12 +77,21 @@ class Submission:
 
 def weights_sha256(model: torch.nn.Module) -> str:
     """A hash of the model's weights: names, dtypes, shapes and bytes of its state dict, in name order."""
+    return state_sha256((name, str(tensor.dtype), tuple(tensor.shape), _raw(tensor)) for name, tensor in sorted(model.state_dict().items()))
+
+
+def _raw(tensor: torch.Tensor) -> bytes:
+    tensor = tensor.detach().cpu().contiguous().reshape(-1)
+    return tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+
+
+def state_sha256(entries) -> str:
+    """The weights hash of ``(name, dtype, shape, raw bytes)`` entries in name order (a model's, or what a sandboxed
+    child handed over)."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        shape = tuple(tensor.shape)
-        tensor = tensor.detach().cpu().contiguous().reshape(-1)
-        digest.update(f"{name}|{tensor.dtype}|{shape}|".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    for name, dtype, shape, raw in entries:
+        digest.update(f"{name}|{dtype}|{tuple(shape)}|".encode())
+        digest.update(raw)
     return digest.hexdigest()
 
 
@@ -116,6 +126,8 @@ def _code_of(fn: Callable) -> str:
 
 def timm_transform(config: dict) -> Callable:
     """timm's evaluation transform for a data config (input_size, mean, std, interpolation, crop_pct, crop_mode)."""
+    from timm.data import create_transform
+
     keys = ("input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode")
     return create_transform(**{k: config[k] for k in keys if k in config}, is_training=False)
 
@@ -133,8 +145,9 @@ def recorded(config: dict) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
 
 
-def load_file(path: str | Path) -> Submission:
-    """Load a submission file (see the module docstring for the contract)."""
+def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
+    """Load a submission file (see the module docstring for the contract). In a sandboxed child (``sandboxed``) the
+    transform and the bundle's hash are left to the harness, which computes both itself."""
     path = Path(path)
     if not path.is_file():
         raise HarnessError(f"submission file {path} not found")
@@ -148,7 +161,7 @@ def load_file(path: str | Path) -> Submission:
     check_data_config(config, f"submission {path}: DATA_CONFIG")
     try:
         model = module.build_model()
-        transform = custom() if callable(custom) else timm_transform(config)
+        transform = custom() if callable(custom) else None if sandboxed else timm_transform(config)
     except Exception as exc:
         raise HarnessError(f"submission {path}: building the model failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(model, torch.nn.Module):
@@ -172,6 +185,7 @@ def load_file(path: str | Path) -> Submission:
         source=path.name,
         file_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
         user_kappas=kappas,
+        bundle_sha256=None if sandboxed else Bundle.of(path).sha256(),
     )
 
 
@@ -212,16 +226,24 @@ def check_output(submission: Submission, num_classes: int) -> None:
     mode = "L" if submission.channels == 1 else "RGB"
     try:
         image = submission.transform(Image.new(mode, (320, 240)))
-        with torch.no_grad():
-            output = submission.model.eval()(image.unsqueeze(0))
-    except Exception as exc:  # noqa: BLE001 -- any failure of the model or its transform on a plain image
+    except Exception as exc:  # noqa: BLE001 -- any failure of the transform on a plain image
         raise HarnessError(f"{submission.source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from None
+    if image.shape[0] != submission.channels:
+        raise HarnessError(f"{submission.source}: the transform gives {image.shape[0]} channels, expected {submission.channels}")
+    trial_forward(submission.model, image, num_classes, submission.source)
+
+
+def trial_forward(model: torch.nn.Module, image: torch.Tensor, num_classes: int, source: str) -> None:
+    """One pass (eval mode) of one input image: the model must give ``num_classes`` logits."""
+    try:
+        with torch.no_grad():
+            output = model.eval()(image.unsqueeze(0))
+    except Exception as exc:  # noqa: BLE001 -- any failure of the model on a plain image
+        raise HarnessError(f"{source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from None
     try:
         logits = split_output(output)[0]
     except HarnessError as exc:
-        raise HarnessError(f"{submission.source}: {exc}") from None
-    if image.shape[0] != submission.channels:
-        raise HarnessError(f"{submission.source}: the transform gives {image.shape[0]} channels, expected {submission.channels}")
+        raise HarnessError(f"{source}: {exc}") from None
     if logits.ndim != 2 or logits.shape[1] != num_classes:
-        raise HarnessError(f"{submission.source}: the model gives logits of shape {tuple(logits.shape)} for one image; "
+        raise HarnessError(f"{source}: the model gives logits of shape {tuple(logits.shape)} for one image; "
                            f"the benchmark has {num_classes} ID classes")
