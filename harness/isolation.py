@@ -180,7 +180,8 @@ class ChildForward:
             raise HarnessError(f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)") from None
         except (EOFError, OSError):
             code = self.process.wait(timeout=30)
-            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            signum = -code if code < 0 else code - 128 if code > 128 else 0  # bubblewrap exits 128 + the child's signal
+            how = f"signal {signal.Signals(signum).name}" if signum in signal.valid_signals() else f"exit code {code}"
             self.log.thread.join(timeout=5)
             last = self.log.last_line()
             self.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.adapters import is_zoo_target
 from harness.errors import HarnessError
 from harness.run import open_benchmark, submit
 
@@ -28,8 +29,12 @@ class RequestEvaluator:
         if request["benchmark"] != self.identity:
             raise HarnessError(f"request {request['id']} is for benchmark manifest {request['benchmark']['manifest_sha256'][:12]}, "
                                f"this worker's is {self.identity['manifest_sha256'][:12]}")
-        kind = request["model"]["target"].partition(":")[0]
-        target, weights_file = (f"hf:{weights}", None) if kind == "hf" else (request["model"]["target"], str(weights))
+        target = request["model"].get("target")
+        if not isinstance(target, str) or not is_zoo_target(target) or "\n" in target:
+            raise HarnessError(f"request {request['id']} names {str(target)[:80]!r}, not a library model (timm:, torchvision:, "
+                               "open_clip:, hf:); the worker never runs a file from the queue")
+        kind = target.partition(":")[0]
+        target, weights_file = (f"hf:{weights}", None) if kind == "hf" else (target, str(weights))
         out = self.work_dir / request["id"]
         evaluation = submit(target, weights=weights_file, benchmark=self.benchmark, name=request["name"],
                             kappas=request["kappas"] or None, num_levels=request["num_levels"], device=self.device,

@@ -1,6 +1,7 @@
 """Glyph benchmarks for the tests: a tiny one (seconds) and the embedded default one (what the demo uses)."""
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,8 @@ import importlib.util
 import numpy as np
 import torch
 from harness.submission import user_kappa
-spec = importlib.util.spec_from_file_location("cnn", {str(CNN)!r})
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("cnn", Path(__file__).with_name("glyph_cnn.py"))
 cnn = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cnn)
 DATA_CONFIG = cnn.DATA_CONFIG
@@ -63,6 +65,11 @@ def variant(cls):
 
 
 def cnn_variant(path: Path, body: str) -> Path:
-    """Write a submission file at ``path``: the example CNN loaded as ``cnn`` (with ``variant``), then ``body``."""
+    """Write a submission file at ``path``: the example CNN loaded as ``cnn`` (with ``variant``), then ``body``. The
+    example and its weights are copied beside it, into its bundle (a sandboxed file reads only its own folder)."""
+    if not (path.parent / CNN.name).exists():
+        shutil.copy(CNN, path.parent / CNN.name)
+        (path.parent / "weights").mkdir(exist_ok=True)
+        shutil.copy(CNN.parent / "weights" / "glyph_cnn.safetensors", path.parent / "weights")
     path.write_text(CNN_PREAMBLE + body)
     return path

@@ -1,41 +1,21 @@
-"""A stranger's submission file runs in a child process: no network, no secrets, no reach into the harness, and
-a hang, a crash or a memory grab ends in one line naming the shard."""
+"""A stranger's submission file that misbehaves: a hang, a crash, a memory grab or a failing pass ends in one line
+naming the shard, and nothing is written; where no sandbox can be had, a file is refused in one line."""
 
-import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from glyph_fixtures import cnn_variant
 from harness import HarnessError, evaluate
+from harness import sandbox
 from harness.isolation import Limits
 
-STABLE = ("created", "timings")
 
 
 def run_cli(*args, env=None):
     return subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=300)
-
-
-def same_results(a: dict, b: dict) -> bool:
-    return {k: v for k, v in a.items() if k not in STABLE} == {k: v for k, v in b.items() if k not in STABLE}
-
-
-@pytest.fixture(scope="module")
-def honest(tiny_glyphs, tmp_path_factory):
-    path = cnn_variant(tmp_path_factory.mktemp("honest") / "honest.py", "build_model = cnn.build_model\nNAME = 'glyph_cnn'\n")
-    return evaluate(path, benchmark=tiny_glyphs, kappas=["softmax", "energy"], progress=False).records
-
-
-def test_the_record_names_the_guards(honest):
-    isolation = honest[0]["timings"]["isolation"]
-    assert isolation["mode"] == "child process" and isolation["environment"] == "scrubbed"
-    assert isolation["network"] in ("network namespace", "user and network namespace")  # root here: the OS guard
-    assert isolation["filesystem"] == "read-only except its home"
-    assert isolation["batch_timeout_s"] == 600 and isolation["memory_limit_bytes"] > 2**30
 
 
 def test_a_submission_cannot_patch_the_harness(tiny_glyphs, tmp_path, honest):
@@ -56,60 +36,14 @@ def build_model():
         assert ours["model"]["weights_sha256"] == theirs["model"]["weights_sha256"]
 
 
-def test_no_network_and_no_secrets(tiny_glyphs, tmp_path, monkeypatch):
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    accepted = []
-    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
-    monkeypatch.setenv("HF_TOKEN", "hf_planted_secret")
-    monkeypatch.setenv("COOD_PLANTED_SECRET", "s3cret")
-    spy = cnn_variant(tmp_path / "spy.py", f"""
-import os, socket
-
-def _try_network():
-    try:
-        socket.create_connection(("127.0.0.1", {port}), timeout=5).sendall(os.environ.get("HF_TOKEN", "none").encode())
-        return "sent"
-    except OSError:
-        return "blocked"
-
-NAME = "spy_" + _try_network() + "_" + os.environ.get("HF_TOKEN", "no-token") + "_" + os.environ.get("COOD_PLANTED_SECRET", "no-secret")
-build_model = cnn.build_model
-""")
-    records = evaluate(spy, benchmark=tiny_glyphs, kappas=["softmax"], progress=False).records
-    assert records[0]["model"]["name"] == "spy_blocked_no-token_no-secret"
-    server.close()
-    assert accepted == []
-
-
-def test_the_file_systems_are_read_only(tiny_glyphs, tmp_path):
-    planted = tmp_path / "planted.txt"
-    planted.write_text("the harness's")
-    vandal = cnn_variant(tmp_path / "vandal.py", f"""
-import os, pathlib
-
-def _try_write(path):
-    try:
-        pathlib.Path(path).write_text("the submitter's")
-        return "written"
-    except OSError:
-        return "refused"
-
-NAME = "_".join(_try_write(p) for p in ({str(planted)!r}, {str(tmp_path / "new.txt")!r}, os.environ["HOME"] + "/scratch"))
-build_model = cnn.build_model
-""")
-    records = evaluate(vandal, benchmark=tiny_glyphs, kappas=["softmax"], progress=False).records
-    assert records[0]["model"]["name"] == "refused_refused_written"  # only its own home is writable
-    assert planted.read_text() == "the harness's" and not (tmp_path / "new.txt").exists()
-    assert not list(tmp_path.glob("__pycache__"))
-
-
 def test_a_trusted_file_runs_in_process(tiny_glyphs, tmp_path, monkeypatch):
     monkeypatch.setenv("COOD_PLANTED_SECRET", "s3cret")
     trusted = cnn_variant(tmp_path / "trusted.py", "import os\nNAME = 'seen_' + os.environ.get('COOD_PLANTED_SECRET', 'none')\n"
                                                     "build_model = cnn.build_model\n")
     records = evaluate(trusted, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, trust_submission=True).records
-    assert records[0]["model"]["name"] == "seen_s3cret" and records[0]["timings"]["isolation"] == {"mode": "in-process"}
+    isolation = records[0]["timings"]["isolation"]
+    assert records[0]["model"]["name"] == "seen_s3cret" and isolation["mode"] == "in-process"
+    assert len(isolation["bundle_sha256"]) == 64  # the same identity of the code as a sandboxed run's
 
 
 FAULTS = {
@@ -148,3 +82,16 @@ def test_a_misbehaving_submission_is_one_line(tiny_glyphs, tmp_path, fault):
 def test_limits_must_be_positive():
     with pytest.raises(HarnessError, match="must be positive"):
         Limits(batch_timeout_s=0)
+
+
+def test_without_a_sandbox_a_file_is_refused_in_one_line(tiny_glyphs, tmp_path, monkeypatch):
+    refusing = tmp_path / "bwrap"
+    refusing.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    monkeypatch.setattr(sandbox, "bwrap", lambda: str(refusing))
+    path = cnn_variant(tmp_path / "plain.py", "build_model = cnn.build_model\n")
+    with pytest.raises(HarnessError, match=r"^cannot sandbox the submission: the sandbox did not start \(the submission's process "
+                                           r"died \(exit code 1\): bwrap: No permissions to create a new namespace\); pass "
+                                           r"--trust-submission .*"):
+        evaluate(path, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

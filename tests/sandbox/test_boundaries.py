@@ -1,0 +1,96 @@
+"""The pieces of the boundary on their own: the channel refuses what is not a well-formed message of data, the bundle
+is the file's folder without links, and the queue's worker runs library models only."""
+
+import os
+import socket
+
+import numpy as np
+import pytest
+
+from harness import HarnessError
+from harness.bundle import Bundle
+from harness.channel import MAX_HEADER_BYTES, Arena, Channel, Malformed
+from harness.worker import RequestEvaluator
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    arenas = Arena(), Arena()
+    ours, theirs = Channel(a, arenas[0], arenas[1]), Channel(b, Arena(os.dup(arenas[1].fd)), Arena(os.dup(arenas[0].fd)))
+    yield ours, theirs
+    ours.close()
+    theirs.close()
+
+
+def test_arrays_cross_as_data(pair):
+    ours, theirs = pair
+    logits = np.arange(12, dtype=np.float32).reshape(3, 4)
+    theirs.send("answer", {"logits": logits, "features": None, "scores": {"k": np.ones(3)}, "keys": ["a", "b", "c"]})
+    kind, body = ours.receive(5)
+    assert kind == "answer" and body["keys"] == ["a", "b", "c"] and body["features"] is None
+    np.testing.assert_array_equal(body["logits"], logits)
+    np.testing.assert_array_equal(body["scores"]["k"], np.ones(3))
+
+
+def frame(header: bytes) -> bytes:
+    return len(header).to_bytes(4, "big") + header
+
+
+MALFORMED = {
+    "not json": (frame(b"\x80\x04\x95 pickle"), "its header is not JSON"),
+    "unknown kind": (frame(b'{"kind": "exec", "body": null, "arrays": []}'), "an unknown header"),
+    "extra field": (frame(b'{"kind": "ok", "body": null, "arrays": [], "code": "x"}'), "an unknown header"),
+    "object dtype": (frame(b'{"kind": "ok", "body": {"$array": 0}, "arrays": [["|O", [1], 0]]}'), "bad array entry"),
+    "outside the arena": (frame(b'{"kind": "ok", "body": {"$array": 0}, "arrays": [["<f4", [1000], 0]]}'), "lies outside"),
+    "dangling reference": (frame(b'{"kind": "ok", "body": {"$array": 3}, "arrays": []}'), "refers to array 3"),
+    "too deep": (frame(b'{"kind": "ok", "body": ' + b"[" * 20 + b"]" * 20 + b', "arrays": []}'), "nested deeper"),
+    "huge header": ((MAX_HEADER_BYTES + 1).to_bytes(4, "big"), "more than"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_message_is_refused(pair, case):
+    ours, theirs = pair
+    data, why = MALFORMED[case]
+    theirs.sock.sendall(data)
+    with pytest.raises(Malformed, match=f"malformed message \\(.*{why}"):
+        ours.receive(5)
+
+
+def test_the_arenas_cannot_be_shrunk_or_sealed(pair):
+    ours, _ = pair
+    ours.send("ok", {"x": np.ones(1000)})
+    with pytest.raises(OSError):
+        os.ftruncate(ours.out.fd, 10)
+    with pytest.raises(OSError):
+        __import__("fcntl").fcntl(ours.out.fd, __import__("fcntl").F_ADD_SEALS, __import__("fcntl").F_SEAL_WRITE)
+
+
+def test_the_bundle_is_the_folder_without_hidden_files_or_links(tmp_path):
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "model.py").write_text("x = 1\n")
+    (tmp_path / "weights" / "w.bin").write_bytes(b"\0" * 10)
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref")
+    (tmp_path / "__pycache__").mkdir()
+    bundle = Bundle.of(tmp_path / "model.py")
+    assert bundle.files == ("model.py", "weights/w.bin")
+    first = bundle.sha256(copy_to=tmp_path.parent / "copy")
+    assert sorted(p.relative_to(tmp_path.parent / "copy").as_posix() for p in (tmp_path.parent / "copy").rglob("*")) == \
+        ["model.py", "weights", "weights/w.bin"]
+    assert oct((tmp_path.parent / "copy" / "weights" / "w.bin").stat().st_mode & 0o777) == "0o644"
+    (tmp_path / "weights" / "w.bin").write_bytes(b"\1" * 10)
+    assert Bundle.of(tmp_path / "model.py").sha256() != first  # any file of the folder is part of the identity
+    (tmp_path / "token").symlink_to("/etc/hostname")
+    with pytest.raises(HarnessError, match="holds a link, token; links are not followed"):
+        Bundle.of(tmp_path / "model.py")
+
+
+def test_the_worker_runs_no_file_from_the_queue(tiny_glyphs, tmp_path):
+    worker = RequestEvaluator(tiny_glyphs, device="cpu", work_dir=tmp_path, progress=False)
+    for target in ("my_model.py", str(tmp_path / "x.py"), "file:my_model.py", None):
+        request = {"id": "0123456789ab", "benchmark": worker.identity, "model": {"target": target}}
+        with pytest.raises(HarnessError, match="not a library model .* the worker never runs a file from the queue"):
+            worker.evaluate(request, tmp_path / "weights.safetensors")
+    assert list(tmp_path.iterdir()) == []
