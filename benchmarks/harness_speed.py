@@ -5,8 +5,7 @@
 2. one pass for 4 logit kappas vs. 4 separate passes (one kappa each);
 3. AUROC of 50k vs 50k scores: the project's rank-based implementation vs. a straightforward
    pairwise one (and scikit-learn's, for reference);
-4. the cost of isolation: the same harness pass with the submission's model in a child process (the default for a
-   submission file) vs. in the harness's own process (``--trust-submission``).
+(the sandbox's cost: ``benchmarks/sandbox_cost.py``).
 
     python benchmarks/harness_speed.py [--split ood_test] [--model examples/glyph_cnn.py] [--device cpu]
 """
@@ -28,7 +27,6 @@ from harness.decoding import make_decoder
 from harness.distributed import Ranks
 from harness.execution import Execution
 from harness.inference import LocalForward, resolve_kappas
-from harness.isolation import Limits, load_isolated
 from harness.method.metrics import auroc
 from harness.run import Scorer, open_benchmark
 from harness.submission import load_file
@@ -92,15 +90,6 @@ def main() -> None:
     local = LocalForward(model, execution, len(bench.id_classes), seed=0)
     one_pass_s = harness_pass(submission, local, bench, KAPPAS, execution, args.split, args.batch_size, args.workers)
     separate_s = sum(harness_pass(submission, local, bench, [k], execution, args.split, args.batch_size, args.workers) for k in KAPPAS)
-    isolated_submission, child = load_isolated(args.model, execution, len(bench.id_classes), 0, Limits())
-    try:  # interleaved with in-process passes, best of each: the machine's noise hits both alike
-        isolated, in_process = [], [one_pass_s]
-        for _ in range(2):
-            isolated.append(harness_pass(isolated_submission, child, bench, KAPPAS, execution, args.split, args.batch_size, args.workers))
-            in_process.append(harness_pass(submission, local, bench, KAPPAS, execution, args.split, args.batch_size, args.workers))
-        isolated_s, in_process_s = min(isolated), min(in_process)
-    finally:
-        child.close()
     print("\n1. harness overhead")
     print(f"   pure forward on decoded tensors  {forward_s:8.2f} s  {n / forward_s:9.0f} img/s")
     print(f"   harness, 4 kappas, one pass      {one_pass_s:8.2f} s  {n / one_pass_s:9.0f} img/s")
@@ -123,13 +112,8 @@ def main() -> None:
         print(f"   {name:32s} {seconds * 1000:10.1f} ms   auroc {value:.10f}")
     base = timings["project (average ranks)"][0]
     print(f"   pairwise / project               {timings['straightforward pairwise'][0] / base:8.0f} x")
-    print("\n4. isolation (harness, 4 kappas, one pass)")
-    print(f"   in-process (--trust-submission)  {in_process_s:8.2f} s  {n / in_process_s:9.0f} img/s")
-    print(f"   child process (default)          {isolated_s:8.2f} s  {n / isolated_s:9.0f} img/s")
-    print(f"   cost ratio (child / in-process)  {isolated_s / in_process_s:8.2f} x")
     print(json.dumps({"images": n, "forward_img_s": n / forward_s, "harness_img_s": n / one_pass_s,
                       "overhead_ratio": one_pass_s / forward_s, "one_pass_speedup": separate_s / one_pass_s,
-                      "isolated_img_s": n / isolated_s, "isolation_ratio": isolated_s / in_process_s,
                       "auroc_ms": base * 1000, "pairwise_ms": timings["straightforward pairwise"][0] * 1000}))
 
 

@@ -115,7 +115,7 @@ def _count(value) -> bool:
 def pack(tree, arrays: list[np.ndarray]):
     """``tree`` as JSON-ready data, each numpy array replaced by ``{"$array": i}`` and appended to ``arrays``."""
     if isinstance(tree, np.ndarray):
-        arrays.append(np.ascontiguousarray(tree))
+        arrays.append(tree if tree.flags.c_contiguous else tree.copy(order="C"))  # ascontiguousarray would make 0-d 1-d
         return {"$array": len(arrays) - 1}
     if isinstance(tree, dict):
         return {str(k): pack(v, arrays) for k, v in tree.items()}

@@ -211,7 +211,7 @@ def test_detectors_through_the_model_fitted_on_the_fit_split(fit_glyphs, tmp_pat
     fit = {"split": "id_train", "size": 36 * FIT_PER_CLASS, "seed": 0}
     for rec in records.values():
         assert len(rec["levels"]) == 11 and rec["kappa"]["params"]["fit"] == fit
-        assert rec["timings"]["isolation"]["mode"] == "child process"
+        assert rec["timings"]["isolation"]["mode"] == "sandbox"
         # the fit split twice (kept features; the named layers), the evaluation splits once (their own passes beside them)
         assert rec["timings"]["images_forwarded"] == 2 * 36 * FIT_PER_CLASS + EVAL_IMAGES
     assert records["gram"]["kappa"]["params"] == {"layers": LAYERS, "num_poles_list": None, "fit": fit}
@@ -274,7 +274,7 @@ def test_rankfeat_through_the_submissions_process(tiny_glyphs, tmp_path):
     records = records_in(tmp_path / "a")
     assert set(records) == {"rankfeat", "energy"}
     rec = records["rankfeat"]
-    assert len(rec["levels"]) == 11 and rec["kappa"]["params"] == {} and rec["timings"]["isolation"]["mode"] == "child process"
+    assert len(rec["levels"]) == 11 and rec["kappa"]["params"] == {} and rec["timings"]["isolation"]["mode"] == "sandbox"
     scores = run.scores["id_test"].scores
     assert np.ptp(scores["rankfeat"]) > 0 and not np.allclose(scores["rankfeat"], scores["energy"], rtol=1e-3)
     with pytest.raises(HarnessError, match=r"^shard .*: kappa 'rankfeat' needs the model split into a backbone and a head"):

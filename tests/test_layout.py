@@ -17,6 +17,7 @@ FORBIDDEN = {
                        "harness.isolation", "harness.data", "harness.decoding", "harness.decoded_cache", "harness.score_cache",
                        "harness.outputs", "harness.submission", "dataset_builder", "leaderboard"),
     "harness.kappas": ("harness.adapters", "harness.inference", "harness.run", "harness.cli", "harness.isolation",
+                       "harness.sandbox", "harness.child", "harness.serving", "harness.channel",
                        "harness.data", "harness.decoding", "harness.decoded_cache", "harness.score_cache", "harness.outputs",
                        "harness.submission", "leaderboard"),
     "harness.adapters": ("harness.run", "harness.cli", "harness.outputs", "leaderboard"),

@@ -62,7 +62,7 @@ def test_user_kappa_and_mc_dropout_without_dropout(tiny_glyphs, tmp_path):
 
     code = hashlib.sha256(inspect.getsource(load_example(MLP).margin).encode()).hexdigest()
     assert result.records[0]["kappa"]["params"] == {"source": "submission", "code_sha256": code}
-    assert result.records[0]["timings"]["isolation"]["mode"] == "child process"
+    assert result.records[0]["timings"]["isolation"]["mode"] == "sandbox"
     with pytest.raises(HarnessError, match="no(ne)? .*dropout|dropout layers"):
         submit(MLP, benchmark=tiny_glyphs, kappas=["mc_dropout"], out=tmp_path / "mcd", progress=False)
     assert not (tmp_path / "mcd").exists()

@@ -1,10 +1,17 @@
 """The method, pure numpy with no I/O and no torch (docs/method.md): severity levels, metrics, and the
-evaluation of one (model, kappa) pair from per-sample scores."""
+evaluation of one (model, kappa) pair from per-sample scores. Exports load on first use, so that a module needing
+one of them (the sandboxed child needs only :class:`SplitScores`' neighbours) does not import scipy's statistics."""
 
-from harness.method.evaluation import KappaResult, evaluate_kappa
-from harness.method.metrics import auroc, average_precision, fpr_at_tpr, id_metrics, level_metrics
-from harness.method.scores import SplitScores
-from harness.method.severity import DEFAULT_NUM_LEVELS, SeverityLevels, class_scores, severity_levels, window_starts
+from importlib import import_module
 
-__all__ = ["DEFAULT_NUM_LEVELS", "KappaResult", "SeverityLevels", "SplitScores", "auroc", "average_precision",
-           "class_scores", "evaluate_kappa", "fpr_at_tpr", "id_metrics", "level_metrics", "severity_levels", "window_starts"]
+_EXPORTS = {"KappaResult": "evaluation", "evaluate_kappa": "evaluation", "auroc": "metrics", "average_precision": "metrics",
+            "fpr_at_tpr": "metrics", "id_metrics": "metrics", "level_metrics": "metrics", "SplitScores": "scores",
+            "DEFAULT_NUM_LEVELS": "severity", "SeverityLevels": "severity", "class_scores": "severity",
+            "severity_levels": "severity", "window_starts": "severity"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'harness.method' has no attribute '{name}'")
+    return getattr(import_module(f"harness.method.{_EXPORTS[name]}"), name)

@@ -26,9 +26,12 @@ def pair():
 def test_arrays_cross_as_data(pair):
     ours, theirs = pair
     logits = np.arange(12, dtype=np.float32).reshape(3, 4)
-    theirs.send("answer", {"logits": logits, "features": None, "scores": {"k": np.ones(3)}, "keys": ["a", "b", "c"]})
+    theirs.send("answer", {"logits": logits, "features": None, "scores": {"k": np.ones(3)}, "keys": ["a", "b", "c"],
+                           "count": np.array(36), "columns": logits[:, 1]})
     kind, body = ours.receive(5)
     assert kind == "answer" and body["keys"] == ["a", "b", "c"] and body["features"] is None
+    assert body["count"].shape == () and int(body["count"]) == 36  # a 0-d array stays 0-d
+    np.testing.assert_array_equal(body["columns"], [1, 5, 9])  # a strided view crosses as its values
     np.testing.assert_array_equal(body["logits"], logits)
     np.testing.assert_array_equal(body["scores"]["k"], np.ones(3))
 
