@@ -1,7 +1,11 @@
-# CUDA-capable image whose entry point is cood-harness, with the `models` extra (open_clip, transformers):
+# CUDA-capable image whose entry point is cood-harness, with the `models` extra (open_clip, transformers).
+# The harness builds a sandbox for a submission file inside the container (README: the submission contract), which
+# needs CAP_SYS_ADMIN and no AppArmor mount ban for the harness; the submission itself runs with no capability:
 #   docker build -t cood-bench .
-#   docker run --gpus all --ipc=host -v $PWD:/work -v cood-cache:/cache cood-bench submit my_model.py --device cuda
-#   docker run --gpus all --ipc=host -v $PWD:/work -v cood-cache:/cache --entrypoint torchrun cood-bench \
+#   docker run --gpus all --ipc=host --cap-add SYS_ADMIN --security-opt apparmor=unconfined -v $PWD:/work -v cood-cache:/cache \
+#     cood-bench submit my_model.py --device cuda
+#   docker run --gpus all --ipc=host --cap-add SYS_ADMIN --security-opt apparmor=unconfined -v $PWD:/work -v cood-cache:/cache \
+#     --entrypoint torchrun cood-bench \
 #     --nproc-per-node 8 -m harness.cli submit my_model.py --device cuda
 FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
 
