@@ -159,6 +159,8 @@ class ChildForward:
         """The record's account of the sandbox, once every guard is seen to hold (else one line naming those that did not)."""
         if not isinstance(guards, dict):
             raise Malformed("its guards are not an object")
+        if not sandbox.initial_user_namespace() and guards.get("uid_outside") == os.geteuid():
+            guards["unprivileged_user"] = True  # the harness's own uid in a user namespace: no root of the host
         failed = [g for g in GUARDS if guards.get(g) is not True] + (["no_network (the harness's probe was reached)"] if reached else [])
         if failed:
             raise sandbox.unavailable(f"these guards did not hold: {', '.join(failed)}")

@@ -84,9 +84,16 @@ def seccomp_program() -> int:
         raise unavailable(f"no seccomp filter could be built ({type(exc).__name__}: {exc}; it needs pyseccomp and libseccomp)") from None
 
 
+def initial_user_namespace() -> bool:
+    """Whether this process lives in the host's own user namespace (not, say, a rootless container's)."""
+    with open("/proc/self/uid_map") as uid_map:
+        return uid_map.read().split() == ["0", "0", "4294967295"]
+
+
 def privileged() -> bool:
-    """Whether this process may build the sandbox as root (and so drop the child to ``nobody``)."""
-    if os.geteuid() != 0:
+    """Whether this process may build the sandbox as the host's root (and so drop the child to ``nobody``); root of a
+    user namespace builds it as an ordinary user does."""
+    if os.geteuid() != 0 or not initial_user_namespace():
         return False
     with open("/proc/self/status") as status:
         caps = next(int(line.split()[1], 16) for line in status if line.startswith("CapEff:"))
@@ -121,7 +128,7 @@ def command(python_args: list[str], bundle_copy: Path, seccomp_fd: int, cuda: bo
     args = [bwrap(), "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
     if not as_root:
-        args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+        args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--uid", str(NOBODY), "--gid", str(NOBODY)]
     for folder in SYSTEM_DIRS:
         if os.path.islink(folder):
             args += ["--symlink", os.readlink(folder), folder]
