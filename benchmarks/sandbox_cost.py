@@ -1,8 +1,12 @@
 """What the sandbox costs on this machine, side by side in one run (figures, not a test).
 
-1. start and close: a submission file loaded in its sandbox (bubblewrap, the child's Python and torch, the model, a
-   trial pass; then killing the sandbox) vs. loaded in the harness's own process (``--trust-submission``);
-2. per image: the harness's pass over a split (read, decode, forward, 4 kappas) with the model in the sandbox vs. in
+1. command to exit: ``cood-harness submit FILE --no-cache`` on a tiny glyph benchmark (544 images), sandboxed vs.
+   ``--trust-submission``: the difference is what the sandbox adds to a run, its start and close above all (the
+   command starts the sandbox before it imports the harness, so the child's start-up overlaps the harness's);
+2. start and close inside a harness that has imported torch already (nothing to overlap): a submission file loaded in
+   its sandbox (bubblewrap, the child's Python and torch, the model, a trial pass; then ending the sandbox) vs. loaded
+   in the harness's own process;
+3. per image: the harness's pass over a split (read, decode, forward, 4 kappas) with the model in the sandbox vs. in
    process.
 
 Runs are interleaved and the best (passes) or median (starts) of each kept: the machine's noise hits both alike.
@@ -15,10 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from harness_speed import KAPPAS, harness_pass
 
+from dataset_builder.glyphs.build import build
 from harness.execution import Execution
 from harness.inference import LocalForward
 from harness.isolation import Limits, load_isolated
@@ -34,6 +43,19 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+
+    commands = {"sandbox": [], "trusted": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = Path(tmp) / "tiny"
+        build(tiny, progress=False, seed=0, pool_size=48, images_per_class=24, n_test=8, id_test_per_class=8, id_train_per_class=0)
+        for _ in range(args.repeats):
+            for mode, extra in (("sandbox", []), ("trusted", ["--trust-submission"])):
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "submit", args.model, "--benchmark",
+                                str(tiny), "--out", str(Path(tmp) / mode), "--no-cache", "--no-progress", "--device", "cpu", *extra],
+                               check=True, capture_output=True)
+                commands[mode].append(time.perf_counter() - start)
+    command_s = {mode: statistics.median(times) for mode, times in commands.items()}
 
     bench = open_benchmark(args.benchmark)
     execution = Execution.resolve("cpu")
@@ -64,16 +86,21 @@ def main() -> None:
     n = sum(s["num_samples"] for s in bench.shards(args.split))
     sandbox_s, process_s = min(in_sandbox), min(in_process)
     print(f"{trusted.name} on {bench.name} {args.split} ({n} images), CPU, batch {args.batch_size}, {args.repeats} interleaved runs")
-    print("\n1. start and close (median)")
+    print("\n1. command to exit, tiny benchmark (median)")
+    print(f"   sandbox (default)                   {command_s['sandbox']:8.2f} s")
+    print(f"   in process (--trust-submission)     {command_s['trusted']:8.2f} s")
+    print(f"   what the sandbox adds               {command_s['sandbox'] - command_s['trusted']:8.2f} s")
+    print("\n2. start and close in a harness with torch imported (median)")
     print(f"   sandbox: start to model ready       {start_s:8.2f} s")
     print(f"   sandbox: close                      {close_s:8.2f} s")
     print(f"   in process: import, build, trial    {load_s:8.2f} s")
     print(f"   the sandbox's extra start + close   {start_s + close_s - load_s:8.2f} s")
-    print("\n2. per image (best pass, 4 kappas)")
+    print("\n3. per image (best pass, 4 kappas)")
     print(f"   in process (--trust-submission)     {process_s:8.2f} s  {n / process_s:9.0f} img/s  {process_s / n * 1e6:7.1f} us/img")
     print(f"   sandbox (default)                   {sandbox_s:8.2f} s  {n / sandbox_s:9.0f} img/s  {sandbox_s / n * 1e6:7.1f} us/img")
     print(f"   cost ratio (sandbox / in process)   {sandbox_s / process_s:8.2f} x")
-    print(json.dumps({"images": n, "sandbox_start_s": start_s, "sandbox_close_s": close_s, "in_process_load_s": load_s,
+    print(json.dumps({"command_sandbox_s": command_s["sandbox"], "command_trusted_s": command_s["trusted"],
+                      "command_extra_s": command_s["sandbox"] - command_s["trusted"], "images": n, "sandbox_start_s": start_s, "sandbox_close_s": close_s, "in_process_load_s": load_s,
                       "sandbox_extra_start_close_s": start_s + close_s - load_s, "sandbox_img_s": n / sandbox_s,
                       "in_process_img_s": n / process_s, "per_image_ratio": sandbox_s / process_s}))
 

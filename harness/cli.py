@@ -60,6 +60,10 @@ def submit(
     memory_limit: Optional[float] = typer.Option(None, show_default="the machine's memory", help="GiB of memory a sandboxed submission may use."),
 ) -> None:
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
+    if not trust_submission and weights is None and Path(target).is_file():  # a file: its sandbox starts beside our imports
+        from harness import sandbox
+
+        sandbox.prestart(target, device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices()))
     from harness.isolation import Limits
     from harness.run import submit as run_submit
 

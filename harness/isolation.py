@@ -17,15 +17,7 @@ the batch's shard. The child's output is kept (its last 64 KiB) and its last lin
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
-import signal
-import socket
-import sys
-import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,18 +27,12 @@ import torch
 
 from dataset_builder.shards import file_sha256
 from harness import sandbox
-from harness.bundle import Bundle
-from harness.channel import Arena, Channel, Malformed, Timeout
+from harness.channel import Malformed
 from harness.errors import HarnessError
 from harness.execution import Execution
 from harness.kappas import LogitKappa, registry
 from harness.serving import as_numpy
 from harness.submission import Submission, check_data_config, state_sha256, timm_transform
-
-ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH",
-               "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-               "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "COOD_FAULT")
-
 
 def _physical_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -71,139 +57,42 @@ class Limits:
 
 
 
-GUARDS = ("unprivileged_user", "no_capabilities", "no_new_privs", "seccomp_filter", "harness_invisible", "no_network",
-          "no_mount", "no_new_namespaces", "read_only_bundle")
-LOG_BYTES = 1 << 16
 FLOATS = ("<f2", "<f4", "<f8")
 TORCH_DTYPES = {str(t): t for t in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
                                     torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
 CONFIG_KEYS = {"input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode"}
-SOURCE_NAME = re.compile(r"^[^/\\\x00-\x1f]{1,255}$")
-
-
-class Tail:
-    """Drains a child's output pipe in a thread, keeping its last ``LOG_BYTES``: a flood costs no memory or disk."""
-
-    def __init__(self, pipe):
-        self.data = bytearray()
-        self.thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
-        self.thread.start()
-
-    def _drain(self, pipe) -> None:
-        for chunk in iter(lambda: pipe.read1(1 << 16), b""):
-            self.data += chunk
-            del self.data[:-LOG_BYTES]
-
-    def last_line(self) -> str:
-        lines = bytes(self.data).decode(errors="replace").strip().splitlines()
-        return re.sub(r"[\x00-\x1f\x7f]", " ", lines[-1])[:300] if lines else ""
-
-
-def _start_time() -> str:
-    """This process's start time in clock ticks since boot (field 22 of /proc/self/stat): who it is, across PID
-    namespaces."""
-    with open("/proc/self/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[19]
 
 
 class ChildForward:
-    """A submission file's model in a sandboxed child process, called like :class:`harness.inference.LocalForward`."""
+    """A submission file's model in a sandboxed child process, called like :class:`harness.inference.LocalForward`.
+
+    It takes the sandbox the command line started for the file before importing the harness (its Python and torch
+    start-up then overlap the harness's own), or starts one."""
 
     def __init__(self, path: Path, execution: Execution, num_classes: int, seed: int, limits: Limits):
         self.limits, self.num_classes, self.started = limits, num_classes, time.monotonic()
         self.features_dim = None
-        bundle = Bundle.of(path)
-        self.copy = Path(tempfile.mkdtemp(prefix="cood-bundle-"))
-        self.process = self.channel = None
+        cuda = execution.device.type == "cuda"
+        self.sandbox = sandbox.take(path, cuda) or sandbox.Sandbox(path, cuda)
         try:
-            self.bundle_sha256 = bundle.sha256(copy_to=self.copy)
-            self.file = bundle.file
-            self._start(execution, bundle, seed)
+            self.isolation = {**self.sandbox.ready(limits.load_timeout_s), "memory_limit_bytes": limits.memory_bytes,
+                              "batch_timeout_s": limits.batch_timeout_s, "run_timeout_s": limits.run_timeout_s}
+            self.file, self.copy, self.bundle_sha256 = self.sandbox.file, self.sandbox.copy, self.sandbox.bundle_sha256
+            self.meta = self._ask(("load", {"path": f"{sandbox.BUNDLE_MOUNT}/{self.file}", "device": str(execution.device),
+                                            "amp": execution.amp, "channels_last": execution.channels_last,
+                                            "compile": execution.compile, "threads": torch.get_num_threads(),
+                                            "num_classes": num_classes, "seed": seed, "memory_bytes": limits.memory_bytes}),
+                                  "loaded", limits.load_timeout_s)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, execution: Execution, bundle: Bundle, seed: int) -> None:
-        ours, theirs = socket.socketpair()
-        batches, answers = Arena(), Arena()
-        self.channel = Channel(ours, batches, answers)
-        probe = socket.create_server(("127.0.0.1", 0))
-        probe.setblocking(False)
-        setup = {"channel": theirs.fileno(), "batches": batches.fd, "answers": answers.fd, "harness_pid": os.getpid(),
-                 "harness_start": _start_time(), "probe_port": probe.getsockname()[1], "bundle": sandbox.BUNDLE_MOUNT}
-        env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
-        env.update(HOME=sandbox.HOME, TMPDIR=sandbox.HOME, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
-        try:
-            self.process = sandbox.launch(["-m", "harness.child", json.dumps(setup)], self.copy, execution.device.type == "cuda",
-                                          env, [theirs.fileno(), batches.fd, answers.fd])
-        finally:
-            theirs.close()
-        self.log = Tail(self.process.stdout)
-        try:
-            guards = self._ask(None, "ready", self.limits.load_timeout_s)
-        except HarnessError as exc:
-            raise sandbox.unavailable(f"the sandbox did not start ({exc})") from None
-        try:
-            probe.accept()[0].close()
-            reached = True
-        except BlockingIOError:
-            reached = False
-        probe.close()
-        self.isolation = self._guards(guards, reached)
-        self.meta = self._ask(("load", {"path": f"{sandbox.BUNDLE_MOUNT}/{bundle.file}", "device": str(execution.device),
-                                        "amp": execution.amp, "channels_last": execution.channels_last, "compile": execution.compile,
-                                        "threads": torch.get_num_threads(), "num_classes": self.num_classes, "seed": seed,
-                                        "memory_bytes": self.limits.memory_bytes}), "loaded", self.limits.load_timeout_s)
-
-    def _guards(self, guards, reached: bool) -> dict:
-        """The record's account of the sandbox, once every guard is seen to hold (else one line naming those that did not)."""
-        if not isinstance(guards, dict):
-            raise Malformed("its guards are not an object")
-        if not sandbox.initial_user_namespace() and guards.get("uid_outside") == os.geteuid():
-            guards["unprivileged_user"] = True  # the harness's own uid in a user namespace: no root of the host
-        failed = [g for g in GUARDS if guards.get(g) is not True] + (["no_network (the harness's probe was reached)"] if reached else [])
-        if failed:
-            raise sandbox.unavailable(f"these guards did not hold: {', '.join(failed)}")
-        return {"mode": "sandbox", "sandbox": "bubblewrap + seccomp", "verified": list(GUARDS),
-                "uid_outside": guards.get("uid_outside"), "environment": "scrubbed", "bundle_sha256": self.bundle_sha256,
-                "memory_limit_bytes": self.limits.memory_bytes, "batch_timeout_s": self.limits.batch_timeout_s,
-                "run_timeout_s": self.limits.run_timeout_s}
-
     def _ask(self, message, expected: str, limit: float):
-        """Send ``message`` (kind, body) unless None, and wait for an ``expected`` answer within ``limit`` and the
-        run's limit; any failure stops the child and is one line."""
-        timeout = min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started))
+        """One exchange with the child within ``limit`` and what is left of the run's limit (see :meth:`Sandbox.ask`)."""
         try:
-            if message is not None:
-                self.channel.send(*message)
-            kind, body = self.channel.receive(max(timeout, 0))
-        except Timeout:
-            self.close()
-            raise HarnessError(f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)") from None
-        except (EOFError, OSError):
-            code = self.process.wait(timeout=30)
-            signum = -code if code < 0 else code - 128 if code > 128 else 0  # bubblewrap exits 128 + the child's signal
-            how = f"signal {signal.Signals(signum).name}" if signum in signal.valid_signals() else f"exit code {code}"
-            self.log.thread.join(timeout=5)
-            last = self.log.last_line()
-            self.close()
-            raise HarnessError(f"the submission's process died ({how}){': ' + last if last else ''}") from None
-        except Malformed:
-            self.close()
-            raise
-        if kind in ("error", "oom"):
-            message = body.get("message") if isinstance(body, dict) else None
-            if not isinstance(message, str):
-                self.close()
-                raise Malformed(f"an '{kind}' message without a message")
-            message = re.sub(r"[\x00-\x1f\x7f]", " ", message)[:1000]
-            if kind == "oom":
-                raise torch.cuda.OutOfMemoryError(message)
-            raise HarnessError(message)
-        if kind != expected:
-            self.close()
-            raise Malformed(f"'{kind}' where '{expected}' was due")
-        return body
+            return self.sandbox.ask(message, expected, min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started)))
+        except sandbox.OutOfMemory as exc:
+            raise torch.cuda.OutOfMemoryError(str(exc)) from None
 
     def submission(self) -> Submission:
         """The harness's view of the file: what it declared, checked, and the identity computed here."""
@@ -311,14 +200,8 @@ class ChildForward:
             self._ask(("states", states), "ok", self.limits.batch_timeout_s)
 
     def close(self) -> None:
-        """End the sandbox (its every process dies with it) and remove the bundle's copy."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = None
-        shutil.rmtree(self.copy, ignore_errors=True)
+        """End the sandbox: its every process dies with it, and the bundle's copy is removed."""
+        self.sandbox.close()
 
 
 def load_isolated(path: str | Path, execution: Execution, num_classes: int, seed: int,

@@ -17,14 +17,24 @@ system calls that could undo them. Neither is rewritten here. The child gets:
 
 from __future__ import annotations
 
+import atexit
 import errno
 import importlib.util
+import json
 import os
+import re
+import shutil
+import signal
 import site
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
+from harness.bundle import Bundle
+from harness.channel import Arena, Channel, Malformed, Timeout
 from harness.errors import HarnessError
 
 BUNDLE_MOUNT = "/submission"
@@ -40,6 +50,12 @@ NAMESPACE_FLAGS = 0x7E020080  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWU
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group", "host.conf",
              "alternatives")
+ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH",
+               "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+               "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "COOD_FAULT")
+GUARDS = ("unprivileged_user", "no_capabilities", "no_new_privs", "seccomp_filter", "harness_invisible", "no_network",
+          "no_mount", "no_new_namespaces", "read_only_bundle")
+LOG_BYTES = 1 << 16
 TRUST_HINT = "pass --trust-submission to run the file in the harness's own process instead, if you trust it"
 
 
@@ -166,3 +182,167 @@ def launch(python_args: list[str], bundle_copy: Path, cuda: bool, env: dict, pas
         raise unavailable(f"bubblewrap did not start ({exc})") from None
     finally:
         os.close(seccomp_fd)
+
+
+class OutOfMemory(HarnessError):
+    """The child's device ran out of memory (the harness halves the batch)."""
+
+
+class Tail:
+    """Drains a child's output pipe in a thread, keeping its last ``LOG_BYTES``: a flood costs no memory or disk."""
+
+    def __init__(self, pipe):
+        self.data = bytearray()
+        self.thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+        self.thread.start()
+
+    def _drain(self, pipe) -> None:
+        for chunk in iter(lambda: pipe.read1(1 << 16), b""):
+            self.data += chunk
+            del self.data[:-LOG_BYTES]
+
+    def last_line(self) -> str:
+        lines = bytes(self.data).decode(errors="replace").strip().splitlines()
+        return _one_line(lines[-1], 300) if lines else ""
+
+
+def _one_line(text: str, limit: int) -> str:
+    return re.sub(r"[\x00-\x1f\x7f]", " ", text)[:limit]
+
+
+def _start_time() -> str:
+    """This process's start time in clock ticks since boot (field 22 of /proc/self/stat): who it is, across PID
+    namespaces."""
+    with open("/proc/self/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[19]
+
+
+class Sandbox:
+    """A submission file's sandbox, started: the bundle copied and hashed, the child running, the channel to it.
+
+    :meth:`ready` waits for the child's account of its guards and checks it; :meth:`ask` is one exchange."""
+
+    def __init__(self, path: str | Path, cuda: bool):
+        bundle = Bundle.of(path)
+        self.key, self.file = (str(Path(path).resolve()), cuda), bundle.file
+        self.copy = Path(tempfile.mkdtemp(prefix="cood-bundle-"))
+        self.process = self.channel = self.guards = None
+        try:
+            self.bundle_sha256 = bundle.sha256(copy_to=self.copy)
+            self._launch(cuda)
+        except BaseException:
+            self.close()
+            raise
+
+    def _launch(self, cuda: bool) -> None:
+        ours, theirs = socket.socketpair()
+        batches, answers = Arena(), Arena()
+        self.channel = Channel(ours, batches, answers)
+        self.probe = socket.create_server(("127.0.0.1", 0))
+        self.probe.setblocking(False)
+        setup = {"channel": theirs.fileno(), "batches": batches.fd, "answers": answers.fd, "harness_pid": os.getpid(),
+                 "harness_start": _start_time(), "probe_port": self.probe.getsockname()[1], "bundle": BUNDLE_MOUNT}
+        env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
+        env.update(HOME=HOME, TMPDIR=HOME, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+        try:
+            self.process = launch(["-m", "harness.child", json.dumps(setup)], self.copy, cuda, env,
+                                  [theirs.fileno(), batches.fd, answers.fd])
+        finally:
+            theirs.close()
+        self.log = Tail(self.process.stdout)
+
+    def ready(self, timeout: float) -> dict:
+        """The record's account of the sandbox, once every guard the child checked, and the harness's probe, held
+        (else one line naming those that did not)."""
+        if self.guards is None:
+            try:
+                guards = self.ask(None, "ready", timeout)
+            except HarnessError as exc:
+                raise unavailable(f"the sandbox did not start ({exc})") from None
+            try:
+                self.probe.accept()[0].close()
+                reached = True
+            except BlockingIOError:
+                reached = False
+            self.probe.close()
+            if not isinstance(guards, dict):
+                raise Malformed("its guards are not an object")
+            if not initial_user_namespace() and guards.get("uid_outside") == os.geteuid():
+                guards["unprivileged_user"] = True  # the harness's own uid in a user namespace: no root of the host
+            failed = [g for g in GUARDS if guards.get(g) is not True] + (["no_network (the harness's probe was reached)"] if reached else [])
+            if failed:
+                self.close()
+                raise unavailable(f"these guards did not hold: {', '.join(failed)}")
+            self.guards = {"mode": "sandbox", "sandbox": "bubblewrap + seccomp", "verified": list(GUARDS),
+                           "uid_outside": guards.get("uid_outside"), "environment": "scrubbed", "bundle_sha256": self.bundle_sha256}
+        return self.guards
+
+    def ask(self, message, expected: str, timeout: float):
+        """Send ``message`` (kind, body) unless None, and wait up to ``timeout`` seconds for an ``expected`` answer; a
+        silence, a death or a malformed message stops the child and is one line, an error the child reports is one
+        line (:class:`OutOfMemory` for the device's memory)."""
+        try:
+            if message is not None:
+                self.channel.send(*message)
+            kind, body = self.channel.receive(max(timeout, 0))
+        except Timeout:
+            self.close()
+            raise HarnessError(f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)") from None
+        except (EOFError, OSError):
+            code = self.process.wait(timeout=30)
+            signum = -code if code < 0 else code - 128 if code > 128 else 0  # bubblewrap exits 128 + the child's signal
+            how = f"signal {signal.Signals(signum).name}" if signum in signal.valid_signals() else f"exit code {code}"
+            self.log.thread.join(timeout=5)
+            last = self.log.last_line()
+            self.close()
+            raise HarnessError(f"the submission's process died ({how}){': ' + last if last else ''}") from None
+        except Malformed:
+            self.close()
+            raise
+        if kind in ("error", "oom"):
+            text = body.get("message") if isinstance(body, dict) else None
+            if not isinstance(text, str):
+                self.close()
+                raise Malformed(f"an '{kind}' message without a message")
+            raise (OutOfMemory if kind == "oom" else HarnessError)(_one_line(text, 1000))
+        if kind != expected:
+            self.close()
+            raise Malformed(f"'{kind}' where '{expected}' was due")
+        return body
+
+    def close(self) -> None:
+        """End the sandbox (its every process dies with it) and remove the bundle's copy."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        shutil.rmtree(self.copy, ignore_errors=True)
+
+
+_STARTED: dict[tuple[str, bool], Sandbox] = {}
+
+
+def prestart(path: str | Path, cuda: bool) -> None:
+    """Start a file's sandbox now, so that the child's start-up overlaps the caller's own; :func:`take` hands it to
+    the run. A failure here is left for the run to meet and report."""
+    try:
+        sandbox = Sandbox(path, cuda)
+    except HarnessError:
+        return
+    _STARTED[sandbox.key] = sandbox
+
+
+def take(path: str | Path, cuda: bool) -> Sandbox | None:
+    """The sandbox :func:`prestart` started for this file and device kind, if any (one for another kind is ended)."""
+    sandbox = _STARTED.pop((str(Path(path).resolve()), cuda), None)
+    _end_unused()
+    return sandbox
+
+
+@atexit.register
+def _end_unused() -> None:
+    for sandbox in _STARTED.values():
+        sandbox.close()
+    _STARTED.clear()

@@ -97,3 +97,20 @@ def test_the_worker_runs_no_file_from_the_queue(tiny_glyphs, tmp_path):
         with pytest.raises(HarnessError, match="not a library model .* the worker never runs a file from the queue"):
             worker.evaluate(request, tmp_path / "weights.safetensors")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_prestarted_sandbox_is_taken_once_and_for_its_device_kind_only(tmp_path):
+    from harness import sandbox
+
+    path = tmp_path / "model.py"
+    path.write_text("x = 1\n")
+    sandbox.prestart(path, cuda=False)
+    started = next(iter(sandbox._STARTED.values()))
+    assert sandbox.take(path, cuda=True) is None  # another kind: ended, not handed over
+    assert started.process.returncode is not None and not started.copy.exists()
+    sandbox.prestart(path, cuda=False)
+    taken = sandbox.take(path, cuda=False)
+    try:
+        assert taken.ready(120)["mode"] == "sandbox" and sandbox.take(path, cuda=False) is None
+    finally:
+        taken.close()
