@@ -5,25 +5,44 @@ import shutil
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from dataset_builder.glyphs.build import build
+from dataset_builder.manifest import MANIFEST
 
 TINY = dict(seed=0, pool_size=48, images_per_class=24, n_test=8, id_test_per_class=8, id_train_per_class=0)
 
 
-@pytest.fixture(scope="session")
+def session_folder(tmp_path_factory) -> Path:
+    """A folder of this test session shared by its xdist workers: the parent of a worker's temporary folder (the
+    controller's, fresh for each session), or the session's own temporary folder without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_once(folder: Path, build_into) -> Path:
+    """``folder``, built by ``build_into(folder)`` by the first worker that asks; the others wait for it, then read it."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        if not (folder / MANIFEST).is_file():
+            build_into(folder)
+    return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
 def benchmark_cache(tmp_path_factory) -> Path:
-    """A fresh cache folder for embedded benchmarks, also seen by CLI subprocesses."""
-    folder = tmp_path_factory.mktemp("cood-cache")
+    """A fresh cache folder for embedded benchmarks and scores, set for the whole session (also seen by CLI
+    subprocesses) and shared by its xdist workers: the embedded benchmark is built once, under its lock."""
+    folder = session_folder(tmp_path_factory) / "cood-cache"
+    folder.mkdir(exist_ok=True)
     os.environ["COOD_BENCH_CACHE"] = str(folder)
     return folder
 
 
 @pytest.fixture(scope="session")
 def tiny_glyphs(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny") / "glyphs"
-    build(folder, progress=False, **TINY)
-    return folder
+    """The tiny glyph benchmark, built once per session (shared by the xdist workers; tests must not write to it)."""
+    return built_once(session_folder(tmp_path_factory) / "tiny" / "glyphs", lambda folder: build(folder, progress=False, **TINY))
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,14 @@ def _set(record, path, value):
         target[last] = value
 
 
-_DELETE = object()
+class _Delete:
+    """Delete the field (a stable repr: parallel workers must collect the same test ids)."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+_DELETE = _Delete()
 
 REJECTIONS = [
     ("schema_version", 2, "schema_version: unsupported 2"),
