@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from dataset_builder.console import make_app, require_torch_extra, run_app
-
-require_torch_extra("cood-harness")  # before the imports below, which need it
 from dataset_builder.errors import BenchmarkError
 from harness import __version__
 from harness.errors import HarnessError
+from harness.options import check_options, check_target
+
+# Nothing above imports torch: --help, and the options and targets that cannot work, answer at once (and help works
+# on the light install); each command imports the heavy modules only once its arguments are checked.
+LISTING_WIDTH = 120
 
 app = make_app("Evaluate classifiers on a C-OOD benchmark.", f"cood-harness {__version__}")
 
@@ -60,6 +64,9 @@ def submit(
     memory_limit: Optional[float] = typer.Option(None, show_default="the machine's memory", help="GiB of memory a sandboxed submission may use."),
 ) -> None:
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
+    check_options(name, levels, batch_size, workers, feature_dtype, decoder)
+    check_target(target, weights)
+    require_torch_extra("cood-harness submit")
     if not trust_submission and weights is None and Path(target).is_file():  # a file: its sandbox starts beside our imports
         from harness import sandbox
 
@@ -78,6 +85,7 @@ def submit(
     typer.echo(f"{result.submission.name} on {bench['id']} {bench['version']} ({bench['num_id_classes']} ID classes, "
                f"{bench['num_ood_classes']} OOD classes, revision {bench['manifest_sha256'][:12]})")
     typer.echo(result.table)
+    typer.echo(forwarded_line(result.stats, cache))
     if result.paths.get("previous"):
         typer.echo(f"moved the earlier outputs in {result.paths['records'][0].parents[1]} to {result.paths['previous']}")
     typer.echo(f"wrote {len(result.paths['records'])} records, {result.paths['csv']} and {result.paths['plot']} "
@@ -91,17 +99,47 @@ def kappas(
     needs: Optional[str] = typer.Option(None, help="Only kappas that need this: logits, features, head, fit or model."),
 ) -> None:
     """List every registered kappa: its name, what it needs, its parameters, its source and reference."""
+    require_torch_extra("cood-harness kappas")  # the registry reads pytorch-ood's detector classes (torch)
     from harness.kappas import NEEDS, registry
 
     if needs is not None and needs not in NEEDS:
         raise HarnessError(f"unknown need '{needs}'; known: {', '.join(NEEDS)}")
     defs = [d for d in registry().defs.values() if needs is None or needs in d.needs]
-    width = max(len(d.name) for d in registry().defs.values())
-    for d in defs:
-        params = ", ".join(f"{k}={v}" for k, v in d.defaults.items())
-        typer.echo(f"{d.name:<{width}}  {d.source:<11}  needs {'+'.join(n for n in NEEDS if n in d.needs):<24}  {d.summary}"
-                   f"{f' [{params}]' if params else ''}{f' -- {d.reference}' if d.reference else ''}")
+    for line in kappa_table(defs, list(registry().defs.values()), NEEDS):
+        typer.echo(line)
     typer.echo(f"{len(defs)} kappas")
+
+
+def kappa_table(defs, every, needs_order, width: int = LISTING_WIDTH) -> list[str]:
+    """The listing's lines, none longer than ``width``: name, source, needs and summary (wrapped under itself), then an
+    indented line (wrapped alike) with the parameters and the reference. Columns are as wide as ``every`` needs."""
+    name_w = max(len(d.name) for d in every)
+    source_w = max(len(d.source) for d in every)
+    need = lambda d: "+".join(n for n in needs_order if n in d.needs)  # noqa: E731
+    need_w = max(len(need(d)) for d in every)
+    lines = []
+    for d in defs:
+        head = f"{d.name:<{name_w}}  {d.source:<{source_w}}  needs {need(d):<{need_w}}  "
+        summary = textwrap.wrap(d.summary or "-", width - len(head), break_on_hyphens=False) or ["-"]
+        lines += [f"{head}{summary[0]}", *(" " * len(head) + part for part in summary[1:])]
+        params = ", ".join(f"{k}={v}" for k, v in d.defaults.items())
+        detail = " -- ".join(filter(None, [params and f"[{params}]", d.reference]))
+        if detail:
+            lines += textwrap.wrap(detail, width, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False)
+    return lines
+
+
+def forwarded_line(stats: dict, cache: bool = True) -> str:
+    """What the run forwarded and what it took from the score cache, e.g. ``scored 12 shards (8,000 images forwarded);
+    38 shards from the score cache``."""
+    plural = lambda n, word: f"{n:,} {word}{'' if n == 1 else 's'}"  # noqa: E731
+    line = f"scored {plural(stats['shards_scored'], 'shard')} ({plural(stats['images_forwarded'], 'image')} forwarded); "
+    if not cache:
+        return line + "no score cache (--no-cache)"
+    line += f"{plural(stats['shards_from_cache'], 'shard')} from the score cache"
+    if stats.get("shards_from_logits"):
+        line += f", {plural(stats['shards_from_logits'], 'shard')} scored from its cached logits and features"
+    return line
 
 
 def _bytes(gib: float | None) -> tuple[int, ...]:

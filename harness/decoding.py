@@ -36,8 +36,7 @@ except ImportError:  # optional: torchvision decodes PNGs without it
     pyspng = None
 
 from dataset_builder.errors import BenchmarkError
-
-DECODERS = ("auto", "pil", "torchvision")
+from harness.options import DECODERS  # noqa: F401 (the command line checks --decoder without importing this module)
 
 PRECISION_BITS = 32 - 8 - 2  # Pillow's fixed point for 8-bit resampling
 

@@ -17,6 +17,7 @@ from harness.kappas import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, KappaSpec, Lo
 from harness.kappas.features import FeatureTap, check_features, check_head
 from harness.kappas.registry import resolve_kappas as resolve_registered
 from harness.method.scores import SplitScores
+from harness.options import FEATURE_DTYPES  # noqa: F401 (the command line checks --feature-dtype without importing this module)
 
 
 def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, odin_preset: str = DEFAULT_ODIN_PRESET,
@@ -163,8 +164,6 @@ def gives_features(forward, transform, channels: int) -> bool:
     image = transform(Image.new("L" if channels == 1 else "RGB", (320, 240)))
     return forward(image[None], ["trial"], []).features is not None
 
-
-FEATURE_DTYPES = ("float32", "float16")
 
 
 def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarray, num_classes: int,

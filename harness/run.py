@@ -23,13 +23,13 @@ from harness import __version__
 from harness.data import default_workers, shard_batches, shard_groups
 from harness.decoded_cache import DecodedCache
 from harness.decoded_cache import cache_key as decoded_key
-from harness.decoding import DECODERS, PilDecoder, TensorDecoder, make_decoder
+from harness.decoding import PilDecoder, TensorDecoder, make_decoder
 from harness.distributed import Ranks, close, init_ranks
 from harness.drilldown import PerClass, per_class
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
-from harness.inference import (FEATURE_DTYPES, KappaSpec, LocalForward, fit_kappas, fit_on_layers, from_outputs,
+from harness.inference import (KappaSpec, LocalForward, fit_kappas, fit_on_layers, from_outputs,
                                gives_features, resolve_kappas, score_shards)
 from harness.kappas.features import require_exposed
 from harness.isolation import ChildForward, Limits, load_isolated
@@ -41,8 +41,9 @@ from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVEN
 from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
 from harness.score_cache import ScoreCache, kappa_id, run_key
 from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
-from harness.adapters import is_zoo_target, load_target
-from harness.submission import Submission, check_name, in_memory
+from harness.adapters import load_target
+from harness.options import check_options, is_zoo_target
+from harness.submission import Submission, in_memory
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records
 
@@ -215,23 +216,6 @@ def cache_cost(cache: ScoreCache, head, images: int) -> str:
     return f"score cache: {dims}scores of {images:,} images take {on_disk / 1e6:,.1f} MB in {cache.folder}"
 
 
-def _check_options(name: str | None, num_levels: int, batch_size: int, workers: int | None, feature_dtype: str = "float32",
-                   decoder: str = "auto") -> None:
-    """Refuse, before anything is loaded, options that cannot work."""
-    if feature_dtype not in FEATURE_DTYPES:
-        raise HarnessError(f"--feature-dtype must be one of {', '.join(FEATURE_DTYPES)}, got '{feature_dtype}'")
-    if name is not None:
-        check_name(name)
-    if num_levels < 2:
-        raise HarnessError(f"--levels must be at least 2 (the method needs a first and a last level), got {num_levels}")
-    if batch_size < 1:
-        raise HarnessError(f"--batch-size must be at least 1, got {batch_size}")
-    if workers is not None and workers < 0:
-        raise HarnessError(f"--workers must be 0 or more, got {workers}")
-    if decoder not in DECODERS:
-        raise HarnessError(f"--decoder must be one of {', '.join(DECODERS)}, got '{decoder}'")
-
-
 def _model_kappa_options(kappas: list[str] | None, odin_preset: str | None, mc_passes: int | None) -> tuple[str, int]:
     """The ODIN preset and MC-dropout passes with their defaults filled in; each is refused when given without its
     kappa (which the default kappas never include)."""
@@ -316,7 +300,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     """
     started = time.perf_counter()
     created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
-    _check_options(name, num_levels, batch_size, workers, feature_dtype, decoder)
+    check_options(name, num_levels, batch_size, workers, feature_dtype, decoder)
     kappas = None if kappas is None else list(kappas)
     odin_preset, mc_passes = _model_kappa_options(kappas, odin_preset, mc_passes)
     ranks, device = init_ranks(auto_device(device))

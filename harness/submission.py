@@ -20,7 +20,6 @@ import hashlib
 import importlib.util
 import inspect
 import sys
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -31,26 +30,7 @@ from PIL import Image
 from harness.bundle import Bundle
 from harness.errors import HarnessError
 from harness.kappas import LogitKappa, registry, split_output
-
-MAX_NAME_BYTES = 200
-LINE_BREAKING = ("Cc", "Cs", "Zl", "Zp")  # control characters, lone surrogates, line and paragraph separators
-
-
-def check_name(name: str) -> None:
-    """A model name as records and output paths use it: at most 200 UTF-8 bytes, no path separator, no control
-    character, not '', '.' or '..'; anything else is refused in one line."""
-    if not isinstance(name, str):
-        raise HarnessError(f"the model name must be a string, got {type(name).__name__}")
-    shown = repr(name if len(name) <= 60 else name[:60] + "...")
-    if name in ("", ".", ".."):
-        raise HarnessError(f"the model name {shown} is not a name")
-    if "/" in name or "\\" in name:
-        raise HarnessError(f"the model name {shown} contains '/' or '\\'")
-    if any(unicodedata.category(c) in LINE_BREAKING for c in name):
-        raise HarnessError(f"the model name {shown} contains a control character")
-    if len(name.encode()) > MAX_NAME_BYTES:
-        raise HarnessError(f"the model name {shown} is {len(name.encode())} UTF-8 bytes long, more than {MAX_NAME_BYTES}")
-
+from harness.options import MAX_NAME_BYTES, check_name  # noqa: F401 (re-exported)
 
 @dataclass
 class Submission:

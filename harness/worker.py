@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.adapters import is_zoo_target
 from harness.errors import HarnessError
+from harness.options import is_zoo_target
 from harness.run import open_benchmark, submit
 
 

@@ -58,3 +58,21 @@ def test_version_and_help_through_the_real_entry_point(prog):
         done = run(*args)
         assert done.returncode == 0, done.stderr
         assert done.stderr == ""
+
+
+@pytest.mark.parametrize("prog", list(MODULES))
+def test_every_help_imports_no_torch(prog):
+    """Every command's help, in one process of the real entry point, answers without importing torch."""
+    paths = [path for p, _, path in commands() if p == prog]
+    script = (f"import sys\nfrom {MODULES[prog]} import main\n"
+              f"for path in {paths!r}:\n"
+              "    sys.argv = ['prog', *path, '--help']\n"
+              "    try:\n"
+              "        main()\n"
+              "    except SystemExit as exc:\n"
+              "        assert exc.code == 0, (path, exc.code)\n"
+              "print('torch imported:', 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.count("Usage: ") == len(paths)
+    assert done.stdout.splitlines()[-1] == "torch imported: False"

@@ -68,24 +68,29 @@ def test_a_plugin_registers_like_a_built_in(plugin):
     np.testing.assert_allclose(scores, [2.0, 0.5])
     listing = CliRunner().invoke(app, ["kappas"], prog_name="cood-harness")
     assert listing.exit_code == 0
-    assert any(line.split()[:4] == ["top2_margin", "plugin", "needs", "logits"] for line in listing.output.splitlines())
+    assert any(line.split()[:4] == ["top2_margin", "plugin", "needs", "logits"] for line in rows_of(listing.output))
+
+
+def rows_of(listing: str) -> list[str]:
+    """The listing's first line of each kappa (the wrapped summary and the parameters and reference are indented)."""
+    return [line for line in listing.splitlines()[:-1] if not line[:1].isspace()]
 
 
 def test_the_listing_names_needs_and_sources():
     done = CliRunner().invoke(app, ["kappas"], prog_name="cood-harness")
     assert done.exit_code == 0, done.output
-    rows = {line.split()[0]: line.split()[1:4] for line in done.output.splitlines()[:-1]}
+    rows = {line.split()[0]: line.split()[1:4] for line in rows_of(done.output)}
     assert rows["softmax"] == ["paper", "needs", "logits"]
     assert rows["odin"] == ["paper", "needs", "model"]
     assert rows["rankfeat"] == rows["mcm"] == ["pytorch-ood", "needs", "model"]
     assert done.output.splitlines()[-1] == f"{len(registry().defs)} kappas"
     fit = CliRunner().invoke(app, ["kappas", "--needs", "model"], prog_name="cood-harness")
-    assert [line.split()[0] for line in fit.output.splitlines()[:-1]] == ["odin", "mc_dropout", "gradnorm", "graduncertainty",
-                                                                         "mahalanobis_odin", "multi_mahalanobis", "gram", "nacue",
-                                                                         "rankfeat", "mcm"]
+    assert [line.split()[0] for line in rows_of(fit.output)] == ["odin", "mc_dropout", "gradnorm", "graduncertainty",
+                                                                 "mahalanobis_odin", "multi_mahalanobis", "gram", "nacue",
+                                                                 "rankfeat", "mcm"]
     assert fit.output.splitlines()[-1] == "10 kappas"
     layers = CliRunner().invoke(app, ["kappas", "--needs", "layers"], prog_name="cood-harness")
-    assert [line.split()[0] for line in layers.output.splitlines()[:-1]] == ["multi_mahalanobis", "gram", "nacue"]
+    assert [line.split()[0] for line in rows_of(layers.output)] == ["multi_mahalanobis", "gram", "nacue"]
 
 
 def test_parameters_on_the_command_line_are_typed_and_checked():

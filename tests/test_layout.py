@@ -21,6 +21,10 @@ FORBIDDEN = {
                        "harness.data", "harness.decoding", "harness.decoded_cache", "harness.score_cache", "harness.outputs",
                        "harness.submission", "leaderboard"),
     "harness.adapters": ("harness.run", "harness.cli", "harness.outputs", "leaderboard"),
+    # what the command line checks before torch is imported
+    "harness.options": ("harness.kappas", "harness.adapters", "harness.inference", "harness.run", "harness.submission",
+                        "harness.decoding", "harness.data", "harness.isolation", "harness.execution", "harness.sandbox",
+                        "dataset_builder", "leaderboard"),
 }
 
 

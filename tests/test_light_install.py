@@ -51,13 +51,24 @@ def test_the_leaderboard_without_torch(no_torch, tmp_path):
     assert (tmp_path / "site" / "index.html").is_file()
 
 
-@pytest.mark.parametrize("module,command", [("harness.cli", "cood-harness"), ("dataset_builder.cli", "cood-dataset")])
-def test_the_harness_and_builder_name_the_extra(no_torch, tmp_path, module, command):
-    done = run(no_torch, module, "--help", cwd=tmp_path)
+@pytest.mark.parametrize("module,args,command", [("harness.cli", ["submit", ROOT / "examples" / "glyph_cnn.py"], "cood-harness submit"),
+                                                 ("harness.cli", ["kappas"], "cood-harness kappas"),
+                                                 ("dataset_builder.cli", ["--help"], "cood-dataset")])
+def test_the_harness_and_builder_name_the_extra(no_torch, tmp_path, module, args, command):
+    done = run(no_torch, module, *args, cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"error: {command} needs the torch extra (missing: torch, torchvision, timm, pytorch_ood")
     assert line.endswith("pip install 'cood-bench[torch]'")
+
+
+def test_the_harness_helps_and_checks_without_torch(no_torch, tmp_path):
+    for args in (["--help"], ["submit", "--help"], ["kappas", "--help"]):
+        done = run(no_torch, "harness.cli", *args, cwd=tmp_path)
+        assert done.returncode == 0 and done.stderr == "", (args, done.stderr)
+        assert done.stdout.startswith(f"Usage: -c {' '.join(args[:-1])}".rstrip() + " [OPTIONS]")  # python -c names the program -c
+    done = run(no_torch, "harness.cli", "submit", "missing.py", cwd=tmp_path)  # what needs no torch is checked first
+    assert (done.returncode, done.stderr) == (2, "error: submission file missing.py not found\n")
 
 
 def test_a_request_without_torch_and_the_worker_names_the_extra(no_torch, tmp_path, hub_server):

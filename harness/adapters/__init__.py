@@ -26,20 +26,12 @@ from harness.adapters.timm_models import timm_target
 from harness.adapters.torchvision_models import torchvision_target, torchvision_weights_entry
 from harness.adapters.weights import TORCH_SUFFIXES, copy_state_in_order, load_weights, read_weights
 from harness.errors import HarnessError
+from harness.options import ZOO_TARGETS, is_zoo_target
 from harness.submission import Submission, check_output, load_file
 
 __all__ = ["CLIP_TEMPLATES", "LogitsOf", "TORCH_SUFFIXES", "ZOO_TARGETS", "ZeroShotClassifier", "copy_state_in_order", "hf_target",
            "is_zoo_target", "load_target", "load_weights", "open_clip_options", "open_clip_target", "read_weights",
            "timm_target", "torchvision_target", "torchvision_weights_entry", "zero_shot_head"]
-
-ZOO_TARGETS = ("timm", "torchvision", "open_clip", "hf")
-
-
-def is_zoo_target(target: str) -> bool:
-    """``timm:``, ``torchvision:``, ``open_clip:`` or ``hf:``: library code with the submitter's data (weights, configs)."""
-    kind, sep, _ = str(target).partition(":")
-    return bool(sep) and kind in ZOO_TARGETS
-
 
 def load_target(target: str, *, weights: str | None = None, num_classes_expected: int | None = None,
                 classnames: Sequence[str] | None = None) -> Submission:
