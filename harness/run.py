@@ -41,7 +41,7 @@ from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVEN
 from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
 from harness.score_cache import ScoreCache, kappa_id, run_key
 from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
-from harness.adapters import load_target
+from harness.adapters import ClassCountMismatch, load_target
 from harness.options import check_options, is_zoo_target
 from harness.submission import Submission, in_memory
 from leaderboard.errors import LeaderboardError
@@ -315,8 +315,11 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
         num_id = embedded_num_id_classes(str(benchmark)) if embedded else len(bench.id_classes)
         if embedded:
             _check_levels(num_levels, embedded_num_ood_classes(str(benchmark)), num_id, benchmark)
-        submission, forward = _load(model, transform, name, weights, channels, num_id, execution, seed, trust_submission,
-                                    limits or Limits())
+        try:
+            submission, forward = _load(model, transform, name, weights, channels, num_id, execution, seed, trust_submission,
+                                        limits or Limits())
+        except ClassCountMismatch as exc:
+            raise exc.on(str(benchmark) if embedded else bench.manifest.get("id", str(benchmark))) from None
         if kappas is None:
             kappas = [*DEFAULT_KAPPAS, *submission.user_kappas]
         specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)

@@ -3,6 +3,7 @@
 import importlib
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -14,6 +15,7 @@ from skimage import data as photos
 
 from harness.adapters import (
     CLIP_TEMPLATES,
+    ClassCountMismatch,
     copy_state_in_order,
     load_target,
     open_clip_options,
@@ -74,6 +76,33 @@ def test_copy_in_order_names_the_first_mismatch():
         copy_state_in_order(model, read_weights(lite_weights(0)))
 
 
+def test_imagenet_weights_on_a_36_class_benchmark_name_both_class_counts(tmp_path):
+    """The efficientnet-pytorch layout is copied in order; its 1,000-class head is named as such, not as tensor 294."""
+    with pytest.raises(ClassCountMismatch) as caught:
+        load_target("timm:tf_efficientnet_lite0", weights=lite_weights(0), num_classes_expected=36)
+    assert str(caught.value) == ("the model has 1,000 output classes, the benchmark has 36 ID classes: evaluate it on a "
+                                 "benchmark with its classes (e.g. an ImageNet-1K benchmark for an ImageNet-1K classifier)")
+    assert str(caught.value.on("glyphs")).startswith("the model has 1,000 output classes, the benchmark glyphs has 36 ID classes: ")
+    torch.manual_seed(0)
+    small = timm.create_model("test_efficientnet", pretrained=False, num_classes=1200)
+    with pytest.raises(ClassCountMismatch, match=r"^the model has 1,200 output classes, the benchmark has 36 ID classes: .*"
+                                                 r"from images of the model's 1,200 classes\)$"):
+        load_target("timm:test_efficientnet", weights=saved(small, tmp_path / "w.pt"), num_classes_expected=36)
+
+
+def test_submit_imagenet_weights_on_glyphs_fails_in_one_line(tmp_path):
+    """The command line names the benchmark and fails before the embedded benchmark is built."""
+    env = os.environ | {"COOD_BENCH_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "submit", "timm:tf_efficientnet_lite0",
+                           "--weights", lite_weights(0), "--device", "cpu", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: the model has 1,000 output classes, the benchmark glyphs has 36 ID classes: evaluate it on a benchmark "
+        "with its classes (e.g. an ImageNet-1K benchmark for an ImageNet-1K classifier)"]
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
 def test_lite0_weights_do_not_fit_lite1():
     with pytest.raises(HarnessError, match="cannot copy weights in order: the file has 296 tensors, the model 386"):
         load_target("timm:tf_efficientnet_lite1", weights=lite_weights(0))
@@ -116,8 +145,13 @@ def test_timm_weights_by_name_from_safetensors(tmp_path):
 
 def test_timm_wrong_shapes_and_keys_are_named(tmp_path):
     model = timm.create_model("test_efficientnet", pretrained=False)
-    with pytest.raises(HarnessError, match=r"'classifier.weight' has shape \(1000, 256\), the model expects \(10, 256\)"):
+    with pytest.raises(ClassCountMismatch) as caught:
         load_target("timm:test_efficientnet", weights=saved(model, tmp_path / "w.pt"), num_classes_expected=10)
+    assert (caught.value.model_classes, caught.value.id_classes) == (1000, 10)
+    state = model.state_dict()
+    state["conv_stem.weight"] = state["conv_stem.weight"][:, :1]
+    with pytest.raises(HarnessError, match=r"'conv_stem.weight' has shape \(24, 1, 3, 3\), the model expects \(24, 3, 3, 3\)"):
+        load_target("timm:test_efficientnet", weights=saved(model, tmp_path / "stem.pt", state))
     state = model.state_dict()
     state["extra.weight"] = state.pop("conv_stem.weight")
     with pytest.raises(HarnessError, match=r"1 missing keys \['conv_stem.weight'\], 1 unexpected keys \['extra.weight'\]"):

