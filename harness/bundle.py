@@ -4,8 +4,10 @@ Everything the file can read of its own lives in its folder (its weights, its he
 harness computes itself, is what names the code in records and keys the score cache. A sandboxed run reads a copy of
 the bundle made while hashing, so the bytes that ran are the bytes that were hashed.
 
-Hidden entries (``.git``, ``.venv``) and ``__pycache__`` are left out; a link is refused, since following it could hand
-the submission a file from outside its folder (a token, say).
+Hidden entries (``.git``, ``.venv``), ``__pycache__`` and the folders the harness writes (a cache folder, tagged with
+``CACHEDIR.TAG`` as the cache-directory tagging convention has it; an output folder, with its ``per_level.csv`` and
+``records/``) are left out, so that a run's own outputs never change the identity of the code that made them. A link is
+refused, since following it could hand the submission a file from outside its folder (a token, say).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from harness.errors import HarnessError
 
 MAX_FILES = 10_000
 SKIPPED = ("__pycache__",)
+CACHE_TAG = "CACHEDIR.TAG"
+CACHE_TAG_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ class Bundle:
         root = path.resolve().parent
         files = []
         for folder, dirs, names in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if not _skipped(d))
+            dirs[:] = sorted(d for d in dirs if not _skipped(d) and not _written_by_harness(Path(folder, d)))
             for name in [*dirs, *names]:
                 if not _skipped(name) and (Path(folder) / name).is_symlink():
                     raise HarnessError(f"the submission's folder {root} holds a link, {Path(folder, name).relative_to(root)}; "
@@ -67,6 +71,18 @@ class Bundle:
 
 def _skipped(name: str) -> bool:
     return name.startswith(".") or name in SKIPPED
+
+
+def _written_by_harness(folder: Path) -> bool:
+    return (folder / CACHE_TAG).is_file() or ((folder / "per_level.csv").is_file() and (folder / "records").is_dir())
+
+
+def tag_cache(folder: Path) -> None:
+    """Mark ``folder`` as a cache (the cache-directory tagging convention: backup tools and bundles leave it out)."""
+    tag = folder / CACHE_TAG
+    if not tag.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        tag.write_text(CACHE_TAG_SIGNATURE + "\n# a cood-bench cache: see https://bford.info/cachedir/\n")
 
 
 def _file_digest(source: Path, target: Path | None) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 import PIL
 import torchvision
 
+from harness.bundle import tag_cache
 from harness.score_cache import Damaged, encode, read_entry, write_atomic
 
 
@@ -63,6 +64,7 @@ class DecodedCache:
         if self.used + len(data) > self.budget:
             return
         try:
+            tag_cache(self.root)
             write_atomic(self._path(shard), data)
             self.used += len(data)
         except OSError:  # the score cache beside it says in one line that the folder cannot be written

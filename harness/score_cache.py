@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from harness import __version__
+from harness.bundle import tag_cache
 from harness.inference import KappaSpec
 from harness.method.scores import SplitScores
 
@@ -125,6 +126,7 @@ class ScoreCache:
         if scores.features is not None:
             arrays["features"] = scores.features.astype(self.feature_dtype)
         try:
+            tag_cache(self.folder.parent)
             write_atomic(self._path(split, shard["path"]), encode(arrays))
         except OSError as exc:
             self.writable = False

@@ -1,12 +1,10 @@
 """The in-memory Python API (``from harness import evaluate``), device auto, fail fast, a submission's own kappas."""
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -106,16 +104,3 @@ def test_impossible_levels_fail_before_the_embedded_benchmark_is_built(tmp_path,
                                            r"in windows of 36 \(its ID classes\) give 365 distinct levels at most"):
         evaluate(cnn.build_model(), cnn.DATA_CONFIG, num_levels=500, progress=False)
     assert not (tmp_path / "cache").exists()
-
-
-def test_the_readme_python_example_runs(default_glyphs, tmp_path, monkeypatch):
-    """README's in-memory example, executed as written."""
-    monkeypatch.chdir(ROOT)
-    monkeypatch.syspath_prepend(str(ROOT))
-    readme = (ROOT / "README.md").read_text()
-    code = re.search(r"```python\n(from harness import evaluate\n.*?)```", readme, re.S).group(1)
-    namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
-    result = namespace["result"]
-    assert len(result.per_level) == 11 * len(result.records) and result.records[0]["benchmark"]["id"] == "glyphs"
-    assert np.all(np.diff(result.per_level.loc[result.per_level["confidence function"] == "softmax", "ood-auroc"]) < 0.05)

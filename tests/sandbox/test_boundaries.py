@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness import HarnessError
-from harness.bundle import Bundle
+from harness.bundle import Bundle, tag_cache
 from harness.channel import MAX_HEADER_BYTES, Arena, Channel, Malformed
 from harness.worker import RequestEvaluator
 
@@ -77,6 +77,10 @@ def test_the_bundle_is_the_folder_without_hidden_files_or_links(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "HEAD").write_text("ref")
     (tmp_path / "__pycache__").mkdir()
+    tag_cache(tmp_path / "cache")  # a score cache and an output folder beside the file: what the harness wrote
+    (tmp_path / "cache" / "entry.scores").write_bytes(b"1")
+    (tmp_path / "out" / "records").mkdir(parents=True)
+    (tmp_path / "out" / "per_level.csv").write_text("level\n")
     bundle = Bundle.of(tmp_path / "model.py")
     assert bundle.files == ("model.py", "weights/w.bin")
     first = bundle.sha256(copy_to=tmp_path.parent / "copy")
