@@ -55,18 +55,20 @@ class Bundle:
                                    "the files it reads in a folder of their own")
         return cls(root, path.name, tuple(sorted(files)))
 
-    def sha256(self, copy_to: Path | None = None) -> str:
-        """The bundle's hash: sha256 over each file's relative path and sha256, in path order. With ``copy_to``, the
-        files are copied there as they are hashed (readable by anyone: the sandbox's user reads them)."""
+    def hash(self, copy_to: Path | None = None) -> tuple[str, dict[str, str]]:
+        """The bundle's hash (sha256 over each file's relative path and sha256, in path order) and each file's sha256,
+        every file read once. With ``copy_to``, the files are copied there as they are read (readable by anyone: the
+        sandbox's user reads them)."""
+        files = {name: _file_digest(self.root / name, copy_to and copy_to / name) for name in self.files}
         digest = hashlib.sha256()
-        for name in self.files:
-            digest.update(f"{name}\0{_file_digest(self.root / name, copy_to and copy_to / name)}\n".encode())
+        for name, file_digest in files.items():
+            digest.update(f"{name}\0{file_digest}\n".encode())
         if copy_to is not None:
             for folder, dirs, _ in os.walk(copy_to):
                 for d in dirs:
                     os.chmod(Path(folder, d), 0o755)
             os.chmod(copy_to, 0o755)
-        return digest.hexdigest()
+        return digest.hexdigest(), files
 
 
 def _skipped(name: str) -> bool:

@@ -17,8 +17,8 @@ import socket
 import sys
 
 from harness.channel import Arena, Channel
+from harness.sandbox import NOBODY
 
-NOBODY = 65534
 MAX_PROCESSES = 4096  # processes and threads of the child's user: a fork bomb stops there
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 CLONE_NEWUSER = 0x10000000

@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dataset_builder.shards import file_sha256
 from harness import sandbox
 from harness.channel import Malformed
 from harness.errors import HarnessError
@@ -33,6 +32,7 @@ from harness.execution import Execution
 from harness.kappas import LogitKappa, registry
 from harness.serving import as_numpy
 from harness.submission import Submission, check_data_config, state_sha256, timm_transform
+
 
 def _physical_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -56,7 +56,6 @@ class Limits:
 
 
 
-
 FLOATS = ("<f2", "<f4", "<f8")
 TORCH_DTYPES = {str(t): t for t in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
                                     torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
@@ -77,8 +76,7 @@ class ChildForward:
         try:
             self.isolation = {**self.sandbox.ready(limits.load_timeout_s), "memory_limit_bytes": limits.memory_bytes,
                               "batch_timeout_s": limits.batch_timeout_s, "run_timeout_s": limits.run_timeout_s}
-            self.file, self.copy, self.bundle_sha256 = self.sandbox.file, self.sandbox.copy, self.sandbox.bundle_sha256
-            self.meta = self._ask(("load", {"path": f"{sandbox.BUNDLE_MOUNT}/{self.file}", "device": str(execution.device),
+            self.meta = self._ask(("load", {"path": f"{sandbox.BUNDLE_MOUNT}/{self.sandbox.file}", "device": str(execution.device),
                                             "amp": execution.amp, "channels_last": execution.channels_last,
                                             "compile": execution.compile, "threads": torch.get_num_threads(),
                                             "num_classes": num_classes, "seed": seed, "memory_bytes": limits.memory_bytes}),
@@ -102,17 +100,18 @@ class ChildForward:
         config = meta["data_config"]
         if not isinstance(config, dict) or not set(config) <= CONFIG_KEYS:
             raise Malformed("its data config has unknown fields")
-        check_data_config(config, f"submission {self.file}: DATA_CONFIG")
+        file = self.sandbox.file
+        check_data_config(config, f"submission {file}: DATA_CONFIG")
         try:
             transform = timm_transform(config)
         except Exception as exc:  # noqa: BLE001 -- timm refusing a declared value
-            raise HarnessError(f"submission {self.file}: DATA_CONFIG is not a timm data config: {type(exc).__name__}: {exc}") from None
+            raise HarnessError(f"submission {file}: DATA_CONFIG is not a timm data config: {type(exc).__name__}: {exc}") from None
         self.head = self._head(meta["head"])
         weights, count = self._identity(meta["state"], meta["parameters"])
         return Submission(name=meta["name"], model=None, transform=transform, channels=int(config["input_size"][0]),
-                          preprocessing={**config, "transform": "timm.create_transform"}, source=self.file,
-                          file_sha256=file_sha256(self.copy / self.file), user_kappas=self._kappas(meta["kappas"]),
-                          weights_sha256=weights, num_parameters=count, bundle_sha256=self.bundle_sha256)
+                          preprocessing={**config, "transform": "timm.create_transform"}, source=file,
+                          file_sha256=self.sandbox.file_sha256, user_kappas=self._kappas(meta["kappas"]),
+                          weights_sha256=weights, num_parameters=count, bundle_sha256=self.sandbox.bundle_sha256)
 
     def _head(self, head):
         if head is None:
@@ -136,7 +135,7 @@ class ChildForward:
             numel = int(np.prod(entry["shape"], dtype=object))
             if entry["bytes"].size != numel * TORCH_DTYPES[entry["dtype"]].itemsize:
                 raise Malformed(f"state entry {entry['name'][:60]!r} has {entry['bytes'].size} bytes for its shape and dtype")
-            entries.append((entry["name"], entry["dtype"], entry["shape"], entry["bytes"].tobytes()))
+            entries.append((entry["name"], entry["dtype"], entry["shape"], entry["bytes"]))
             sizes[entry["name"]] = numel
         if [e[0] for e in entries] != sorted(sizes) or len(sizes) != len(entries):
             raise Malformed("its state entries are not unique and in name order")

@@ -228,7 +228,8 @@ class Sandbox:
         self.copy = Path(tempfile.mkdtemp(prefix="cood-bundle-"))
         self.process = self.channel = self.guards = None
         try:
-            self.bundle_sha256 = bundle.sha256(copy_to=self.copy)
+            self.bundle_sha256, digests = bundle.hash(copy_to=self.copy)
+            self.file_sha256 = digests[bundle.file]
             self._launch(cuda)
         except BaseException:
             self.close()
@@ -274,7 +275,7 @@ class Sandbox:
                 self.close()
                 raise unavailable(f"these guards did not hold: {', '.join(failed)}")
             self.guards = {"mode": "sandbox", "sandbox": "bubblewrap + seccomp", "verified": list(GUARDS),
-                           "uid_outside": guards.get("uid_outside"), "environment": "scrubbed", "bundle_sha256": self.bundle_sha256}
+                           "uid_outside": guards.get("uid_outside"), "environment": "scrubbed"}
         return self.guards
 
     def ask(self, message, expected: str, timeout: float):

@@ -8,22 +8,18 @@ from __future__ import annotations
 
 import resource
 
-import numpy as np
 import torch
 
 from harness.channel import Channel
 from harness.errors import HarnessError
 from harness.execution import Execution
+from harness.submission import raw_bytes
 
 
 def state_entries(model: torch.nn.Module) -> list[dict]:
     """The model's state dict as the harness hashes it: name, dtype, shape and raw bytes of each tensor."""
-    entries = []
-    for name, tensor in sorted(model.state_dict().items()):
-        flat = tensor.detach().cpu().contiguous().reshape(-1)
-        entries.append({"name": name, "dtype": str(tensor.dtype), "shape": list(tensor.shape),
-                        "bytes": flat.view(torch.uint8).numpy() if flat.numel() else np.zeros(0, np.uint8)})
-    return entries
+    return [{"name": name, "dtype": str(tensor.dtype), "shape": list(tensor.shape), "bytes": raw_bytes(tensor)}
+            for name, tensor in sorted(model.state_dict().items())]
 
 
 def as_numpy(tree):

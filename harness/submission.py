@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from PIL import Image
 
@@ -57,12 +58,13 @@ class Submission:
 
 def weights_sha256(model: torch.nn.Module) -> str:
     """A hash of the model's weights: names, dtypes, shapes and bytes of its state dict, in name order."""
-    return state_sha256((name, str(tensor.dtype), tuple(tensor.shape), _raw(tensor)) for name, tensor in sorted(model.state_dict().items()))
+    return state_sha256((name, str(tensor.dtype), tuple(tensor.shape), raw_bytes(tensor)) for name, tensor in sorted(model.state_dict().items()))
 
 
-def _raw(tensor: torch.Tensor) -> bytes:
+def raw_bytes(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor's bytes as the weights hash reads them (a uint8 array; bfloat16 has no numpy dtype)."""
     tensor = tensor.detach().cpu().contiguous().reshape(-1)
-    return tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+    return tensor.view(torch.uint8).numpy() if tensor.numel() else np.zeros(0, np.uint8)
 
 
 def state_sha256(entries) -> str:
@@ -156,6 +158,7 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
         kappas[name] = LogitKappa(name, fn, params=params, wants_features=getattr(fn, "wants_features", False))
     preprocessing = recorded(config)
     preprocessing["transform"] = "custom" if callable(custom) else "timm.create_transform"
+    bundle_sha256, digests = (None, None) if sandboxed else Bundle.of(path).hash()
     return Submission(
         name=str(getattr(module, "NAME", path.stem)),
         model=model,
@@ -163,9 +166,9 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
         channels=int(config["input_size"][0]),
         preprocessing=preprocessing,
         source=path.name,
-        file_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        file_sha256=None if sandboxed else digests[path.name],
         user_kappas=kappas,
-        bundle_sha256=None if sandboxed else Bundle.of(path).sha256(),
+        bundle_sha256=bundle_sha256,
     )
 
 

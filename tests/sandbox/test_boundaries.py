@@ -83,12 +83,13 @@ def test_the_bundle_is_the_folder_without_hidden_files_or_links(tmp_path):
     (tmp_path / "out" / "per_level.csv").write_text("level\n")
     bundle = Bundle.of(tmp_path / "model.py")
     assert bundle.files == ("model.py", "weights/w.bin")
-    first = bundle.sha256(copy_to=tmp_path.parent / "copy")
+    first, digests = bundle.hash(copy_to=tmp_path.parent / "copy")
+    assert digests["model.py"] == __import__("hashlib").sha256(b"x = 1\n").hexdigest()
     assert sorted(p.relative_to(tmp_path.parent / "copy").as_posix() for p in (tmp_path.parent / "copy").rglob("*")) == \
         ["model.py", "weights", "weights/w.bin"]
     assert oct((tmp_path.parent / "copy" / "weights" / "w.bin").stat().st_mode & 0o777) == "0o644"
     (tmp_path / "weights" / "w.bin").write_bytes(b"\1" * 10)
-    assert Bundle.of(tmp_path / "model.py").sha256() != first  # any file of the folder is part of the identity
+    assert Bundle.of(tmp_path / "model.py").hash()[0] != first  # any file of the folder is part of the identity
     (tmp_path / "token").symlink_to("/etc/hostname")
     with pytest.raises(HarnessError, match="holds a link, token; links are not followed"):
         Bundle.of(tmp_path / "model.py")
