@@ -1,8 +1,8 @@
 """A static, self-contained site of a table, readable offline from its files:
 
 - ``index.html``: one row per model (each by its best kappa, or one kappa for all), filters, search, sortable columns,
-  a severity-curve plot and an id-accuracy vs mean ood-auroc scatter that follow the view, the kappas' win rates,
-  a permalink; the rows are JSON embedded in the page and drawn by the site's own script (``static/site.js``);
+  a severity-curve plot and an id-accuracy vs mean ood-auroc scatter that follow the view (flagged runs in the scatter
+  only when its toggle is ticked), the kappas' win rates, a permalink; the rows are JSON embedded in the page and drawn by the site's own script (``static/site.js``);
 - ``models/<model>.html``: every metric of a model's entries, its parameters, family, provenance, verification,
   per-class drill-down (when its records carry one) and links to the raw records;
 - ``downloads/leaderboard.csv`` and ``.parquet``: the table itself; ``records/``: the raw records (given the
@@ -92,8 +92,9 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
     }
     rates, counts = win_rates(table) if len(table) else (pd.DataFrame(), pd.DataFrame())
     kappas = sorted(table["kappa"].unique().tolist())
-    short = {k: short_kappa(n, json.loads(p)) for k, n, p in zip(table["kappa"], table["kappa_name"], table["kappa_params"])}
-    short = {k: v for k, v in short.items() if v != k}
+    labels = table.drop_duplicates("kappa")
+    short = {k: s for k, n, p in zip(labels["kappa"], labels["kappa_name"], labels["kappa_params"])
+             if (s := short_kappa(n, json.loads(p))) != k}  # only the kappas whose narrow form differs
     data = {"levels": len(levels), "kappas": kappas, "short": short, "families": sorted({m["f"] for m in models}),
             "provenances": sorted(table["provenance"].unique().tolist()),
             "cols": [key for key, column in OPTIONAL_COLUMNS.items() if table[column].notna().any()],
