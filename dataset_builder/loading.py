@@ -66,8 +66,9 @@ def _level_file(source: str | Path, commit: str | None, relpath: str) -> Path:
 
 
 def load_level(source: str | Path, model: str, kappa: str, level: int, *, revision: str | None = None,
-               streaming: bool = False) -> datasets.Dataset | datasets.IterableDataset:
-    """The OOD test images of one severity level of ``(model, kappa)`` (split name ``level_NN``)."""
+               streaming: bool = False, **kwargs) -> datasets.Dataset | datasets.IterableDataset:
+    """The OOD test images of one severity level of ``(model, kappa)`` (split name ``level_NN``); ``kwargs`` go to
+    ``datasets.load_dataset`` (``cache_dir``, ``num_proc``, ...)."""
     bench, prefix, commit = _open(source, revision)
     level_path = _level_file(source, commit, f"levels/{level_file_name(model, kappa)}")
     if not level_path.is_file():
@@ -77,4 +78,5 @@ def load_level(source: str | Path, model: str, kappa: str, level: int, *, revisi
     if split not in files:
         raise BenchmarkError(f"level {level} does not exist; the levels are 0..{len(files) - 1}")
     return datasets.load_dataset("webdataset", data_files={split: [prefix + p for p in files[split]]}, split=split,
-                                 features=sample_features(bench.image_ext, label_names(bench)), streaming=streaming)
+                                 features=sample_features(bench.image_ext, label_names(bench)), streaming=streaming,
+                                 **kwargs)
