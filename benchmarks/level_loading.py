@@ -13,12 +13,18 @@ loading costs), then level ``--level`` is loaded, each call with a fresh ``datas
 
 from the local folder and from a local stand-in of the Hub (``tests/hub_server.py``) it is published to.
 
+Every load parses the card's YAML, where each config declares the ``ClassLabel`` names (ID + OOD classes); the
+last lines print its size and parse time for an ImageNet-shaped benchmark (1,000 ID and 10,450 OOD classes, one
+reference pair; manifest and class tables only), as written, without the per-level configs, and without either
+the per-level configs or the ``ClassLabel`` (the card before both).
+
     python benchmarks/level_loading.py [--level 7] [--repeats 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -32,12 +38,14 @@ HUB = hub_server.start_for_session()
 
 import datasets  # noqa: E402
 import numpy as np  # noqa: E402
-from huggingface_hub import DatasetCard  # noqa: E402
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
 
 from dataset_builder.benchmark import Benchmark  # noqa: E402
-from dataset_builder.card import add_levels  # noqa: E402
+from dataset_builder.card import add_levels, card_text  # noqa: E402
 from dataset_builder.embedded import embedded_benchmark  # noqa: E402
 from dataset_builder.levels import level_split, level_table  # noqa: E402
+from dataset_builder.manifest import FORMAT_VERSION, MANIFEST  # noqa: E402
 from dataset_builder.loading import load_level  # noqa: E402
 from dataset_builder.publish import publish  # noqa: E402
 
@@ -45,22 +53,66 @@ MODEL, KAPPA, LEVELS, REPO = "glyph_cnn", "softmax", 11, "cood/level-loading"
 PAIR = f"{MODEL}__{KAPPA}"
 
 
+def seeded_levels(ood_ids: list[str], width: int, folder: Path) -> Path:
+    """A level manifest of seeded windows of ``width`` classes (the severity rule's starts), written into ``folder``."""
+    order = np.random.default_rng(0).permutation(len(ood_ids))
+    scores = np.empty(len(ood_ids))
+    scores[order] = np.arange(len(ood_ids)) / len(ood_ids)
+    n = len(ood_ids) - width + 1
+    starts = [(level * n) // (LEVELS - 1) for level in range(LEVELS - 1)] + [n - 1]
+    table = level_table([order[s:s + width].tolist() for s in starts], scores.tolist(), [float(scores[order[s]]) for s in starts],
+                        [level / (LEVELS - 1) for level in range(LEVELS)], ood_ids)
+    table.to_parquet(folder / "levels.parquet")
+    return folder / "levels.parquet"
+
+
 def with_levels(source: Path, folder: Path) -> Path:
-    """A copy of the benchmark with a reference level manifest of seeded windows (the severity rule's starts)."""
+    """A copy of the benchmark with a reference level manifest."""
     root = folder / "glyphs"
     shutil.copytree(source, root)
     bench = Benchmark.open(root)
-    ids, width = bench.ood_classes["id"].tolist(), len(bench.id_classes)
-    order = np.random.default_rng(0).permutation(len(ids))
-    scores = np.empty(len(ids))
-    scores[order] = np.arange(len(ids)) / len(ids)
-    n = len(ids) - width + 1
-    starts = [(level * n) // (LEVELS - 1) for level in range(LEVELS - 1)] + [n - 1]
-    table = level_table([order[s:s + width].tolist() for s in starts], scores.tolist(), [float(scores[order[s]]) for s in starts],
-                        [level / (LEVELS - 1) for level in range(LEVELS)], ids)
-    table.to_parquet(folder / "levels.parquet")
-    add_levels(root, folder / "levels.parquet", MODEL, KAPPA)
+    add_levels(root, seeded_levels(bench.ood_classes["id"].tolist(), len(bench.id_classes), folder), MODEL, KAPPA)
     return root
+
+
+def imagenet_shaped(folder: Path, num_id: int = 1000, num_ood: int = 10450) -> Path:
+    """A folder with the manifest and class tables of an ImageNet-sized benchmark (no shards) and one reference pair."""
+    root = folder / "imagenet-shaped"
+    (root / "classes").mkdir(parents=True)
+    id_ids, ood_ids = [f"n{i:08d}" for i in range(num_id)], [f"n{i:08d}" for i in range(num_id, num_id + num_ood)]
+    shards = [{"path": f"id/test/{i:05d}.tar", "split": "id_test"} for i in range(50)]
+    shards += [{"path": f"ood/test/{i // 1000:03d}/{c}.tar", "split": "ood_test", "class_id": c} for i, c in enumerate(ood_ids)]
+    manifest = {"format_version": FORMAT_VERSION, "image_ext": "jpg", "shards": shards, "source": {"kind": "imagenet"},
+                "benchmark": {"id": "imagenet-shaped", "version": "1.0.0", "description": "shape only"},
+                "classes": {"id": num_id, "ood": num_ood}}
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    pd.DataFrame({"index": range(num_id), "id": id_ids, "name": id_ids}).to_parquet(root / "classes" / "id.parquet")
+    pd.DataFrame({"id": ood_ids, "status": "ood", "index": range(num_ood)}).to_parquet(root / "classes" / "ood.parquet")
+    add_levels(root, seeded_levels(ood_ids, num_id, folder), MODEL, KAPPA)
+    return root
+
+
+def card_yaml(meta: dict, per_level: bool, class_label: bool) -> str:
+    """The card's YAML, without the per-level configs or with the class id a string when asked."""
+    keep = [c["config_name"] for c in meta["configs"] if per_level or "__level_" not in c["config_name"]]
+    meta = {**meta, "configs": [c for c in meta["configs"] if c["config_name"] in keep],
+            "dataset_info": [i for i in meta["dataset_info"] if i["config_name"] in keep]}
+    if not class_label:
+        for info in meta["dataset_info"]:
+            info["features"] = [{"name": "json", "struct": [{"name": "class_id", "dtype": "string"}]} if f["name"] == "json" else f
+                                for f in info["features"]]
+    return yaml.dump(meta, sort_keys=False, allow_unicode=True)
+
+
+def yaml_figures(root: Path) -> None:
+    meta = yaml.safe_load(card_text(root).split("---\n")[1])
+    print(f"\ncard YAML, {root.name}          lines  parse s")
+    for name, per_level, class_label in (("as written", True, True), ("no per-level configs", False, True),
+                                         ("neither (before)", False, False)):
+        text = card_yaml(meta, per_level, class_label)
+        start = time.perf_counter()
+        yaml.safe_load(text)
+        print(f"  {name:22} {len(text.splitlines()):9,}  {time.perf_counter() - start:7.2f}")
 
 
 def seconds(call) -> tuple[float, float, int]:
@@ -83,11 +135,6 @@ def main() -> None:
         tmp = Path(tmp)
         root = with_levels(embedded_benchmark("glyphs", progress=False), tmp)
         publish(root, REPO, tag="1.0.0", endpoint=HUB.url)
-        card = (root / "README.md").read_text()
-        start = time.perf_counter()
-        DatasetCard(card)
-        parse = time.perf_counter() - start
-        print(f"card: {len(card.splitlines())} lines, {len(DatasetCard(card).data.configs)} configs, YAML parsed in {parse:.2f} s")
         caches = iter(range(1000))
 
         def fresh() -> str:
@@ -105,6 +152,8 @@ def main() -> None:
             for name, call in calls.items():
                 returned, read, rows = min(seconds(call) for _ in range(args.repeats))
                 print(f"  {where:6} {name:14} {returned:10.2f}  {read:15.2f}  {rows}")
+        yaml_figures(root)
+        yaml_figures(imagenet_shaped(tmp))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ and one split ``level_NN`` per severity level, each listing that level's OOD tes
 config ``<model>__<kappa>__level_NN`` per level with that split alone: ``datasets`` prepares every
 split of a config it loads without streaming, so a level loads alone only from a config of its own.
 Level manifests of other pairs live in ``levels/`` too and load with :func:`dataset_builder.loading.load_level`.
-Every config declares the features, the class id as an integer ``ClassLabel`` (:func:`dataset_builder.loading.label_names`).
+Every config declares the features, the class id as an integer ``ClassLabel`` over the classes it holds
+(:func:`dataset_builder.loading.label_names`).
 
 The body's loading examples are plain ``datasets.load_dataset`` calls (``load_level`` only for pairs
 without a config). A card written at build time (no repo id) names the local folder (``path/to/benchmark``);
@@ -141,25 +142,29 @@ def level_config(name: str, split: str) -> str:
 
 
 def card_data(root: Path) -> DatasetCardData:
-    """The card's YAML: licence, configs and features (the same features for every config)."""
+    """The card's YAML: licence, configs and their features (the class label names the classes each config holds)."""
     bench = Benchmark.open(root)
     manifest = bench.manifest
     splits = sorted({s["split"] for s in manifest["shards"]}, key=list(SPLIT_FOLDERS).index)
     configs = [{"config_name": "pool", "default": True,
                 "data_files": [{"split": split, "path": SPLIT_FOLDERS[split]} for split in splits]}]
+    names = {"pool": label_names(bench)}
     shards = test_shards(manifest)
     for name in reference_configs(root):
-        files = level_data_files(read_level_table(root / "levels" / f"{name}.parquet"), shards)
+        table = read_level_table(root / "levels" / f"{name}.parquet")
+        files = level_data_files(table, shards)
         configs.append({"config_name": name, "data_files": [{"split": "id_test", "path": SPLIT_FOLDERS["id_test"]}]
                         + [{"split": split, "path": paths} for split, paths in files.items()]})
-        configs += [{"config_name": level_config(name, split), "data_files": [{"split": split, "path": list(paths)}]}
-                    for split, paths in files.items()]
+        names[name] = label_names(bench, table["class_id"])
+        held = {level_split(int(level)): group["class_id"] for level, group in table.groupby("level")}
+        for split, paths in files.items():
+            configs.append({"config_name": level_config(name, split), "data_files": [{"split": split, "path": list(paths)}]})
+            names[level_config(name, split)] = label_names(bench, held[split], with_id=False)
     fields, _ = licence(manifest)
     data = DatasetCardData(**fields, pretty_name=f"{manifest['benchmark']['id']} C-OOD benchmark",
                            task_categories=["image-classification"],
                            tags=["out-of-distribution-detection", CARD_TAG, "arxiv:2302.11893"], configs=configs)
-    features = sample_features(bench.image_ext, label_names(bench))
-    DatasetInfosDict({c["config_name"]: DatasetInfo(features=features) for c in configs}).to_dataset_card_data(data)
+    DatasetInfosDict({c: DatasetInfo(features=sample_features(bench.image_ext, n)) for c, n in names.items()}).to_dataset_card_data(data)
     return data
 
 
@@ -200,10 +205,12 @@ def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, rev
                   f"pool = load_dataset({source}, \"pool\", split=\"ood_estimation\"{rev}, streaming=True)\n"
                   "label = next(iter(pool))[\"json\"][\"class_id\"]\n"
                   "class_id = pool.features[\"json\"][\"class_id\"].int2str(label)\n```")
-    blocks.append(f"`json.class_id` is an integer `ClassLabel` whose names are the class ids: the {manifest['classes']['id']} ID "
-                  "classes first (label = the ID class index, what a classifier predicts), then the OOD pool classes "
-                  f"(label = {manifest['classes']['id']} + pool index); `int2str` gives the id back, and "
-                  "`classes/id.parquet`, `classes/ood.parquet` name each id.")
+    num_id = manifest["classes"]["id"]
+    blocks.append(f"`json.class_id` is an integer `ClassLabel` whose names are the ids of the classes a config holds: in `pool`, "
+                  f"the {num_id} ID classes by index (label = the ID class index, what a classifier predicts), then the OOD pool "
+                  f"by index (label = {num_id} + pool index); in `<model>__<kappa>`, the ID classes, then the OOD classes of its "
+                  "levels by pool index; in `<model>__<kappa>__level_NN`, the level's classes by pool index. `int2str` gives "
+                  "the id back; `classes/id.parquet` and `classes/ood.parquet` name each id.")
     for name in reference_configs(root):
         last, level = _example_level(root, name)
         split = level_split(level)

@@ -7,15 +7,17 @@ folder or a Hub dataset repo; a repo is read at one commit (``revision``: a tag,
 default ``main``), through ``hf://datasets/<repo>@<commit>/...`` paths.
 
 The class id of a sample (``json.class_id``, a string such as ``u0041`` in the shards) loads as an
-integer ``ClassLabel`` whose names are the class ids: the ID classes in index order (label = ID class
-index, what a classifier predicts), then the OOD pool classes in index order (label = number of ID
-classes + pool index); ``int2str`` gives the string id back. Declaring it lets the loaders label the
-samples without changing a byte of the shards (their sha256 is the benchmark's identity).
+integer ``ClassLabel`` whose names are the ids of the classes a dataset holds: the ID classes by index
+(label = ID class index, what a classifier predicts) when it holds ID images, then its OOD classes by
+pool index (the whole pool: label = number of ID classes + pool index); ``int2str`` gives the string id
+back. Declaring it labels the samples without changing a byte of the shards (their sha256 is the
+benchmark's identity); naming only the classes held keeps each config's names short in the card's YAML.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 import datasets
 from huggingface_hub import HfApi, hf_hub_download
@@ -26,9 +28,12 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.levels import level_data_files, level_file_name, level_split, read_level_table
 
 
-def label_names(bench: Benchmark) -> list[str]:
-    """The ``ClassLabel`` names of a benchmark: ID class ids by index, then OOD pool class ids by index."""
-    return bench.id_classes["id"].tolist() + bench.ood_classes["id"].tolist()
+def label_names(bench: Benchmark, ood: Iterable[str] | None = None, *, with_id: bool = True) -> list[str]:
+    """``ClassLabel`` names: the ID class ids by index (``with_id``), then the OOD class ids of ``ood`` (default: the
+    whole pool) by pool index."""
+    pool = bench.ood_classes["id"].tolist()
+    held = set(pool if ood is None else ood)
+    return (bench.id_classes["id"].tolist() if with_id else []) + [c for c in pool if c in held]
 
 
 def sample_features(image_ext: str, names: list[str] | None = None) -> datasets.Features:
@@ -73,10 +78,11 @@ def load_level(source: str | Path, model: str, kappa: str, level: int, *, revisi
     level_path = _level_file(source, commit, f"levels/{level_file_name(model, kappa)}")
     if not level_path.is_file():
         raise BenchmarkError(f"{source} has no level manifest for model {model!r} and kappa {kappa!r} ({level_file_name(model, kappa)})")
-    files = level_data_files(read_level_table(level_path), test_shards(bench.manifest))
+    table = read_level_table(level_path)
+    files = level_data_files(table, test_shards(bench.manifest))
     split = level_split(level)
     if split not in files:
         raise BenchmarkError(f"level {level} does not exist; the levels are 0..{len(files) - 1}")
+    names = label_names(bench, table.loc[table["level"] == level, "class_id"], with_id=False)
     return datasets.load_dataset("webdataset", data_files={split: [prefix + p for p in files[split]]}, split=split,
-                                 features=sample_features(bench.image_ext, label_names(bench)), streaming=streaming,
-                                 **kwargs)
+                                 features=sample_features(bench.image_ext, names), streaming=streaming, **kwargs)

@@ -63,12 +63,12 @@ def test_card_declares_features_a_default_pool_and_reference_configs(bench):
     assert list(level_files) == ["id_test", *LEVELS]
     assert level_files["level_07"] == [f"ood/test/000/{c}.tar" for c in level_07_classes(bench)]
     assert configs[f"{CONFIG}__level_07"]["data_files"] == [{"split": "level_07", "path": level_files["level_07"]}]
-    names = dict(enumerate(class_ids(bench)))
-    assert len(meta["dataset_info"]) == len(configs)
-    for info in meta["dataset_info"]:
-        features = {f["name"]: f for f in info["features"]}
-        assert features["jpg"]["dtype"] == "image"
-        assert features["json"]["struct"] == [{"name": "class_id", "dtype": {"class_label": {"names": {str(i): n for i, n in names.items()}}}}]
+    held = {"pool": class_ids(bench), CONFIG: class_ids(bench), f"{CONFIG}__level_07": level_07_classes(bench)}  # by pool index
+    infos = {info["config_name"]: {f["name"]: f for f in info["features"]} for info in meta["dataset_info"]}
+    assert list(infos) == list(configs) and all(features["jpg"]["dtype"] == "image" for features in infos.values())
+    for config, names in held.items():
+        label = {"class_label": {"names": {str(i): n for i, n in enumerate(names)}}}
+        assert infos[config]["json"]["struct"] == [{"name": "class_id", "dtype": label}]
     assert (bench / "levels" / "reference.txt").read_text() == f"{CONFIG}\n"
 
 
@@ -99,17 +99,18 @@ def test_one_level_loads_through_load_dataset_preparing_that_split_alone(bench, 
 
 
 def test_the_class_id_is_a_class_label_whose_ints_are_the_class_index(bench):
-    ids = class_ids(bench)
-    num_id = len(Benchmark.open(bench).id_classes)
-    for config, split in (("pool", "id_test"), ("pool", "ood_test"), (f"{CONFIG}__level_07", "level_07")):
+    ids, num_id = class_ids(bench), len(Benchmark.open(bench).id_classes)
+    for config, split, names in (("pool", "id_test", ids), ("pool", "ood_test", ids),
+                                 (f"{CONFIG}__level_07", "level_07", level_07_classes(bench))):
         ds = datasets.load_dataset(str(bench), config, split=split, streaming=True)
-        assert ds.features["json"]["class_id"].names == ids
+        assert ds.features["json"]["class_id"].names == names
         rows = list(ds)
-        assert rows and all(ids[r["json"]["class_id"]] == r["__key__"].split("__")[0] for r in rows)
-        assert all((r["json"]["class_id"] < num_id) == (split == "id_test") for r in rows)
+        assert rows and all(names[r["json"]["class_id"]] == r["__key__"].split("__")[0] for r in rows)
+        if config == "pool":  # ID: the ID class index; OOD: number of ID classes + pool index
+            assert all((r["json"]["class_id"] < num_id) == (split == "id_test") for r in rows)
     level = load_level(bench, "tiny/model", "softmax", 7)
-    assert level.features["json"]["class_id"].names == ids
-    assert {ids[row["class_id"]] for row in level["json"]} == set(level_07_classes(bench))
+    assert level.features["json"]["class_id"].names == level_07_classes(bench)
+    assert sorted(level_07_classes(bench)[row["class_id"]] for row in level["json"]) == sorted(k.split("__")[0] for k in level["__key__"])
 
 
 def test_unknown_levels_are_one_line_errors(bench):
@@ -128,6 +129,6 @@ def test_publish_then_load_by_tag_round_trips(bench, hub_server):
     assert {r["__key__"]: r["jpg"].tobytes() for r in remote} == {r["__key__"]: r["jpg"].tobytes() for r in local}
     by_config = datasets.load_dataset("cood/imagenet-tiny", f"{CONFIG}__level_07", split="level_07", revision="1.0.0")
     assert sorted(zip(by_config["__key__"], by_config["json"])) == sorted(zip(local["__key__"], local["json"]))
-    assert by_config.features["json"]["class_id"].names == class_ids(bench)
+    assert by_config.features["json"]["class_id"].names == level_07_classes(bench)
     pool = datasets.load_dataset("cood/imagenet-tiny", split="ood_test", revision="1.0.0", streaming=True)
     assert len(list(pool)) == 5 * 2
