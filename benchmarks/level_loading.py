@@ -13,10 +13,10 @@ loading costs), then level ``--level`` is loaded, each call with a fresh ``datas
 
 from the local folder and from a local stand-in of the Hub (``tests/hub_server.py``) it is published to.
 
-Every load parses the card's YAML, where each config declares the ``ClassLabel`` names (ID + OOD classes); the
-last lines print its size and parse time for an ImageNet-shaped benchmark (1,000 ID and 10,450 OOD classes, one
-reference pair; manifest and class tables only), as written, without the per-level configs, and without either
-the per-level configs or the ``ClassLabel`` (the card before both).
+Every load parses the card's YAML, where each config declares the ``ClassLabel`` names (the classes it holds);
+the last lines print its size and parse time for the glyph card and for an ImageNet-shaped benchmark (1,000 ID
+and 10,450 OOD classes, one reference pair; manifest and class tables only), as written, without the per-level
+configs, and without either the per-level configs or the ``ClassLabel`` (the card before both).
 
     python benchmarks/level_loading.py [--level 7] [--repeats 2]
 """
@@ -150,7 +150,7 @@ def main() -> None:
                 "load_level": lambda: load_level(source, MODEL, KAPPA, args.level, cache_dir=fresh(), **rev),
             }
             for name, call in calls.items():
-                returned, read, rows = min(seconds(call) for _ in range(args.repeats))
+                returned, read, rows = min((seconds(call) for _ in range(args.repeats)), key=lambda t: t[1])
                 print(f"  {where:6} {name:14} {returned:10.2f}  {read:15.2f}  {rows}")
         yaml_figures(root)
         yaml_figures(imagenet_shaped(tmp))
