@@ -29,9 +29,9 @@ import os
 import re
 import shutil
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterable, Iterator, TypeVar
 from pathlib import Path
 
 import pandas as pd
@@ -113,6 +113,23 @@ def as_source(source: ImageSource | Path | str) -> ImageSource:
     return source if isinstance(source, ImageSource) else FolderSource(Path(source))
 
 
+T = TypeVar("T")
+_progress = None  # where a finished class is reported: the pool's queue in a worker, the bar in the main process
+
+
+def _set_progress(target) -> None:
+    global _progress
+    _progress = target
+
+
+def _each_class(items: Iterable[T]) -> Iterator[T]:
+    """``items``, reporting one finished class to the progress bar after each (so the bar and its ETA move per class)."""
+    for item in items:
+        yield item
+        if _progress is not None:
+            _progress.put(1)
+
+
 class ImageTooLarge(ValueError):
     """An image of more pixels than the benchmark's ``max_image_pixels``."""
 
@@ -167,7 +184,7 @@ def _id_shard(partial: Path, relpath: str, split: str, block: Block, s: ImageSet
               read: Callable[[str], dict]) -> tuple[ShardInfo | None, dict[str, int]]:
     """One shard of a block's ID classes, each class's images from ``read(class id)``; returns it and the counts."""
     writer, counts = ShardWriter(partial, relpath, split), {}
-    for cid in block.classes:
+    for cid in _each_class(block.classes):
         good = read(cid)
         if not good:
             raise BenchmarkError(f"ID class {cid} has no readable {what}image in {block.source.location(cid)}")
@@ -201,7 +218,7 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
         fit += [{"id": cid, "num_fit_images": n} for cid, n in counts.items()]
     else:
         estimation = ShardWriter(partial, f"ood/estimation/{block.number:06d}.tar", "ood_estimation")
-        for cid, position in zip(block.classes, block.positions):
+        for cid, position in _each_class(zip(block.classes, block.positions)):
             try:
                 names = source.names(cid)
             except SourceError as exc:
@@ -294,26 +311,45 @@ def _open_partial(root: Path, config: dict, overwrite: bool) -> Path:
     return partial
 
 
+class _Bar:
+    def __init__(self, bar: tqdm):
+        self.bar = bar
+
+    def put(self, n: int) -> None:
+        self.bar.update(n)
+
+
 def _run(tasks: list[tuple[Path, Block, ImageSettings]], workers: int, bar: tqdm) -> dict[str, dict]:
-    """Run the blocks (in this process when ``workers`` <= 1); a failed block stops the build with its error."""
+    """Run the blocks (in this process when ``workers`` <= 1), the bar moving per class; a failed block stops the build
+    with its error."""
     results = {}
     if workers <= 1:
-        for task in tasks:
-            result = run_block(task)
-            results[result["block"]] = result
-            bar.update(len(result["classes"]) + len(result.get("fit", [])))
-        return results
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(run_block, task) for task in tasks]
+        _set_progress(_Bar(bar))
         try:
-            for future in as_completed(futures):
-                result = future.result()
+            for task in tasks:
+                result = run_block(task)
                 results[result["block"]] = result
-                bar.update(len(result["classes"]) + len(result.get("fit", [])))
+        finally:
+            _set_progress(None)
+        return results
+    context = multiprocessing.get_context("spawn")
+    done_classes = context.SimpleQueue()
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_set_progress, initargs=(done_classes,)) as pool:
+        futures = {pool.submit(run_block, task) for task in tasks}
+        try:
+            while futures:
+                finished, futures = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
+                while not done_classes.empty():
+                    bar.update(done_classes.get())
+                for future in finished:
+                    result = future.result()
+                    results[result["block"]] = result
         except BaseException:
             for future in futures:
                 future.cancel()
             raise
+    while not done_classes.empty():
+        bar.update(done_classes.get())
     return results
 
 

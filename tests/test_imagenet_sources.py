@@ -58,10 +58,17 @@ def tree_bytes(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_every_source_form_builds_the_same_benchmark(forms, tmp_path):
+def test_every_source_form_builds_the_same_benchmark(forms, tmp_path, monkeypatch):
+    """Each form gives the same bytes; the tar-of-tars build is stopped after its first block and resumed (a kill at
+    the same point is :mod:`tests.faults.test_builder_faults`' business: the blocks and markers are the same code)."""
     reference = tree_bytes(build(tmp_path / "folders", forms["pool"], forms["val"]))
     manifest = json.loads((tmp_path / "folders" / "manifest.json").read_text())
     assert manifest["classes"]["ood"] == len(SURVIVORS) and manifest["skipped_images"]["count"] == 4
+    monkeypatch.setenv("COOD_FAULT", "block-done:oserror")
+    with pytest.raises(OSError, match="injected fault at block-done"):
+        build(tmp_path / "outer-tar+devkit", forms["outer"], forms["val_tar"], val_labels=forms["devkit"])
+    assert [p.name for p in (tmp_path / "outer-tar+devkit.partial" / ".build").glob("*-*.json")] == ["id-000000.json"]
+    monkeypatch.delenv("COOD_FAULT")
     for name, pool, val, labels in (("outer-tar+devkit", forms["outer"], forms["val_tar"], forms["devkit"]),
                                     ("class-tars+kaggle", forms["tars"], forms["val_tar"], forms["loc"]),
                                     ("hub", forms["hub_pool"], forms["hub_val"], None)):
@@ -136,3 +143,18 @@ def test_a_class_tar_reads_only_its_own_bytes(forms):
     names = source.names(SURVIVORS[0])
     assert names == sorted(p.name for p in (Path(forms["pool"]) / SURVIVORS[0]).iterdir())
     assert source.read(SURVIVORS[0], names[3]) == (Path(forms["pool"]) / SURVIVORS[0] / names[3]).read_bytes()
+
+
+def test_progress_moves_per_class(forms, tmp_path, monkeypatch):
+    from dataset_builder import images
+
+    moves = []
+
+    class Recorder(images.tqdm):
+        def update(self, n=1):
+            moves.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(images, "tqdm", Recorder)
+    build_imagenet(tmp_path / "out", forms["outer"], forms["val"], id_classes=VAL_CLASSES, workers=1, progress=True, **OPTIONS)
+    assert moves == [1] * (len(VAL_CLASSES) + 7)  # 4 ID classes, then 7 OOD candidates in the source, one move each
