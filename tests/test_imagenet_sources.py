@@ -21,7 +21,7 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.imagenet import build_imagenet
 from dataset_builder.sources import ClassTarSource, read_val_labels
 from image_fixtures import (CORRUPT, OPTIONS, SURVIVORS, VAL_CLASSES, class_tars, devkit, folder_images, imagenet_tree,
-                            official_val, tar_of, wds_shards)
+                            official_val, tar_of, wds_shards, write_class)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +31,9 @@ def forms(tmp_path_factory, hub_server) -> dict[str, Path | str]:
     val = official_val(root)
     pool_images, val_images = folder_images(pool), folder_images(val)
     tars = class_tars(pool, root / "winter21")
+    for cid in VAL_CLASSES:
+        write_class(root / "train", cid, 6)
+    train_tars = class_tars(root / "train", root / "train-tars")
     labels = {name: cid for cid, images in val_images.items() for name in images}
     flat = {name: data for images in val_images.values() for name, data in images.items()}
     (root / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "".join(
@@ -44,7 +47,8 @@ def forms(tmp_path_factory, hub_server) -> dict[str, Path | str]:
             api.upload_file(path_or_fileobj=data, path_in_repo=name, repo_id=repo, repo_type="dataset")
     return {"pool": pool, "val": val, "outer": tar_of(root / "winter21_whole.tar", {f"{c}.tar": (tars / f"{c}.tar").read_bytes()
                                                                                    for c in pool_images}),
-            "tars": tars, "val_tar": tar_of(root / "ILSVRC2012_img_val.tar", flat),
+            "tars": tars, "train": root / "train", "train_tar": tar_of(root / "ILSVRC2012_img_train.tar", {
+                f"{c}.tar": (train_tars / f"{c}.tar").read_bytes() for c in VAL_CLASSES}), "val_tar": tar_of(root / "ILSVRC2012_img_val.tar", flat),
             "devkit": devkit(root / "ILSVRC2012_devkit_t12.tar.gz", labels), "loc": root / "LOC_val_solution.csv",
             "hub_pool": "hf://datasets/timm-like/imagenet-22k-wds", "hub_val": "hf://datasets/timm-like/imagenet-1k-wds@main/imagenet1k-validation-*.tar"}
 
@@ -61,18 +65,20 @@ def tree_bytes(root: Path) -> dict[str, str]:
 def test_every_source_form_builds_the_same_benchmark(forms, tmp_path, monkeypatch):
     """Each form gives the same bytes; the tar-of-tars build is stopped after its first block and resumed (a kill at
     the same point is :mod:`tests.faults.test_builder_faults`' business: the blocks and markers are the same code)."""
-    reference = tree_bytes(build(tmp_path / "folders", forms["pool"], forms["val"]))
+    reference = tree_bytes(build(tmp_path / "folders", forms["pool"], forms["val"], train=forms["train"]))
     manifest = json.loads((tmp_path / "folders" / "manifest.json").read_text())
     assert manifest["classes"]["ood"] == len(SURVIVORS) and manifest["skipped_images"]["count"] == 4
+    assert manifest["fit"]["num_images"] == 6 * len(VAL_CLASSES)
     monkeypatch.setenv("COOD_FAULT", "block-done:oserror")
     with pytest.raises(OSError, match="injected fault at block-done"):
-        build(tmp_path / "outer-tar+devkit", forms["outer"], forms["val_tar"], val_labels=forms["devkit"])
+        build(tmp_path / "outer-tar+devkit", forms["outer"], forms["val_tar"], val_labels=forms["devkit"], train=forms["train_tar"])
     assert [p.name for p in (tmp_path / "outer-tar+devkit.partial" / ".build").glob("*-*.json")] == ["id-000000.json"]
     monkeypatch.delenv("COOD_FAULT")
-    for name, pool, val, labels in (("outer-tar+devkit", forms["outer"], forms["val_tar"], forms["devkit"]),
-                                    ("class-tars+kaggle", forms["tars"], forms["val_tar"], forms["loc"]),
-                                    ("hub", forms["hub_pool"], forms["hub_val"], None)):
-        assert tree_bytes(build(tmp_path / name, pool, val, val_labels=labels)) == reference, name
+    for name, pool, val, labels, train in (
+            ("outer-tar+devkit", forms["outer"], forms["val_tar"], forms["devkit"], forms["train_tar"]),
+            ("class-tars+kaggle", forms["tars"], forms["val_tar"], forms["loc"], forms["train_tar"]),
+            ("hub", forms["hub_pool"], forms["hub_val"], None, forms["train"])):
+        assert tree_bytes(build(tmp_path / name, pool, val, val_labels=labels, train=train)) == reference, name
 
 
 def test_both_label_files_give_the_same_labels(forms):
