@@ -91,16 +91,18 @@ def index_tar(path: str) -> list[tuple[str, int, int]]:
                     last = info.name
         except (tarfile.ReadError, EOFError) as exc:
             raise BenchmarkError(f"{path} is truncated or damaged after {last} ({exc})") from None
-    if rows and rows[-1][1] + rows[-1][2] > os.path.getsize(path):
-        raise BenchmarkError(f"{path} is truncated: {rows[-1][0]} ends past the end of the file")
+        tar.fileobj.seek(tar.offset)
+        if tar.fileobj.read(tarfile.BLOCKSIZE) != tarfile.NUL * tarfile.BLOCKSIZE:  # cut between two members
+            raise BenchmarkError(f"{path} is truncated or damaged after {last} (no end-of-archive block)")
     return rows
 
 
 class _Window(io.RawIOBase):
-    """Bytes ``[start, start + size)`` of an open file as a seekable file of its own (tarfile reads an inner tar in it)."""
+    """Bytes ``[start, start + size)`` of an open file descriptor as a seekable file of its own (tarfile reads an inner
+    tar in it, one ``pread`` per header: the standard library has no such view)."""
 
-    def __init__(self, f, start: int, size: int):
-        self.f, self.start, self.size, self.pos = f, start, size, 0
+    def __init__(self, fd: int, start: int, size: int):
+        self.fd, self.start, self.size, self.pos = fd, start, size, 0
 
     def readable(self) -> bool:
         return True
@@ -116,9 +118,7 @@ class _Window(io.RawIOBase):
         return self.pos
 
     def readinto(self, buffer) -> int:
-        n = max(0, min(len(buffer), self.size - self.pos))
-        self.f.seek(self.start + self.pos)
-        data = self.f.read(n)
+        data = os.pread(self.fd, max(0, min(len(buffer), self.size - self.pos)), self.start + self.pos)
         buffer[:len(data)] = data
         self.pos += len(data)
         return len(data)
@@ -164,7 +164,7 @@ class ClassTarSource(ImageSource):
     origin: str
     tars: dict[str, Member]
     form = "class_tars"
-    _open: tuple = field(default=(), repr=False, compare=False)  # (class, file, {name: (offset, size)}) of the class read last
+    _open: tuple = field(default=(), repr=False, compare=False)  # (class, fd, {name: (offset, size)}) of the class read last
 
     @classmethod
     def from_outer_tar(cls, path: str) -> ClassTarSource:
@@ -197,22 +197,22 @@ class ClassTarSource(ImageSource):
             return self._open[2]
         self.close()
         path, offset, size = self.tars[class_id]
-        f = open(path, "rb")
+        fd = os.open(path, os.O_RDONLY)
         try:
-            with tarfile.open(fileobj=io.BufferedReader(_Window(f, offset, size)), mode="r:") as tar:
+            with tarfile.open(fileobj=_Window(fd, offset, size), mode="r:") as tar:
                 members = {image_name(i.name): (offset + i.offset_data, i.size) for i in tar if i.isfile()}
         except (tarfile.TarError, EOFError) as exc:
-            f.close()
+            os.close(fd)
             raise SourceError(f"{self.location(class_id)} does not read as a tar ({exc})") from None
         if any(o + n > offset + size for o, n in members.values()):
-            f.close()
+            os.close(fd)
             raise SourceError(f"{self.location(class_id)} is truncated")
-        self._open = (class_id, f, members)
+        self._open = (class_id, fd, members)
         return members
 
     def close(self) -> None:  # noqa: D102
         if self._open:
-            self._open[1].close()
+            os.close(self._open[1])
             self._open = ()
 
     def names(self, class_id: str) -> list[str]:
@@ -220,9 +220,7 @@ class ClassTarSource(ImageSource):
 
     def read(self, class_id: str, name: str) -> bytes:
         offset, size = self._members(class_id)[name]
-        f = self._open[1]
-        f.seek(offset)
-        return f.read(size)
+        return os.pread(self._open[1], size, offset)
 
     def subset(self, class_ids: tuple[str, ...]) -> ClassTarSource:
         return ClassTarSource(self.origin, {c: self.tars[c] for c in class_ids if c in self.tars})

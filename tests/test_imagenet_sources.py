@@ -98,12 +98,20 @@ def test_the_cli_reads_the_official_tars(forms, tmp_path):
 
 
 def test_a_truncated_outer_tar_stops_before_anything_is_written(forms, tmp_path):
-    cut = tmp_path / "cut.tar"
+    import tarfile
+
     data = Path(forms["outer"]).read_bytes()
-    cut.write_bytes(data[: len(data) // 2])
-    with pytest.raises(BenchmarkError, match=r"cut.tar is truncated or damaged after n\d+\.tar") as info:
-        build(tmp_path / "out", cut, forms["val"])
-    assert "\n" not in str(info.value)
+    with tarfile.open(forms["outer"]) as tar:
+        members = tar.getmembers()
+    second = members[1]
+    for where, cut_at in (("inside a member", len(data) // 2), ("between two members", members[2].offset)):
+        cut = tmp_path / "cut.tar"
+        cut.write_bytes(data[:cut_at])
+        with pytest.raises(BenchmarkError, match=r"cut.tar is truncated or damaged after n\d+\.tar") as info:
+            build(tmp_path / "out", cut, forms["val"])
+        assert "\n" not in str(info.value), where
+        if where == "between two members":
+            assert f"after {second.name} (no end-of-archive block)" in str(info.value)
     assert not list(tmp_path.glob("out*"))
 
 
