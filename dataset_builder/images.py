@@ -1,4 +1,5 @@
-"""Building a benchmark from image folders (``<root>/<class>/<image>``): streaming, parallel, resumable.
+"""Building a benchmark from images by class (folders ``<root>/<class>/<image>``, or any
+:class:`dataset_builder.sources.ImageSource`): streaming, parallel, resumable.
 
 The work is cut into blocks of classes, each independent of the others: an ID block writes one
 ``id/test/<block>.tar``; an OOD block writes one ``ood/estimation/<block>.tar`` and one
@@ -6,7 +7,8 @@ The work is cut into blocks of classes, each independent of the others: an ID bl
 // :data:`TEST_GROUP_SIZE`). Blocks run in a process pool; a worker holds at most one class's
 images in memory, so memory does not grow with the input. A finished block leaves a marker in
 ``<root>.partial/.build/``; rerunning the same build skips every block whose marker and shards
-are there, so an interrupted build resumes without redoing finished shards.
+are there, so an interrupted build resumes without redoing finished shards. Workers report each finished
+class, so the progress bar (and its ETA) moves per class.
 
 Per OOD class: fewer than ``min_images`` files, or fewer readable ones, removes the class with
 the rule ``too_few_images``; otherwise images are read in the seeded split order
