@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from dataset_builder.cli import app
 from dataset_builder.errors import BenchmarkError
+from dataset_builder.hub_source import sample_class
 from dataset_builder.imagenet import build_imagenet
 from dataset_builder.sources import ClassTarSource, read_val_labels
 from image_fixtures import (CORRUPT, OPTIONS, SURVIVORS, VAL_CLASSES, class_tars, devkit, folder_images, imagenet_tree,
@@ -148,6 +149,9 @@ def test_bad_label_and_hub_inputs_are_one_line_errors(forms, tmp_path):
         build(tmp_path / "a", forms["pool"], "hf://datasets/timm-like/imagenet-1k-wds/nothing-*.tar")
     with pytest.raises(BenchmarkError, match="is not hf://datasets/"):
         build(tmp_path / "a", forms["pool"], "hf://models/x")
+    with pytest.raises(BenchmarkError, match=r"^s.tar: sample k names no wnid class \(json class_name, or filename <wnid>/<file>\)$"):
+        sample_class({"label": 3, "filename": "k.JPEG"}, "k", "s.tar")  # a layout without the class: refused, not guessed
+    assert sample_class({"class_name": "n01440764"}, "n01440764_7", "s.tar") == ("n01440764", "n01440764_7.JPEG")
     assert not list(tmp_path.glob("a*"))
 
 
