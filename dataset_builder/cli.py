@@ -51,8 +51,12 @@ def glyphs(
 @app.command()
 def imagenet(
     out: Path = typer.Argument(..., help="Output folder."),
-    imagenet21k: Path = typer.Option(..., "--imagenet21k", help="ImageNet-21K class folders <wnid>/<images> (fall11 or winter21)."),
-    val: Path = typer.Option(..., "--val", help="ImageNet-1K validation images in class folders <wnid>/<images>."),
+    imagenet21k: str = typer.Option(..., "--imagenet21k", help="ImageNet-21K (fall11 or winter21): the release tar of per-class tars, "
+                                    "its folder of <wnid>.tar files, class folders <wnid>/<images>, or hf://datasets/<repo>[@<revision>][/<shard glob>]."),
+    val: str = typer.Option(..., "--val", help="ImageNet-1K validation: class folders <wnid>/<images>, the official tar "
+                            "ILSVRC2012_img_val.tar (with --val-labels), or hf://datasets/<repo>[@<revision>][/<shard glob>]."),
+    val_labels: Optional[Path] = typer.Option(None, "--val-labels", help="Labels of the validation tar: the devkit "
+                                              "ILSVRC2012_devkit_t12.tar.gz or Kaggle's LOC_val_solution.csv."),
     pool: str = typer.Option("imagenet21k", help="Class list of the source: imagenet21k (21,843 ids) or imagenet22k (fall11, 21,841)."),
     rule_set: list[str] = typer.Option(list(DEFAULT_RULE_SETS), help="Rule sets to switch on (repeat): visually_ambiguous, biologically_distinct."),
     no_rule_sets: bool = typer.Option(False, "--no-rule-sets", help="Switch every optional rule set off."),
@@ -60,15 +64,16 @@ def imagenet(
     images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
     test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
     seed: int = typer.Option(0, help="Seed of the split."),
-    train: Optional[Path] = typer.Option(None, "--train", help="ImageNet-1K training images in <wnid>/ folders: a seeded id_fit split for detectors that fit."),
+    train: Optional[str] = typer.Option(None, "--train", help="ImageNet-1K training images (<wnid>/ folders, ILSVRC2012_img_train.tar, or hf://datasets/...): a seeded id_fit split for detectors that fit."),
     fit_per_class: int = typer.Option(DEFAULT_FIT_PER_CLASS, help="id_fit images per ID class (with --train; README: why this default)."),
-    workers: int = typer.Option(2, help="Processes reading images."),
+    workers: int = typer.Option(2, help="Processes reading images (and indexing Hub shards)."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
 ) -> None:
-    """Build the ImageNet C-OOD benchmark (ImageNet-1K val vs. ImageNet-21K); rerun to resume an interrupted build."""
+    """Build the ImageNet C-OOD benchmark (ImageNet-1K val vs. ImageNet-21K) from folders, the release tars or Hub
+    shards; rerun to resume an interrupted build."""
     from dataset_builder.imagenet import build_imagenet
 
-    sha = build_imagenet(out, imagenet21k, val, pool=pool, rule_sets=() if no_rule_sets else rule_set, min_images=min_images,
+    sha = build_imagenet(out, imagenet21k, val, val_labels=val_labels, pool=pool, rule_sets=() if no_rule_sets else rule_set, min_images=min_images,
                          images_per_class=images_per_class, test_fraction=test_fraction, seed=seed, workers=workers, overwrite=overwrite,
                          train=train, fit_per_class=fit_per_class)
     _summary(out, sha)

@@ -1,4 +1,5 @@
-"""Building a benchmark from image folders (``<root>/<class>/<image>``): streaming, parallel, resumable.
+"""Building a benchmark from images by class (folders ``<root>/<class>/<image>``, or any
+:class:`dataset_builder.sources.ImageSource`): streaming, parallel, resumable.
 
 The work is cut into blocks of classes, each independent of the others: an ID block writes one
 ``id/test/<block>.tar``; an OOD block writes one ``ood/estimation/<block>.tar`` and one
@@ -6,7 +7,8 @@ The work is cut into blocks of classes, each independent of the others: an ID bl
 // :data:`TEST_GROUP_SIZE`). Blocks run in a process pool; a worker holds at most one class's
 images in memory, so memory does not grow with the input. A finished block leaves a marker in
 ``<root>.partial/.build/``; rerunning the same build skips every block whose marker and shards
-are there, so an interrupted build resumes without redoing finished shards.
+are there, so an interrupted build resumes without redoing finished shards. Workers report each finished
+class, so the progress bar (and its ETA) moves per class.
 
 Per OOD class: fewer than ``min_images`` files, or fewer readable ones, removes the class with
 the rule ``too_few_images``; otherwise images are read in the seeded split order
@@ -29,9 +31,9 @@ import os
 import re
 import shutil
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterable, Iterator, TypeVar
 from pathlib import Path
 
 import pandas as pd
@@ -44,6 +46,7 @@ from dataset_builder.assemble import class_counts, finish, number_pool, partial_
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
 from dataset_builder.shards import ShardInfo, ShardWriter, make_sample, sample_key, write_shard
+from dataset_builder.sources import FolderSource, ImageSource, SourceError
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS, SPLIT_RULE, split_class, split_order
 
 TEST_GROUP_SIZE = 1000
@@ -53,6 +56,7 @@ STATE = ".build"
 IMAGE_RULES = {
     "not_in_source": "the class has no folder in the OOD image source",
     "too_few_images": "fewer than min_images readable images in the source",
+    "unreadable_source": "the class's part of the source does not read (a corrupt per-class tar); manifest unreadable_sources",
 }
 
 
@@ -89,30 +93,43 @@ class ImageSettings:
 class Block:
     """Classes written together; ``positions`` number the candidates (they name the test shard groups)."""
 
-    kind: str  # "id" or "ood"
+    kind: str  # "id", "fit" or "ood"
     number: int
-    source: str
+    source: ImageSource  # narrowed to the block's classes
     classes: tuple[str, ...]
     positions: tuple[int, ...]
-    test_source: str = ""  # a fit block: the ID test images, whose byte-identical copies it skips
+    test_source: ImageSource | None = None  # a fit block: the ID test images, whose byte-identical copies it skips
 
     @property
     def name(self) -> str:
         return f"{self.kind}-{self.number:06d}"
 
 
-def list_images(folder: Path) -> list[str]:
-    """Names of the regular, non-hidden files of a class folder, sorted."""
-    with os.scandir(folder) as entries:
-        return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file())
-
-
 def class_folders(root: Path) -> list[str]:
     """Sorted names of the sub-folders of ``root``; an error when ``root`` is not a folder."""
-    if not Path(root).is_dir():
-        raise BenchmarkError(f"{root} is not a folder")
-    with os.scandir(root) as entries:
-        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+    return FolderSource(Path(root)).classes()
+
+
+def as_source(source: ImageSource | Path | str) -> ImageSource:
+    """A source as it is, a path as class folders."""
+    return source if isinstance(source, ImageSource) else FolderSource(Path(source))
+
+
+T = TypeVar("T")
+_progress = None  # where a finished class is reported: the pool's queue in a worker, the bar in the main process
+
+
+def _set_progress(target) -> None:
+    global _progress
+    _progress = target
+
+
+def _each_class(items: Iterable[T]) -> Iterator[T]:
+    """``items``, reporting one finished class to the progress bar after each (so the bar and its ETA move per class)."""
+    for item in items:
+        yield item
+        if _progress is not None:
+            _progress.put(1)
 
 
 class ImageTooLarge(ValueError):
@@ -136,7 +153,7 @@ def check_class_ids(ids: list[str], what: str) -> None:
         raise BenchmarkError(f"{what} class name {bad[0]!r} is not [A-Za-z0-9_-]+ (class names become shard names and sample keys)")
 
 
-def _read_good(folder: Path, names: list[str], class_id: str, wanted: int | None, skipped: list[dict],
+def _read_good(source: ImageSource, names: list[str], class_id: str, wanted: int | None, skipped: list[dict],
                max_pixels: int, exclude: set[str] = frozenset(), excluded: list[dict] | None = None) -> dict[str, tuple[bytes, str]]:
     """``name -> (bytes, format)`` of the first ``wanted`` (all when None) readable images of ``names`` of at most
     ``max_pixels`` pixels, in order; an image whose sha256 is in ``exclude`` is passed over and listed in ``excluded``."""
@@ -145,7 +162,7 @@ def _read_good(folder: Path, names: list[str], class_id: str, wanted: int | None
         if wanted is not None and len(good) == wanted:
             break
         try:
-            data = (folder / name).read_bytes()
+            data = source.read(class_id, name)
             if exclude and hashlib.sha256(data).hexdigest() in exclude:
                 excluded.append({"class_id": class_id, "file": name})
                 continue
@@ -169,10 +186,10 @@ def _id_shard(partial: Path, relpath: str, split: str, block: Block, s: ImageSet
               read: Callable[[str], dict]) -> tuple[ShardInfo | None, dict[str, int]]:
     """One shard of a block's ID classes, each class's images from ``read(class id)``; returns it and the counts."""
     writer, counts = ShardWriter(partial, relpath, split), {}
-    for cid in block.classes:
+    for cid in _each_class(block.classes):
         good = read(cid)
         if not good:
-            raise BenchmarkError(f"ID class {cid} has no readable {what}image in {Path(block.source) / cid}")
+            raise BenchmarkError(f"ID class {cid} has no readable {what}image in {block.source.location(cid)}")
         for sample in _samples(cid, sorted(good), good, s.image_ext, formats):
             writer.write(sample)
         counts[cid] = len(good)
@@ -182,20 +199,20 @@ def _id_shard(partial: Path, relpath: str, split: str, block: Block, s: ImageSet
 def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
     """Write one block's shards, then its marker; return what the manifest and class tables need from it."""
     partial, block, s = task
-    source = Path(block.source)
-    shards, classes, skipped, formats, fit, duplicates = [], [], [], Counter(), [], []
+    source = block.source
+    shards, classes, skipped, formats, fit, duplicates, unreadable = [], [], [], Counter(), [], [], []
     if block.kind == "id":
         def read_test(cid: str) -> dict:
-            return _read_good(source / cid, list_images(source / cid), cid, None, skipped, s.max_image_pixels)
+            return _read_good(source, source.names(cid), cid, None, skipped, s.max_image_pixels)
 
         shard, counts = _id_shard(partial, f"id/test/{block.number:06d}.tar", "id_test", block, s, formats, "", read_test)
         shards.append(shard)
         classes += [{"id": cid, "num_images": n} for cid, n in counts.items()]
     elif block.kind == "fit":
         def read_fit(cid: str) -> dict:
-            test_folder = Path(block.test_source) / cid
-            tests = {hashlib.sha256((test_folder / n).read_bytes()).hexdigest() for n in list_images(test_folder)}
-            return _read_good(source / cid, split_order(list_images(source / cid), cid, s.seed), cid, s.fit_per_class,
+            test = block.test_source
+            tests = {hashlib.sha256(test.read(cid, n)).hexdigest() for n in test.names(cid)}
+            return _read_good(source, split_order(source.names(cid), cid, s.seed), cid, s.fit_per_class,
                               skipped, s.max_image_pixels, tests, duplicates)
 
         shard, counts = _id_shard(partial, f"id/fit/{block.number:06d}.tar", "id_fit", block, s, formats, "training ", read_fit)
@@ -203,11 +220,16 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
         fit += [{"id": cid, "num_fit_images": n} for cid, n in counts.items()]
     else:
         estimation = ShardWriter(partial, f"ood/estimation/{block.number:06d}.tar", "ood_estimation")
-        for cid, position in zip(block.classes, block.positions):
-            names = list_images(source / cid)
+        for cid, position in _each_class(zip(block.classes, block.positions)):
+            try:
+                names = source.names(cid)
+            except SourceError as exc:
+                unreadable.append({"class_id": cid, "error": str(exc)[:300]})
+                classes.append({"id": cid, "num_images": 0, "rule": "unreadable_source"})
+                continue
             good = {}
             if len(names) >= s.min_images:
-                good = _read_good(source / cid, split_order(names, cid, s.seed), cid, max(s.images_per_class, s.min_images), skipped,
+                good = _read_good(source, split_order(names, cid, s.seed), cid, max(s.images_per_class, s.min_images), skipped,
                                   s.max_image_pixels)
             if len(good) < s.min_images:
                 classes.append({"id": cid, "num_images": 0, "rule": "too_few_images"})
@@ -219,8 +241,9 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
                 estimation.write(sample)
             classes.append({"id": cid, "num_images": len(split.test) + len(split.estimation), "rule": None})
         shards.insert(0, estimation.close())
+    source.close()
     result = {"block": block.name, "shards": [i.to_dict() for i in shards if i is not None], "classes": classes, "skipped": skipped,
-              "formats": dict(formats), "fit": fit, "duplicates": duplicates}
+              "formats": dict(formats), "fit": fit, "duplicates": duplicates, "unreadable": unreadable}
     marker = partial / STATE / f"{block.name}.json"
     marker.with_suffix(".partial").write_text(json.dumps(result, sort_keys=True))
     os.replace(marker.with_suffix(".partial"), marker)
@@ -228,9 +251,9 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
     return result
 
 
-def check_fit_source(fit_source: Path, id_ids: list[str]) -> None:
-    """Every ID class has a folder of training images, and there is no other folder."""
-    folders = class_folders(fit_source)
+def check_fit_source(fit_source: ImageSource, id_ids: list[str]) -> None:
+    """Every ID class has training images, and there is no other class."""
+    folders = fit_source.classes()
     missing = [c for c in id_ids if c not in folders]
     if missing:
         raise BenchmarkError(f"{len(missing)} ID classes have no folder in the training images {fit_source}, e.g. {missing[0]}")
@@ -264,9 +287,13 @@ def finished_block(partial: Path, block: Block) -> dict | None:
     return result
 
 
-def _blocks(kind: str, source: Path, ids: list[str], size: int, test_source: Path | None = None) -> list[Block]:
-    return [Block(kind, n, str(source), tuple(ids[start:start + size]), tuple(range(start, min(start + size, len(ids)))),
-                  str(test_source or "")) for n, start in enumerate(range(0, len(ids), size))]
+def _blocks(kind: str, source: ImageSource, ids: list[str], size: int, test_source: ImageSource | None = None) -> list[Block]:
+    blocks = []
+    for n, start in enumerate(range(0, len(ids), size)):
+        classes = tuple(ids[start:start + size])
+        blocks.append(Block(kind, n, source.subset(classes), classes, tuple(range(start, start + len(classes))),
+                            None if test_source is None else test_source.subset(classes)))
+    return blocks
 
 
 def _open_partial(root: Path, config: dict, overwrite: bool) -> Path:
@@ -286,35 +313,56 @@ def _open_partial(root: Path, config: dict, overwrite: bool) -> Path:
     return partial
 
 
+class _Bar:
+    def __init__(self, bar: tqdm):
+        self.bar = bar
+
+    def put(self, n: int) -> None:
+        self.bar.update(n)
+
+
 def _run(tasks: list[tuple[Path, Block, ImageSettings]], workers: int, bar: tqdm) -> dict[str, dict]:
-    """Run the blocks (in this process when ``workers`` <= 1); a failed block stops the build with its error."""
+    """Run the blocks (in this process when ``workers`` <= 1), the bar moving per class; a failed block stops the build
+    with its error."""
     results = {}
     if workers <= 1:
-        for task in tasks:
-            result = run_block(task)
-            results[result["block"]] = result
-            bar.update(len(result["classes"]) + len(result.get("fit", [])))
-        return results
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(run_block, task) for task in tasks]
+        _set_progress(_Bar(bar))
         try:
-            for future in as_completed(futures):
-                result = future.result()
+            for task in tasks:
+                result = run_block(task)
                 results[result["block"]] = result
-                bar.update(len(result["classes"]) + len(result.get("fit", [])))
+        finally:
+            _set_progress(None)
+        return results
+    context = multiprocessing.get_context("spawn")
+    done_classes = context.SimpleQueue()
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_set_progress, initargs=(done_classes,)) as pool:
+        futures = {pool.submit(run_block, task) for task in tasks}
+        try:
+            while futures:
+                finished, futures = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
+                while not done_classes.empty():
+                    bar.update(done_classes.get())
+                for future in finished:
+                    result = future.result()
+                    results[result["block"]] = result
         except BaseException:
             for future in futures:
                 future.cancel()
             raise
+    while not done_classes.empty():
+        bar.update(done_classes.get())
     return results
 
 
-def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFrame, ood_source: Path, ood_table: pd.DataFrame,
+def build_from_folders(root: str | Path, *, id_source: ImageSource | Path, id_table: pd.DataFrame, ood_source: ImageSource | Path,
+                       ood_table: pd.DataFrame,
                        settings: ImageSettings, description: dict, workers: int = 2, progress: bool = True,
-                       overwrite: bool = False, fit_source: Path | None = None) -> str:
+                       overwrite: bool = False, fit_source: ImageSource | Path | None = None) -> str:
     """Build a benchmark under ``root``; return its manifest sha256.
 
-    ``id_table``: the ID classes (columns ``index``, ``id``, ...), each a folder of ``id_source``.
+    Each source is an :class:`dataset_builder.sources.ImageSource` or a folder of class folders.
+    ``id_table``: the ID classes (columns ``index``, ``id``, ...), each a class of ``id_source``.
     ``ood_table``: every OOD candidate in pool order (columns ``id``, ``status``, ``rule``,
     ``collides_with``, ...); rows with status ``ood`` are read from ``ood_source``, the others keep
     their removal reason. ``fit_source`` (optional): ID training images in ``<class>/`` folders, of which a seeded
@@ -328,20 +376,23 @@ def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFr
     candidates = ood_table.loc[ood_table["status"] == "ood", "id"].tolist()
     check_class_ids(id_ids, "ID")
     check_class_ids(candidates, "OOD")
-    missing_id = [c for c in id_ids if not (Path(id_source) / c).is_dir()]
+    id_source, ood_source = as_source(id_source), as_source(ood_source)
+    fit_source = None if fit_source is None else as_source(fit_source)
+    id_present = set(id_source.classes())
+    missing_id = [c for c in id_ids if c not in id_present]
     if missing_id:
         raise BenchmarkError(f"{len(missing_id)} ID classes have no folder in the ID source, e.g. {missing_id[0]}")
     if fit_source is not None:
-        check_fit_source(Path(fit_source), id_ids)
-    in_source = [c for c in candidates if (Path(ood_source) / c).is_dir()]
+        check_fit_source(fit_source, id_ids)
+    ood_present = set(ood_source.classes())
+    in_source = [c for c in candidates if c in ood_present]
     config = {"settings": asdict(settings), "description": description, "id": id_ids, "ood": in_source,
-              "sources": [str(Path(id_source).resolve()), str(Path(ood_source).resolve())]
-              + ([str(Path(fit_source).resolve())] if fit_source is not None else [])}
+              "sources": [id_source.identity(), ood_source.identity()] + ([fit_source.identity()] if fit_source is not None else [])}
     partial = _open_partial(root, config, overwrite)
 
     blocks = _blocks("id", id_source, id_ids, settings.id_classes_per_shard)
     if fit_source is not None:
-        blocks += _blocks("fit", fit_source, id_ids, settings.id_classes_per_shard, Path(id_source))
+        blocks += _blocks("fit", fit_source, id_ids, settings.id_classes_per_shard, id_source)
     blocks += _blocks("ood", ood_source, in_source, settings.ood_classes_per_shard)
     results = {b.name: r for b in blocks if (r := finished_block(partial, b)) is not None}
     todo = [(partial, b, settings) for b in blocks if b.name not in results]
@@ -359,13 +410,15 @@ def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFr
         id_table = id_table.assign(num_fit_images=[fitted[c] for c in id_table["id"]])
     ood_table = ood_table.reset_index(drop=True).copy()
     ood_table["num_images"] = [outcome[c]["num_images"] if c in outcome else 0 for c in ood_table["id"]]
-    for rule, removed in (("not_in_source", ood_table["id"].isin(set(candidates) - set(in_source))),
-                          ("too_few_images", ood_table["id"].map(lambda c: c in outcome and outcome[c].get("rule") == "too_few_images"))):
+    ood_table.loc[ood_table["id"].isin(set(candidates) - set(in_source)), ["status", "rule"]] = ["removed", "not_in_source"]
+    for rule in ("too_few_images", "unreadable_source"):
+        removed = ood_table["id"].map(lambda c: c in outcome and outcome[c].get("rule") == rule)
         ood_table.loc[removed, ["status", "rule"]] = ["removed", rule]
     ood_table = number_pool(ood_table)
     write_class_tables(partial, id_table, ood_table)
 
     skipped = sorted((s for r in ordered for s in r["skipped"]), key=lambda s: (s["class_id"], s["file"]))
+    unreadable = sorted((u for r in ordered for u in r.get("unreadable", [])), key=lambda u: u["class_id"])
     formats = sum((Counter(r["formats"]) for r in ordered), Counter())
     manifest = {
         "format_version": manifest_io.FORMAT_VERSION,
@@ -378,6 +431,7 @@ def build_from_folders(root: str | Path, *, id_source: Path, id_table: pd.DataFr
         "max_image_pixels": settings.max_image_pixels,
         "image_formats": dict(sorted(formats.items())),
         "skipped_images": {"count": len(skipped), "images": skipped},
+        **({"unreadable_sources": {"count": len(unreadable), "classes": unreadable}} if unreadable else {}),
         **({"fit": fit_entry(settings, fitted, ordered)} if fit_source is not None else {}),
         "classes": class_counts(id_table, ood_table),
         "shards": shards,

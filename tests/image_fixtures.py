@@ -59,3 +59,91 @@ def imagenet_tree(root: Path) -> tuple[Path, Path]:
         (pool / cid / f"{cid}_0.JPEG").write_bytes(whole[: len(whole) // 2])  # truncated
         (pool / cid / f"{cid}_1.JPEG").write_bytes(b"not an image")
     return pool, val
+
+
+def tar_of(path: Path, members: dict[str, bytes]) -> Path:
+    """An uncompressed tar of ``members`` (name -> bytes), members in name order, mtime 0."""
+    import tarfile
+
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in sorted(members.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def folder_images(root: Path) -> dict[str, dict[str, bytes]]:
+    """``class -> {image name: bytes}`` of a tree of class folders."""
+    return {c.name: {f.name: f.read_bytes() for f in sorted(c.iterdir())} for c in sorted(root.iterdir())}
+
+
+def official_val(root: Path) -> Path:
+    """ImageNet-1K validation images named as in the official release (``ILSVRC2012_val_%08d.JPEG``), in class folders."""
+    val = root / "val-official"
+    number = 0
+    for cid in VAL_CLASSES:
+        (val / cid).mkdir(parents=True)
+        for i in range(5):
+            number += 1
+            (val / cid / f"ILSVRC2012_val_{number:08d}.JPEG").write_bytes(jpeg(f"val/{cid}/{i}"))
+    return val
+
+
+def class_tars(folders: Path, out: Path) -> Path:
+    """The folder of per-class tars ``<wnid>.tar`` that the official ImageNet-21K tar unpacks to."""
+    out.mkdir(parents=True)
+    for cid, images in folder_images(folders).items():
+        tar_of(out / f"{cid}.tar", images)
+    return out
+
+
+def devkit(path: Path, labels: dict[str, str]) -> Path:
+    """An ILSVRC2012 devkit archive: ``data/meta.mat`` (ILSVRC2012_ID -> WNID, ids in an order of their own, as in the
+    real one) and ``data/ILSVRC2012_validation_ground_truth.txt`` (one ILSVRC2012_ID per image, in image order)."""
+    import tarfile
+
+    import numpy as np
+    from scipy.io import savemat
+
+    wnids = sorted(set(labels.values()), reverse=True)  # the real ids do not follow the wnid order either
+    synsets = np.zeros(len(wnids), dtype=[("ILSVRC2012_ID", "O"), ("WNID", "O"), ("num_children", "O")])
+    for i, wnid in enumerate(wnids):
+        synsets[i] = (i + 1, wnid, 0)
+    meta = io.BytesIO()
+    savemat(meta, {"synsets": synsets})
+    truth = "".join(f"{wnids.index(labels[name]) + 1}\n" for name in sorted(labels)).encode()
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in (("meta.mat", meta.getvalue()), ("ILSVRC2012_validation_ground_truth.txt", truth)):
+            info = tarfile.TarInfo(f"ILSVRC2012_devkit_t12/data/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def wds_shards(images: dict[str, dict[str, bytes]], prefix: str, n_shards: int, layout: str) -> dict[str, bytes]:
+    """WebDataset shards laid out as timm's Hub repositories (``<prefix>-NN.tar``), samples shuffled across shards
+    (seeded): ``layout="22k"``: key = file stem, json ``class_name``/``label``/``width``/``height`` (imagenet-22k-wds);
+    ``"1k"``: key = file stem, json ``filename`` = ``<wnid>/<file>``, ``label``, ``width``, ``height`` (imagenet-1k-wds)."""
+    import json
+    import random
+
+    import webdataset as wds
+
+    classes = sorted(images)
+    samples = []
+    for label, cid in enumerate(classes):
+        for name, data in images[cid].items():
+            record = {"label": label, "width": 16, "height": 16}
+            record.update({"class_name": cid} if layout == "22k" else {"filename": f"{cid}/{name}"})
+            samples.append({"__key__": name.rsplit(".", 1)[0], "jpg": data, "cls": str(label).encode(),
+                            "json": json.dumps(record).encode()})
+    random.Random(0).shuffle(samples)
+    shards = {}
+    for n in range(n_shards):
+        buffer = io.BytesIO()
+        with wds.TarWriter(buffer, encoder=False, mtime=0) as writer:
+            for sample in samples[n::n_shards]:
+                writer.write(sample)
+        shards[f"{prefix}-{n:02d}.tar"] = buffer.getvalue()
+    return shards

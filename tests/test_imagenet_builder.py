@@ -109,7 +109,7 @@ def test_bad_inputs_are_one_line_errors(tree, tmp_path):
         build_imagenet(tmp_path / "a", pool, val, progress=False, **OPTIONS)
     (pool / "not_a_wnid").mkdir()
     try:
-        with pytest.raises(BenchmarkError, match="1 folders that are not imagenet21k classes, e.g. 'not_a_wnid'"):
+        with pytest.raises(BenchmarkError, match="1 classes that are not imagenet21k classes, e.g. 'not_a_wnid'"):
             build_imagenet(tmp_path / "a", pool, val, id_classes=VAL_CLASSES, progress=False, **OPTIONS)
     finally:
         (pool / "not_a_wnid").rmdir()
