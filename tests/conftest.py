@@ -1,18 +1,27 @@
-"""Shared fixtures.
+"""Shared fixtures and markers.
 
-Importing this file starts the local Hub (``hub_server.py``) and points every Hugging Face client
-of the session at it, before any test module imports ``huggingface_hub`` or ``datasets``.
+Importing this file reserves the local Hub (``hub_server.py``: a port, and every Hugging Face client of the session
+pointed at it) before any test module imports ``huggingface_hub`` or ``datasets``; the ``hub_server`` fixture starts
+it when a test first asks.
 """
 
 import hub_server as _hub
 import pytest
 
-_LOCAL_HUB = _hub.start_for_session()
+_LOCAL_HUB = _hub.reserve_for_session()
 
 
 @pytest.fixture(scope="session")
 def hub_server() -> str:
     """The local Hub's endpoint URL, e.g. ``HfApi(endpoint=hub_server)``; repos persist for the session."""
-    return _LOCAL_HUB.url
+    return _LOCAL_HUB.start().url
+
+
+def pytest_collection_modifyitems(items):
+    """A test that asks for the local Hub is marked ``hub`` (``-m "not hub"`` leaves them out)."""
+    for item in items:
+        if "hub_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.hub)
+
 
 from glyph_fixtures import benchmark_cache, default_glyphs, tiny_glyphs  # noqa: E402,F401

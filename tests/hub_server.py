@@ -8,9 +8,10 @@ semantics: every commit gets a fresh 40-hex sha, branches and tags point at comm
 old revision stays readable. Blob ids are git blob hashes, as the Hub's are for regular files.
 
 How tests use it. ``huggingface_hub`` and ``datasets`` read ``HF_ENDPOINT`` (and the cache and
-offline settings) when they are first imported, so :func:`start_for_session` sets the
-environment and must run before either is imported: ``tests/conftest.py`` calls it when pytest
-imports the conftest, before any test module. From then on every Hugging Face client of the test
+offline settings) when they are first imported, so :func:`reserve_for_session` binds a port and sets the
+environment before either is imported: ``tests/conftest.py`` calls it when pytest imports the conftest, before any
+test module, and the ``hub_server`` fixture starts serving when a test first asks for it (such tests are marked
+``hub``). From then on every Hugging Face client of the test
 session, in-process or in a subprocess, talks to this server, and its caches live in a temporary
 ``HF_HOME``. The ``hub_server`` fixture gives the endpoint URL, e.g. ``HfApi(endpoint=hub_server)``.
 Repos persist for the session: give each test its own repo id.
@@ -524,11 +525,15 @@ class HubServer(ThreadingHTTPServer):
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
 
     def start(self) -> HubServer:
-        threading.Thread(target=self.serve_forever, name="local-hub", daemon=True).start()
+        """Serve from a thread (once; later calls return the running server)."""
+        if not getattr(self, "_thread", None):
+            self._thread = threading.Thread(target=self.serve_forever, name="local-hub", daemon=True)
+            self._thread.start()
         return self
 
     def stop(self) -> None:
-        self.shutdown()
+        if getattr(self, "_thread", None):  # shutdown() waits for the serving loop
+            self.shutdown()
         self.server_close()
 
 
@@ -550,19 +555,26 @@ def client_env(url: str, home: str) -> dict[str, str]:
     }
 
 
-def start_for_session() -> HubServer:
-    """Start a server and point this process's (and its children's) Hugging Face clients at it.
+def reserve_for_session() -> HubServer:
+    """A server bound to a free port, not yet serving (:meth:`HubServer.start`), with this process's (and its
+    children's) Hugging Face clients pointed at it.
 
-    Must run before ``huggingface_hub`` or ``datasets`` is imported; stopped and cleaned at exit.
+    Must run before ``huggingface_hub`` or ``datasets`` is imported (they read the endpoint then); stopped and cleaned
+    at exit.
     """
     early = [name for name in ("huggingface_hub", "datasets") if name in sys.modules]
     if early:
         raise RuntimeError(
             f"{', '.join(early)} imported before the local Hub was set up; it would talk to the real Hub"
         )
-    server = HubServer().start()
+    server = HubServer()
     home = tempfile.mkdtemp(prefix="cood-hf-home-")
     os.environ.update(client_env(server.url, home))
     atexit.register(shutil.rmtree, home, True)
     atexit.register(server.stop)
     return server
+
+
+def start_for_session() -> HubServer:
+    """:func:`reserve_for_session`, serving at once (for scripts)."""
+    return reserve_for_session().start()

@@ -19,7 +19,8 @@ from lb_records import record
 from test_lb_site import small_board
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="the browser tests need chromium (Debian: apt-get install chromium)")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(CHROMIUM is None, reason="the browser tests need chromium (Debian: apt-get install chromium)")]
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 EVIL = '<img src=x onerror="window.pwned=1"><svg onload="window.pwned=2"><b>&amp;'  # no "/": names never hold a path separator
