@@ -207,11 +207,20 @@ def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[Ka
     return SplitScores.concat([score_batch_adaptive(forward, h, num_classes, kappas, keep_logits, feature_dtype) for h in halves])
 
 
+def named(batch: dict) -> str:
+    """A batch's shards in a few words, for a one-line error: its first shard, and how many more."""
+    paths = list(dict.fromkeys(path for path, _ in batch.get("shards", []))) or [batch["shard"]]
+    more = len(paths) - 1
+    return paths[0] + (f" (and {more} more shard{'s' if more > 1 else ''} in its batch)" if more else "")
+
+
 def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int, kappas: list[KappaSpec],
                  keep_logits: bool = False, progress: tqdm | None = None,
                  feature_dtype: str = "float32") -> Iterator[tuple[str, SplitScores]]:
     """Score streamed batches (each naming its shards and their samples in it) and yield ``(shard path, its scores)``
-    as soon as a shard is complete; an error names the shards of the batch that failed."""
+    as soon as a shard is complete; a batch is split into its shards' pieces at once (:meth:`SplitScores.pieces`),
+    and only a shard spread over several batches is joined. An error names the first shard of the batch that failed,
+    and how many more it held."""
     pending: dict[str, list[SplitScores]] = {}
     for batch in batches:
         if "error" in batch:
@@ -219,13 +228,15 @@ def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], 
         try:
             scored = score_batch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)
         except HarnessError as exc:
-            raise HarnessError(f"shard {batch['shard']}: {exc}") from None
+            raise HarnessError(f"shard {named(batch)}: {exc}") from None
         if progress is not None:
             progress.update(len(batch["keys"]))
-        start = 0
-        for shard, count in batch["shards"]:
-            pending.setdefault(shard, []).append(scored.take(slice(start, start + count)))
-            start += count
+        shards = batch["shards"]
+        for (shard, count), piece in zip(shards, scored.pieces([count for _, count in shards])):
+            if shard not in pending and count == shard_sizes[shard]:
+                yield shard, piece
+                continue
+            pending.setdefault(shard, []).append(piece)
             if sum(len(part) for part in pending[shard]) == shard_sizes[shard]:
                 yield shard, SplitScores.concat(pending.pop(shard))
     if pending:
