@@ -201,3 +201,57 @@ def test_a_batchs_pieces_are_its_shards_results_sorted_as_concat_sorts_them():
     with pytest.raises(HarnessError, match="scored twice"):
         twice.pieces([3])
     assert len(twice.pieces([2, 1])) == 2  # the same key in two shards is theirs to check
+
+
+class Recording:
+    """A forward pass whose logits are each image's first pixels; it logs when batches are launched and collected,
+    and runs out of memory on batches larger than ``fits``."""
+
+    head = None
+
+    def __init__(self, fits: int = 1 << 30):
+        self.log, self.fits = [], fits
+
+    def launch(self, images, keys, kappas):
+        from harness.inference import ModelOutput
+
+        if len(keys) > self.fits:
+            raise torch.cuda.OutOfMemoryError("simulated")
+        self.log.append(("launch", keys[0]))
+        output = ModelOutput(images.flatten(1)[:, :3].numpy().astype(np.float32), None, {}, {})
+        log = self.log
+
+        class Later:
+            def result(self):
+                log.append(("collect", keys[0]))
+                return output
+
+        return Later()
+
+
+def _batch(shards: list[tuple[str, list[str]]], seed: int) -> dict:
+    keys = [k for _, ks in shards for k in ks]
+    return {"shard": shards[0][0], "shards": [(s, len(ks)) for s, ks in shards], "keys": keys,
+            "labels": torch.arange(len(keys)), "images": torch.from_numpy(np.random.default_rng(seed).normal(size=(len(keys), 4)))}
+
+
+def test_a_batch_is_collected_after_the_next_is_launched_with_the_same_results():
+    from harness.inference import resolve_kappas, score_batch, score_shards
+
+    kappas = resolve_kappas(["softmax", "energy"])
+    batches = [_batch([("s1", ["s1_b", "s1_a"]), ("s0", ["s0_a"])], 0), _batch([("s2", ["s2_a", "s2_b", "s2_c"])], 1),
+               _batch([("s2", ["s2_d"]), ("s3", ["s3_z", "s3_y"])], 2)]
+    sizes = {"s1": 2, "s0": 1, "s2": 4, "s3": 2}
+    forward = Recording()
+    got = dict(score_shards(forward, iter(batches), sizes, 3, kappas, keep_logits=True))
+    assert forward.log == [("launch", "s1_b"), ("launch", "s2_a"), ("collect", "s1_b"), ("launch", "s2_d"),
+                           ("collect", "s2_a"), ("collect", "s2_d")]
+    one = [score_batch(Recording(), b["images"], b["keys"], b["labels"].numpy(), 3, kappas, True) for b in batches]
+    whole = SplitScores.concat(one)
+    for shard, scores in got.items():
+        want = whole.take(np.flatnonzero(np.char.startswith(whole.keys, shard + "_")))
+        assert list(scores.keys) == sorted(scores.keys) == list(want.keys)
+        assert np.array_equal(scores.logits, want.logits) and np.array_equal(scores.scores["energy"], want.scores["energy"])
+    halved = dict(score_shards(Recording(fits=1), iter(batches[:1]), sizes, 3, kappas, keep_logits=True))
+    for shard in ("s1", "s0"):  # out of memory: halves, each shard still given its own samples (s0 sorts first)
+        assert np.array_equal(halved[shard].keys, got[shard].keys) and np.array_equal(halved[shard].logits, got[shard].logits)
