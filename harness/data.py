@@ -1,10 +1,11 @@
 """Streaming benchmark shards into batches for the model.
 
 A split's shards are packed in manifest order into groups that fill a batch (:func:`shard_groups`: per-class shards
-of 50 images still give the model full batches), divided among DataLoader workers, or read by a background thread
-when there are none (and, under torchrun, among ranks by the caller). Each shard is fetched (a Hub shard is downloaded
-on first use), checked against the manifest's size and sha256, and decoded by the run's decoder
-(:mod:`harness.decoding`) in the workers, or in this process for a GPU decoder. A batch's content depends only on the
+of 50 images still give the model full batches), divided among DataLoader workers that live across a run's passes
+(:class:`Loader`), or read by a background thread when there are none (and, under torchrun, among ranks by the caller).
+Each shard is fetched (a Hub shard is downloaded on first use), checked against the manifest's size and sha256, and
+decoded by the run's decoder (:mod:`harness.decoding`) in the workers, or in this process for a GPU decoder, on a
+CUDA stream of its own (:class:`DecodeLane`). A batch's content depends only on the
 manifest and the batch size, which keeps stochastic kappas and resumed runs reproducible whatever the number of
 workers."""
 

@@ -126,7 +126,7 @@ class LocalForward:
         ready = None
         if self.execution.device.type == "cuda":
             ready = torch.cuda.Event()
-            ready.record()
+            ready.record(torch.cuda.current_stream(self.execution.device))
         scores, confs = {}, {}
         for spec in kappas:
             if "model" not in spec.needs:
