@@ -2,11 +2,15 @@
 
 Configs: ``pool`` (the default: every split of the benchmark) and, for each reference (model,
 kappa) pair listed in ``levels/reference.txt``, ``<model>__<kappa>`` with the ``id_test`` split
-and one split ``level_NN`` per severity level, each listing that level's OOD test shards. Level
-manifests of other pairs live in ``levels/`` too and load with :func:`dataset_builder.loading.load_level`.
+and one split ``level_NN`` per severity level, each listing that level's OOD test shards, plus one
+config ``<model>__<kappa>__level_NN`` per level with that split alone: ``datasets`` prepares every
+split of a config it loads without streaming, so a level loads alone only from a config of its own.
+Level manifests of other pairs live in ``levels/`` too and load with :func:`dataset_builder.loading.load_level`.
+Every config declares the features, the class id as an integer ``ClassLabel`` over the classes it holds
+(:func:`dataset_builder.loading.label_names`).
 
-The body has one loading example per config. A card written at build time (no repo id) shows the
-local forms (``load_dataset("webdataset", data_files=...)``, ``load_level("path/to/benchmark", ...)``);
+The body's loading examples are plain ``datasets.load_dataset`` calls (``load_level`` only for pairs
+without a config). A card written at build time (no repo id) names the local folder (``path/to/benchmark``);
 ``cood-dataset publish`` uploads a card written afresh with the repo id and tag it publishes to
 (:func:`published_card`), and leaves the local folder as it is. The licence fields follow the kind
 of benchmark (``manifest["source"]["kind"]``, else ``manifest["benchmark"]["id"]``): the images keep
@@ -23,8 +27,9 @@ from pathlib import Path
 from datasets.info import DatasetInfo, DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from dataset_builder.benchmark import Benchmark
 from dataset_builder.levels import level_data_files, level_file_name, level_split, read_level_table
-from dataset_builder.loading import sample_features, test_shards
+from dataset_builder.loading import label_names, sample_features, test_shards
 from dataset_builder.manifest import load_manifest
 
 REFERENCE = "levels/reference.txt"
@@ -131,23 +136,35 @@ def licence(manifest: dict) -> tuple[dict[str, str], str]:
     return fields, text
 
 
+def level_config(name: str, split: str) -> str:
+    """The config of one severity level of a reference pair: ``<model>__<kappa>__level_NN``."""
+    return f"{name}__{split}"
+
+
 def card_data(root: Path) -> DatasetCardData:
-    """The card's YAML: licence, configs and features (the same features for every config)."""
-    manifest, _ = load_manifest(root)
+    """The card's YAML: licence, configs and their features (the class label names the classes each config holds)."""
+    bench = Benchmark.open(root)
+    manifest = bench.manifest
     splits = sorted({s["split"] for s in manifest["shards"]}, key=list(SPLIT_FOLDERS).index)
     configs = [{"config_name": "pool", "default": True,
                 "data_files": [{"split": split, "path": SPLIT_FOLDERS[split]} for split in splits]}]
+    names = {"pool": label_names(bench)}
     shards = test_shards(manifest)
     for name in reference_configs(root):
-        files = level_data_files(read_level_table(root / "levels" / f"{name}.parquet"), shards)
+        table = read_level_table(root / "levels" / f"{name}.parquet")
+        files = level_data_files(table, shards)
         configs.append({"config_name": name, "data_files": [{"split": "id_test", "path": SPLIT_FOLDERS["id_test"]}]
                         + [{"split": split, "path": paths} for split, paths in files.items()]})
+        names[name] = label_names(bench, table["class_id"])
+        held = {level_split(int(level)): group["class_id"] for level, group in table.groupby("level")}
+        for split, paths in files.items():
+            configs.append({"config_name": level_config(name, split), "data_files": [{"split": split, "path": list(paths)}]})
+            names[level_config(name, split)] = label_names(bench, held[split], with_id=False)
     fields, _ = licence(manifest)
     data = DatasetCardData(**fields, pretty_name=f"{manifest['benchmark']['id']} C-OOD benchmark",
                            task_categories=["image-classification"],
                            tags=["out-of-distribution-detection", CARD_TAG, "arxiv:2302.11893"], configs=configs)
-    features = sample_features(manifest["image_ext"])
-    DatasetInfosDict({c["config_name"]: DatasetInfo(features=features) for c in configs}).to_dataset_card_data(data)
+    DatasetInfosDict({c: DatasetInfo(features=sample_features(bench.image_ext, n)) for c, n in names.items()}).to_dataset_card_data(data)
     return data
 
 
@@ -175,41 +192,43 @@ def _q(text: str) -> str:
 
 
 def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, revision: str | None = None) -> str:
-    """One example per config: on the Hub when ``repo_id`` is known, else from the local folder."""
+    """The card's loading examples: plain ``load_dataset`` calls on the Hub repo when ``repo_id`` is known, else on
+    the local folder; ``load_level`` for the pairs without a config."""
     splits = sorted({s["split"] for s in manifest["shards"]}, key=list(SPLIT_FOLDERS).index)
-    blocks = []
-    if repo_id:
-        rev = f", revision={_q(revision)}" if revision else ""
-        blocks.append(f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}; `streaming=True` reads "
-                      "only the shards you iterate over:\n\n```python\nfrom datasets import load_dataset\n\n"
-                      f"pool = load_dataset({_q(repo_id)}, \"pool\", split=\"ood_estimation\"{rev}, streaming=True)\n```")
-        for name in reference_configs(root):
-            last, level = _example_level(root, name)
-            blocks.append(f"Config `{name}`: `id_test` and the OOD test images of each severity level of this (model, kappa) "
-                          f"pair, `level_00` (easiest) to `{last}` (hardest):\n\n```python\nfrom datasets import load_dataset\n\n"
-                          f"level = load_dataset({_q(repo_id)}, {_q(name)}, split={_q(level_split(level))}{rev}, streaming=True)\n```")
-        pairs = level_pairs(root)
-        if pairs:
-            model, kappa = _split_config(pairs[0])
-            _, level = _example_level(root, pairs[0])
-            blocks.append("A level of any (model, kappa) pair with a level manifest in `levels/`, reading only that level's "
-                          "shards (with cood-bench installed):\n\n```python\nfrom dataset_builder.loading import load_level\n\n"
-                          f"level = load_level({_q(repo_id)}, {_q(model)}, {_q(kappa)}, {level}{rev})\n```")
-        return "\n\n".join(blocks)
-    blocks.append("This card was written for the local folder; `cood-dataset publish` uploads it with these examples "
-                  f"rewritten for the Hub repo. Replace `{LOCAL_PATH}` by this folder's path.\n\n"
-                  f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}:\n\n"
-                  "```python\nfrom datasets import load_dataset\n\n"
-                  f"benchmark = {_q(LOCAL_PATH)}\n"
-                  "pool = load_dataset(\"webdataset\", data_files={\"ood_estimation\": f\"{benchmark}/ood/estimation/*.tar\"}, "
-                  "split=\"ood_estimation\")\n```")
+    source = _q(repo_id or LOCAL_PATH)
+    rev = f", revision={_q(revision)}" if repo_id and revision else ""
+    blocks = [] if repo_id else [
+        "This card was written for the local folder; `cood-dataset publish` uploads it with these examples rewritten "
+        f"for the Hub repo. Replace `{LOCAL_PATH}` by this folder's path."]
+    blocks.append(f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}; `streaming=True` reads only the "
+                  "shards you iterate over:\n\n```python\nfrom datasets import load_dataset\n\n"
+                  f"pool = load_dataset({source}, \"pool\", split=\"ood_estimation\"{rev}, streaming=True)\n"
+                  "label = next(iter(pool))[\"json\"][\"class_id\"]\n"
+                  "class_id = pool.features[\"json\"][\"class_id\"].int2str(label)\n```")
+    num_id = manifest["classes"]["id"]
+    blocks.append(f"`json.class_id` is an integer `ClassLabel` whose names are the ids of the classes a config holds: in `pool`, "
+                  f"the {num_id} ID classes by index (label = the ID class index, what a classifier predicts), then the OOD pool "
+                  f"by index (label = {num_id} + pool index); in `<model>__<kappa>`, the ID classes, then the OOD classes of its "
+                  "levels by pool index; in `<model>__<kappa>__level_NN`, the level's classes by pool index. `int2str` gives "
+                  "the id back; `classes/id.parquet` and `classes/ood.parquet` name each id.")
     for name in reference_configs(root):
-        model, kappa = _split_config(name)
         last, level = _example_level(root, name)
+        split = level_split(level)
         blocks.append(f"Config `{name}`: `id_test` and the OOD test images of each severity level of this (model, kappa) "
-                      f"pair, `level_00` (easiest) to `{last}` (hardest); `load_level` loads one level:\n\n"
+                      f"pair, `level_00` (easiest) to `{last}` (hardest). Without streaming, `datasets` prepares every split "
+                      f"of the config it loads, so one level loads from its own config `{level_config(name, 'level_NN')}` "
+                      "(that split alone); streaming reads only the level's shards from either:\n\n"
+                      "```python\nfrom datasets import load_dataset\n\n"
+                      f"level = load_dataset({source}, {_q(level_config(name, split))}, split={_q(split)}{rev})\n"
+                      f"stream = load_dataset({source}, {_q(name)}, split={_q(split)}{rev}, streaming=True)\n```")
+    pairs = level_pairs(root)
+    if pairs:
+        model, kappa = _split_config(pairs[0])
+        _, level = _example_level(root, pairs[0])
+        blocks.append("A level of any (model, kappa) pair with a level manifest in `levels/`, also those without a config, "
+                      "reading only that level's shards (with cood-bench installed):\n\n"
                       "```python\nfrom dataset_builder.loading import load_level\n\n"
-                      f"level = load_level({_q(LOCAL_PATH)}, {_q(model)}, {_q(kappa)}, {level})\n```")
+                      f"level = load_level({source}, {_q(model)}, {_q(kappa)}, {level}{rev})\n```")
     return "\n\n".join(blocks)
 
 

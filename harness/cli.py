@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import List, Optional
@@ -10,7 +11,8 @@ import typer
 
 from dataset_builder.console import make_app, require_torch_extra, run_app
 from dataset_builder.errors import BenchmarkError
-from harness import __version__
+from harness import __version__, phases
+from harness.phases import plural
 from harness.errors import HarnessError
 from harness.options import check_options, check_target
 
@@ -55,7 +57,8 @@ def submit(
     keep_logits: bool = typer.Option(True, help="Also cache the logits and features, so that new kappas need no new pass."),
     decoded_cache_gb: float = typer.Option(8.0, "--decoded-cache-gb", help="Keep decoded images (torchvision decoder, CPU) in the cache, up to this many GB, so the next model with the same preprocessing skips decoding; 0: none."),
     feature_dtype: str = typer.Option("float32", help="Precision of the cached features: float32, or float16 for half the disk (kappas read the same values in every run)."),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: bool = typer.Option(True, help="Show progress bars (a line as each phase starts or ends is shown either way)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the results, warnings and errors: no phase lines, no progress bars."),
     leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
     trust_submission: bool = typer.Option(False, "--trust-submission",
                                           help="Run a submission file in the harness's own process (no sandbox); needed for a file's transform()."),
@@ -67,18 +70,23 @@ def submit(
     check_options(name, levels, batch_size, workers, feature_dtype, decoder)
     check_target(target, weights)
     require_torch_extra("cood-harness submit")
-    if not trust_submission and weights is None and Path(target).is_file():  # a file: its sandbox starts beside our imports
-        from harness import sandbox
+    progress = progress and not quiet
+    with phases.shown(not quiet and int(os.environ.get("RANK", "0")) == 0):  # under torchrun, rank 0 speaks for all
+        phases.say(f"cood-harness {__version__}: {target} on {benchmark}; starting"
+                   + ("" if trust_submission or weights is not None or not Path(target).is_file() else " its sandbox and")
+                   + " PyTorch")
+        if not trust_submission and weights is None and Path(target).is_file():  # a file: its sandbox starts beside our imports
+            from harness import sandbox
 
-        sandbox.prestart(target, device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices()))
-    from harness.isolation import Limits
-    from harness.run import submit as run_submit
+            sandbox.prestart(target, device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices()))
+        from harness.isolation import Limits
+        from harness.run import submit as run_submit
 
-    result = run_submit(target, benchmark=benchmark, kappas=kappa or None, out=out, num_levels=levels, batch_size=batch_size,
-                        workers=workers, decoder=decoder, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
-                        odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
-                        keep_logits=keep_logits, feature_dtype=feature_dtype, decoded_cache_gb=decoded_cache_gb, progress=progress, leaderboard=leaderboard, weights=weights,
-                        trust_submission=trust_submission, name=name, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)))
+        result = run_submit(target, benchmark=benchmark, kappas=kappa or None, out=out, num_levels=levels, batch_size=batch_size,
+                            workers=workers, decoder=decoder, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
+                            odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
+                            keep_logits=keep_logits, feature_dtype=feature_dtype, decoded_cache_gb=decoded_cache_gb, progress=progress, leaderboard=leaderboard, weights=weights,
+                            trust_submission=trust_submission, name=name, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)))
     if result is None:  # a torchrun rank other than 0
         return
     bench = result.benchmark.identity()
@@ -132,7 +140,6 @@ def kappa_table(defs, every, needs_order, width: int = LISTING_WIDTH) -> list[st
 def forwarded_line(stats: dict, cache: bool = True) -> str:
     """What the run forwarded and what it took from the score cache, e.g. ``scored 12 shards (8,000 images forwarded);
     38 shards from the score cache``."""
-    plural = lambda n, word: f"{n:,} {word}{'' if n == 1 else 's'}"  # noqa: E731
     line = f"scored {plural(stats['shards_scored'], 'shard')} ({plural(stats['images_forwarded'], 'image')} forwarded); "
     if not cache:
         return line + "no score cache (--no-cache)"

@@ -11,6 +11,7 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from harness import phases
 from harness.errors import HarnessError
 from harness.execution import Execution
 from harness.kappas import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, KappaSpec, LogitKappa, Outputs, check_logits, split_output
@@ -55,6 +56,7 @@ def fit_kappas(kappas: list[KappaSpec], data: SplitScores, head, seed: int) -> N
     for spec in kappas:
         if "fit" not in spec.needs or "layers" in spec.needs:
             continue
+        phases.say(f"fitting {spec.name} on {len(data):,} images")
         _seeded_fit(spec, seed, spec.impl.fit, outputs_for(spec, data.logits, data.features, head, data.labels))
 
 
@@ -62,6 +64,7 @@ def fit_on_layers(kappas: list[KappaSpec], parts: dict[str, list[dict]], labels:
     """Fit the kappas that read intermediate layers on what the model's process extracted from the fit split
     (``parts``: per kappa, one dict of arrays per batch, in the order of ``labels``), seeded."""
     for spec in kappas:
+        phases.say(f"fitting {spec.name} on {len(labels):,} images")
         _seeded_fit(spec, seed, spec.impl.fit_extracted, parts[spec.name], labels)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import sys
 import tempfile
 import time
 from contextlib import closing, contextmanager
@@ -43,6 +42,8 @@ from harness.score_cache import ScoreCache, kappa_id, run_key
 from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
 from harness.adapters import ClassCountMismatch, load_target
 from harness.options import check_options, is_zoo_target
+from harness import phases
+from harness.phases import plural
 from harness.submission import Submission, in_memory
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records
@@ -256,6 +257,25 @@ def _check_levels(num_levels: int, num_ood: int, window: int, benchmark) -> None
                            f"of {window} (its ID classes) give {windows} distinct levels at most")
 
 
+def _loading_line(target, trust_submission: bool) -> str:
+    """The line that opens the loading phase: what is loaded, and where it runs."""
+    if isinstance(target, torch.nn.Module):
+        return f"checking the model {type(target).__name__} with a trial forward pass"
+    if is_zoo_target(target):
+        return f"loading {target}"
+    return f"loading {target} " + ("in this process (--trust-submission)" if trust_submission else "in its sandbox")
+
+
+def _split_line(split: str, stats: dict, seconds: float) -> str:
+    """The line that closes a split: images, and where its shards' scores came from."""
+    parts = [f"{plural(stats['shards_scored'], 'shard')} forwarded"]
+    if stats["shards_from_cache"]:
+        parts.append(f"{stats['shards_from_cache']:,} from the score cache")
+    if stats["shards_from_logits"]:
+        parts.append(f"{stats['shards_from_logits']:,} from cached logits and features")
+    return f"{split}: done in {seconds:.1f} s ({', '.join(parts)})"
+
+
 def _load(target, transform, name: str | None, weights, channels: int, num_id: int, execution: Execution, seed: int,
           trust_submission: bool, limits: Limits) -> tuple[Submission, LocalForward | ChildForward]:
     """The submission and its forward pass, checked by a trial forward pass: a submission file in a child process
@@ -315,116 +335,127 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     odin_preset, mc_passes = _model_kappa_options(kappas, odin_preset, mc_passes)
     ranks, device = init_ranks(auto_device(device))
     forward = scorer = None
-    try:
-        execution = Execution.resolve(device, amp, channels_last, compile)
-        workers = default_workers(execution.device) if workers is None else workers
-        execution.share_cpu(workers)
-        # everything that can fail fast does so before an embedded benchmark is built (a minute on first use)
-        embedded = str(benchmark) in EMBEDDED
-        bench = None if embedded else _open(benchmark, progress and ranks.is_main, num_levels)
-        num_id = embedded_num_id_classes(str(benchmark)) if embedded else len(bench.id_classes)
-        if embedded:
-            _check_levels(num_levels, embedded_num_ood_classes(str(benchmark)), num_id, benchmark)
+    with phases.shown(progress and ranks.is_main):
         try:
-            submission, forward = _load(model, transform, name, weights, channels, num_id, execution, seed, trust_submission,
-                                        limits or Limits())
-        except ClassCountMismatch as exc:
-            raise exc.on(str(benchmark) if embedded else bench.manifest.get("id", str(benchmark))) from None
-        if kappas is None:
-            kappas = [*DEFAULT_KAPPAS, *submission.user_kappas]
-        specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
-        require_exposed(specs, forward.head, lambda: gives_features(forward, submission.transform, submission.channels))
-        if callable(out):
-            out = out(submission.name)
-        if out is not None and ranks.is_main:
-            check_out(Path(out))
-        if progress and ranks.is_main:  # the submission loaded: say where it runs before the long part
-            print(execution.summary(), file=sys.stderr, flush=True)
-        if embedded:
-            bench = _open(benchmark, progress and ranks.is_main, num_levels)
-        specs = with_fit(specs, bench, seed)
-        try:
-            # a sandboxed submission's images cross to its process through shared memory: decoded on the CPU
-            on = execution.device if isinstance(forward, LocalForward) else torch.device("cpu")
-            images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, on)
-        except ValueError as exc:
-            raise HarnessError(str(exc)) from None
-        preprocessing = {**submission.preprocessing, "decoder": images.name, "decoded_on": images.device.type}
-        weights_sha = submission.weights_sha256
-        score_cache = None
-        if cache:
-            key = run_key(bench.sha256, weights_sha, submission.bundle_sha256 or submission.source, preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype,
-                                                                             "batches": "shard groups"})
-            folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
-            score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs}, feature_dtype)
-        decoded = None
-        if cache and decoded_cache_gb > 0 and isinstance(images, TensorDecoder) and images.device.type == "cpu":
-            decoded = DecodedCache((Path(cache_dir) if cache_dir is not None else cache_root()) / "decoded", decoded_key(bench.sha256, images.plan, submission.channels),
-                                   int(decoded_cache_gb * 1e9))
-        torch.manual_seed(seed)
-        scorer = Scorer(forward, images, bench, specs, execution, score_cache, ranks,
-                        batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main, feature_dtype, decoded)
-        scores = {}
-        timings = {}
-        fitted = [k for k in specs if "fit" in k.needs]
-        if fitted:
-            split = fitted[0].params["fit"]["split"]
-            split_start = time.perf_counter()
-            on_layers = [k for k in fitted if "layers" in k.needs]
-            if len(on_layers) < len(fitted):
-                fit_data = scorer.split(split, kappas=[], outputs=True)
-                fit_kappas(fitted, fit_data, forward.head, seed)
-            if on_layers:
-                fit_data = scorer.fit_on_layers(split, on_layers)
-            forward.load_states([k for k in fitted if k.in_model])
-            timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
-            timings[f"{split}_images"] = len(fit_data)
-        for split in EVAL_SPLITS:
-            split_start = time.perf_counter()
-            scores[split] = scorer.split(split)
-            timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
-            timings[f"{split}_images"] = len(scores[split])
-            timings[f"{split}_first_batch_s"] = scorer.first_batch_s.get(split)
-        per_rank = ranks.gather([scorer.stats])
-        if not ranks.is_main:
-            return None
-        stats = {k: sum(r[k] for r in per_rank) for k in scorer.stats}
-        if score_cache is not None and keep_logits and progress and ranks.is_main:
-            images = sum(v for k, v in timings.items() if k.endswith("_images"))
-            print(cache_cost(score_cache, forward.head, images), file=sys.stderr, flush=True)
-        if ranks.world > 1:
-            stats["images_forwarded_per_rank"] = [r["images_forwarded"] for r in per_rank]
-        num_id, num_ood = len(bench.id_classes), len(bench.ood_classes)
-        results = [evaluate_kappa(spec.name, scores["id_test"], scores["ood_estimation"], scores["ood_test"], num_id, num_ood, num_levels)
-                   for spec in specs]
-        drilldown = per_class(results, scores["id_test"], scores["ood_test"], bench)
-        timings["total_s"] = round(time.perf_counter() - started, 3)
-        run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "workers": workers, "world_size": ranks.world,
-                    "feature_dtype": feature_dtype,
-                    "isolation": {**forward.isolation, "bundle_sha256": submission.bundle_sha256} if submission.bundle_sha256 else forward.isolation}
-        model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
-                      "weights_sha256": weights_sha, "num_parameters": submission.num_parameters,
-                      "preprocessing": preprocessing}
-        records = [record(result, benchmark=bench.identity(), model=model_info, kappa_params=spec.params, seed=seed,
-                          version=__version__, created=created, timings=run_info, metric_definitions=METRIC_DEFINITIONS,
-                          per_class=drilldown.summaries[spec.name])
-                   for spec, result in zip(specs, results)]
-        evaluation = Evaluation(submission, bench, results, records, stats, scores, per_class=drilldown)
-        if out is not None or leaderboard is not None:
-            save(evaluation, out, leaderboard)
-        return evaluation
-    finally:
-        if scorer is not None:
-            scorer.close()
-        if forward is not None:
-            forward.close()
-        close(ranks)
+            execution = Execution.resolve(device, amp, channels_last, compile)
+            workers = default_workers(execution.device) if workers is None else workers
+            execution.share_cpu(workers)
+            phases.say(execution.summary())
+            # everything that can fail fast does so before an embedded benchmark is built (a minute on first use)
+            embedded = str(benchmark) in EMBEDDED
+            bench = None if embedded else _open(benchmark, progress and ranks.is_main, num_levels)
+            num_id = embedded_num_id_classes(str(benchmark)) if embedded else len(bench.id_classes)
+            if embedded:
+                _check_levels(num_levels, embedded_num_ood_classes(str(benchmark)), num_id, benchmark)
+            loading = time.perf_counter()
+            phases.say(_loading_line(model, trust_submission))
+            try:
+                submission, forward = _load(model, transform, name, weights, channels, num_id, execution, seed, trust_submission,
+                                            limits or Limits())
+            except ClassCountMismatch as exc:
+                raise exc.on(str(benchmark) if embedded else bench.manifest.get("id", str(benchmark))) from None
+            phases.say(f"loaded {submission.name}: {plural(num_id, 'class')}"
+                       + (f", {submission.num_parameters:,} parameters" if submission.num_parameters else "")
+                       + f" ({time.perf_counter() - loading:.1f} s)")
+            if kappas is None:
+                kappas = [*DEFAULT_KAPPAS, *submission.user_kappas]
+            specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
+            require_exposed(specs, forward.head, lambda: gives_features(forward, submission.transform, submission.channels))
+            if callable(out):
+                out = out(submission.name)
+            if out is not None and ranks.is_main:
+                check_out(Path(out))
+            if embedded:
+                bench = _open(benchmark, progress and ranks.is_main, num_levels)
+            specs = with_fit(specs, bench, seed)
+            try:
+                # a sandboxed submission's images cross to its process through shared memory: decoded on the CPU
+                on = execution.device if isinstance(forward, LocalForward) else torch.device("cpu")
+                images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, on)
+            except ValueError as exc:
+                raise HarnessError(str(exc)) from None
+            preprocessing = {**submission.preprocessing, "decoder": images.name, "decoded_on": images.device.type}
+            weights_sha = submission.weights_sha256
+            score_cache = None
+            if cache:
+                key = run_key(bench.sha256, weights_sha, submission.bundle_sha256 or submission.source, preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype,
+                                                                                 "batches": "shard groups"})
+                folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
+                score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs}, feature_dtype)
+            decoded = None
+            if cache and decoded_cache_gb > 0 and isinstance(images, TensorDecoder) and images.device.type == "cpu":
+                decoded = DecodedCache((Path(cache_dir) if cache_dir is not None else cache_root()) / "decoded", decoded_key(bench.sha256, images.plan, submission.channels),
+                                       int(decoded_cache_gb * 1e9))
+            torch.manual_seed(seed)
+            scorer = Scorer(forward, images, bench, specs, execution, score_cache, ranks,
+                            batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main, feature_dtype, decoded)
+            scores = {}
+            timings = {}
+            fitted = [k for k in specs if "fit" in k.needs]
+            if fitted:
+                split = fitted[0].params["fit"]["split"]
+                split_start = time.perf_counter()
+                phases.say(f"reading the fit split {split} for {', '.join(k.name for k in fitted)}")
+                on_layers = [k for k in fitted if "layers" in k.needs]
+                if len(on_layers) < len(fitted):
+                    fit_data = scorer.split(split, kappas=[], outputs=True)
+                    fit_kappas(fitted, fit_data, forward.head, seed)
+                if on_layers:
+                    fit_data = scorer.fit_on_layers(split, on_layers)
+                forward.load_states([k for k in fitted if k.in_model])
+                timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
+                timings[f"{split}_images"] = len(fit_data)
+            for split in EVAL_SPLITS:
+                split_start, before = time.perf_counter(), dict(scorer.stats)
+                size = sum(shard["num_samples"] for shard in bench.shards(split))
+                phases.say(f"{split}: {plural(len(specs), 'kappa')} on {plural(size, 'image')}")
+                scores[split] = scorer.split(split)
+                phases.say(_split_line(split, {k: scorer.stats[k] - before[k] for k in before}, time.perf_counter() - split_start))
+                timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
+                timings[f"{split}_images"] = len(scores[split])
+                timings[f"{split}_first_batch_s"] = scorer.first_batch_s.get(split)
+            per_rank = ranks.gather([scorer.stats])
+            if not ranks.is_main:
+                return None
+            stats = {k: sum(r[k] for r in per_rank) for k in scorer.stats}
+            if score_cache is not None and keep_logits and ranks.is_main:
+                images = sum(v for k, v in timings.items() if k.endswith("_images"))
+                phases.say(cache_cost(score_cache, forward.head, images))
+            if ranks.world > 1:
+                stats["images_forwarded_per_rank"] = [r["images_forwarded"] for r in per_rank]
+            num_id, num_ood = len(bench.id_classes), len(bench.ood_classes)
+            phases.say(f"severity levels and metrics of {plural(len(specs), 'kappa')}")
+            results = [evaluate_kappa(spec.name, scores["id_test"], scores["ood_estimation"], scores["ood_test"], num_id, num_ood, num_levels)
+                       for spec in specs]
+            drilldown = per_class(results, scores["id_test"], scores["ood_test"], bench)
+            timings["total_s"] = round(time.perf_counter() - started, 3)
+            run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "workers": workers, "world_size": ranks.world,
+                        "feature_dtype": feature_dtype,
+                        "isolation": {**forward.isolation, "bundle_sha256": submission.bundle_sha256} if submission.bundle_sha256 else forward.isolation}
+            model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
+                          "weights_sha256": weights_sha, "num_parameters": submission.num_parameters,
+                          "preprocessing": preprocessing}
+            records = [record(result, benchmark=bench.identity(), model=model_info, kappa_params=spec.params, seed=seed,
+                              version=__version__, created=created, timings=run_info, metric_definitions=METRIC_DEFINITIONS,
+                              per_class=drilldown.summaries[spec.name])
+                       for spec, result in zip(specs, results)]
+            evaluation = Evaluation(submission, bench, results, records, stats, scores, per_class=drilldown)
+            if out is not None or leaderboard is not None:
+                save(evaluation, out, leaderboard)
+            return evaluation
+        finally:
+            if scorer is not None:
+                scorer.close()
+            if forward is not None:
+                forward.close()
+            close(ranks)
 
 
 def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path | None = None) -> None:
     """Write an evaluation's records, CSV, level manifests and plot to ``out``; add its records to ``leaderboard``."""
     bench = evaluation.benchmark
     if out is not None:
+        phases.say(f"writing the outputs to {out}")
         evaluation.paths = write_outputs(Path(out), evaluation.submission.name, evaluation.results, evaluation.records,
                                          list(bench.ood_classes["id"]), bench.identity(), per_class=evaluation.per_class)
     if leaderboard is not None:

@@ -1,6 +1,7 @@
 """A short text summary of a table: best models per kappa, the top models and their families,
-where a focus group (by default zero-shot CLIP) ranks, ID accuracy vs. C-OOD detection, and
-kappa-vs-kappa win rates. Flagged entries (broken runs) are left out of every number.
+where a focus group (by default zero-shot CLIP) ranks, distilled models against their non-distilled
+counterparts, ID accuracy vs. C-OOD detection, and kappa-vs-kappa win rates. Flagged entries (broken
+runs) are left out of every number.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from leaderboard.errors import LeaderboardError
 
 DEFAULT_FOCUS = r"^CLIP_(?!finetuned)"  # the paper's zero-shot CLIP models
 DEFAULT_BASELINE = "softmax"
+DISTILLED = re.compile(r"_(?:distilled|dist)(?=_|$)")  # timm's names: deit_base_distilled_patch16_224, xcit_tiny_12_p8_224_dist
+COUNTERPARTS = {"resnetv2_50x1_bit_distilled": "resnetv2_50x1_bitm"}  # BiT R50x1 distilled from a 152x2 teacher vs BiT-M R50x1
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,24 @@ def focus_rank(table: pd.DataFrame, pattern: str = DEFAULT_FOCUS, baseline: str 
         beats_baseline=float((base["mean_ood_auroc"] < best["mean_ood_auroc"]).mean()) if len(base) else float("nan"),
         num_baseline=len(base),
     )
+
+
+def distillation_pairs(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> tuple[pd.DataFrame, list[str]]:
+    """Each distilled model (a ``distilled`` or ``dist`` token in its name) against its non-distilled counterpart (the
+    same name without the token, or :data:`COUNTERPARTS`), both by their ``kappa`` entry: one row per pair with both
+    mean ood-aurocs and the gain; and the distilled models left unpaired (no counterpart, or no ``kappa`` entry)."""
+    entries = valid(table)
+    means = entries[entries["kappa"] == kappa].drop_duplicates("model").set_index("model")["mean_ood_auroc"]
+    rows, alone = [], []
+    for model in sorted(m for m in entries["model"].unique() if DISTILLED.search(m)):
+        base = COUNTERPARTS.get(model, DISTILLED.sub("", model))
+        if model in means.index and base in means.index:
+            rows.append({"distilled": model, "base": base, "family": family(model),
+                         "distilled_auroc": means[model], "base_auroc": means[base], "gain": means[model] - means[base]})
+        else:
+            alone.append(model)
+    columns = ["distilled", "base", "family", "distilled_auroc", "base_auroc", "gain"]
+    return pd.DataFrame(rows, columns=columns), alone
 
 
 def correlations(table: pd.DataFrame) -> pd.DataFrame:
@@ -140,6 +161,8 @@ def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFA
             f"  beats {rank.beats_baseline:.1%} of the other {rank.num_baseline} models' {baseline} entries",
         ]
 
+    out += ["", *distillation_lines(table, baseline)]
+
     corr = correlations(table)
     width = max(map(len, corr["kappa"]))
     out += ["", "ID accuracy vs. mean ood-auroc:"]
@@ -156,3 +179,22 @@ def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFA
                  for b in rates.columns]
         out.append(f"  {names[a] + ' ' + a:<{width}}" + "".join(cells))
     return "\n".join(out)
+
+
+def distillation_lines(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> list[str]:
+    """The report's section on knowledge distillation: pairs won per family, the exceptions; or why there is none."""
+    pairs, alone = distillation_pairs(table, kappa)
+    if pairs.empty:
+        return [f"Knowledge distillation: not shown; no distilled model ('distilled' or 'dist' in its name) has its "
+                f"non-distilled counterpart (the same name without it) in the table with a valid {kappa} entry."]
+    won = pairs["gain"] > 0
+    out = [f"Knowledge distillation (distilled models vs. the same architecture without it, {kappa} mean ood-auroc):",
+           f"  distilled better in {won.sum()} of {len(pairs)} pairs, mean gain {pairs['gain'].mean():+.4f} "
+           f"(median {pairs['gain'].median():+.4f})"]
+    for name, group in pairs.groupby("family", sort=True):
+        out.append(f"  {name}: {(group['gain'] > 0).sum()} of {len(group)}, mean gain {group['gain'].mean():+.4f}")
+    out += [f"  not better: {r.distilled} {r.distilled_auroc:.4f} vs {r.base} {r.base_auroc:.4f} ({r.gain:+.4f})"
+            for r in pairs[~won].itertuples()]
+    if alone:
+        out.append(f"  not paired (no counterpart, or no {kappa} entry for one of the two): {len(alone)} ({', '.join(alone[:3])}{', ...' if len(alone) > 3 else ''})")
+    return out

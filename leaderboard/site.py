@@ -1,8 +1,8 @@
 """A static, self-contained site of a table, readable offline from its files:
 
 - ``index.html``: one row per model (each by its best kappa, or one kappa for all), filters, search, sortable columns,
-  a severity-curve plot and an id-accuracy vs mean ood-auroc scatter that follow the view, the kappas' win rates,
-  a permalink; the rows are JSON embedded in the page and drawn by the site's own script (``static/site.js``);
+  a severity-curve plot and an id-accuracy vs mean ood-auroc scatter that follow the view (flagged runs in the scatter
+  only when its toggle is ticked), the kappas' win rates, a permalink; the rows are JSON embedded in the page and drawn by the site's own script (``static/site.js``);
 - ``models/<model>.html``: every metric of a model's entries, its parameters, family, provenance, verification,
   per-class drill-down (when its records carry one) and links to the raw records;
 - ``downloads/leaderboard.csv`` and ``.parquet``: the table itself; ``records/``: the raw records (given the
@@ -28,6 +28,7 @@ from leaderboard.atomic import write_bytes_atomic
 from leaderboard.drilldown import level_classes, resolve, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.report import win_rates
+from leaderboard.schema import VERIFIED, canonical_params
 from leaderboard.table import table_levels
 from leaderboard.views import family
 
@@ -35,6 +36,10 @@ PAPER_URL = "https://arxiv.org/abs/2302.11893"
 STATIC = ("site.js", "site.css")
 DOWNLOADS = ("leaderboard.csv", "leaderboard.parquet")
 MAX_CLASSES = 100  # classes listed per level on a model page (lowest ood-auroc first); the sidecar has them all
+ENTRY_METRICS = (("acc", "id-acc"), ("idauroc", "id-auroc"), ("idconf", "id avg conf"), ("mean", "mean ood-auroc"),
+                 ("fpr", "mean fpr@95"))  # a model page's metrics table; a column no entry has is left out
+OPTIONAL_COLUMNS = {"idauroc": "id_auroc", "fpr": "mean_fpr_at_95_tpr", "n": "num_parameters"}  # index columns shown when filled
+SYMBOLS = {"temperature": "T", "epsilon": "\u03b5"}  # parameter names in a kappa's short form
 LEVEL_METRICS = (("ood_auroc", "ood-auroc"), ("fpr_at_95_tpr", "fpr@95"), ("aupr_in", "AUPR-in"),
                  ("aupr_out", "AUPR-out"), ("ood_avg_conf", "ood avg conf"), ("percentile", "percentile"),
                  ("num_id", "# id"), ("num_ood", "# ood"))
@@ -44,6 +49,20 @@ def page_name(model: str) -> str:
     """A file name for a model's page: safe characters plus a hash, so distinct names never collide."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-.")[:60] or "model"
     return f"{stem}-{hashlib.sha256(model.encode()).hexdigest()[:8]}.html"
+
+
+def short_kappa(name: str, params: dict) -> str:
+    """A kappa's narrow label: ``odin \u03b5=1e-5 T=2`` for ``odin(epsilon=1e-05,temperature=2)``; a kappa without
+    parameters keeps its name."""
+    flat = {k: v for k, v in canonical_params(params).items() if not isinstance(v, dict)}
+    values = (re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{v:g}").replace("e+", "e") if isinstance(v, float) else str(v)
+              for v in flat.values())
+    return " ".join([name] + [f"{SYMBOLS.get(k, k)}={v}" for k, v in zip(flat, values)])
+
+
+def status(verification: str, provenance: str) -> str:
+    """What the site calls an entry's source of trust: ``verified``, ``paper`` (published numbers) or ``self-reported``."""
+    return "paper" if provenance == "paper" and verification != VERIFIED else verification
 
 
 def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: str | Path | None = None,
@@ -72,13 +91,20 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
         "num_levels": len(levels), "version": version, "paper_url": paper_url, "has_records": bool(records),
     }
     rates, counts = win_rates(table) if len(table) else (pd.DataFrame(), pd.DataFrame())
-    data = {"levels": len(levels), "kappas": sorted(table["kappa"].unique().tolist()),
-            "families": sorted({m["f"] for m in models}), "provenances": sorted(table["provenance"].unique().tolist()),
+    kappas = sorted(table["kappa"].unique().tolist())
+    labels = table.drop_duplicates("kappa")
+    short = {k: s for k, n, p in zip(labels["kappa"], labels["kappa_name"], labels["kappa_params"])
+             if (s := short_kappa(n, json.loads(p))) != k}  # only the kappas whose narrow form differs
+    data = {"levels": len(levels), "kappas": kappas, "short": short, "families": sorted({m["f"] for m in models}),
+            "provenances": sorted(table["provenance"].unique().tolist()),
+            "cols": [key for key, column in OPTIONAL_COLUMNS.items() if table[column].notna().any()],
             "models": [{**m, "e": [_compact(e) for e in m["e"]]} for m in models]}
     index = env.get_template("index.html").render(
         data=_json(data), num_models=len(models), num_valid=sum(any(not e["flag"] for e in m["e"]) for m in models),
         num_entries=len(table), definition=first["ood_auroc_definition"] if first is not None else "",
-        kappas=data["kappas"], rate_kappas=list(rates.columns), rates=_win_rate_rows(rates, counts), root="", **common)
+        kappas=[(k, short.get(k, k)) for k in kappas], cols=data["cols"],
+        statuses=sorted({e["ver"] for m in models for e in m["e"]}),
+        rate_kappas=[(k, short.get(k, k)) for k in rates.columns], rates=_win_rate_rows(rates, counts, short), root="", **common)
     pages = [out / "index.html"]
     write_bytes_atomic(pages[0], index.encode())
     template = env.get_template("model.html")
@@ -86,8 +112,10 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
     for model in models:
         page = out / "models" / model["p"]
         entries = [_entry_page(e, details.loc[e["rec"]], records.get(e["rec"]), board, out) for e in model["e"]]
+        metrics = [(key, label) for key, label in ENTRY_METRICS if any(e[key] is not None for e in entries)]
         plot = {"levels": len(levels), "curves": [{"label": e["k"], "values": e["l"]} for e in model["e"]]}
-        write_bytes_atomic(page, template.render(model=model, entries=entries, plot=_json(plot), root="../", **common).encode())
+        write_bytes_atomic(page, template.render(model=model, entries=entries, metrics=metrics, plot=_json(plot),
+                                                 root="../", **common).encode())
         pages.append(page)
     if records:
         pages.append(_copy_records(env, out, board, records, common))
@@ -128,7 +156,7 @@ def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
 
 
 def _entry(r: pd.Series, levels: list[str]) -> dict:
-    return {"k": r["kappa"], "prov": r["provenance"], "flag": r["flag"], "ver": r["verification"],
+    return {"k": r["kappa"], "prov": r["provenance"], "flag": r["flag"], "ver": status(r["verification"], r["provenance"]),
             "acc": _num(r["id_acc"]), "idauroc": _num(r["id_auroc"]), "mean": _num(r["mean_ood_auroc"]),
             "fpr": _num(r["mean_fpr_at_95_tpr"]), "l": [_num(r[c]) for c in levels], "rec": r["record_file"]}
 
@@ -158,8 +186,8 @@ def _json(data) -> Markup:
     return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
-def _win_rate_rows(rates: pd.DataFrame, counts: pd.DataFrame) -> list[dict]:
-    return [{"kappa": a, "cells": [{"rate": None if pd.isna(rates.loc[a, b]) else float(rates.loc[a, b]),
+def _win_rate_rows(rates: pd.DataFrame, counts: pd.DataFrame, short: dict[str, str]) -> list[dict]:
+    return [{"kappa": a, "short": short.get(a, a), "cells": [{"rate": None if pd.isna(rates.loc[a, b]) else float(rates.loc[a, b]),
                                     "n": int(counts.loc[a, b]), "vs": b} for b in rates.columns]}
             for a in rates.index]
 

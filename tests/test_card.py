@@ -3,7 +3,6 @@ example per config that runs, and the repo id in the card that publishing upload
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -62,7 +61,7 @@ def test_the_card_yaml_parses_with_the_glyph_licence_and_the_configs(bench):
     card = DatasetCard.load(bench / "README.md")
     meta = front_matter(text)
     assert card.data.to_dict()["configs"] == meta["configs"]
-    assert [c["config_name"] for c in meta["configs"]] == ["pool", CONFIG]
+    assert [c["config_name"] for c in meta["configs"]] == ["pool", CONFIG] + [f"{CONFIG}__level_{i:02d}" for i in range(11)]
     assert (meta["license"], meta["license_name"]) == ("other", "dejavu-fonts-license")
     assert meta["license_link"].startswith("https://dejavu-fonts.github.io/")
     assert "cood-bench" in meta["tags"] and "arxiv:2302.11893" in meta["tags"]
@@ -110,16 +109,22 @@ def test_a_folder_benchmark_records_the_licence_given_to_the_builder(tmp_path):
     assert front_matter(text)["license"] == "unknown" and "unknown, see the source" in text
 
 
-def test_one_local_example_per_config_and_they_run(bench):
+def test_the_local_examples_are_plain_load_dataset_calls_and_they_run(bench):
     text = (bench / "README.md").read_text()
     assert "<repo>" not in text and "<model>__<kappa>\"" not in text
-    pool_block, level_block = python_blocks(text)
-    assert 'load_dataset("webdataset"' in pool_block and f"benchmark = {json.dumps(LOCAL_PATH)}" in pool_block
-    assert 'load_level("path/to/benchmark", "tiny-cnn", "softmax", 7)' in level_block
-    pool = run_example(pool_block, **{LOCAL_PATH: str(bench)})["pool"]
-    assert len(pool) == POOL_ESTIMATION
-    level = run_example(level_block, **{LOCAL_PATH: str(bench)})["level"]
-    assert len(level) == 36 * 8
+    pool_block, level_block, any_level_block = python_blocks(text)
+    assert f'load_dataset("{LOCAL_PATH}", "pool", split="ood_estimation", streaming=True)' in pool_block
+    assert f'load_dataset("{LOCAL_PATH}", "{CONFIG}__level_07", split="level_07")' in level_block
+    assert f'load_dataset("{LOCAL_PATH}", "{CONFIG}", split="level_07", streaming=True)' in level_block
+    assert all("webdataset" not in b and "dataset_builder" not in b for b in (pool_block, level_block))
+    assert f'load_level("{LOCAL_PATH}", "tiny-cnn", "softmax", 7)' in any_level_block
+    pool = run_example(pool_block, **{LOCAL_PATH: str(bench)})
+    assert sum(1 for _ in pool["pool"]) == POOL_ESTIMATION
+    assert pool["class_id"] == Benchmark.open(bench).ood_classes["id"].iloc[pool["label"] - 36]
+    level = run_example(level_block, **{LOCAL_PATH: str(bench)})
+    assert len(level["level"]) == 36 * 8
+    assert sorted(r["__key__"] for r in level["stream"]) == sorted(level["level"]["__key__"])
+    assert len(run_example(any_level_block, **{LOCAL_PATH: str(bench)})["level"]) == 36 * 8
 
 
 def test_publish_uploads_a_card_that_names_the_repo_and_leaves_the_folder_as_it_is(bench, hub_server):
@@ -134,9 +139,12 @@ def test_publish_uploads_a_card_that_names_the_repo_and_leaves_the_folder_as_it_
     assert LOCAL_PATH not in text and CITATION in text
     pool_block, level_block, any_level_block = python_blocks(text)
     assert f'load_dataset("{REPO}", "pool", split="ood_estimation", revision="1.0.0", streaming=True)' in pool_block
+    assert f'load_dataset("{REPO}", "{CONFIG}__level_07", split="level_07", revision="1.0.0")' in level_block
     assert f'load_dataset("{REPO}", "{CONFIG}", split="level_07", revision="1.0.0", streaming=True)' in level_block
     assert f'load_level("{REPO}", "tiny-cnn", "softmax", 7, revision="1.0.0")' in any_level_block
     assert sum(1 for _ in run_example(pool_block)["pool"]) == POOL_ESTIMATION
+    level = run_example(level_block)
+    assert len(level["level"]) == 36 * 8 and sorted(r["__key__"] for r in level["stream"]) == sorted(level["level"]["__key__"])
     assert len(run_example(any_level_block)["level"]) == 36 * 8
 
     api = HfApi(endpoint=hub_server)

@@ -1,6 +1,7 @@
 """Detectors end to end: fitted on the ID fit split from the same pass, 11 levels each, no new pass for a new one."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from sklearn.metrics import roc_auc_score
 
 from dataset_builder.glyphs.build import build
 from glyph_fixtures import TINY, load_example
+from harness import __version__
 from harness.errors import HarnessError
 from harness.execution import Execution
 from harness.inference import LocalForward
@@ -46,6 +48,7 @@ def test_detectors_from_one_pass_and_none_for_a_new_one(fit_glyphs, tmp_path):
                            "--out", str(tmp_path / "a"), "--cache-dir", str(cache), "--no-progress"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    phase_lines(done.stderr.splitlines(), fit_glyphs, tmp_path / "a")
     first = records_in(tmp_path / "a")
     assert set(first) == {"knn", "vim", "mahalanobis", "react", "ash"}
     fit = {"split": "id_train", "size": 36 * FIT_PER_CLASS, "seed": 0}
@@ -80,6 +83,23 @@ def test_detectors_from_one_pass_and_none_for_a_new_one(fit_glyphs, tmp_path):
     y = np.r_[np.ones(len(id_scores)), np.zeros(mask.sum())]
     expected = roc_auc_score(y, np.r_[id_scores, ood.scores["dice"][mask]])
     assert again["dice"]["levels"][level]["ood_auroc"] == pytest.approx(expected, abs=1e-12)
+
+
+def phase_lines(lines: list[str], bench: Path, out: Path) -> None:
+    """Without progress bars, a line still opens each long phase (fitting each detector, scoring each split) and
+    closes each split, the device line right after the command's own first line."""
+    assert lines[0] == f"cood-harness {__version__}: {CNN} on {bench}; starting its sandbox and PyTorch"
+    assert lines[1].startswith("device: cpu")
+    assert lines[2:4] == [f"loading {CNN} in its sandbox", lines[3]] and re.fullmatch(
+        r"loaded glyph_cnn: 36 classes, 25,748 parameters \(\d+\.\d s\)", lines[3])
+    fitted = ["knn", "vim", "mahalanobis", "react"]
+    assert lines[4] == f"reading the fit split id_train for {', '.join(fitted)}"
+    assert [line for line in lines if line.startswith("fitting ")] == [f"fitting {k} on 1,080 images" for k in fitted]
+    for split, images, shards in (("id_test", 288, 1), ("ood_estimation", 768, 1), ("ood_test", 384, 48)):
+        at = lines.index(f"{split}: 5 kappas on {images:,} images")
+        assert re.fullmatch(rf"{split}: done in \d+\.\d s \({shards} shards? forwarded\)", lines[at + 1]), lines[at + 1]
+    assert lines[-2:] == ["severity levels and metrics of 5 kappas", f"writing the outputs to {out}"]
+    assert not [line for line in lines if "%|" in line or "\r" in line]  # --no-progress: no bars
 
 
 def test_a_fit_needs_an_id_fit_split(tiny_glyphs):

@@ -89,6 +89,12 @@ def test_the_closing_line():
         "scored 1 shard (1 image forwarded); 0 shards from the score cache, 2 shards scored from its cached logits and features"
     assert forwarded_line({"shards_scored": 3, "images_forwarded": 30, "shards_from_cache": 0}, cache=False) == \
         "scored 3 shards (30 images forwarded); no score cache (--no-cache)"
+    from harness.run import _split_line
+
+    assert _split_line("ood_test", {"shards_scored": 1, "shards_from_cache": 38, "shards_from_logits": 2}, 1.234) == \
+        "ood_test: done in 1.2 s (1 shard forwarded, 38 from the score cache, 2 from cached logits and features)"
+    assert _split_line("id_test", {"shards_scored": 3, "shards_from_cache": 0, "shards_from_logits": 0}, 60) == \
+        "id_test: done in 60.0 s (3 shards forwarded)"
 
 
 def test_a_second_run_says_it_forwarded_nothing(tiny_glyphs, tmp_path):  # noqa: F811
@@ -104,6 +110,9 @@ def test_a_second_run_says_it_forwarded_nothing(tiny_glyphs, tmp_path):  # noqa:
                                   prog_name="cood-harness")
         assert done.exit_code == 0, done.output
         lines.append(next(line for line in done.output.splitlines() if line.startswith("scored ")))
+        splits = [line for line in done.output.splitlines() if line.startswith("ood_test: done")]
+        assert len(splits) == 1 and splits[0].endswith("(0 shards forwarded, 48 from the score cache)" if run == "b" else
+                                                       "(48 shards forwarded)"), done.output
     assert lines[0] == f"scored {shards} shards ({images:,} images forwarded); 0 shards from the score cache"
     assert lines[1] == f"scored 0 shards (0 images forwarded); {shards} shards from the score cache"
     assert re.fullmatch(r"scored \d+ shards \([\d,]+ images forwarded\); \d+ shards from the score cache", lines[0])

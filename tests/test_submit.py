@@ -113,7 +113,7 @@ def run_cli(*args, cwd=None):
 def test_cli_prints_the_per_level_table(tiny_glyphs, tmp_path):
     done = run_cli("submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--device", "cpu", "-k", "softmax")
     assert done.returncode == 0, done.stderr
-    assert done.stderr.splitlines()[0] in ("device: cpu, float32", "device: cpu (no CUDA GPU found), float32")
+    assert done.stderr.splitlines()[1] in ("device: cpu, float32", "device: cpu (no CUDA GPU found), float32")
     lines = done.stdout.splitlines()
     assert lines[1].split() == ["level", "pct", "softmax", "auroc", "softmax", "fpr95"]
     assert [line.split()[0] for line in lines[2:13]] == [str(i) for i in range(11)]
@@ -136,7 +136,7 @@ BAD_MODELS = {
 def test_bad_submissions_fail_in_one_line(tiny_glyphs, tmp_path, name):
     source, message = BAD_MODELS[name]
     (tmp_path / name).write_text(source)
-    done = run_cli("submit", tmp_path / name, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--no-progress")
+    done = run_cli("submit", tmp_path / name, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--quiet")
     assert_one_line_error(done, message)
     assert not (tmp_path / "out").exists()
 
@@ -153,7 +153,7 @@ def assert_one_line_error(done, pattern):
 
 def test_missing_file_and_unknown_kappa(tiny_glyphs, tmp_path):
     assert_one_line_error(run_cli("submit", tmp_path / "nope.py", "--benchmark", tiny_glyphs), "not found")
-    assert_one_line_error(run_cli("submit", CNN, "--benchmark", tiny_glyphs, "-k", "msp", "--no-progress"), "unknown kappa 'msp'")
+    assert_one_line_error(run_cli("submit", CNN, "--benchmark", tiny_glyphs, "-k", "msp", "--quiet"), "unknown kappa 'msp'")
 
 
 def test_corrupted_shard_is_reported(tiny_glyphs, tmp_path):
@@ -164,9 +164,9 @@ def test_corrupted_shard_is_reported(tiny_glyphs, tmp_path):
     data[1600:1700] = b"\xff" * 100  # inside the first image (after the json member and the png header)
     shard.write_bytes(bytes(data))
     out = tmp_path / "out"
-    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--no-progress", "--no-cache"), "corrupt shard .*sha256")
+    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--quiet", "--no-cache"), "corrupt shard .*sha256")
     shard.write_bytes(bytes(data[:2000]))  # truncated: even without the sha256 check it is caught
-    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--no-progress", "--no-cache", "--no-verify"),
+    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--quiet", "--no-cache", "--no-verify"),
                           "corrupt shard")
     assert not out.exists()
 

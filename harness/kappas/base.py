@@ -36,7 +36,10 @@ class KappaDef:
     ``make(params)`` returns its implementation: an object with ``score(outputs) -> (scores, confidences)``, or, when
     it needs the model, ``score_model(model, images, seed) -> (scores, confidences)`` (tensors); and ``fit(outputs)``
     when it needs a fit. Scores are higher = more in-distribution; the confidence is the value reported (a monotone
-    map of the score)."""
+    map of the score). A sample's score must not depend on the samples scored beside it (the harness scores batches,
+    and shards from kept logits, of any size); a stochastic kappa declares ``seeded``: its values then depend on the
+    run's seed and on the batches, which the harness fixes by the manifest and the batch size, the same rule for every
+    split, and its cache entries are keyed on both."""
 
     name: str
     summary: str
@@ -45,7 +48,7 @@ class KappaDef:
     defaults: dict
     make: Callable[[dict], object]
     reference: str = ""
-    seeded: bool = False  # its values depend on the run's seed and on how samples are batched
+    seeded: bool = False  # its values depend on the run's seed and on how samples are batched (MC-dropout's masks)
     from_options: Callable[[dict], dict] | None = None  # the harness's options (odin_preset, mc_passes) -> parameters
 
     def __post_init__(self):

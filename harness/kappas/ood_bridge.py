@@ -6,7 +6,8 @@ features (and the last layer, when its constructor takes ``head`` or ``w``/``b``
 maps followed by the last layer, as their papers apply them. ``requires_fit`` adds a fit on the fit split's features
 (or logits) and labels. Parameters are the constructor's scalar parameters with its defaults. pytorch-ood scores are
 larger = more OOD; a kappa is the negated score (higher = more in-distribution). Detectors compute in float32,
-as pytorch-ood expects.
+as pytorch-ood expects. A sample's score never depends on the samples scored beside it: OpenMax, whose pytorch-ood
+prediction does, is predicted per sample (see :mod:`harness.kappas.openmax`).
 
 The gradient detectors GradNorm and GradUncertainty need the model: they take their own passes, as ODIN does, on the
 model's logits. MahalanobisODIN, MultiMahalanobis, Gram and NACUE are fitted, then score through the model (see
@@ -25,7 +26,7 @@ from pytorch_ood.api import FeatureMapsDetector, FeaturesDetector, LogitsDetecto
 
 from harness.errors import HarnessError
 from harness.kappas.base import KappaDef, Outputs
-from harness.kappas import ood_layers, ood_split
+from harness.kappas import ood_layers, ood_split, openmax
 from harness.kappas.model import logits_of
 
 SAME_AS_PAPER_KAPPA = {"MaxSoftmax": "softmax", "EnergyBased": "energy", "Entropy": "entropy", "MaxLogit": "max_logit",
@@ -126,6 +127,9 @@ class Bridged:
     def score(self, outputs: Outputs) -> tuple[np.ndarray, np.ndarray]:
         if self.detector is None:
             self.detector = self._build(outputs)
+        if self.cls is pod.OpenMax:  # pytorch-ood's predict makes a sample's score depend on the others in the call
+            scores = -openmax.unknown_probability(self.detector, self._input(outputs).numpy())
+            return scores, scores
         predict = getattr(self.detector, {"logits": "predict_logits", "features": "predict_features",
                                           "maps": "predict_feature_maps"}[self.kind])
         with torch.no_grad():

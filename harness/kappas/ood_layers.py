@@ -244,6 +244,7 @@ class Gram:
         self.detector = _GramOnStatistics(None, [None] * count, num_classes, poles)
         self.detector._device = torch.device("cpu")  # where the statistics are (pytorch-ood warns when it must guess)
         self.detector.fit([(_Statistics(layers), torch.from_numpy(labels.astype(np.int64)))])
+        self.load(self.state())  # pytorch-ood's own Gram scores here too (the fitting subclass reads statistics)
 
     def state(self) -> dict:
         d = self.detector

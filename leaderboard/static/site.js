@@ -173,7 +173,9 @@
   /* ---------------- the index ---------------- */
   function index(data) {
     var DEFAULT = { kappa: "best", family: "", prov: "", status: "", flagged: "show", q: "", sort: "mean", dir: "desc",
-      ks: data.kappas.slice(), sel: [] };
+      ks: data.kappas.slice(), sel: [], sf: "" };  /* sf: "1" puts flagged runs in the scatter and its r */
+    var cols = {};
+    data.cols.forEach(function (c) { cols[c] = true; });
     var state;
     var $ = function (id) { return document.getElementById(id); };
     var tbody = document.querySelector("#leaderboard tbody");
@@ -209,6 +211,7 @@
     function showControls() {
       ["kappa", "family", "prov", "status", "flagged"].forEach(function (k) { $(k).value = state[k]; });
       $("search").value = state.q;
+      $("scatter-flagged").checked = state.sf === "1";
       document.querySelectorAll("#kappas input").forEach(function (box) {
         box.checked = state.ks.indexOf(box.value) >= 0;
         box.disabled = state.kappa !== "best";
@@ -262,8 +265,10 @@
       out.push(td("rank", String(i + 1), i + 1));
       out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + esc(m.m) + "</a>" +
         (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
-      out.push(td("text fam", esc(m.f), m.f, m.f), td("text kap", esc(e.k), e.k, e.k));
-      out.push(td("", fmt(e.acc), e.acc), td("", fmt(e.idauroc), e.idauroc), td("mean", fmt(e.mean), e.mean));
+      out.push(td("text fam", esc(m.f), m.f, m.f), td("text kap", esc(data.short[e.k] || e.k), e.k, e.k));
+      out.push(td("acc", fmt(e.acc), e.acc));
+      if (cols.idauroc) { out.push(td("idauroc", fmt(e.idauroc), e.idauroc)); }
+      out.push(td("mean", fmt(e.mean), e.mean));
       var strip = e.l.map(function (v, level) {
         if (v === null) { return '<span data-v="" title="level ' + level + ': -"></span>'; }
         var c = heat(v);
@@ -271,8 +276,10 @@
           Math.round(v * 100) + "</span>";
       });
       out.push(td("strip-cell", '<div class="strip">' + strip.join("") + "</div>"));
-      out.push(td("", fmt(e.fpr), e.fpr), td("", params(m.n), m.n, m.n === null ? "unknown" : m.n.toLocaleString("en")));
-      out.push(td("text prov", esc(e.prov) + (e.ver === "verified" ? " \u2713" : ""), e.prov, e.prov + ", " + e.ver));
+      if (cols.fpr) { out.push(td("fpr", fmt(e.fpr), e.fpr)); }
+      if (cols.n) { out.push(td("params", params(m.n), m.n, m.n === null ? "unknown" : m.n.toLocaleString("en"))); }
+      out.push(td("text prov", esc(e.prov) + (e.ver === "verified" ? " \u2713" : ""), e.prov,
+        e.ver === "paper" ? "paper: the published numbers" : e.prov + ", " + e.ver));
       out.push(td("text flag", e.flag ? "\u2691" : "", e.flag, e.flag), "</tr>");
       return out.join("");
     }
@@ -317,13 +324,18 @@
       }), data.levels);
       var colors = {};
       shown.forEach(function (r, i) { colors[r.model.m] = PALETTE[i % PALETTE.length]; });
-      var points = view.filter(function (r) { return r.e.acc !== null && r.e.mean !== null; }).map(function (r) {
+      var plotted = view.filter(function (r) { return r.e.acc !== null && r.e.mean !== null; });
+      var flagged = plotted.filter(function (r) { return r.e.flag; }).length;
+      if (state.sf !== "1") { plotted = plotted.filter(function (r) { return !r.e.flag; }); }
+      var points = plotted.map(function (r) {
         return { x: r.e.acc, y: r.e.mean, label: r.model.m + " / " + r.e.k, color: colors[r.model.m], href: "models/" + r.model.p };
       });
       drawScatter($("scatter"), points);
       var r = pearson(points);
       $("scatter-n").textContent = String(points.length);
       $("scatter-r").textContent = r === null ? "-" : r.toFixed(3);
+      $("scatter-left").textContent = !flagged ? "" : state.sf === "1" ? "; flagged runs included" :
+        "; " + flagged + " flagged run" + (flagged === 1 ? "" : "s") + " left out";
     }
     function update(controls) {
       if (controls) { showControls(); }
@@ -336,6 +348,7 @@
       $(k).addEventListener("change", function () { state[k] = $(k).value; update(true); });
     });
     $("search").addEventListener("input", function () { state.q = $("search").value; update(false); });
+    $("scatter-flagged").addEventListener("change", function () { state.sf = $("scatter-flagged").checked ? "1" : ""; update(false); });
     document.querySelectorAll("#kappas input").forEach(function (box) {
       box.addEventListener("change", function () {
         state.ks = Array.prototype.filter.call(document.querySelectorAll("#kappas input"), function (b) { return b.checked; })
@@ -362,6 +375,7 @@
       if (navigator.clipboard) { navigator.clipboard.writeText($("permalink-url").href).catch(function () {}); }
     });
     window.addEventListener("hashchange", function () { state = readState(); update(true); });
+    if (window.matchMedia("(min-width: 701px)").matches) { $("filters").open = true; }  /* folded on a phone */
     state = readState();
     update(true);
   }

@@ -49,7 +49,7 @@ def entries(cache: Path, split: str) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def common(tiny_glyphs) -> list:
-    return [CNN, "--benchmark", tiny_glyphs, "--no-progress", "-k", "softmax"]
+    return [CNN, "--benchmark", tiny_glyphs, "--quiet", "-k", "softmax"]
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +233,7 @@ def test_a_files_bad_name_is_refused_and_writes_nothing(tiny_glyphs, clean, tmp_
     cache = tmp_path / "cache"
     shutil.copytree(clean["cache"], cache)
     before = tree(cache)
-    done = cli(path, "--benchmark", tiny_glyphs, "--no-progress", "-k", "softmax", "--cache-dir", cache,
+    done = cli(path, "--benchmark", tiny_glyphs, "--quiet", "-k", "softmax", "--cache-dir", cache,
                *(["--trust-submission"] if trusted else []), cwd=cwd)  # the default --out would be cood-results/NAME
     assert done.returncode == 2 and done.stdout == "", done.stdout
     one_line(done.stderr, r"error: the model name '\.\./escape' contains '/' or '\\'")
@@ -243,7 +243,7 @@ def test_a_files_bad_name_is_refused_and_writes_nothing(tiny_glyphs, clean, tmp_
 
 def test_a_run_into_another_models_out_leaves_only_the_new_set(tiny_glyphs, earlier):
     mlp = Path(CNN).with_name("glyph_mlp.py")
-    done = cli(mlp, "--benchmark", tiny_glyphs, "--no-progress", "-k", "softmax", "-k", "margin", "--workers", "0",
+    done = cli(mlp, "--benchmark", tiny_glyphs, "--quiet", "-k", "softmax", "-k", "margin", "--workers", "0",
                "--out", earlier["out"], "--no-cache")
     assert done.returncode == 0, done.stderr
     assert re.search(r"moved the earlier outputs in .*out to .*out\.previous-", done.stdout), done.stdout

@@ -3,7 +3,8 @@
 import pytest
 
 from leaderboard.errors import LeaderboardError
-from leaderboard.report import best_per_kappa, best_per_model, correlations, family, focus_rank, report, win_rates
+from leaderboard.report import (best_per_kappa, best_per_model, correlations, distillation_lines, distillation_pairs, family,
+                                focus_rank, report, win_rates)
 from leaderboard.store import current_table
 
 
@@ -36,6 +37,28 @@ def test_best_zero_shot_clip_beats_96_percent(table):
         focus_rank(table, "(")
 
 
+def test_distillation_improves_detection(table):  # the paper's observation (1)
+    pairs, alone = distillation_pairs(table)  # softmax, as the paper compares models
+    assert len(pairs) == 26 and (pairs["gain"] > 0).all()
+    assert pairs["gain"].mean() == pytest.approx(0.021457, abs=1e-6) and pairs["gain"].min() == pytest.approx(0.004667, abs=1e-6)
+    assert pairs["family"].value_counts().to_dict() == {"xcit": 14, "pit": 4, "resmlp": 4, "deit": 3, "resnetv2": 1}
+    by_name = pairs.set_index("distilled")
+    assert by_name.loc["deit_base_distilled_patch16_224", "base"] == "deit_base_patch16_224"
+    assert by_name.loc["deit_base_distilled_patch16_224", "gain"] == pytest.approx(0.829076 - 0.790095, abs=1e-5)
+    assert by_name.loc["xcit_tiny_12_p8_224_dist", "base"] == "xcit_tiny_12_p8_224"
+    assert by_name.loc["resnetv2_50x1_bit_distilled", "base"] == "resnetv2_50x1_bitm"
+    assert len(alone) == 16 and alone[0] == "deit_tiny_distilled_patch16_224"  # only a max_logit entry in the table
+    assert sum(name.endswith("_384_dist") for name in alone) == 14  # no undistilled XCiT at 384 px
+    max_logit, _ = distillation_pairs(table, "max_logit")
+    assert (len(max_logit), int((max_logit["gain"] > 0).sum())) == (27, 20)
+
+
+def test_distillation_when_the_table_cannot_show_it(table):
+    lines = distillation_lines(table[~table["model"].str.contains("dist")])
+    assert lines == ["Knowledge distillation: not shown; no distilled model ('distilled' or 'dist' in its name) has its "
+                     "non-distilled counterpart (the same name without it) in the table with a valid softmax entry."]
+
+
 def test_id_accuracy_correlates_with_detection(table):
     corr = correlations(table).set_index("kappa")
     assert corr.loc["all entries", "n"] == 1842
@@ -60,5 +83,7 @@ def test_report_text(table):
     assert "  families: vit 9, beit 1" in text
     assert "  CLIP_RN50x64 / max_logit: mean ood-auroc 0.8533" in text
     assert "  beats 96.1% of the other 535 models' softmax entries" in text
+    assert "  distilled better in 26 of 26 pairs, mean gain +0.0215 (median +0.0181)" in text
+    assert "  xcit: 14 of 14, mean gain +0.0177" in text and "not better" not in text
     assert "  softmax" in text and "Pearson r=+0.722" in text
     assert "  [1] entropy" in text and "72% (536)" in text

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from leaderboard.report import win_rates
-from leaderboard.site import build_site, page_name
+from leaderboard.site import build_site, page_name, short_kappa
 from leaderboard.store import add_records, current_table
 from leaderboard.views import family
 
@@ -147,9 +147,57 @@ def test_a_paper_model_page(paper_site):
     assert "<h1>resnet50</h1>" in text and text.count('<section class="entry"') == 4
     assert '<dd id="params">unknown</dd>' in text and "ResNet" in text
     assert text.count('class="record" href="../records/') == 4
-    assert "self-reported" in text and "per-class" not in text.lower()
+    assert '<span class="badge paper">softmax: paper</span>' in text and "self-reported" not in text  # published numbers
+    assert "per-class" not in text.lower()
     plot = embedded(out / "models" / page_name("resnet50"), "model-data")
     assert len(plot["curves"]) == 4 and all(len(c["values"]) == NUM_LEVELS for c in plot["curves"])
+
+
+def page_text(path: Path) -> str:
+    """A page's text without its tags and embedded data, whitespace collapsed."""
+    html = re.sub(r"<script.*?</script>", "", path.read_text(), flags=re.S)
+    return " ".join(unescape(re.sub(r"<[^>]+>", "", html)).split())
+
+
+def test_the_paper_site_says_what_it_shows(paper_site):
+    out, _ = paper_site
+    html, text = (out / "index.html").read_text(), page_text(out / "index.html")
+    data = embedded(out / "index.html")
+    assert "706 models (703 valid) from 1848 entries, 11 severity levels" in text
+    assert "manifest" not in text and "none" not in text  # the paper's benchmark has no manifest: nothing printed
+    assert "Columns 0\u201310: the severity levels (0 the easiest to detect, 10 the hardest); each cell is the entry's " \
+           "ood-auroc at that level \u00d7 100" in text  # the heatmap strip's legend
+    assert data["cols"] == ["idauroc"] and 'data-sort="fpr"' not in html and 'data-sort="n"' not in html  # empty columns
+    odin = "odin(epsilon=1e-05,temperature=2)"
+    assert data["short"] == {odin: "odin \u03b5=1e-5 T=2"}
+    assert f'<th title="{odin}">odin \u03b5=1e-5 T=2</th>' in html and f'<label title="{odin}">' in html
+    assert {e.get("ver") for m in data["models"] for e in m["e"]} == {"paper"}
+    assert re.findall(r'<option value="(paper|verified|self-reported)">', html) == ["paper"]
+    assert "<details id=\"filters\"" in html and '<input type="checkbox" id="scatter-flagged">' in html
+    page = page_text(out / "models" / page_name("resnet50"))
+    assert "mean fpr@95" not in page and "weights" not in page and "none" not in page
+    assert "Entry" in page and ", paper; source Galil" in page
+
+
+def test_short_kappa_names():
+    assert short_kappa("odin", {"temperature": 1000, "epsilon": 0.0014}) == "odin \u03b5=0.0014 T=1000"
+    assert short_kappa("energy", {"t": 1.5, "fit": {"split": "id_fit"}}) == "energy t=1.5"
+    assert short_kappa("knn", {"k": 50, "big": 1e20}) == "knn big=1e20 k=50"
+    assert short_kappa("softmax", {}) == "softmax"
+
+
+def test_a_one_model_site_and_the_harness_columns(tmp_path):
+    add_records(tmp_path / "b", [record(model="solo")], create=True)
+    out = tmp_path / "site"
+    build_site(current_table(tmp_path / "b"), out, "current", board=tmp_path / "b")
+    text, html = page_text(out / "index.html"), (out / "index.html").read_text()
+    manifest = current_table(tmp_path / "b")["manifest_sha256"].iloc[0]
+    assert "1 model (1 valid) from 1 entry, 11 severity levels" in text and f"benchmark manifest {manifest}" in text
+    assert embedded(out / "index.html")["cols"] == ["idauroc", "fpr", "n"]
+    assert 'data-sort="fpr"' in html and 'data-sort="n"' in html
+    assert "1 record, byte for byte" in page_text(out / "records" / "index.html")
+    page = page_text(out / "models" / page_name("solo"))
+    assert "mean fpr@95" in page and "harness, self-reported" in page
 
 
 def test_model_page_metrics_verification_and_per_class(tmp_path):
@@ -163,6 +211,8 @@ def test_model_page_metrics_verification_and_per_class(tmp_path):
     assert '<dd id="params">123,456</dd>' in page
     assert '<span class="badge verified">softmax: verified</span>' in page and "worker: gpu-1" in page
     assert page.count('class="level-classes"') == NUM_LEVELS
+    header = re.search(r'<table class="classes"><thead><tr>(.*?)</tr>', page).group(1)
+    assert re.findall(r"<th[^>]*>([^<]+)</th>", header)[:3] == ["ood-auroc", "examples", "class"]  # score and thumbnails first
     assert "class 3-0 &lt;i&gt;" in page and "<i>" not in page  # names escaped
     thumbs = re.findall(r'<img src="([^"]+)"', page)
     assert len(thumbs) == NUM_LEVELS * 2 * 2

@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from leaderboard.site import build_site, page_name
@@ -127,9 +128,10 @@ def test_filters(page, table):
     page.select_option("#flagged", "show")
     page.select_option("#prov", "paper")
     assert count(page) == 706
-    page.select_option("#status", "verified")
-    assert count(page) == 0  # the paper's records are self-reported
-    page.select_option("#status", "self-reported")
+    assert page.eval_on_selector_all("#status option", "os => os.map(o => o.value)") == ["", "paper"]  # published numbers
+    page.select_option("#status", "paper")
+    assert count(page) == 706 and set(page.eval_on_selector_all(f"{ROWS} td.prov", "tds => tds.map(t => t.title)")) == {
+        "paper: the published numbers"}
     page.fill("#search", "clip vit-l")
     expected = table[table["model"].str.lower().str.contains("clip") & table["model"].str.lower().str.contains("vit-l")]
     assert sorted(shown(page, "model")) == sorted(expected["model"].unique())
@@ -180,7 +182,7 @@ def test_the_plot_follows_the_view_and_shows_values(page, table):
     ticks = page.eval_on_selector_all("#curves text.ytick", "ts => ts.map(t => t.textContent)")
     assert ticks == ["0.5", "0.6", "0.7", "0.8", "0.9", "1.0"]
     assert page.locator("#curves line.chance").count() == 1
-    assert page.locator("#scatter circle.dot").count() == 706 and page.locator("#scatter circle.dot.hl").count() == 10
+    assert page.locator("#scatter circle.dot").count() == 703 and page.locator("#scatter circle.dot.hl").count() == 10
 
     page.fill("#search", "resnet50")
     assert all("resnet50" in label for label in legend()) and len(legend()) == 10
@@ -211,6 +213,28 @@ def test_the_plot_follows_the_view_and_shows_values(page, table):
     dot = page.locator("#scatter circle.dot.hl").first
     dot.hover(force=True)
     assert "mean ood-auroc" in tip.inner_text()
+
+
+def test_the_scatter_leaves_flagged_runs_out(page, table, browser):
+    best = table.sort_values(["mean_ood_auroc", "model"], ascending=[False, True])
+    valid = best[best["flag"] == ""].drop_duplicates("model")
+    broken = best[~best["model"].isin(valid["model"])].drop_duplicates("model")  # the 3 models with only flagged entries
+    with_flagged = pd.concat([valid, broken])
+    assert (len(valid), len(broken)) == (703, 3)
+    r = f"{valid['id_acc'].corr(valid['mean_ood_auroc']):.3f}"
+    r_all = f"{with_flagged['id_acc'].corr(with_flagged['mean_ood_auroc']):.3f}"
+    assert (r, r_all) == ("0.391", "0.565")
+    settle(page)
+    assert page.inner_text("#scatter-r") == r and page.inner_text("#scatter-n") == "703"
+    assert page.inner_text("#scatter-left") == "; 3 flagged runs left out" and page.locator("#scatter circle.dot").count() == 703
+    page.check("#scatter-flagged")
+    assert page.inner_text("#scatter-r") == r_all and page.locator("#scatter circle.dot").count() == 706
+    assert page.inner_text("#scatter-left") == "; flagged runs included" and page.url.endswith("#sf=1")
+    assert count(page) == 706  # the table is the same either way
+    other = browser.new_page(viewport={"width": 1280, "height": 900})
+    other.goto(page.url)
+    assert other.is_checked("#scatter-flagged") and other.inner_text("#scatter-r") == r_all
+    other.close()
 
 
 def test_the_permalink_restores_the_view(page, browser):
@@ -245,6 +269,15 @@ def test_layout_at_1280_and_on_a_phone(browser, paper_site):
     page.goto((paper_site / "index.html").as_uri())
     settle(page)
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    assert page.evaluate("document.getElementById('filters').open") and page.locator("#kappa").is_visible()
+    assert page.locator("#strip-legend").is_visible() and page.locator("#leaderboard th.fpr, #leaderboard th.params").count() == 0
+    page.select_option("#kappa", "odin(epsilon=1e-05,temperature=2)")
+    settle(page)
+    kappa = page.locator(f"{ROWS} td.kap").first
+    assert kappa.inner_text() == "odin \u03b5=1e-5 T=2" and kappa.get_attribute("title") == "odin(epsilon=1e-05,temperature=2)"
+    assert page.eval_on_selector_all(f"{ROWS} td.kap", """tds => tds.every(td => { const r = document.createRange();
+        r.selectNodeContents(td); return r.getBoundingClientRect().width <= td.clientWidth - 10; })""")  # never cut
+    page.select_option("#kappa", "best")
     assert page.evaluate("(w => w.scrollWidth <= w.clientWidth)(document.getElementById('table-wrap'))")
     for header in page.locator("#leaderboard thead th").all():  # every column in view
         box = header.bounding_box()
@@ -260,6 +293,10 @@ def test_layout_at_1280_and_on_a_phone(browser, paper_site):
     phone.goto((paper_site / "index.html").as_uri())
     settle(phone)
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    assert not phone.locator("#kappa").is_visible() and phone.locator("#filters summary").is_visible()  # filters folded
+    rows = phone.locator(ROWS)
+    assert rows.nth(4).bounding_box()["y"] + rows.nth(4).bounding_box()["height"] <= 844  # the first screen shows the table
+    assert phone.locator(".figures").bounding_box()["y"] > rows.nth(4).bounding_box()["y"]  # the charts come after it
     wrap = phone.locator("#table-wrap")
     name, flag = phone.locator(f"{ROWS} td.model").first, phone.locator(f"{ROWS} td.flag").first
     before = (name.bounding_box()["x"], phone.locator(f"{ROWS} td.rank").first.bounding_box()["x"], flag.bounding_box()["x"])
@@ -267,6 +304,8 @@ def test_layout_at_1280_and_on_a_phone(browser, paper_site):
     assert wrap.evaluate("w => w.scrollLeft") == 400
     after = (name.bounding_box()["x"], phone.locator(f"{ROWS} td.rank").first.bounding_box()["x"], flag.bounding_box()["x"])
     assert after[:2] == before[:2] and after[2] == pytest.approx(before[2] - 400, abs=1)  # rank and model stay, the rest scrolls
+    phone.click("#filters summary")
+    assert phone.locator("#kappa").is_visible() and phone.locator("#search").bounding_box()["x"] + 10 < 390
     phone.close()
 
 
@@ -287,7 +326,7 @@ def test_model_pages_and_the_per_class_section(browser, tmp_path):
     assert page.locator("#curves polyline.curve").count() == 1
     visible = page.locator(".level-classes:not([hidden])")
     assert visible.get_attribute("data-level") == "0" and visible.locator("tbody tr").count() == 4
-    assert visible.locator("tbody tr").first.locator("td").first.inner_text() == "class 0-0 <i>"
+    assert visible.locator("tbody tr").first.locator("td.name").inner_text() == "class 0-0 <i>"
     page.select_option(".level-pick", "7")
     visible = page.locator(".level-classes:not([hidden])")
     assert visible.get_attribute("data-level") == "7" and page.locator(".level-classes:not([hidden])").count() == 1
@@ -297,6 +336,16 @@ def test_model_pages_and_the_per_class_section(browser, tmp_path):
     page.wait_for_load_state()
     assert '"model"' in page.locator("body").inner_text()
     page.close()
+
+    phone = browser.new_page(viewport={"width": 390, "height": 844})  # on a phone: the score and the examples in view
+    phone.goto((out / "models" / page_name("glyph_cnn")).as_uri())
+    first = phone.locator(".level-classes:not([hidden]) tbody tr").first
+    first.scroll_into_view_if_needed()
+    for cell in [first.locator("td.score"), first.locator("td.thumbs img").first, first.locator("td.name")]:
+        box = cell.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 390
+    assert first.locator("td.score").inner_text() == "0.6600"  # level 0, the hardest class: 0.55 + 0.01 * 11
+    phone.close()
 
 
 def test_html_in_a_model_name_stays_text(browser, tmp_path):

@@ -72,7 +72,7 @@ FAULTS = {
 def test_a_misbehaving_submission_is_one_line(tiny_glyphs, tmp_path, fault):
     body, options, message = FAULTS[fault]
     path = cnn_variant(tmp_path / f"{fault}.py", body + "def build_model():\n    return variant(M)\n")
-    done = run_cli("submit", path, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--no-progress", "--no-cache",
+    done = run_cli("submit", path, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--quiet", "--no-cache",
                    "--workers", "0", *options)
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.splitlines()) == 1 and __import__("re").fullmatch(message, done.stderr.strip()), done.stderr

@@ -1,0 +1,54 @@
+"""The run's phase lines: one line on stderr as each long phase starts or ends (loading the submission, building the
+benchmark, fitting each detector, scoring each split, writing the outputs), through the ``cood`` logger.
+
+The command line shows them unless ``--quiet`` (``--no-progress`` turns off only the bars); the Python API shows them
+while ``progress`` is on, and otherwise leaves them to the caller's logging configuration."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+log = logging.getLogger("cood")
+
+
+class _Lines(logging.Handler):
+    """Writes each record as one line on the current ``sys.stderr``, above any progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm  # here: the command line shows its first line before the heavy imports
+
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 (logging's own contract: a failing handler reports and goes on)
+            self.handleError(record)
+
+
+def say(message: str) -> None:
+    """One phase line."""
+    log.info(message)
+
+
+@contextmanager
+def shown(enabled: bool) -> Iterator[None]:
+    """Show the phase lines on stderr while the block runs (the command line unless ``--quiet``, the Python API with
+    ``progress`` on); a no-op when ``enabled`` is False or they are shown already."""
+    if not enabled or any(isinstance(h, _Lines) for h in log.handlers):
+        yield
+        return
+    handler, level = _Lines(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+def plural(n: int, word: str) -> str:
+    """``1 shard``, ``12 shards``, ``1,000 images``, ``36 classes``."""
+    return f"{n:,} {word}" + ("" if n == 1 else "es" if word.endswith(("s", "x", "ch", "sh")) else "s")
