@@ -14,11 +14,21 @@ Prints, one line each, then all of it as one final JSON line:
 (d) the largest per-level ood-AUROC difference between the two decoders' results, their largest confidence-score
     difference and how often their top-1 predictions agree.
 
+(e) the sandboxed command, ``cood-harness submit resnet50_random.py`` (a submission file of the same model), and the
+    same with ``--trust-submission``: img/s over the split passes and from the command to its exit;
+(f) a null model (constant logits, no work): the harness's own cost per image, in-process (``torchvision`` decoder)
+    and sandboxed (the command);
+(g) stability: ``--stability`` consecutive ``evaluate`` runs with the ``torchvision`` decoder (GPU decoding), every
+    score compared bit for bit with the first run's, and every NaN counted.
+
 The benchmark (``imagenet_shaped.py``: all 1,000 ImageNet-1K classes, three JPEGs each, and 1,010 ImageNet-21K
 OOD classes of eight JPEGs, so 11 levels and 11,080 images to evaluate, OOD shards of four as ImageNet's are of tens) is built in ``--work`` on first use and reused after. A part that fails (no
 nvJPEG, say) prints one line saying what failed, and the rest goes on. Run from the repository's root:
 
     python benchmarks/gpu_check.py [--work ~/.cache/cood-bench/imagenet-shaped-gpu] [--device cuda]
+
+``--default-shards`` builds (in ``--work``/default-shards) a benchmark whose OOD shards have the sizes the ImageNet
+builder writes by default (200 images per OOD class, 50 of them test: test shards of 50), larger and slower to build.
 
 ``--cpu-smoke`` runs every part but nvJPEG on the CPU, with ``resnet18`` on a benchmark of 4 ID and 5 OOD classes
 (a few dozen images), to check the script itself in a minute.
@@ -30,6 +40,7 @@ import argparse
 import io
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -193,6 +204,104 @@ def harness_run(model, config: dict, bench_path: Path, decoder: str, args, cfg: 
     return evaluation, images, rates
 
 
+SUBMISSION = '''"""timm {model}, random weights (seeded): the GPU check's submission file."""
+import timm
+import torch
+
+NAME = "{model}_random"
+DATA_CONFIG = {config!r}
+
+
+def build_model():
+    torch.manual_seed(0)
+    return timm.create_model("{model}", pretrained=False, num_classes={classes})
+'''
+NULL = '''"""A null model: the same logits for every image, at once (the harness's own cost, measured)."""
+import torch
+
+NAME = "null_model"
+DATA_CONFIG = {config!r}
+
+
+class Null(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.linspace(0.0, 1.0, {classes}))
+
+    def forward(self, images):
+        return self.logits.detach().expand(images.shape[0], -1)
+
+
+def build_model():
+    return Null()
+'''
+
+
+def submission_file(folder: Path, template: str, config: dict, cfg: dict, classes: int) -> Path:
+    """A submission file written from ``template`` in its own folder (its bundle)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{folder.name}.py"
+    plain = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in config.items()}
+    path.write_text(template.format(model=cfg["model"], config=plain, classes=classes))
+    return path
+
+
+def cli_run(path: Path, bench_path: Path, args, cfg: dict, num_levels: int, trusted: bool, out: Path) -> dict:
+    """(e), (f) one ``cood-harness submit`` command: img/s over the split passes and from the command to its exit."""
+    command = [sys.executable, "-m", "harness.cli", "submit", str(path), "--benchmark", str(bench_path), "--device",
+               args.device, "--amp", args.amp, "--batch-size", str(cfg["batch_size"]), "--levels", str(num_levels),
+               "--no-cache", "--no-progress", "--out", str(out), "-k", "softmax", "-k", "entropy", "-k", "max_logit",
+               "-k", "energy"] + (["--trust-submission"] if trusted else []) + \
+              ([] if args.workers is None else ["--workers", str(args.workers)])
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
+    timings = json.loads(next((out / "records").glob("*.json")).read_text())["timings"]
+    images = sum(timings[f"{split}_images"] for split in EVAL_SPLITS)
+    return {"images": images, "img_s": images / sum(timings[f"{split}_s"] for split in EVAL_SPLITS),
+            "command_img_s": images / wall, "command_s": wall, "total_s": timings["total_s"]}
+
+
+class NullModel(torch.nn.Module):
+    """Constant logits at once: the harness's own cost per image, in-process."""
+
+    def __init__(self, classes: int):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.linspace(0.0, 1.0, classes))
+
+    def forward(self, images):
+        return self.logits.detach().expand(images.shape[0], -1)
+
+
+def all_scores(evaluation) -> dict:
+    """Every per-sample array of an evaluation, by name."""
+    arrays = {}
+    for split, scores in evaluation.scores.items():
+        arrays |= {f"{split}/preds": scores.preds, f"{split}/logits": scores.logits}
+        arrays |= {f"{split}/score/{k}": v for k, v in scores.scores.items()}
+        arrays |= {f"{split}/conf/{k}": v for k, v in scores.confs.items()}
+    return {k: v for k, v in arrays.items() if v is not None}
+
+
+def stability(runs: int, run) -> dict:
+    """(g) ``runs`` evaluations by ``run()``: every array compared bit for bit with the first run's, NaN counted."""
+    first, failures, differing, nan = None, [], set(), 0
+    for n in range(runs):
+        try:
+            arrays = all_scores(run())
+        except Exception as exc:  # noqa: BLE001 -- a failed run (NaN logits, say) is counted and named
+            failures.append(f"run {n + 1}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            continue
+        nan += sum(int(np.sum(~np.isfinite(v))) for v in arrays.values() if v.dtype.kind == "f")
+        if first is None:
+            first = arrays
+        differing |= {k for k, v in arrays.items() if v.tobytes() != first[k].tobytes()}
+    return {"runs": runs, "failed": failures, "identical": first is not None and not differing and not failures,
+            "differing": sorted(differing)[:8], "nan": nan}
+
+
 def decoder_differences(evaluations: dict) -> dict:
     """(d) the largest per-level ood-AUROC difference between the decoders' results (same kappa, same level), the largest
     difference between their confidence scores, and the share of images with the same top-1 prediction."""
@@ -222,12 +331,18 @@ def main() -> None:
     parser.add_argument("--amp", default="bf16", help="none | bf16 | fp16 (the CPU smoke run: none)")
     parser.add_argument("--workers", type=int, default=None, help="the harness's loader workers (default: its own)")
     parser.add_argument("--repeats", type=int, default=2, help="harness runs per decoder, interleaved, best kept")
+    parser.add_argument("--stability", type=int, default=10, help="GPU-decoding runs compared bit for bit (0: none)")
+    parser.add_argument("--default-shards", action="store_true",
+                        help="OOD shards of the ImageNet builder's default sizes (200 images per OOD class, 50 test)")
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="everything on the CPU, resnet18 on a benchmark of a few dozen images; no nvJPEG")
     args = parser.parse_args()
     cfg = dict(SMOKE if args.cpu_smoke else FULL)
     if args.cpu_smoke:
-        args.device, args.amp, args.repeats = "cpu", "none", 1
+        args.device, args.amp, args.repeats, args.stability = "cpu", "none", 1, min(args.stability, 2)
+    if args.default_shards:
+        cfg.update(ood_per_class=200, test_fraction=0.25)
+        args.work = args.work / "default-shards"
     started = time.perf_counter()
     errors: list[str] = []
     figures: dict = {"mode": "cpu-smoke" if args.cpu_smoke else "full", "model": cfg["model"], "device": args.device,
@@ -261,7 +376,7 @@ def main() -> None:
     workers = args.workers or min(16, os.cpu_count() or 1)
     bench_path = report("building the benchmark", lambda: build(
         args.work, id_per_class=cfg["id_per_class"], ood_classes=cfg["ood_classes"], ood_per_class=cfg["ood_per_class"],
-        workers=workers, id_classes=cfg["id_classes"]))
+        workers=workers, id_classes=cfg["id_classes"], test_fraction=cfg.get("test_fraction", 0.5)))
     bench = report("opening the benchmark", lambda: Benchmark.open(bench_path)) if bench_path else None
     if bench is not None:
         figures["benchmark"] = {"id_classes": len(bench.id_classes), "ood_classes": len(bench.ood_classes),
@@ -317,6 +432,45 @@ def main() -> None:
                   f"{differences['max_score_diff']:.3g}; same top-1 prediction for {differences['same_prediction']:.2%} of images")
     else:
         print("(d) decoder comparison: skipped (a harness run failed)")
+    if bench is not None:
+        cli = figures.setdefault("cli", {})
+        resnet = submission_file(args.work / f"{cfg['model']}_random", SUBMISSION, config, cfg, num_classes)
+        null = submission_file(args.work / "null_model", NULL, config, cfg, num_classes)
+        for what, path, trusted in (("sandboxed", resnet, False), ("trusted", resnet, True), ("null_sandboxed", null, False)):
+            for repeat in range(args.repeats):
+                ran = report(f"the command, {what}", lambda: cli_run(path, bench_path, args, cfg, num_levels, trusted,
+                                                                     args.work / "out" / f"{what}-{repeat}"))
+                if ran is not None and ran["img_s"] > cli.get(what, {}).get("img_s", 0.0):
+                    cli[what] = ran
+            if what in cli:
+                run = cli[what]
+                print(f"(e) cood-harness submit, {what:14s}: {run['img_s']:.0f} img/s over the split passes, "
+                      f"{run['command_img_s']:.0f} img/s command to exit ({run['command_s']:.1f} s, total_s "
+                      f"{run['total_s']:.1f})", flush=True)
+
+        def null_in_process() -> None:
+            best = 0.0
+            for _ in range(args.repeats):
+                _, images, rates = harness_run(NullModel(num_classes), config, bench_path, "torchvision", args, cfg,
+                                               num_levels)
+                best = max(best, rates["img_s"])
+            figures["null_in_process_img_s"] = best
+            sandboxed = cli.get("null_sandboxed", {}).get("img_s")
+            beside = f"; sandboxed {1e6 / sandboxed:.0f} us/image ({sandboxed:.0f} img/s)" if sandboxed else ""
+            print(f"(f) null model (constant logits), the harness's own cost: in-process {1e6 / best:.0f} us/image "
+                  f"({best:.0f} img/s){beside}", flush=True)
+
+        report("null model", null_in_process)
+        if args.stability:
+            stable = stability(args.stability, lambda: harness_run(model, config, bench_path, "torchvision", args, cfg,
+                                                                   num_levels)[0])
+            figures["stability"] = stable
+            print(f"(g) stability, {stable['runs']} runs with the torchvision decoder on {args.device}: "
+                  f"{'identical scores' if stable['identical'] else 'scores DIFFER'} ({len(stable['failed'])} failed, "
+                  f"{stable['nan']} NaN)" + (f"; differing: {', '.join(stable['differing'])}" if stable['differing'] else "")
+                  + (f"; {'; '.join(stable['failed'])}" if stable["failed"] else ""), flush=True)
+            if not stable["identical"]:
+                errors.append("stability: the runs' scores differ or a run failed")
     figures["errors"] = errors
     figures["seconds"] = time.perf_counter() - started
     print(f"done in {figures['seconds']:.0f} s" + (f", {len(errors)} part(s) failed" if errors else ""))

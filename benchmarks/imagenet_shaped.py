@@ -86,15 +86,16 @@ def write_trees(root: Path, id_per_class: int, ood_classes: int, ood_per_class: 
 
 
 def build(out: Path, id_per_class: int = 1, ood_classes: int = 1000, ood_per_class: int = 2, workers: int = 2,
-          id_classes: int | None = None) -> Path:
+          id_classes: int | None = None, test_fraction: float = 0.5) -> Path:
     """The benchmark in ``out`` (its source trees in ``out/source``); an existing one is reused. ``id_classes``: the
-    first so many ImageNet-1K classes (all 1,000 when None, so real classifiers' logits line up)."""
+    first so many ImageNet-1K classes (all 1,000 when None, so real classifiers' logits line up); ``test_fraction``: of
+    each OOD class's images, the share in its test shard (the ImageNet builder's default is 0.25)."""
     bench = out / "benchmark"
     if (bench / "manifest.json").is_file():
         return bench
     pool, val = write_trees(out / "source", id_per_class, ood_classes, ood_per_class, id_classes, workers)
     ids = None if id_classes is None else read_synsets(ID_CLASSES)[:id_classes]
-    build_imagenet(bench, pool, val, min_images=ood_per_class, images_per_class=ood_per_class, test_fraction=0.5,
+    build_imagenet(bench, pool, val, min_images=ood_per_class, images_per_class=ood_per_class, test_fraction=test_fraction,
                    id_classes=ids, workers=workers, progress=False)
     return bench
 

@@ -1,10 +1,11 @@
 """Streaming benchmark shards into batches for the model.
 
 A split's shards are packed in manifest order into groups that fill a batch (:func:`shard_groups`: per-class shards
-of 50 images still give the model full batches), divided among DataLoader workers, or read by a background thread
-when there are none (and, under torchrun, among ranks by the caller). Each shard is fetched (a Hub shard is downloaded
-on first use), checked against the manifest's size and sha256, and decoded by the run's decoder
-(:mod:`harness.decoding`) in the workers, or in this process for a GPU decoder. A batch's content depends only on the
+of 50 images still give the model full batches), divided among DataLoader workers that live across a run's passes
+(:class:`Loader`), or read by a background thread when there are none (and, under torchrun, among ranks by the caller).
+Each shard is fetched (a Hub shard is downloaded on first use), checked against the manifest's size and sha256, and
+decoded by the run's decoder (:mod:`harness.decoding`) in the workers, or in this process for a GPU decoder, on a
+CUDA stream of its own (:class:`DecodeLane`). A batch's content depends only on the
 manifest and the batch size, which keeps stochastic kappas and resumed runs reproducible whatever the number of
 workers."""
 
@@ -138,7 +139,7 @@ class ShardStream(torch.utils.data.IterableDataset):
 
 def _joined(parts: list[dict]) -> dict:
     """One batch of the batches of several shards, in order."""
-    batch = {"shard": ", ".join(p["shard"] for p in parts), "shards": [s for p in parts for s in p["shards"]],
+    batch = {"shard": parts[0]["shard"], "shards": [s for p in parts for s in p["shards"]],
              "keys": [k for p in parts for k in p["keys"]], "labels": joined([p["labels"] for p in parts])}
     field = next(f for f in ("data", "pixels", "images") if f in parts[0])
     if field == "data":
@@ -168,13 +169,46 @@ def shard_groups(shards: list[dict], batch_size: int) -> list[list[dict]]:
     return groups
 
 
-def _decoded(batches: Iterator[dict], decode: Callable) -> Iterator[dict]:
-    """Decode batches of bytes here (a GPU decoder cannot run in the loader's worker processes)."""
+class DecodeLane:
+    """A GPU decoder's own CUDA stream, and the hand-over of its batches to the consumer's stream.
+
+    ``torchvision.io.decode_jpeg(..., device="cuda")`` allocates its outputs on the calling thread's current stream and
+    has nvJPEG write them on a stream of its own that waits for nothing of the caller's: memory freed on the host while
+    kernels queued on the caller's stream still use it is handed out again at once by the caching allocator, and nvJPEG
+    writes into it under those kernels (the forward pass of the previous batch, when both share a stream: NaN logits
+    or, worse, finite garbage). So the decoder runs on a stream of its own on which nothing is queued when it starts a
+    batch (:meth:`run` waits for it), and the consumer's stream waits for a batch's event and holds its tensor until
+    its own queued work is done (:meth:`take`: ``record_stream``)."""
+
+    def __init__(self, device: torch.device):
+        self.stream = torch.cuda.Stream(device)
+
+    def run(self, decode: Callable, *args) -> tuple[torch.Tensor, torch.cuda.Event]:
+        """``decode(*args)`` on the lane's stream, and the event its batch is ready at."""
+        with torch.cuda.stream(self.stream):
+            self.stream.synchronize()  # no kernel of ours queued on memory nvJPEG may be given
+            images = decode(*args)
+            ready = torch.cuda.Event()
+            ready.record(self.stream)
+        return images, ready
+
+    def take(self, images: torch.Tensor, ready: torch.cuda.Event) -> torch.Tensor:
+        """``images`` for the consumer's current stream: its work waits for ``ready``; the memory is not reused
+        before that work is done."""
+        stream = torch.cuda.current_stream(images.device)
+        stream.wait_event(ready)
+        images.record_stream(stream)
+        return images
+
+
+def _decoded(batches: Iterator[dict], decode: Callable, lane) -> Iterator[dict]:
+    """Decode batches of bytes here, on ``lane`` (a GPU decoder cannot run in the loader's worker processes); each
+    batch's images come with the event they are ready at, under ``"ready"`` (see :func:`_taken`)."""
     for batch in batches:
         if "data" in batch:
             data = batch.pop("data")
             try:
-                batch["images"] = decode(data, wheres(batch))
+                batch["images"], batch["ready"] = lane.run(decode, data, wheres(batch))
             except BenchmarkError as exc:
                 batch = {"shard": batch["shard"], "error": str(exc)}
         yield batch
@@ -182,9 +216,18 @@ def _decoded(batches: Iterator[dict], decode: Callable) -> Iterator[dict]:
             return
 
 
+def _taken(batches: Iterator[dict], lane) -> Iterator[dict]:
+    """Batches decoded on ``lane``, handed to the consumer's stream (in the consumer's thread)."""
+    for batch in batches:
+        if "ready" in batch:
+            batch["images"] = lane.take(batch["images"], batch.pop("ready"))
+        yield batch
+
+
 def prefetched(batches: Iterator[dict], depth: int = 2) -> Iterator[dict]:
     """``batches`` produced by a background thread, ``depth`` ahead: reading, decoding (Pillow and torchvision
-    release the GIL) and the consumer's forward pass overlap. Stops the thread when the consumer stops early."""
+    release the GIL) and the consumer's forward pass overlap. Stops the thread, and closes ``batches``, when the
+    consumer stops early."""
     queue: Queue = Queue(maxsize=depth)
     stop = threading.Event()
     done = object()
@@ -207,6 +250,8 @@ def prefetched(batches: Iterator[dict], depth: int = 2) -> Iterator[dict]:
             put(done)
         except BaseException as exc:  # re-raised in the consumer
             put(exc)
+        finally:
+            getattr(batches, "close", lambda: None)()  # a loader's pass ends here, in the thread that read it
 
     thread = threading.Thread(target=produce, name="cood-prefetch", daemon=True)
     thread.start()
@@ -232,27 +277,89 @@ def default_workers(device: torch.device) -> int:
     return max(1, len(os.sched_getaffinity(0)) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))) - 1)
 
 
+class _Passes(torch.utils.data.IterableDataset):
+    """The dataset of persistent loader workers: at the start of each pass, each worker takes that pass's groups and
+    labels from its own queue, and reads its share of them with its copy of ``stream``."""
+
+    def __init__(self, stream: ShardStream, plans: list):
+        super().__init__()
+        self.stream, self.plans = stream, plans
+
+    def __iter__(self) -> Iterator[dict]:
+        self.stream.groups, self.stream.label_of = self.plans[torch.utils.data.get_worker_info().id].get()
+        return iter(self.stream)
+
+
+class Loader:
+    """The reading side of a run (see :class:`ShardStream`): one pass after another over groups of shards, read in
+    ``workers`` processes (0: in a background thread of this one) and decoded by ``decoder``
+    (:mod:`harness.decoding`): in the workers on the CPU, here on a GPU (on its own stream: :class:`DecodeLane`);
+    through the ``decoded`` image cache when given and the decoder decodes on the CPU. The worker processes start with
+    the first pass and live across passes; a pass that stops early (an error, a consumer that stops) shuts them down,
+    so the next pass starts clean, and :meth:`close` ends them. A decoder's uint8 pixels are normalised here, in the
+    consumer's thread: the reading thread or workers run no multi-threaded torch op beside the model's, and carry a
+    quarter of the bytes."""
+
+    def __init__(self, benchmark: Benchmark, decoder, batch_size: int = 256, workers: int = 2, verify: bool = True,
+                 pin_memory: bool = False, decoded: DecodedCache | None = None, lane=None):
+        self.decoder, self.workers, self.pin_memory = decoder, max(0, workers), pin_memory
+        self.in_stream = decoder.device.type == "cpu"
+        decoded = decoded if self.in_stream and hasattr(decoder, "pixels") else None
+        self.stream = ShardStream(benchmark, [], decoder if self.in_stream else None, {}, batch_size, verify, decoded)
+        self.lane = lane if lane is not None or self.in_stream else DecodeLane(decoder.device)
+        self._loader, self._plans = None, []
+
+    def batches(self, groups: list[list[dict]], label_of: dict[str, int]) -> Iterator[dict]:
+        """The batches of one pass over ``groups`` (see :class:`ShardStream`); close the iterator to stop early."""
+        if not groups:
+            return iter(())
+        if self.workers:
+            batches = self._loaded(groups, label_of)
+            batches = batches if self.in_stream else prefetched(_decoded(batches, self.decoder, self.lane))
+        else:
+            self.stream.groups, self.stream.label_of = groups, label_of
+            batches = iter(self.stream) if self.in_stream else _decoded(iter(self.stream), self.decoder, self.lane)
+            batches = prefetched(_pinned(batches) if self.pin_memory and self.in_stream else batches)
+        batches = batches if self.lane is None else _taken(batches, self.lane)
+        return _normalized(batches, self.decoder) if self.stream.field == "pixels" else batches
+
+    def _loaded(self, groups: list[list[dict]], label_of: dict[str, int]) -> Iterator[dict]:
+        """One pass of the persistent worker processes (started on the first pass)."""
+        if self._loader is None:
+            context = torch.multiprocessing.get_context()
+            self._plans = [context.SimpleQueue() for _ in range(self.workers)]
+            self._loader = torch.utils.data.DataLoader(_Passes(self.stream, self._plans), batch_size=None,
+                                                       num_workers=self.workers, pin_memory=self.pin_memory,
+                                                       persistent_workers=True, multiprocessing_context=context)
+        for plan in self._plans:
+            plan.put((groups, label_of))
+        whole = False
+        try:
+            yield from iter(self._loader)
+            whole = True
+        finally:
+            if not whole:
+                self.close()
+
+    def close(self) -> None:
+        """End the worker processes (the next pass starts new ones)."""
+        iterator = getattr(self._loader, "_iterator", None)
+        if iterator is not None:
+            iterator._shutdown_workers()
+        for plan in self._plans:
+            plan.close()
+        self._loader, self._plans = None, []
+
+
 def shard_batches(benchmark: Benchmark, groups: list[list[dict]], decoder, label_of: dict[str, int], batch_size: int = 256,
                   workers: int = 2, verify: bool = True, pin_memory: bool = False,
                   decoded: DecodedCache | None = None) -> Iterator[dict]:
-    """Batches of ``groups`` of shards (see :class:`ShardStream`), read in ``workers`` processes (0: in a background
-    thread of this one) and decoded by ``decoder`` (:mod:`harness.decoding`): in the workers on the CPU, here on a
-    GPU; through the ``decoded`` image cache when given and the decoder decodes on the CPU. A decoder's uint8 pixels
-    are normalised here, in the consumer's thread: the reading thread or workers run no multi-threaded torch op
-    beside the model's, and carry a quarter of the bytes."""
-    if not groups:
-        return iter(())
-    in_stream = decoder.device.type == "cpu"
-    decoded = decoded if in_stream and hasattr(decoder, "pixels") else None
-    stream = ShardStream(benchmark, groups, decoder if in_stream else None, label_of, batch_size, verify, decoded)
-    workers = max(0, min(workers, len(groups)))
-    if workers:
-        batches = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=workers, pin_memory=pin_memory))
-        batches = batches if in_stream else prefetched(_decoded(batches, decoder))
-    else:
-        batches = iter(stream) if in_stream else _decoded(iter(stream), decoder)
-        batches = prefetched(_pinned(batches) if pin_memory and in_stream else batches)
-    return _normalized(batches, decoder) if stream.field == "pixels" else batches
+    """One pass of a :class:`Loader` of its own over ``groups``; its workers end with the pass."""
+    loader = Loader(benchmark, decoder, batch_size, min(workers, len(groups)), verify, pin_memory, decoded)
+    try:
+        yield from loader.batches(groups, label_of)
+    finally:
+        loader.close()
 
 
 def _normalized(batches: Iterator[dict], decoder) -> Iterator[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -109,6 +109,11 @@ class LocalForward:
         return self.tap.head
 
     def __call__(self, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]) -> ModelOutput:
+        return self.launch(images, keys, kappas).result()
+
+    def launch(self, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]) -> "Pending":
+        """A batch's forward pass and the passes of the kappas that need the model; its logits and features on their
+        way to the host (from a GPU, copied asynchronously into pinned memory: :meth:`Pending.result` waits)."""
         images = self.execution.inputs(images)
         try:
             with torch.inference_mode(), self.execution.autocast():
@@ -120,25 +125,25 @@ class LocalForward:
         logits, features = split_output(output)
         tapped = self.tap.take()
         features = tapped if features is None else features
-        logits = check_logits(logits.float().cpu().numpy(), self.num_classes)
-        features = None if features is None else features.float().cpu().numpy()
+        host = [None if t is None else _to_host(t.float()) for t in (logits, features)]
+        ready = None
+        if self.execution.device.type == "cuda":
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(self.execution.device))
         scores, confs = {}, {}
         for spec in kappas:
+            if "model" not in spec.needs:
+                continue
             try:
-                if "model" in spec.needs:
-                    with self.execution.autocast():
-                        score, conf = spec.impl.score_model(self.model, images, _batch_seed(self.seed, keys[0]))
-                    scores[spec.name], confs[spec.name] = score.cpu().numpy(), conf.cpu().numpy()
-                else:  # the submission's own kappa
-                    own = kappa_scores(logits, features, None, [spec])
-                    scores |= own[0]
-                    confs |= own[1]
+                with self.execution.autocast():
+                    score, conf = spec.impl.score_model(self.model, images, _batch_seed(self.seed, keys[0]))
+                scores[spec.name], confs[spec.name] = score.cpu().numpy(), conf.cpu().numpy()
             except HarnessError:
                 raise
-            except Exception as exc:  # the submitter's code
+            except Exception as exc:  # the model's code
                 raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
         self.tap.clear()  # drop what the kappas' own passes captured
-        return ModelOutput(logits, features, scores, confs)
+        return Pending(host, ready, scores, confs, [k for k in kappas if "model" not in k.needs], self.num_classes)
 
     def extract(self, images: torch.Tensor, kappas: list[KappaSpec]) -> dict[str, dict]:
         """What the kappas that read intermediate layers need of a batch of the fit split, per kappa."""
@@ -162,6 +167,49 @@ class LocalForward:
         pass
 
 
+def _to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on the host: from a GPU, an asynchronous copy into pinned memory (valid once the stream gets there)."""
+    if tensor.device.type != "cuda":
+        return tensor.cpu()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return host.copy_(tensor, non_blocking=True)
+
+
+class Pending:
+    """A launched batch's outputs: :meth:`result` waits for its copies to the host, checks the logits and computes
+    the submission's own kappas (in this process)."""
+
+    def __init__(self, host: list, ready, scores: dict, confs: dict, own: list[KappaSpec], num_classes: int):
+        self.host, self.ready, self.scores, self.confs, self.own, self.num_classes = host, ready, scores, confs, own, num_classes
+
+    def result(self) -> ModelOutput:
+        if self.ready is not None:
+            self.ready.synchronize()
+        logits = check_logits(self.host[0].numpy(), self.num_classes)
+        features = None if self.host[1] is None else self.host[1].numpy()
+        scores, confs = dict(self.scores), dict(self.confs)
+        for spec in self.own:
+            try:
+                own = kappa_scores(logits, features, None, [spec])
+            except HarnessError:
+                raise
+            except Exception as exc:  # the submitter's code
+                raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
+            scores |= own[0]
+            confs |= own[1]
+        return ModelOutput(logits, features, scores, confs)
+
+
+class Done:
+    """Outputs already on the host (a forward pass without :meth:`LocalForward.launch`, as a sandboxed model's)."""
+
+    def __init__(self, output: ModelOutput):
+        self.output = output
+
+    def result(self) -> ModelOutput:
+        return self.output
+
+
 def gives_features(forward, transform, channels: int) -> bool:
     """Whether the model returns features of its own: one trial pass on a blank image (no image of the benchmark)."""
     image = transform(Image.new("L" if channels == 1 else "RGB", (320, 240)))
@@ -177,7 +225,19 @@ def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarr
     computed beside the model; every other kappa is computed here from them. ``keep_logits`` keeps logits and features.
     Features are rounded to ``feature_dtype`` first, so that kappas read the same values now as from the cache later.
     """
-    out = forward(images, keys, [k for k in kappas if k.in_model])
+    return _finish(forward, _launch(forward, images, keys, kappas).result(), keys, labels, num_classes, kappas, keep_logits,
+                   feature_dtype)
+
+
+def _launch(forward, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]):
+    """``forward``'s pass over a batch, launched (:class:`Pending`) where it can be, else done (:class:`Done`)."""
+    in_model = [k for k in kappas if k.in_model]
+    return forward.launch(images, keys, in_model) if hasattr(forward, "launch") else Done(forward(images, keys, in_model))
+
+
+def _finish(forward, out: ModelOutput, keys: list[str], labels: np.ndarray, num_classes: int, kappas: list[KappaSpec],
+            keep_logits: bool, feature_dtype: str) -> SplitScores:
+    """The batch's scores from its model outputs (see :func:`score_batch`)."""
     logits = check_logits(out.logits, num_classes)
     features = None if out.features is None else out.features.astype(feature_dtype).astype(np.float32)
     scores, confs = kappa_scores(logits, features, forward.head, [k for k in kappas if not k.in_model])
@@ -196,41 +256,78 @@ def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarr
 def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False,
                          feature_dtype: str = "float32") -> SplitScores:
     """:func:`score_batch`, halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
+    return launch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)()
+
+
+def launch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False,
+                    feature_dtype: str = "float32") -> Callable[[], SplitScores]:
+    """:func:`score_batch_adaptive` launched: the forward pass now, the rest when the returned function is called
+    (after the next batch's launch, so that the device and the host work at once). The results are in the batch's
+    order."""
+    keys, labels = batch["keys"], batch["labels"].numpy()
     try:
-        return score_batch(forward, batch["images"], batch["keys"], batch["labels"].numpy(), num_classes, kappas, keep_logits,
-                           feature_dtype)
+        pending = _launch(forward, batch["images"], keys, kappas)
+        return lambda: _finish(forward, pending.result(), keys, labels, num_classes, kappas, keep_logits, feature_dtype)
     except torch.cuda.OutOfMemoryError:
-        if len(batch["keys"]) == 1:
+        if len(keys) == 1:
             raise HarnessError("out of memory on a single image; use a smaller model, --amp, or another device") from None
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    half = len(batch["keys"]) // 2
-    halves = [{"keys": batch["keys"][part], "images": batch["images"][part], "labels": batch["labels"][part]}
+    half = len(keys) // 2
+    halves = [{"keys": keys[part], "images": batch["images"][part], "labels": batch["labels"][part]}
               for part in (slice(0, half), slice(half, None))]
-    return SplitScores.concat([score_batch_adaptive(forward, h, num_classes, kappas, keep_logits, feature_dtype) for h in halves])
+    joined = SplitScores.concat([score_batch_adaptive(forward, h, num_classes, kappas, keep_logits, feature_dtype) for h in halves])
+    scored = joined.take(np.searchsorted(joined.keys, np.asarray(keys)))  # back in the batch's order
+    return lambda: scored
+
+
+def named(batch: dict) -> str:
+    """A batch's shards in a few words, for a one-line error: its first shard, and how many more."""
+    paths = list(dict.fromkeys(path for path, _ in batch.get("shards", []))) or [batch["shard"]]
+    more = len(paths) - 1
+    return paths[0] + (f" (and {more} more shard{'s' if more > 1 else ''} in its batch)" if more else "")
 
 
 def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int, kappas: list[KappaSpec],
                  keep_logits: bool = False, progress: tqdm | None = None,
                  feature_dtype: str = "float32") -> Iterator[tuple[str, SplitScores]]:
     """Score streamed batches (each naming its shards and their samples in it) and yield ``(shard path, its scores)``
-    as soon as a shard is complete; an error names the shards of the batch that failed."""
+    as soon as a shard is complete; a batch is split into its shards' pieces at once (:meth:`SplitScores.pieces`),
+    and only a shard spread over several batches is joined. An error names the first shard of the batch that failed,
+    and how many more it held."""
     pending: dict[str, list[SplitScores]] = {}
-    for batch in batches:
-        if "error" in batch:
-            raise HarnessError(batch["error"])
+
+    def collected(batch: dict, launched: Callable[[], SplitScores]) -> Iterator[tuple[str, SplitScores]]:
         try:
-            scored = score_batch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)
+            scored = launched()
         except HarnessError as exc:
-            raise HarnessError(f"shard {batch['shard']}: {exc}") from None
+            raise HarnessError(f"shard {named(batch)}: {exc}") from None
         if progress is not None:
             progress.update(len(batch["keys"]))
-        start = 0
-        for shard, count in batch["shards"]:
-            pending.setdefault(shard, []).append(scored.take(slice(start, start + count)))
-            start += count
+        shards = batch["shards"]
+        for (shard, count), piece in zip(shards, scored.pieces([count for _, count in shards])):
+            if shard not in pending and count == shard_sizes[shard]:
+                yield shard, piece
+                continue
+            pending.setdefault(shard, []).append(piece)
             if sum(len(part) for part in pending[shard]) == shard_sizes[shard]:
                 yield shard, SplitScores.concat(pending.pop(shard))
+
+    in_flight = None  # the batch launched last, collected once the next one is launched
+    for batch in batches:
+        failure, launched = batch.get("error"), None
+        if failure is None:
+            try:
+                launched = launch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)
+            except HarnessError as exc:
+                failure = f"shard {named(batch)}: {exc}"
+        if in_flight is not None:  # the batch before is collected (its shards cached) even when this one failed
+            yield from collected(*in_flight)
+        if failure is not None:
+            raise HarnessError(failure)
+        in_flight = batch, launched
+    if in_flight is not None:
+        yield from collected(*in_flight)
     if pending:
         shard = next(iter(pending))
         raise HarnessError(f"shard {shard} yielded {sum(len(p) for p in pending[shard])} samples, the manifest says {shard_sizes[shard]}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -19,7 +19,7 @@ from dataset_builder.benchmark import Benchmark
 from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark, embedded_num_id_classes, embedded_num_ood_classes
 from dataset_builder.errors import BenchmarkError
 from harness import __version__
-from harness.data import default_workers, shard_batches, shard_groups
+from harness.data import Loader, default_workers, shard_groups
 from harness.decoded_cache import DecodedCache
 from harness.decoded_cache import cache_key as decoded_key
 from harness.decoding import PilDecoder, TensorDecoder, make_decoder
@@ -29,7 +29,7 @@ from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.execution import Execution, auto_device
 from harness.inference import (KappaSpec, LocalForward, fit_kappas, fit_on_layers, from_outputs,
-                               gives_features, resolve_kappas, score_shards)
+                               gives_features, named, resolve_kappas, score_shards)
 from harness.kappas.features import require_exposed
 from harness.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
@@ -108,6 +108,19 @@ class Scorer:
     stats: dict = field(default_factory=lambda: dict.fromkeys(
         ["images_forwarded", "shards_scored", "shards_from_cache", "shards_from_logits"], 0))
     first_batch_s: dict = field(default_factory=dict)  # split -> seconds until its first batch reached the model
+    _loader: Loader | None = field(default=None, init=False, repr=False)
+
+    def batches(self, split: str, groups: list[list[dict]]) -> Iterator[dict]:
+        """One pass over ``groups`` of a split's shards, by the run's loader (its workers live across passes)."""
+        if self._loader is None:
+            self._loader = Loader(self.benchmark, self.decoder, self.batch_size, self.workers, self.verify,
+                                  self.execution.device.type == "cuda", self.decoded)
+        return self._loader.batches(groups, self.labels(split))
+
+    def close(self) -> None:
+        """End the loader's worker processes."""
+        if self._loader is not None:
+            self._loader.close()
 
     def labels(self, split: str) -> dict[str, int]:
         classes = self.benchmark.id_classes if split.startswith("id") else self.benchmark.ood_classes
@@ -157,9 +170,8 @@ class Scorer:
         kappas = [k for k in kappas if k.name in needed]
         manifest = {shard["path"]: shard for group in todo for shard in group}
         sizes = {path: shard["num_samples"] for path, shard in manifest.items()}
-        batches = self._timed(split, shard_batches(self.benchmark, todo, self.decoder, self.labels(split), self.batch_size,
-                                                   self.workers, self.verify, self.execution.device.type == "cuda", self.decoded))
-        with tqdm(total=sum(sizes.values()), desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
+        batches = self._timed(split, self.batches(split, todo))
+        with closing(batches), tqdm(total=sum(sizes.values()), desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
                   unit="img", disable=not self.progress or not sizes, leave=False) as bar:
             for path, scored in score_shards(self.forward, batches, sizes, len(self.benchmark.id_classes), kappas,
                                              self.keep_logits or outputs, bar, self.feature_dtype):
@@ -189,10 +201,8 @@ class Scorer:
         """Fit the kappas that read intermediate layers: a pass over the split in the model's process gives what their
         fits need, batch by batch (in key order, on every rank alike); returns the split's labels."""
         groups = self.ranks.mine(shard_groups(self.benchmark.shards(split), self.batch_size))
-        batches = shard_batches(self.benchmark, groups, self.decoder, self.labels(split), self.batch_size,
-                                self.workers, self.verify, self.execution.device.type == "cuda", self.decoded)
         mine = []
-        with tqdm(total=sum(s["num_samples"] for group in groups for s in group), desc=f"{split} (layers)", unit="img",
+        with closing(self.batches(split, groups)) as batches, tqdm(total=sum(s["num_samples"] for group in groups for s in group), desc=f"{split} (layers)", unit="img",
                   disable=not self.progress, leave=False) as bar:
             for batch in batches:
                 if "error" in batch:
@@ -200,7 +210,7 @@ class Scorer:
                 try:
                     mine.append((batch["keys"][0], self.forward.extract(batch["images"], kappas), batch["labels"].numpy()))
                 except HarnessError as exc:
-                    raise HarnessError(f"shard {batch['shard']}: {exc}") from None
+                    raise HarnessError(f"shard {named(batch)}: {exc}") from None
                 self.stats["images_forwarded"] += len(batch["keys"])
                 bar.update(len(batch["keys"]))
         everyone = sorted(self.ranks.gather(mine), key=lambda part: part[0])
@@ -324,7 +334,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     kappas = None if kappas is None else list(kappas)
     odin_preset, mc_passes = _model_kappa_options(kappas, odin_preset, mc_passes)
     ranks, device = init_ranks(auto_device(device))
-    forward = None
+    forward = scorer = None
     with phases.shown(progress and ranks.is_main):
         try:
             execution = Execution.resolve(device, amp, channels_last, compile)
@@ -434,6 +444,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
                 save(evaluation, out, leaderboard)
             return evaluation
         finally:
+            if scorer is not None:
+                scorer.close()
             if forward is not None:
                 forward.close()
             close(ranks)

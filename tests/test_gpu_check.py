@@ -20,7 +20,7 @@ def test_gpu_check_cpu_smoke_measures_every_part(tmp_path):
         folder.mkdir()
     env = {**os.environ, "HOME": str(home), "COOD_BENCH_CACHE": str(cache), "TMPDIR": str(tmp)}
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--cpu-smoke", "--work", str(tmp_path / "work")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     figures = json.loads(lines[-1])
@@ -39,3 +39,9 @@ def test_gpu_check_cpu_smoke_measures_every_part(tmp_path):
     assert figures["levels_compared"] > 0
     assert 0.0 <= figures["max_level_auroc_diff"] <= 1e-3
     assert (tmp_path / "work" / "benchmark" / "manifest.json").is_file()
+    assert set(figures["cli"]) == {"sandboxed", "trusted", "null_sandboxed"}
+    for what, run in figures["cli"].items():
+        assert run["images"] == images and positive(run["img_s"]) and positive(run["command_img_s"]), what
+        assert run["command_s"] > run["total_s"] > 0, what
+    assert positive(figures["null_in_process_img_s"])
+    assert figures["stability"] == {"runs": 2, "failed": [], "identical": True, "differing": [], "nan": 0}

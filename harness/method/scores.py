@@ -41,6 +41,20 @@ class SplitScores:
                    {k: pick([p.scores[k] for p in parts]) for k in kappas},
                    {k: pick([p.confs[k] for p in parts]) for k in kappas}, logits, features)
 
+    def pieces(self, counts: list[int]) -> list["SplitScores"]:
+        """The results of consecutive runs of ``counts`` rows (a batch's shards), each sorted by key as :meth:`concat`
+        sorts it, with one sort and one gather for all of them; a key seen twice in a run is an error."""
+        runs = np.repeat(np.arange(len(counts)), counts)
+        order = np.lexsort((self.keys, runs))
+        keys, runs = self.keys[order], runs[order]
+        if np.any((keys[1:] == keys[:-1]) & (runs[1:] == runs[:-1])):
+            raise HarnessError("a sample was scored twice (a sample key occurs twice)")
+        pick = lambda array: None if array is None else array[order]  # noqa: E731
+        whole = SplitScores(keys, self.labels[order], self.preds[order], {k: v[order] for k, v in self.scores.items()},
+                            {k: v[order] for k, v in self.confs.items()}, pick(self.logits), pick(self.features))
+        ends = np.cumsum(counts)
+        return [whole.take(slice(end - count, end)) for count, end in zip(counts, ends.tolist())]
+
     def take(self, rows: slice) -> "SplitScores":
         """The results of ``rows`` (in their order)."""
         cut = lambda array: None if array is None else array[rows]  # noqa: E731
