@@ -19,6 +19,8 @@ from harness.execution import Execution
 from harness.inference import LocalForward
 from harness.run import evaluate, submit
 
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
+
 CNN = Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py"
 DATA_CONFIG = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}
 FIT_PER_CLASS = 30

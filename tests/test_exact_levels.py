@@ -9,6 +9,8 @@ import pytest
 
 from harness import evaluate
 
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
+
 CNN = Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py"
 KAPPAS = ["softmax", "entropy", "max_logit", "energy", "odin"]
 

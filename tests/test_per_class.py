@@ -29,6 +29,8 @@ from leaderboard.errors import LeaderboardError
 from leaderboard.schema import validate_record
 from leaderboard.store import accepted_files, add_files
 
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
+
 RECORD_SCHEMA = jsonschema.Draft202012Validator(json.loads(files("leaderboard").joinpath("record.schema.json").read_text()))
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,6 +11,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 import torch
 from huggingface_hub import HfApi, hf_hub_download
 from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
@@ -36,6 +37,7 @@ def _tags(api: HfApi, repo: str, repo_type: str) -> set[str]:
     return {ref.name for ref in api.list_repo_refs(repo, repo_type=repo_type).tags}
 
 
+@pytest.mark.slow
 def test_two_workers_serve_every_request_once_and_republish(hub_server, tiny_glyphs, tmp_path):
     api = HfApi(endpoint=hub_server)
     run = uuid.uuid4().hex[:8]

@@ -87,6 +87,7 @@ def scratch(tmp_path, tiny_glyphs) -> tuple[Path, dict]:
     return folder, env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line, language, code", BLOCKS,
                          ids=[f"README-line-{line}-{language}" for line, language, _ in BLOCKS])
 def test_runnable_block_runs(scratch, line, language, code):

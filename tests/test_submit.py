@@ -15,6 +15,8 @@ from glyph_fixtures import cnn_variant, load_example
 from harness.errors import HarnessError
 from harness.run import submit
 
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
+
 ROOT = Path(__file__).resolve().parents[1]
 CNN, MLP = ROOT / "examples" / "glyph_cnn.py", ROOT / "examples" / "glyph_mlp.py"
 ALL_KAPPAS = ["softmax", "entropy", "max_logit", "energy", "odin", "mc_dropout"]

@@ -169,6 +169,7 @@ KILLS = [("folder", "shard-done", 0), ("folder", "block-done", 0), ("folder", "s
          ("folder", "swap-in", 1), ("glyphs", "swap-aside", 0), ("glyphs", "swap-in", 1)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("builder,point,kept", KILLS)
 def test_a_build_killed_at_a_fault_point_keeps_a_whole_benchmark(builder, point, kept, sources, folder_benchmarks,
                                                                  glyph_benchmarks, tmp_path):

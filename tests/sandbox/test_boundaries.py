@@ -12,6 +12,8 @@ from harness.bundle import Bundle, tag_cache
 from harness.channel import MAX_HEADER_BYTES, Arena, Channel, Malformed
 from harness.worker import RequestEvaluator
 
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
+
 
 @pytest.fixture
 def pair():

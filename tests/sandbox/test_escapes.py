@@ -18,6 +18,8 @@ from harness import HarnessError, evaluate
 
 from conftest import KAPPAS, hostile, processes_with, run, same_scores
 
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
+
 LIBC = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
 
 

@@ -11,6 +11,8 @@ from harness import HarnessError, evaluate
 from harness import sandbox
 from harness.isolation import Limits
 
+pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
+
 
 
 def run_cli(*args, env=None):
