@@ -30,25 +30,8 @@ from harness.method.scores import SplitScores
 from harness.run import EVAL_SPLITS, evaluate, open_benchmark
 from harness.submission import timm_transform
 
-NULL_MODEL = '''"""A null model: the same logits for every image, at once (the harness's own cost, measured)."""
-import torch
+from gpu_check import NULL  # the same null model as the GPU check's (this folder is on the path)
 
-NAME = "null_model"
-DATA_CONFIG = {config!r}
-
-
-class Null(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.logits = torch.nn.Parameter(torch.linspace(0.0, 1.0, {classes}))
-
-    def forward(self, images):
-        return self.logits.detach().expand(images.shape[0], -1)
-
-
-def build_model():
-    return Null()
-'''
 GLYPH_CONFIG = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}
 KAPPAS = ["softmax", "entropy", "max_logit", "energy"]
 
@@ -115,7 +98,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="cood-null-") as folder:
         path = Path(folder) / "null_model.py"
-        path.write_text(NULL_MODEL.format(config=GLYPH_CONFIG, classes=len(bench.id_classes)))
+        path.write_text(NULL.format(config=GLYPH_CONFIG, classes=len(bench.id_classes)))
         best = {"sandboxed": float("inf"), "in_process": float("inf")}
         for _ in range(args.repeats):
             for mode, trusted in (("sandboxed", False), ("in_process", True)):
