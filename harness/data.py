@@ -53,7 +53,7 @@ class ShardStream(torch.utils.data.IterableDataset):
     ``"shards"``: each shard's path and number of samples in the batch, in order), or ``{"shard", "error"}`` when a
     shard is missing, corrupt or holds an unreadable sample (the consumer raises it). In place of ``"images"``: the
     images' bytes, ``"data"``, when ``decode`` is None, and their uint8 model inputs before normalising, ``"pixels"``,
-    for a decoder with ``pixels`` (the consumer normalises them: see :func:`shard_batches`). With a ``decoded`` cache
+    for a decoder with ``pixels`` (the consumer normalises them: see :class:`Loader`). With a ``decoded`` cache
     (:mod:`harness.decoded_cache`, for such a decoder), a shard decoded before is read from it, and one decoded now is
     kept in it."""
 

@@ -285,7 +285,7 @@ def named(batch: dict) -> str:
     """A batch's shards in a few words, for a one-line error: its first shard, and how many more."""
     paths = list(dict.fromkeys(path for path, _ in batch.get("shards", []))) or [batch["shard"]]
     more = len(paths) - 1
-    return paths[0] + (f" (and {more} more shard{'s' if more > 1 else ''} in its batch)" if more else "")
+    return paths[0] + (f" (and {phases.plural(more, 'more shard')} in its batch)" if more else "")
 
 
 def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int, kappas: list[KappaSpec],

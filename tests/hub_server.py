@@ -523,16 +523,17 @@ class HubServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), HubHandler)
         self.state = HubState()
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self._thread: threading.Thread | None = None
 
     def start(self) -> HubServer:
         """Serve from a thread (once; later calls return the running server)."""
-        if not getattr(self, "_thread", None):
+        if self._thread is None:
             self._thread = threading.Thread(target=self.serve_forever, name="local-hub", daemon=True)
             self._thread.start()
         return self
 
     def stop(self) -> None:
-        if getattr(self, "_thread", None):  # shutdown() waits for the serving loop
+        if self._thread is not None:  # shutdown() waits for the serving loop
             self.shutdown()
         self.server_close()
 

@@ -49,14 +49,12 @@ class SplitScores:
         keys, runs = self.keys[order], runs[order]
         if np.any((keys[1:] == keys[:-1]) & (runs[1:] == runs[:-1])):
             raise HarnessError("a sample was scored twice (a sample key occurs twice)")
-        pick = lambda array: None if array is None else array[order]  # noqa: E731
-        whole = SplitScores(keys, self.labels[order], self.preds[order], {k: v[order] for k, v in self.scores.items()},
-                            {k: v[order] for k, v in self.confs.items()}, pick(self.logits), pick(self.features))
+        whole = self.take(order)
         ends = np.cumsum(counts)
         return [whole.take(slice(end - count, end)) for count, end in zip(counts, ends.tolist())]
 
-    def take(self, rows: slice) -> "SplitScores":
-        """The results of ``rows`` (in their order)."""
+    def take(self, rows: slice | np.ndarray) -> "SplitScores":
+        """The results of ``rows`` (a slice or an index array, in its order)."""
         cut = lambda array: None if array is None else array[rows]  # noqa: E731
         return SplitScores(self.keys[rows], self.labels[rows], self.preds[rows], {k: v[rows] for k, v in self.scores.items()},
                            {k: v[rows] for k, v in self.confs.items()}, cut(self.logits), cut(self.features))
