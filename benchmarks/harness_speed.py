@@ -23,10 +23,10 @@ from PIL import Image
 from sklearn.metrics import roc_auc_score
 
 from dataset_builder.shards import iter_samples
-from harness.decoding import make_decoder
-from harness.distributed import Ranks
-from harness.execution import Execution
-from harness.inference import LocalForward, resolve_kappas
+from harness.runtime.decoding import make_decoder
+from harness.runtime.distributed import Ranks
+from harness.runtime.execution import Execution
+from harness.runtime.inference import LocalForward, resolve_kappas
 from harness.method.metrics import auroc
 from harness.run import Scorer, open_benchmark
 from harness.submission import load_file

@@ -7,7 +7,7 @@
    shards), 4 kappas and logits of 1,000 classes kept: one sort and one gather per batch
    (:meth:`SplitScores.pieces`), against a slice and a join per shard (as the harness did before);
 3. loader workers: the three evaluation splits read by ``--workers`` processes that live across the passes
-   (:class:`harness.data.Loader`), against workers started and shut down for each pass.
+   (:class:`harness.runtime.data.Loader`), against workers started and shut down for each pass.
 
 Runs are interleaved and the best of ``--repeats`` kept.
 
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data import Loader, shard_batches, shard_groups
-from harness.decoding import make_decoder
+from harness.runtime.data import Loader, shard_batches, shard_groups
+from harness.runtime.decoding import make_decoder
 from harness.method.scores import SplitScores
 from harness.run import EVAL_SPLITS, evaluate, open_benchmark
 from harness.submission import timm_transform

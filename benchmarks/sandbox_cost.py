@@ -28,9 +28,9 @@ from pathlib import Path
 from harness_speed import KAPPAS, harness_pass
 
 from dataset_builder.glyphs.build import build
-from harness.execution import Execution
-from harness.inference import LocalForward
-from harness.isolation import Limits, load_isolated
+from harness.runtime.execution import Execution
+from harness.runtime.inference import LocalForward
+from harness.runtime.isolation import Limits, load_isolated
 from harness.run import open_benchmark
 from harness.submission import check_output, load_file
 

@@ -76,10 +76,10 @@ def submit(
                    + ("" if trust_submission or weights is not None or not Path(target).is_file() else " its sandbox and")
                    + " PyTorch")
         if not trust_submission and weights is None and Path(target).is_file():  # a file: its sandbox starts beside our imports
-            from harness import sandbox
+            from harness.runtime import sandbox
 
             sandbox.prestart(target, device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices()))
-        from harness.isolation import Limits
+        from harness.runtime.isolation import Limits
         from harness.run import submit as run_submit
 
         result = run_submit(target, benchmark=benchmark, kappas=kappa or None, out=out, num_levels=levels, batch_size=batch_size,

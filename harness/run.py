@@ -19,26 +19,26 @@ from dataset_builder.benchmark import Benchmark
 from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark, embedded_num_id_classes, embedded_num_ood_classes
 from dataset_builder.errors import BenchmarkError
 from harness import __version__
-from harness.data import Loader, default_workers, shard_groups
-from harness.decoded_cache import DecodedCache
-from harness.decoded_cache import cache_key as decoded_key
-from harness.decoding import PilDecoder, TensorDecoder, make_decoder
-from harness.distributed import Ranks, close, init_ranks
+from harness.runtime.data import Loader, default_workers, shard_groups
+from harness.runtime.decoded_cache import DecodedCache
+from harness.runtime.decoded_cache import cache_key as decoded_key
+from harness.runtime.decoding import PilDecoder, TensorDecoder, make_decoder
+from harness.runtime.distributed import Ranks, close, init_ranks
 from harness.drilldown import PerClass, per_class
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult, evaluate_kappa
-from harness.execution import Execution, auto_device
-from harness.inference import (KappaSpec, LocalForward, fit_kappas, fit_on_layers, from_outputs,
+from harness.runtime.execution import Execution, auto_device
+from harness.runtime.inference import (KappaSpec, LocalForward, fit_kappas, fit_on_layers, from_outputs,
                                gives_features, named, resolve_kappas, score_shards)
 from harness.kappas.features import require_exposed
-from harness.isolation import ChildForward, Limits, load_isolated
+from harness.runtime.isolation import ChildForward, Limits, load_isolated
 from harness.method.scores import SplitScores
 from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
 from harness.kappas.fitting import with_fit
 from harness.kappas.registry import split_request
 from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
 from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
-from harness.score_cache import ScoreCache, kappa_id, run_key
+from harness.runtime.score_cache import ScoreCache, kappa_id, run_key
 from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
 from harness.adapters import ClassCountMismatch, load_target
 from harness.options import check_options, is_zoo_target
@@ -315,7 +315,7 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     model needs no transform (its own config is used). ``model`` may also be a target string (a submission
     file, ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or ``hf:<folder>``, with
     ``weights`` for the zoo targets); a submission file runs in a child process under ``limits`` (see
-    :mod:`harness.isolation`) unless ``trust_submission``. ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
+    :mod:`harness.runtime.isolation`) unless ``trust_submission``. ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
     submission's own. ``odin_preset`` (default paper) and ``mc_passes`` (default 30) apply to odin and mc_dropout
     and are refused when given without them; impossible options and bad model names are refused before any image is
     read. ``cache`` keeps per-shard scores (and, with ``keep_logits``, logits and features) so that a rerun resumes

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from harness.bundle import Bundle
+from harness.runtime.bundle import Bundle
 from harness.errors import HarnessError
 from harness.kappas import LogitKappa, registry, split_output
 from harness.options import MAX_NAME_BYTES, check_name  # noqa: F401 (re-exported)
@@ -47,7 +47,7 @@ class Submission:
     user_kappas: dict[str, LogitKappa] = field(default_factory=dict)
     weights_sha256: str | None = None  # computed from ``model`` unless given (a model in a child process)
     num_parameters: int | None = None
-    bundle_sha256: str | None = None  # a submission file's code: :mod:`harness.bundle`
+    bundle_sha256: str | None = None  # a submission file's code: :mod:`harness.runtime.bundle`
 
     def __post_init__(self):
         check_name(self.name)

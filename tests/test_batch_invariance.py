@@ -14,8 +14,8 @@ from pytorch_ood.detector import OpenMax
 from dataset_builder.glyphs import render
 from dataset_builder.glyphs.classes import ID_CHARS, class_id
 from glyph_fixtures import CNN, load_example
-from harness.execution import Execution
-from harness.inference import LocalForward, fit_kappas, fit_on_layers, kappa_scores
+from harness.runtime.execution import Execution
+from harness.runtime.inference import LocalForward, fit_kappas, fit_on_layers, kappa_scores
 from harness.kappas import registry, resolve_kappas
 from harness.kappas.openmax import unknown_probability
 from harness.method.scores import SplitScores

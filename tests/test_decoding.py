@@ -15,9 +15,9 @@ import torch
 from PIL import Image
 
 from dataset_builder.errors import BenchmarkError
-from harness.data import shard_groups
-from harness.decoding import Plan, PilDecoder, TensorDecoder, joined, make_decoder, plan_of, resize_crop
-from harness.execution import Execution
+from harness.runtime.data import shard_groups
+from harness.runtime.decoding import Plan, PilDecoder, TensorDecoder, joined, make_decoder, plan_of, resize_crop
+from harness.runtime.execution import Execution
 from harness.submission import timm_transform
 
 EFFNET = {"input_size": (3, 224, 224), "interpolation": "bicubic", "mean": (0.5,) * 3, "std": (0.5,) * 3, "crop_pct": 0.875}
@@ -94,12 +94,12 @@ def test_the_gpu_path_resizes_each_size_together_and_agrees_with_pillow():
 def test_pngs_decode_to_pillows_pixels_with_or_without_libspng(spng, monkeypatch):
     """PNGs are decoded by libspng where the torch extra installs it (not on 64-bit ARM Linux), else by torchvision:
     Pillow's pixels either way, transparency chunks included; a broken one is Pillow's one-line error."""
-    import harness.decoding
+    import harness.runtime.decoding
 
     if not spng:
-        monkeypatch.setattr(harness.decoding, "pyspng", None)
+        monkeypatch.setattr(harness.runtime.decoding, "pyspng", None)
     elif platform.machine() != "aarch64":
-        assert harness.decoding.pyspng is not None
+        assert harness.runtime.decoding.pyspng is not None
     grey, rgb = PHOTO.convert("L").resize((61, 47)), PHOTO.resize((61, 47))
     datas = [encoded(grey, "PNG"), encoded(rgb, "PNG"), encoded(grey, "PNG", transparency=7), encoded(rgb, "PNG", transparency=(1, 2, 3))]
     for channels, mode in ((1, "L"), (3, "RGB")):

@@ -15,8 +15,8 @@ from dataset_builder.glyphs.build import build
 from glyph_fixtures import TINY, load_example
 from harness import __version__
 from harness.errors import HarnessError
-from harness.execution import Execution
-from harness.inference import LocalForward
+from harness.runtime.execution import Execution
+from harness.runtime.inference import LocalForward
 from harness.run import evaluate, submit
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
@@ -191,7 +191,7 @@ def test_timm_features_are_forward_head_pre_logits(arch):
 
 def test_twenty_detectors_one_pass_half_precision_features_and_one_more_for_free(fit_glyphs, tmp_path, capfd):
     from harness.kappas.ood_bridge import bridged_classes
-    from harness.score_cache import decode
+    from harness.runtime.score_cache import decode
 
     detectors = ["softmax", "entropy", "max_logit", "energy", *[n for n in bridged_classes() if n != "gen"]]
     assert len(detectors) >= 20

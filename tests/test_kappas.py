@@ -6,8 +6,8 @@ import torch
 from scipy.special import softmax
 
 from harness.errors import HarnessError
-from harness.execution import Execution
-from harness.inference import LocalForward, resolve_kappas, score_batch
+from harness.runtime.execution import Execution
+from harness.runtime.inference import LocalForward, resolve_kappas, score_batch
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits
 from harness.kappas import mc_dropout, odin
 

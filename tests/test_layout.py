@@ -13,17 +13,13 @@ PACKAGES = ("dataset_builder", "harness", "leaderboard")
 FORBIDDEN = {
     "dataset_builder": ("harness", "leaderboard"),
     "leaderboard": ("harness", "dataset_builder"),
-    "harness.method": ("harness.kappas", "harness.adapters", "harness.inference", "harness.run", "harness.cli",
-                       "harness.isolation", "harness.data", "harness.decoding", "harness.decoded_cache", "harness.score_cache",
+    "harness.method": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.cli",
                        "harness.outputs", "harness.submission", "dataset_builder", "leaderboard"),
-    "harness.kappas": ("harness.adapters", "harness.inference", "harness.run", "harness.cli", "harness.isolation",
-                       "harness.sandbox", "harness.child", "harness.serving", "harness.channel",
-                       "harness.data", "harness.decoding", "harness.decoded_cache", "harness.score_cache", "harness.outputs",
+    "harness.kappas": ("harness.adapters", "harness.runtime", "harness.run", "harness.cli", "harness.outputs",
                        "harness.submission", "leaderboard"),
-    "harness.adapters": ("harness.run", "harness.cli", "harness.outputs", "leaderboard"),
+    "harness.adapters": ("harness.runtime", "harness.run", "harness.cli", "harness.outputs", "leaderboard"),
     # what the command line checks before torch is imported
-    "harness.options": ("harness.kappas", "harness.adapters", "harness.inference", "harness.run", "harness.submission",
-                        "harness.decoding", "harness.data", "harness.isolation", "harness.execution", "harness.sandbox",
+    "harness.options": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.submission",
                         "dataset_builder", "leaderboard"),
 }
 

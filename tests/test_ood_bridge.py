@@ -122,8 +122,8 @@ def test_gradient_detectors_agree_with_pytorch_ood(name, cls):
 
 def test_a_gradient_detector_beside_the_feature_tap_across_batches():
     """The tap sees the detector's vmapped passes; the next batch's features are still the forward pass's own."""
-    from harness.execution import Execution
-    from harness.inference import LocalForward
+    from harness.runtime.execution import Execution
+    from harness.runtime.inference import LocalForward
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)).eval()
@@ -169,8 +169,8 @@ def child_side(spec):
 
 
 def fitted_like_the_harness(spec, model, x, y, batch=64):
-    from harness.execution import Execution
-    from harness.inference import LocalForward, fit_kappas, fit_on_layers
+    from harness.runtime.execution import Execution
+    from harness.runtime.inference import LocalForward, fit_kappas, fit_on_layers
     from harness.method.scores import SplitScores
 
     forward = LocalForward(model, Execution(torch.device("cpu"), "none", False, False), 36, seed=0)

@@ -13,8 +13,8 @@ import torch
 from dataset_builder.benchmark import Benchmark
 from glyph_fixtures import load_example
 from harness import HarnessError, evaluate
-from harness.data import Loader, shard_batches, shard_groups
-from harness.decoding import make_decoder
+from harness.runtime.data import Loader, shard_batches, shard_groups
+from harness.runtime.decoding import make_decoder
 from harness.method.scores import SplitScores
 from pathlib import Path
 
@@ -213,7 +213,7 @@ class Recording:
         self.log, self.fits = [], fits
 
     def launch(self, images, keys, kappas):
-        from harness.inference import ModelOutput
+        from harness.runtime.inference import ModelOutput
 
         if len(keys) > self.fits:
             raise torch.cuda.OutOfMemoryError("simulated")
@@ -236,7 +236,7 @@ def _batch(shards: list[tuple[str, list[str]]], seed: int) -> dict:
 
 
 def test_a_batch_is_collected_after_the_next_is_launched_with_the_same_results():
-    from harness.inference import resolve_kappas, score_batch, score_shards
+    from harness.runtime.inference import resolve_kappas, score_batch, score_shards
 
     kappas = resolve_kappas(["softmax", "energy"])
     batches = [_batch([("s1", ["s1_b", "s1_a"]), ("s0", ["s0_a"])], 0), _batch([("s2", ["s2_a", "s2_b", "s2_c"])], 1),

@@ -306,8 +306,8 @@ def test_the_harness_refuses_an_image_above_the_benchmarks_limit(folder_benchmar
     from dataset_builder.benchmark import Benchmark
     import torch
 
-    from harness.data import ShardStream
-    from harness.decoding import PilDecoder
+    from harness.runtime.data import ShardStream
+    from harness.runtime.decoding import PilDecoder
 
     bench = tmp_path / "bench"
     shutil.copytree(folder_benchmarks[0], bench)
@@ -328,8 +328,8 @@ def test_a_bad_sample_record_is_one_line_naming_the_sample(folder_benchmarks, tm
 
     from dataset_builder.benchmark import Benchmark
     from dataset_builder.shards import read_shard, write_shard
-    from harness.data import ShardStream
-    from harness.decoding import PilDecoder
+    from harness.runtime.data import ShardStream
+    from harness.runtime.decoding import PilDecoder
     import torch
 
     bench = tmp_path / "bench"

@@ -15,7 +15,7 @@ import pytest
 
 from dataset_builder.levels import level_file_name
 from glyph_fixtures import CNN, cnn_variant
-from harness.score_cache import decode, encode
+from harness.runtime.score_cache import decode, encode
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 

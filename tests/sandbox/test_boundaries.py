@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from harness import HarnessError
-from harness.bundle import Bundle, tag_cache
-from harness.channel import MAX_HEADER_BYTES, Arena, Channel, Malformed
+from harness.runtime.bundle import Bundle, tag_cache
+from harness.runtime.channel import MAX_HEADER_BYTES, Arena, Channel, Malformed
 from harness.worker import RequestEvaluator
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
@@ -107,7 +107,7 @@ def test_the_worker_runs_no_file_from_the_queue(tiny_glyphs, tmp_path):
 
 
 def test_a_prestarted_sandbox_is_taken_once_and_for_its_device_kind_only(tmp_path):
-    from harness import sandbox
+    from harness.runtime import sandbox
 
     path = tmp_path / "model.py"
     path.write_text("x = 1\n")

@@ -164,7 +164,7 @@ channel.sendall(len(data).to_bytes(4, "big") + data)  # multiprocessing's framin
 def test_an_identity_the_child_claims_is_refused(tiny_glyphs, tmp_path):
     path = hostile(tmp_path, """
 import json, os, socket, sys
-from harness.channel import Arena, Channel
+from harness.runtime.channel import Arena, Channel
 setup = json.loads(sys.argv[1])
 forged = Channel(socket.socket(fileno=os.dup(setup["channel"])), Arena(os.dup(setup["answers"])), Arena(os.dup(setup["batches"])))
 forged.send("loaded", {"name": "glyph_cnn", "data_config": cnn.DATA_CONFIG, "kappas": {}, "head": None, "state": [],
@@ -283,7 +283,7 @@ def test_lying_outputs_are_one_line_and_nothing_is_written(tiny_glyphs, tmp_path
 def test_logits_of_another_dtype_on_the_channel_are_refused(tiny_glyphs, tmp_path):
     path = hostile(tmp_path, """
 import numpy as np
-import harness.inference as inference
+import harness.runtime.inference as inference
 honest_call = inference.LocalForward.__call__
 def lying(self, images, keys, kappas):
     out = honest_call(self, images, keys, kappas)

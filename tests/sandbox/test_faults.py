@@ -8,8 +8,8 @@ import pytest
 
 from glyph_fixtures import cnn_variant
 from harness import HarnessError, evaluate
-from harness import sandbox
-from harness.isolation import Limits
+from harness.runtime import sandbox
+from harness.runtime.isolation import Limits
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 

@@ -19,8 +19,8 @@ import numpy as np
 import PIL
 import torchvision
 
-from harness.bundle import tag_cache
-from harness.score_cache import Damaged, encode, read_entry, write_atomic
+from harness.runtime.bundle import tag_cache
+from harness.runtime.score_cache import Damaged, encode, read_entry, write_atomic
 
 
 MAX_ENTRY_BYTES = 1 << 30  # a shard's images are held in memory until it is whole: larger shards are not kept

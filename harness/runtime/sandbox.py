@@ -10,7 +10,7 @@ system calls that could undo them. Neither is rewritten here. The child gets:
   the harness's own packages and a copy of the submission bundle at ``/submission``; ``/tmp`` is an empty tmpfs and
   its home; a minimal ``/dev`` (plus the GPU's device nodes on a CUDA run) and its own ``/proc``;
 - no privilege: as root, the harness's child drops to the ``nobody`` user with no capabilities (a setuid drop,
-  :mod:`harness.child`); as an ordinary user, bubblewrap maps the user into a user namespace with no capabilities and
+  :mod:`harness.runtime.child`); as an ordinary user, bubblewrap maps the user into a user namespace with no capabilities and
   no nested user namespaces; ``no_new_privs`` either way;
 - the seccomp filter below, and a scrubbed environment.
 """
@@ -33,8 +33,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from harness.bundle import Bundle
-from harness.channel import Arena, Channel, Malformed, Timeout
+from harness.runtime.bundle import Bundle
+from harness.runtime.channel import Arena, Channel, Malformed, Timeout
 from harness.errors import HarnessError
 
 BUNDLE_MOUNT = "/submission"
@@ -246,7 +246,7 @@ class Sandbox:
         env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
         env.update(HOME=HOME, TMPDIR=HOME, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
         try:
-            self.process = launch(["-m", "harness.child", json.dumps(setup)], self.copy, cuda, env,
+            self.process = launch(["-m", "harness.runtime.child", json.dumps(setup)], self.copy, cuda, env,
                                   [theirs.fileno(), batches.fd, answers.fd])
         finally:
             theirs.close()

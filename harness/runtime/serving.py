@@ -1,4 +1,4 @@
-"""The sandboxed child's service (:mod:`harness.child`): load the submission, then answer batches until told to exit.
+"""The sandboxed child's service (:mod:`harness.runtime.child`): load the submission, then answer batches until told to exit.
 
 It sends only data: the file's declared configuration, its kappas' parameters, the model's parameter bytes (which
 the harness hashes itself) and, per batch, logits, features and the in-model kappas' values.
@@ -10,9 +10,9 @@ import resource
 
 import torch
 
-from harness.channel import Channel
+from harness.runtime.channel import Channel
 from harness.errors import HarnessError
-from harness.execution import Execution
+from harness.runtime.execution import Execution
 from harness.submission import raw_bytes
 
 
@@ -35,7 +35,7 @@ def as_numpy(tree):
 
 def load(options: dict):
     """The submission and its forward pass, checked by a trial pass on a blank input; and what the harness is told."""
-    from harness.inference import LocalForward
+    from harness.runtime.inference import LocalForward
     from harness.submission import load_file, trial_forward
 
     resource.setrlimit(resource.RLIMIT_DATA, (options["memory_bytes"], options["memory_bytes"]))

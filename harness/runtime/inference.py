@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from harness import phases
 from harness.errors import HarnessError
-from harness.execution import Execution
+from harness.runtime.execution import Execution
 from harness.kappas import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, KappaSpec, LogitKappa, Outputs, check_logits, split_output
 from harness.kappas.features import FeatureTap, check_features, check_head
 from harness.kappas.registry import resolve_kappas as resolve_registered

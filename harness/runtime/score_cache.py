@@ -28,8 +28,8 @@ from typing import Callable
 import numpy as np
 
 from harness import __version__
-from harness.bundle import tag_cache
-from harness.inference import KappaSpec
+from harness.runtime.bundle import tag_cache
+from harness.runtime.inference import KappaSpec
 from harness.method.scores import SplitScores
 
 

@@ -1,11 +1,11 @@
 """The trust boundary: a submission file's code runs in a sandboxed child process, never in the harness's.
 
 The harness reads shards, decodes and transforms images (timm's transform of the file's ``DATA_CONFIG``), computes the
-built-in kappas from the logits, forms levels, measures and writes records. The child (:mod:`harness.child`, in the
-sandbox of :mod:`harness.sandbox`) imports the file from a copy of its bundle, builds the model and runs only what
+built-in kappas from the logits, forms levels, measures and writes records. The child (:mod:`harness.runtime.child`, in the
+sandbox of :mod:`harness.runtime.sandbox`) imports the file from a copy of its bundle, builds the model and runs only what
 needs the submitter's code or the model: forward passes, ODIN, MC-dropout and the file's own kappas, and the passes of
 fitted kappas that read the model (their fit, arrays only, is handed over once). Everything it sends crosses the
-channel of :mod:`harness.channel` as data, and is checked here before use: shapes, dtypes, finiteness, the kappas
+channel of :mod:`harness.runtime.channel` as data, and is checked here before use: shapes, dtypes, finiteness, the kappas
 asked for. What names the model in records is computed here: the bundle's hash, and the weights hash and parameter
 count of the parameter bytes the child hands over.
 
@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import sandbox
-from harness.channel import Malformed
+from harness.runtime import sandbox
+from harness.runtime.channel import Malformed
 from harness.errors import HarnessError
-from harness.execution import Execution
+from harness.runtime.execution import Execution
 from harness.kappas import LogitKappa, registry
-from harness.serving import as_numpy
+from harness.runtime.serving import as_numpy
 from harness.submission import Submission, check_data_config, state_sha256, timm_transform
 
 
@@ -63,7 +63,7 @@ CONFIG_KEYS = {"input_size", "mean", "std", "interpolation", "crop_pct", "crop_m
 
 
 class ChildForward:
-    """A submission file's model in a sandboxed child process, called like :class:`harness.inference.LocalForward`.
+    """A submission file's model in a sandboxed child process, called like :class:`harness.runtime.inference.LocalForward`.
 
     It takes the sandbox the command line started for the file before importing the harness (its Python and torch
     start-up then overlap the harness's own), or starts one."""
@@ -156,7 +156,7 @@ class ChildForward:
         return out
 
     def __call__(self, images: torch.Tensor, keys: list[str], kappas) -> "ModelOutput":
-        from harness.inference import ModelOutput
+        from harness.runtime.inference import ModelOutput
 
         body = self._ask(("batch", {"images": images.numpy(), "keys": list(keys), "kappas": [(k.name, k.params) for k in kappas]}),
                          "answer", self.limits.batch_timeout_s)

@@ -1,8 +1,8 @@
-"""A sandboxed submission's process (``python -m harness.child SETUP``, started in the sandbox of :mod:`harness.sandbox`).
+"""A sandboxed submission's process (``python -m harness.runtime.child SETUP``, started in the sandbox of :mod:`harness.runtime.sandbox`).
 
 Before any of the submission's code runs it gives up root (as root: every capability, then the ``nobody`` user),
 checks from inside that the sandbox holds and tells the harness what it found; then it loads the submission and answers
-batches over the channel (:mod:`harness.channel`) until told to exit. Capabilities and mounts are Linux system calls
+batches over the channel (:mod:`harness.runtime.channel`) until told to exit. Capabilities and mounts are Linux system calls
 with no maintained Python wrapper, hence ctypes.
 """
 
@@ -16,8 +16,8 @@ import resource
 import socket
 import sys
 
-from harness.channel import Arena, Channel
-from harness.sandbox import NOBODY
+from harness.runtime.channel import Arena, Channel
+from harness.runtime.sandbox import NOBODY
 
 MAX_PROCESSES = 4096  # processes and threads of the child's user: a fork bomb stops there
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
@@ -78,7 +78,7 @@ def main() -> None:
     guards = probe(libc, setup["harness_pid"], setup["harness_start"], setup["probe_port"], setup["bundle"])
     channel = Channel(socket.socket(fileno=setup["channel"]), Arena(setup["answers"]), Arena(setup["batches"]))
     channel.send("ready", guards)
-    from harness.serving import serve
+    from harness.runtime.serving import serve
 
     serve(channel)
 
