@@ -16,7 +16,7 @@ from leaderboard.site import build_site, page_name
 from leaderboard.store import add_records, current_table
 
 from lb_records import record
-from test_lb_site import small_board
+from lb_boards import small_board
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [pytest.mark.browser,

@@ -1,17 +1,11 @@
-"""What the sandbox tests share: one honest sandboxed run of the example CNN on the tiny benchmark, and hostile
-variants of it (the example's model, with an attack run when the file is imported or the model built)."""
-
-import os
-import time
-from pathlib import Path
+"""The sandbox tests' fixture: one honest sandboxed run of the example CNN on the tiny benchmark."""
 
 import pytest
 
 from glyph_fixtures import cnn_variant
 from harness import evaluate
 
-KAPPAS = ["softmax", "energy"]
-NOT_COMPARED = ("created", "timings")
+from attacks import KAPPAS
 
 
 @pytest.fixture(scope="session")
@@ -19,39 +13,3 @@ def honest(tiny_glyphs, tmp_path_factory):
     """The honest run's records (sandboxed)."""
     path = cnn_variant(tmp_path_factory.mktemp("honest") / "honest.py", "build_model = cnn.build_model\nNAME = 'glyph_cnn'\n")
     return evaluate(path, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False).records
-
-
-def hostile(folder: Path, attack: str, name: str = "'glyph_cnn'") -> Path:
-    """A submission file that runs ``attack`` (Python source) when imported, then names itself ``name`` (an
-    expression over what the attack left) and builds the honest model."""
-    return cnn_variant(folder / "hostile.py", f"{attack}\nNAME = {name}\nbuild_model = cnn.build_model\n")
-
-
-def run(path: Path, benchmark: Path, **options) -> list[dict]:
-    return evaluate(path, benchmark=benchmark, kappas=KAPPAS, progress=False, **options).records
-
-
-def same_scores(records: list[dict], honest: list[dict]) -> bool:
-    """The same levels, ID metrics and summaries as the honest run, kappa by kappa (the name aside)."""
-    def kept(record):
-        return {k: v for k, v in record.items() if k not in (*NOT_COMPARED, "model")}
-
-    return [kept(r) for r in records] == [kept(r) for r in honest] and \
-        [r["model"]["weights_sha256"] for r in records] == [r["model"]["weights_sha256"] for r in honest]
-
-
-def processes_with(marker: str, wait_s: float = 3.0) -> list[int]:
-    """Host processes whose command line holds ``marker`` (waiting a little for a dying namespace to go)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and int(entry.name) != os.getpid():
-                try:
-                    if marker.encode() in (entry / "cmdline").read_bytes():
-                        found.append(int(entry.name))
-                except OSError:
-                    continue
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.2)

@@ -16,7 +16,7 @@ import harness
 from glyph_fixtures import cnn_variant
 from harness import HarnessError, evaluate
 
-from conftest import KAPPAS, hostile, processes_with, run, same_scores
+from attacks import KAPPAS, hostile, processes_with, run, same_scores
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
