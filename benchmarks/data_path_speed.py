@@ -97,7 +97,8 @@ def measure(label: str, target: str, weights: str | None, bench, splits, args) -
     for run, decoder in runs.items():
         best = min(harness_s[run])
         ceiling_s = forward_best if run != decoder else max(forward_best, min(decode_s[decoder]))
-        print(f"   harness, 4 kappas, {run:26s} {best:8.2f} s  {n / best:9.0f} img/s   {ceiling_s / best:5.2f} x the slower ceiling")
+        print(f"   harness, 4 kappas, {run:26s} {best:8.2f} s  {n / best:9.0f} img/s   "
+              f"{ceiling_s / best:5.2f} x the slower ceiling")
         figures[f"harness_img_s_{run}"], figures[f"ratio_to_ceiling_{run}"] = n / best, ceiling_s / best
     first = harness_s["torchvision, decoded cache"][0]
     print(f"   (the decoded cache's first run, which fills it: {n / first:.0f} img/s; the later ones read it)")

@@ -49,7 +49,8 @@ def kappa_of(cls_name: str) -> str | None:
 
 
 def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:
-    """One kappa alone on the shared cache: its record's first and last level, fit and score seconds, images forwarded."""
+    """One kappa alone on the shared cache: its record's first and last level, fit and score seconds, images
+    forwarded."""
     options = {"mc_passes": mc_passes} if kappa == "mc_dropout" else {}
     request = f"{kappa}:{GLYPH_LAYERS}" if "layers" in registry().get(kappa).needs else kappa
     evaluation = evaluate(MODEL, kappas=[request], cache=True, cache_dir=cache_dir, progress=False, **options)
@@ -107,7 +108,8 @@ def main() -> None:
             if "layers" in kdef.needs:
                 params += f" (measured with {GLYPH_LAYERS})"
             fit = f"{measured['fit_s']:.1f}" if measured["fit_s"] is not None else "-"
-            rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | {'yes' if 'fit' in kdef.needs else 'no'} "
+            rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} "
+                        f"| {'yes' if 'fit' in kdef.needs else 'no'} "
                         f"| {params} | {measured['l0']:.4f} | {measured['l10']:.4f} | {fit} | {measured['score_s']:.1f} |")
             print(rows[-1], flush=True)
     table = "\n".join(["| pytorch-ood class | kappa (source) | reads | fits | parameters (defaults) | ood-auroc level 0 "

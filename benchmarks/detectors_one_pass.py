@@ -123,7 +123,8 @@ def main() -> None:
         print(f"  {name:20s} {seconds:8.1f} s", flush=True)
     harness_runs.append(harness(names, args.batch_size))  # before and after: the machine's load hits both sides
     harness_s = min(harness_runs)
-    print(f"\nharness, one pass, {len(names)} detectors   {harness_s:8.1f} s (best of {', '.join(f'{t:.1f}' for t in harness_runs)})")
+    print(f"\nharness, one pass, {len(names)} detectors   {harness_s:8.1f} s "
+          f"(best of {', '.join(f'{t:.1f}' for t in harness_runs)})")
     print(f"pytorch-ood the usual way, summed     {total:8.1f} s")
     print(f"ratio (usual / harness)               {total / harness_s:8.2f} x")
 

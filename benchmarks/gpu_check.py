@@ -22,7 +22,8 @@ Prints, one line each, then all of it as one final JSON line:
     score compared bit for bit with the first run's, and every NaN counted.
 
 The benchmark (``imagenet_shaped.py``: all 1,000 ImageNet-1K classes, three JPEGs each, and 1,010 ImageNet-21K
-OOD classes of eight JPEGs, so 11 levels and 11,080 images to evaluate, OOD shards of four as ImageNet's are of tens) is built in ``--work`` on first use and reused after. A part that fails (no
+OOD classes of eight JPEGs, so 11 levels and 11,080 images to evaluate, OOD shards of four as ImageNet's are of tens)
+is built in ``--work`` on first use and reused after. A part that fails (no
 nvJPEG, say) prints one line saying what failed, and the rest goes on. Run from the repository's root:
 
     python benchmarks/gpu_check.py [--work ~/.cache/cood-bench/imagenet-shaped-gpu] [--device cuda]
@@ -150,9 +151,11 @@ def decode_rates(batches: list[list[bytes]], device: torch.device, cfg: dict, tr
 
     def agreement() -> None:
         rates.update(pixel_agreement(batches[0], device, transform, bench))
-        print(f"(b) pixel agreement on {len(batches[0])} JPEGs, the model's uint8 inputs, torchvision decoder on {device} "
-              f"against timm's Pillow transform: max {rates['pixels_max_diff']} levels, mean {rates['pixels_mean_diff']:.3f}, "
-              f"{rates['pixels_differing']:.2%} of values differ; the JPEG decode alone ({'nvJPEG' if device.type == 'cuda' else 'torchvision'} "
+        print(f"(b) pixel agreement on {len(batches[0])} JPEGs, the model's uint8 inputs, "
+              f"torchvision decoder on {device} against timm's Pillow transform: "
+              f"max {rates['pixels_max_diff']} levels, mean {rates['pixels_mean_diff']:.3f}, "
+              f"{rates['pixels_differing']:.2%} of values differ; the JPEG decode alone "
+              f"({'nvJPEG' if device.type == 'cuda' else 'torchvision'} "
               f"against Pillow): max {rates['decode_max_diff']}, mean {rates['decode_mean_diff']:.3f}")
 
     report("CPU torchvision decode", cpu_torchvision)
@@ -303,8 +306,8 @@ def stability(runs: int, run) -> dict:
 
 
 def decoder_differences(evaluations: dict) -> dict:
-    """(d) the largest per-level ood-AUROC difference between the decoders' results (same kappa, same level), the largest
-    difference between their confidence scores, and the share of images with the same top-1 prediction."""
+    """(d) the largest per-level ood-AUROC difference between the decoders' results (same kappa, same level), the
+    largest difference between their confidence scores, and the share of images with the same top-1 prediction."""
     pil, tv = evaluations["pil"], evaluations["torchvision"]
     auroc = 0.0
     levels = 0
@@ -412,24 +415,29 @@ def main() -> None:
             for key, value in rates.items():
                 best[key] = value if key == "first_batch_s" else max(best.get(key, 0.0), value)
             best["runs"] += 1
-            print(f"    harness run {repeat + 1}, decoder {decoder:11s}: {images} images, {rates['img_s']:.0f} img/s over the "
-                  f"splits' passes, {rates['overall_img_s']:.0f} over the whole call, {rates['after_first_batch_img_s']:.0f} "
-                  f"after each split's first batch (which came after {', '.join(f'{s:.2f}' for s in rates['first_batch_s'])} s)",
+            print(f"    harness run {repeat + 1}, decoder {decoder:11s}: {images} images, "
+                  f"{rates['img_s']:.0f} img/s over the splits' passes, "
+                  f"{rates['overall_img_s']:.0f} over the whole call, "
+                  f"{rates['after_first_batch_img_s']:.0f} after each split's first batch "
+                  f"(which came after {', '.join(f'{s:.2f}' for s in rates['first_batch_s'])} s)",
                   flush=True)
     for decoder, best in harness.items():
         if "forward_img_s" in figures:
             best["ratio_to_forward"] = best["img_s"] / figures["forward_img_s"]
         ratio = f", {best['ratio_to_forward']:.2f} x the forward ceiling" if "ratio_to_forward" in best else ""
-        print(f"(c) harness end to end, decoder {decoder:11s}: {best['img_s']:.0f} img/s (best of {best['runs']}){ratio}; "
+        print(f"(c) harness end to end, decoder {decoder:11s}: {best['img_s']:.0f} img/s "
+              f"(best of {best['runs']}){ratio}; "
               f"{best['after_first_batch_img_s']:.0f} img/s after each split's first batch")
     figures["harness"] = harness
     if len(evaluations) == len(DECODERS):
         differences = report("comparing the decoders", lambda: decoder_differences(evaluations))
         if differences:
             figures.update(differences)
-            print(f"(d) largest per-level ood-AUROC difference between the decoders: {differences['max_level_auroc_diff']:.3g} "
+            print(f"(d) largest per-level ood-AUROC difference between the decoders: "
+                  f"{differences['max_level_auroc_diff']:.3g} "
                   f"({differences['levels_compared']} kappa levels); largest confidence-score difference "
-                  f"{differences['max_score_diff']:.3g}; same top-1 prediction for {differences['same_prediction']:.2%} of images")
+                  f"{differences['max_score_diff']:.3g}; "
+                  f"same top-1 prediction for {differences['same_prediction']:.2%} of images")
     else:
         print("(d) decoder comparison: skipped (a harness run failed)")
     if bench is not None:

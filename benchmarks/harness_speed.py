@@ -82,7 +82,8 @@ def main() -> None:
                           for shard in shards for s in iter_samples(bench.shard_path(shard))])
     n = len(images)
     print(f"{submission.name} on {bench.name} {args.split}: {n} images, device {execution.device}, amp {execution.amp}, "
-          f"batch {args.batch_size}, {args.workers} loader workers, {torch.get_num_threads()} torch threads for the pure pass")
+          f"batch {args.batch_size}, {args.workers} loader workers, "
+          f"{torch.get_num_threads()} torch threads for the pure pass")
 
     pure_forward(model, images[: args.batch_size], execution, args.batch_size)  # warm-up
     forward_s = pure_forward(model, images, execution, args.batch_size)  # all cores to torch

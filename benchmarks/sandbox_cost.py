@@ -85,7 +85,8 @@ def main() -> None:
         child.close()
     n = sum(s["num_samples"] for s in bench.shards(args.split))
     sandbox_s, process_s = min(in_sandbox), min(in_process)
-    print(f"{trusted.name} on {bench.name} {args.split} ({n} images), CPU, batch {args.batch_size}, {args.repeats} interleaved runs")
+    print(f"{trusted.name} on {bench.name} {args.split} ({n} images), CPU, batch {args.batch_size}, "
+          f"{args.repeats} interleaved runs")
     print("\n1. command to exit, tiny benchmark (median)")
     print(f"   sandbox (default)                   {command_s['sandbox']:8.2f} s")
     print(f"   in process (--trust-submission)     {command_s['trusted']:8.2f} s")
@@ -96,8 +97,10 @@ def main() -> None:
     print(f"   in process: import, build, trial    {load_s:8.2f} s")
     print(f"   the sandbox's extra start + close   {start_s + close_s - load_s:8.2f} s")
     print("\n3. per image (best pass, 4 kappas)")
-    print(f"   in process (--trust-submission)     {process_s:8.2f} s  {n / process_s:9.0f} img/s  {process_s / n * 1e6:7.1f} us/img")
-    print(f"   sandbox (default)                   {sandbox_s:8.2f} s  {n / sandbox_s:9.0f} img/s  {sandbox_s / n * 1e6:7.1f} us/img")
+    print(f"   in process (--trust-submission)     {process_s:8.2f} s  {n / process_s:9.0f} img/s  "
+          f"{process_s / n * 1e6:7.1f} us/img")
+    print(f"   sandbox (default)                   {sandbox_s:8.2f} s  {n / sandbox_s:9.0f} img/s  "
+          f"{sandbox_s / n * 1e6:7.1f} us/img")
     print(f"   cost ratio (sandbox / in process)   {sandbox_s / process_s:8.2f} x")
     print(json.dumps({"command_sandbox_s": command_s["sandbox"], "command_trusted_s": command_s["trusted"],
                       "command_extra_s": command_s["sandbox"] - command_s["trusted"], "images": n, "sandbox_start_s": start_s, "sandbox_close_s": close_s, "in_process_load_s": load_s,

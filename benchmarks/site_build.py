@@ -58,7 +58,8 @@ def main() -> None:
         files = [p for p in out.rglob("*") if p.is_file()]
         print(f"entries {len(table)}, models {table['model'].nunique()} "
               f"({table[table['flag'] == '']['model'].nunique()} valid)")
-        print(f"build {seconds:.2f} s: {len(pages)} pages, {len(files)} files, {sum(p.stat().st_size for p in files) / 1e6:.1f} MB")
+        print(f"build {seconds:.2f} s: {len(pages)} pages, {len(files)} files, "
+              f"{sum(p.stat().st_size for p in files) / 1e6:.1f} MB")
         print(f"index.html {(out / 'index.html').stat().st_size / 1e3:.0f} kB, "
               f"site.js {(out / 'static' / 'site.js').stat().st_size / 1e3:.0f} kB, "
               f"site.css {(out / 'static' / 'site.css').stat().st_size / 1e3:.0f} kB")
@@ -68,7 +69,8 @@ def main() -> None:
                 return sorted(r[key] for r in runs)[len(runs) // 2]
             print(f"index load (1280x900, medians of {len(runs)} runs): first {median('first'):.0f} ms, first paint "
                   f"{median('paint'):.0f} ms, all rows {median('all'):.0f} ms, DOMContentLoaded {median('dom'):.0f} ms, "
-                  f"load event {median('load'):.0f} ms; rows shown {runs[0]['rows']}, page width {runs[0]['scroll_width']} px")
+                  f"load event {median('load'):.0f} ms; rows shown {runs[0]['rows']}, "
+                  f"page width {runs[0]['scroll_width']} px")
 
 
 if __name__ == "__main__":

@@ -198,8 +198,8 @@ def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, rev
     source = _q(repo_id or LOCAL_PATH)
     rev = f", revision={_q(revision)}" if repo_id and revision else ""
     blocks = [] if repo_id else [
-        "This card was written for the local folder; `cood-dataset publish` uploads it with these examples rewritten "
-        f"for the Hub repo. Replace `{LOCAL_PATH}` by this folder's path."]
+        "This card was written for the local folder; `cood-dataset publish` uploads it with these examples "
+        f"rewritten for the Hub repo. Replace `{LOCAL_PATH}` by this folder's path."]
     blocks.append(f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}; `streaming=True` reads only the "
                   "shards you iterate over:\n\n```python\nfrom datasets import load_dataset\n\n"
                   f"pool = load_dataset({source}, \"pool\", split=\"ood_estimation\"{rev}, streaming=True)\n"
@@ -268,7 +268,8 @@ def published_card(root: str | Path, repo_id: str, revision: str | None = None) 
 
 
 def add_levels(root: str | Path, level_file: str | Path, model: str, kappa: str, *, reference: bool = True) -> Path:
-    """Copy a level manifest into ``<root>/levels/``, list it as a reference config when ``reference``, rewrite the card."""
+    """Copy a level manifest into ``<root>/levels/``, list it as a reference config when ``reference``, rewrite the
+    card."""
     root = Path(root)
     manifest, _ = load_manifest(root)
     level_data_files(read_level_table(Path(level_file)), test_shards(manifest))  # it belongs to this benchmark

@@ -52,7 +52,8 @@ def glyphs(
 def imagenet(
     out: Path = typer.Argument(..., help="Output folder."),
     imagenet21k: str = typer.Option(..., "--imagenet21k", help="ImageNet-21K (fall11 or winter21): the release tar of per-class tars, "
-                                    "its folder of <wnid>.tar files, class folders <wnid>/<images>, or hf://datasets/<repo>[@<revision>][/<shard glob>]."),
+                                    "its folder of <wnid>.tar files, class folders <wnid>/<images>, "
+                                    "or hf://datasets/<repo>[@<revision>][/<shard glob>]."),
     val: str = typer.Option(..., "--val", help="ImageNet-1K validation: class folders <wnid>/<images>, the official tar "
                             "ILSVRC2012_img_val.tar (with --val-labels), or hf://datasets/<repo>[@<revision>][/<shard glob>]."),
     val_labels: Optional[Path] = typer.Option(None, "--val-labels", help="Labels of the validation tar: the devkit "
@@ -64,7 +65,8 @@ def imagenet(
     images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
     test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
     seed: int = typer.Option(0, help="Seed of the split."),
-    train: Optional[str] = typer.Option(None, "--train", help="ImageNet-1K training images (<wnid>/ folders, ILSVRC2012_img_train.tar, or hf://datasets/...): a seeded id_fit split for detectors that fit."),
+    train: Optional[str] = typer.Option(None, "--train", help="ImageNet-1K training images (<wnid>/ folders, ILSVRC2012_img_train.tar, "
+                                         "or hf://datasets/...): a seeded id_fit split for detectors that fit."),
     fit_per_class: int = typer.Option(DEFAULT_FIT_PER_CLASS, help="id_fit images per ID class (with --train; README: why this default)."),
     workers: int = typer.Option(2, help="Processes reading images (and indexing Hub shards)."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),

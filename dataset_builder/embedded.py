@@ -24,7 +24,8 @@ def cache_root() -> Path:
 
 
 def embedded_benchmark(name: str = "glyphs", *, progress: bool = True, workers: int = 2, **settings) -> Path:
-    """The folder of an embedded benchmark built with ``settings`` (defaults: the builder's), building it on first use."""
+    """The folder of an embedded benchmark built with ``settings`` (defaults: the builder's), building it on first
+    use."""
     builder = EMBEDDED[name]
     changed = {k: v for k, v in settings.items() if builder.DEFAULTS.get(k, object()) != v}
     tag = "default" if not changed else "custom-" + hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]

@@ -57,7 +57,8 @@ def sample_class(record: dict, key: str, where: str) -> tuple[str, str]:
 
 
 def index_shard(task: tuple[str, str, str, frozenset | None]) -> tuple[list[str], dict[str, dict[str, Member]]]:
-    """Fetch one shard and index it: the classes it holds, and ``class -> {name: (file, offset, size)}`` of the kept ones."""
+    """Fetch one shard and index it: the classes it holds, and ``class -> {name: (file, offset, size)}`` of the kept
+    ones."""
     from huggingface_hub import hf_hub_download
     from webdataset.tariterators import base_plus_ext
 

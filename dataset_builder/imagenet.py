@@ -52,7 +52,8 @@ def wanted_id_classes(id_classes: Iterable[str] | None = None) -> list[str]:
 
 
 def id_class_table(val: ImageSource, id_classes: Iterable[str] | None = None) -> pd.DataFrame:
-    """ID classes (``index`` = ImageNet-1K index, ``id``, ``name``): all 1,000, or the given subset, each a class of ``val``."""
+    """ID classes (``index`` = ImageNet-1K index, ``id``, ``name``): all 1,000, or the given subset, each a class of
+    ``val``."""
     all_ids, wanted = read_synsets(ID_CLASSES), wanted_id_classes(id_classes)
     folders = set(val.classes())
     if not folders:
@@ -95,7 +96,8 @@ def build_imagenet(root: str | Path, imagenet21k: str | Path, val: str | Path, *
                              min_images=min_images, image_ext="jpg", fit_per_class=fit_per_class)
     description = {
         "benchmark": {"id": BENCHMARK_ID, "version": BENCHMARK_VERSION,
-                      "description": "ImageNet-1K validation (ID) vs. ImageNet-21K classes outside ImageNet-1K's WordNet is-a closure (OOD)."},
+                      "description": "ImageNet-1K validation (ID) vs. ImageNet-21K classes outside ImageNet-1K's "
+                                     "WordNet is-a closure (OOD)."},
         "source": {"kind": "imagenet", "pool": pool, "id": "ImageNet-1K validation", "test_fraction": test_fraction},
         "rules": rules_record(rule_sets),
     }

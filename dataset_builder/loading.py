@@ -53,7 +53,8 @@ def test_shards(manifest: dict) -> dict[str, str]:
 
 
 def _open(source: str | Path, revision: str | None) -> tuple[Benchmark, str, str | None]:
-    """The benchmark, the prefix that turns a relative shard path into a data file, and the Hub commit (None: a folder)."""
+    """The benchmark, the prefix that turns a relative shard path into a data file, and the Hub commit (None: a
+    folder)."""
     if Path(source).is_dir():
         return Benchmark.open(source), f"{Path(source).resolve().as_posix()}/", None
     commit = HfApi().dataset_info(str(source), revision=revision or "main").sha

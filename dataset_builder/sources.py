@@ -1,4 +1,5 @@
-"""Where a benchmark's images come from: class folders, tars of per-class tars, a flat tar plus labels, Hub WebDataset shards.
+"""Where a benchmark's images come from: class folders, tars of per-class tars, a flat tar plus labels, Hub WebDataset
+shards.
 
 Every source answers the same three questions, so that the rest of the build (image checks, the seeded split,
 the shards) never knows which one it reads, and one set of images gives the same benchmark from any form:

@@ -234,7 +234,8 @@ def test_detectors_through_the_model_fitted_on_the_fit_split(fit_glyphs, tmp_pat
     for rec in records.values():
         assert len(rec["levels"]) == 11 and rec["kappa"]["params"]["fit"] == fit
         assert rec["timings"]["isolation"]["mode"] == "sandbox"
-        # the fit split twice (kept features; the named layers), the evaluation splits once (their own passes beside them)
+        # the fit split twice (kept features; the named layers), the evaluation splits once (their own passes beside
+        # them)
         assert rec["timings"]["images_forwarded"] == 2 * 36 * FIT_PER_CLASS + EVAL_IMAGES
     assert records["gram"]["kappa"]["params"] == {"layers": LAYERS, "num_poles_list": None, "fit": fit}
     assert 0.5 < records["gram"]["summary"]["mean_ood_auroc"] and 0.5 < records["mahalanobis_odin"]["summary"]["mean_ood_auroc"]
@@ -267,7 +268,8 @@ class Split(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
+        self.body = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), \
+nn.Conv2d(16, 32, 3, padding=1),
                                   nn.ReLU(), nn.MaxPool2d(2))
         self.fc = nn.Linear(32, 36)
 

@@ -24,7 +24,8 @@ SETTINGS = ImageSettings(images_per_class=4, n_test=1, min_images=4, ood_classes
 
 
 def folders(root: Path) -> tuple[Path, Path, Path]:
-    """ID test (cat, dog: 3 each), OOD (4 classes of 5), training images: cat 6 (one a copy of an ID test image), dog 2."""
+    """ID test (cat, dog: 3 each), OOD (4 classes of 5), training images: cat 6 (one a copy of an ID test image),
+    dog 2."""
     for cid in ("cat", "dog"):
         write_class(root / "id", cid, 3)
     for cid in ("ant", "bee", "fox", "owl"):

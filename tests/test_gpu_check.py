@@ -1,4 +1,5 @@
-"""``benchmarks/gpu_check.py --cpu-smoke``: the GPU check's script runs every part on the CPU and reports measured figures."""
+"""``benchmarks/gpu_check.py --cpu-smoke``: the GPU check's script runs every part on the CPU and reports measured
+figures."""
 
 import json
 import math

@@ -89,7 +89,8 @@ def test_both_label_files_give_the_same_labels(forms):
 
 
 def test_the_cli_reads_the_official_tars(forms, tmp_path):
-    """The command line takes every form (all 1,000 ID classes are required there, so this small val stops at that check)."""
+    """The command line takes every form (all 1,000 ID classes are required there, so this small val stops at that
+    check)."""
     args = ["imagenet", str(tmp_path / "cli"), "--imagenet21k", str(forms["outer"]), "--val", str(forms["val_tar"]),
             "--val-labels", str(forms["devkit"]), "--workers", "1"]
     done = CliRunner().invoke(app, args)

@@ -1,4 +1,5 @@
-"""Per-model levels: level manifests, the dataset card's configs, loading through ``datasets``, locally and from the Hub by tag."""
+"""Per-model levels: level manifests, the dataset card's configs, loading through ``datasets``, locally and from the Hub
+by tag."""
 
 from __future__ import annotations
 

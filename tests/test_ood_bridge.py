@@ -15,7 +15,8 @@ DIM, CLASSES, N_FIT, N_TEST = 16, 5, 400, 120
 
 @pytest.fixture(scope="module")
 def data():
-    """float32 like a forward pass: non-negative (post-ReLU) features, a linear head, labels = the head's predictions on the fit set."""
+    """float32 like a forward pass: non-negative (post-ReLU) features, a linear head, labels = the head's predictions on
+    the fit set."""
     gen = torch.Generator().manual_seed(0)
     linear = torch.nn.Linear(DIM, CLASSES).requires_grad_(False)
     linear.weight.copy_(torch.randn(CLASSES, DIM, generator=gen))
@@ -270,7 +271,8 @@ def test_rankfeat_refuses_models_without_a_spatial_split():
 
 @pytest.fixture(scope="module")
 def tiny_clip(tmp_path_factory):
-    """A tiny open_clip model with random weights, as an open_clip: target with three class names (nothing downloaded)."""
+    """A tiny open_clip model with random weights, as an open_clip: target with three class names (nothing
+    downloaded)."""
     from clip_fixtures import tiny_open_clip
 
     return tiny_open_clip(tmp_path_factory.mktemp("clip"), ["cat", "dog", "cup"])

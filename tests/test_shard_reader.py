@@ -1,4 +1,5 @@
-"""The shard reader of the data path: the same samples as webdataset's tar reader, corrupt shards refused in one line."""
+"""The shard reader of the data path: the same samples as webdataset's tar reader, corrupt shards refused in one
+line."""
 
 import io
 import tarfile

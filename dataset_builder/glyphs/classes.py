@@ -84,7 +84,8 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def classify(rule_sets: dict[str, bool] | None = None) -> pd.DataFrame:
-    """One row per character of the universe: id, char, name, status ('id' | 'ood' | 'removed'), rule, collides_with, detail."""
+    """One row per character of the universe: id, char, name, status ('id' | 'ood' | 'removed'), rule, collides_with,
+    detail."""
     rule_sets = {**OPTIONAL_RULE_SETS, **(rule_sets or {})}
     unknown = set(rule_sets) - set(OPTIONAL_RULE_SETS)
     if unknown:

@@ -1,8 +1,9 @@
-"""A sandboxed submission's process (``python -m harness.runtime.child SETUP``, started in the sandbox of :mod:`harness.runtime.sandbox`).
+"""A sandboxed submission's process (``python -m harness.runtime.child SETUP``, started in the sandbox of
+:mod:`harness.runtime.sandbox`).
 
-Before any of the submission's code runs it gives up root (as root: every capability, then the ``nobody`` user),
-checks from inside that the sandbox holds and tells the harness what it found; then it loads the submission and answers
-batches over the channel (:mod:`harness.runtime.channel`) until told to exit. Capabilities and mounts are Linux system calls
+Before any of the submission's code runs it gives up root (as root: every capability, then the ``nobody`` user), checks
+from inside that the sandbox holds and tells the harness what it found; then it loads the submission and answers batches
+over the channel (:mod:`harness.runtime.channel`) until told to exit. Capabilities and mounts are Linux system calls
 with no maintained Python wrapper, hence ctypes.
 """
 

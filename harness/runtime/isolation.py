@@ -1,13 +1,13 @@
 """The trust boundary: a submission file's code runs in a sandboxed child process, never in the harness's.
 
 The harness reads shards, decodes and transforms images (timm's transform of the file's ``DATA_CONFIG``), computes the
-built-in kappas from the logits, forms levels, measures and writes records. The child (:mod:`harness.runtime.child`, in the
-sandbox of :mod:`harness.runtime.sandbox`) imports the file from a copy of its bundle, builds the model and runs only what
-needs the submitter's code or the model: forward passes, ODIN, MC-dropout and the file's own kappas, and the passes of
-fitted kappas that read the model (their fit, arrays only, is handed over once). Everything it sends crosses the
-channel of :mod:`harness.runtime.channel` as data, and is checked here before use: shapes, dtypes, finiteness, the kappas
-asked for. What names the model in records is computed here: the bundle's hash, and the weights hash and parameter
-count of the parameter bytes the child hands over.
+built-in kappas from the logits, forms levels, measures and writes records. The child (:mod:`harness.runtime.child`, in
+the sandbox of :mod:`harness.runtime.sandbox`) imports the file from a copy of its bundle, builds the model and runs
+only what needs the submitter's code or the model: forward passes, ODIN, MC-dropout and the file's own kappas, and the
+passes of fitted kappas that read the model (their fit, arrays only, is handed over once). Everything it sends crosses
+the channel of :mod:`harness.runtime.channel` as data, and is checked here before use: shapes, dtypes, finiteness, the
+kappas asked for. What names the model in records is computed here: the bundle's hash, and the weights hash and
+parameter count of the parameter bytes the child hands over.
 
 Before the file is imported the child checks from inside that the guards hold; the harness checks that its probe
 listener on 127.0.0.1 was not reached, and refuses to go on unless every guard holds. Limits: a wall-clock limit per
@@ -63,7 +63,8 @@ CONFIG_KEYS = {"input_size", "mean", "std", "interpolation", "crop_pct", "crop_m
 
 
 class ChildForward:
-    """A submission file's model in a sandboxed child process, called like :class:`harness.runtime.inference.LocalForward`.
+    """A submission file's model in a sandboxed child process, called like
+    :class:`harness.runtime.inference.LocalForward`.
 
     It takes the sandbox the command line started for the file before importing the harness (its Python and torch
     start-up then overlap the harness's own), or starts one."""
@@ -86,7 +87,8 @@ class ChildForward:
             raise
 
     def _ask(self, message, expected: str, limit: float):
-        """One exchange with the child within ``limit`` and what is left of the run's limit (see :meth:`Sandbox.ask`)."""
+        """One exchange with the child within ``limit`` and what is left of the run's limit (see
+        :meth:`Sandbox.ask`)."""
         try:
             return self.sandbox.ask(message, expected, min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started)))
         except sandbox.OutOfMemory as exc:
@@ -181,7 +183,8 @@ class ChildForward:
         if not isinstance(array, np.ndarray) or array.dtype.str not in FLOATS:
             raise HarnessError(f"the model returned {what} that are not floating-point numbers")
         if array.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, array.shape)):
-            raise HarnessError(f"the model returned {what} of shape {array.shape}, expected {tuple('any' if s < 0 else s for s in shape)}")
+            raise HarnessError(f"the model returned {what} of shape {array.shape}, "
+                               f"expected {tuple('any' if s < 0 else s for s in shape)}")
         return array.astype(np.float32) if array.ndim == 2 else array
 
     def extract(self, images: torch.Tensor, kappas) -> dict[str, dict]:

@@ -10,8 +10,8 @@ system calls that could undo them. Neither is rewritten here. The child gets:
   the harness's own packages and a copy of the submission bundle at ``/submission``; ``/tmp`` is an empty tmpfs and
   its home; a minimal ``/dev`` (plus the GPU's device nodes on a CUDA run) and its own ``/proc``;
 - no privilege: as root, the harness's child drops to the ``nobody`` user with no capabilities (a setuid drop,
-  :mod:`harness.runtime.child`); as an ordinary user, bubblewrap maps the user into a user namespace with no capabilities and
-  no nested user namespaces; ``no_new_privs`` either way;
+  :mod:`harness.runtime.child`); as an ordinary user, bubblewrap maps the user into a user namespace with no
+  capabilities and no nested user namespaces; ``no_new_privs`` either way;
 - the seccomp filter below, and a scrubbed environment.
 """
 

@@ -1,4 +1,5 @@
-"""The sandboxed child's service (:mod:`harness.runtime.child`): load the submission, then answer batches until told to exit.
+"""The sandboxed child's service (:mod:`harness.runtime.child`): load the submission, then answer batches until told
+to exit.
 
 It sends only data: the file's declared configuration, its kappas' parameters, the model's parameter bytes (which
 the harness hashes itself) and, per batch, logits, features and the in-model kappas' values.

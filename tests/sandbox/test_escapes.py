@@ -166,7 +166,8 @@ def test_an_identity_the_child_claims_is_refused(tiny_glyphs, tmp_path):
 import json, os, socket, sys
 from harness.runtime.channel import Arena, Channel
 setup = json.loads(sys.argv[1])
-forged = Channel(socket.socket(fileno=os.dup(setup["channel"])), Arena(os.dup(setup["answers"])), Arena(os.dup(setup["batches"])))
+forged = Channel(socket.socket(fileno=os.dup(setup["channel"])), Arena(os.dup(setup["answers"])), \
+Arena(os.dup(setup["batches"])))
 forged.send("loaded", {"name": "glyph_cnn", "data_config": cnn.DATA_CONFIG, "kappas": {}, "head": None, "state": [],
                        "parameters": [], "weights_sha256": "ab" * 32, "num_parameters": 123456789})
 """)
@@ -204,7 +205,8 @@ buf = ctypes.create_string_buffer(16)
 local, remote = iovec(ctypes.addressof(buf), 16), iovec(0x400000, 16)
 outcome = ["traced" if libc.ptrace(16, {pid}, None, None) == 0 else "untraced",
            "read" if libc.process_vm_readv({pid}, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) > 0 else "unread",
-           "written" if libc.process_vm_writev({pid}, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) > 0 else "unwritten"]
+           "written" if libc.process_vm_writev({pid}, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) > 0 \
+else "unwritten"]
 try:
     with open("/proc/{pid}/mem", "wb") as mem:
         mem.write(b"x")

@@ -27,7 +27,8 @@ NAME = 'glyph_cnn'
 def build_model():
     import harness.method.evaluation as evaluation, harness.method.metrics as metrics, harness.outputs as outputs
     metrics.auroc = lambda *a, **k: 0.999
-    evaluation.level_metrics = lambda *a, **k: dict(ood_auroc=0.999, fpr_at_95_tpr=0.0, aupr_in=1.0, aupr_out=1.0, ood_avg_conf=0.0)
+    evaluation.level_metrics = lambda *a, **k: dict(ood_auroc=0.999, fpr_at_95_tpr=0.0, aupr_in=1.0, \
+aupr_out=1.0, ood_avg_conf=0.0)
     outputs.record = lambda *a, **k: {}
     return cnn.build_model()
 """)
@@ -49,17 +50,19 @@ def test_a_trusted_file_runs_in_process(tiny_glyphs, tmp_path, monkeypatch):
 
 
 FAULTS = {
-    "hang": ("import time\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n            time.sleep(600)\n"
-             "        return super().forward(x)\n", ["--timeout", "3"], r"error: shard id/test/000000\.tar: the submission did not answer within 3 s \(see --timeout and --run-timeout\)"),
-    "crash": ("import os\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n            os._exit(7)\n"
-              "        return super().forward(x)\n", [], r"error: shard id/test/000000\.tar: the submission's process died \(exit code 7\)"),
-    "segfault": ("import ctypes\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n            ctypes.string_at(0)\n"
-                 "        return super().forward(x)\n", [], r"error: shard id/test/000000\.tar: the submission's process died \(signal SIGSEGV\)"),
+    "hang": ("import time\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
+             "            time.sleep(600)\n        return super().forward(x)\n", ["--timeout", "3"],
+             (r"error: shard id/test/000000\.tar: the submission did not answer within 3 s "
+              r"\(see --timeout and --run-timeout\)")),
+    "crash": ("import os\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
+              "            os._exit(7)\n        return super().forward(x)\n", [], r"error: shard id/test/000000\.tar: the submission's process died \(exit code 7\)"),
+    "segfault": ("import ctypes\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
+                 "            ctypes.string_at(0)\n        return super().forward(x)\n", [], r"error: shard id/test/000000\.tar: the submission's process died \(signal SIGSEGV\)"),
     "memory": ("import numpy as np\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
                "            np.ones(2**34, dtype=np.uint8)\n        return super().forward(x)\n", ["--memory-limit", "4"],
                r"error: shard id/test/000000\.tar: (kappa|the model's forward pass failed|the submission ran out of memory).*"),
-    "raises": ("class M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n            raise ValueError('only on real batches')\n"
-               "        return super().forward(x)\n", [],
+    "raises": ("class M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
+               "            raise ValueError('only on real batches')\n        return super().forward(x)\n", [],
                r"error: shard id/test/000000\.tar: the model's forward pass failed: ValueError: only on real batches"),
     "dict_output": ("class M(cnn.GlyphCNN):\n    def forward(self, x):\n        return {'logits': super().forward(x)}\n", [],
                     r"error: .*the model returned a dict; it must return a logits tensor or a tuple \(logits, features\)"),
