@@ -1,4 +1,4 @@
-"""Every pytorch-ood 0.4.0 detector class on ``glyph_cnn`` and the embedded benchmark: the coverage table of docs/kappas.md.
+"""Every pytorch-ood 0.4.0 detector class on ``glyph_cnn`` and the embedded benchmark: docs/kappas.md's coverage table.
 
 One pass keeps the logits and features of the fit split and the three evaluation splits in a score cache; then every
 supported detector that reads them is fitted and scored from the cache alone (the run's stats must show no image
@@ -6,7 +6,7 @@ forwarded), and the detectors that need the model take their own passes. Prints 
 the kappa it is, or why it is not one; what it reads; whether it fits; its parameters and defaults; the level-0 and
 level-10 ood-auroc; its fit time and its scoring time over the evaluation splits.
 
-    python benchmarks/detector_coverage.py [--mc-passes 30] [--cache-dir DIR] [--skip-model-kappas] [--doc docs/kappas.md]
+    python benchmarks/detector_coverage.py [--mc-passes 30] [--cache-dir DIR] [--skip-model-kappas] [--doc FILE]
 
 ``--skip-model-kappas`` lists the detectors that take their own passes through the model without measuring them (on
 CPU those passes take most of the time: MC-dropout alone is ``--mc-passes`` passes over every image); ``--doc``

@@ -99,7 +99,7 @@ def scratch(tmp_path, tiny_glyphs) -> tuple[Path, dict]:
 def test_runnable_block_runs(scratch, doc, line, language, code):
     folder, env = scratch
     if language == "python":
-        script = folder.parent / f"doc_block_{line}.py"  # saved elsewhere, run from the root: its folder is no import root
+        script = folder.parent / f"doc_block_{line}.py"  # saved elsewhere, run from the root: no import root
         script.write_text(code)
         command = [sys.executable, str(script)]
     else:
@@ -111,6 +111,6 @@ def test_runnable_block_runs(scratch, doc, line, language, code):
         assert "Best models per kappa" in done.stdout and (folder / "paper-board" / "table.csv").is_file()
     if "evaluate(" in code:  # the printed per-level table: 11 levels of each of the two kappas
         assert done.stdout.count("softmax") == 11 and done.stdout.count("energy") == 11, done.stdout
-    if "--leaderboard my-board" in code:  # the README's three commands: two models on a board of their own, and its site
+    if "--leaderboard my-board" in code:  # the README's three commands: two models on a board, and its site
         assert (folder / "cood-results" / "glyph_cnn" / "records" / "ash.json").is_file()
         assert (folder / "my-board" / "table.csv").is_file() and (folder / "my-site" / "index.html").is_file()
