@@ -1,5 +1,5 @@
 # CUDA-capable image whose entry point is cood-harness, with the `models` extra (open_clip, transformers).
-# The harness builds a sandbox for a submission file inside the container (README: the submission contract), which
+# The harness builds a sandbox for a submission file inside the container (docs/submitting.md: the sandbox), which
 # needs CAP_SYS_ADMIN and no AppArmor mount ban for the harness; the submission itself runs with no capability:
 #   docker build -t cood-bench .
 #   docker run --gpus all --ipc=host --cap-add SYS_ADMIN --security-opt apparmor=unconfined -v $PWD:/work -v cood-cache:/cache \

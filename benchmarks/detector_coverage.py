@@ -1,4 +1,4 @@
-"""Every pytorch-ood 0.4.0 detector class on ``glyph_cnn`` and the embedded benchmark: the README's coverage table.
+"""Every pytorch-ood 0.4.0 detector class on ``glyph_cnn`` and the embedded benchmark: docs/kappas.md's coverage table.
 
 One pass keeps the logits and features of the fit split and the three evaluation splits in a score cache; then every
 supported detector that reads them is fitted and scored from the cache alone (the run's stats must show no image
@@ -6,11 +6,11 @@ forwarded), and the detectors that need the model take their own passes. Prints 
 the kappa it is, or why it is not one; what it reads; whether it fits; its parameters and defaults; the level-0 and
 level-10 ood-auroc; its fit time and its scoring time over the evaluation splits.
 
-    python benchmarks/detector_coverage.py [--mc-passes 30] [--cache-dir DIR] [--skip-model-kappas] [--readme README.md]
+    python benchmarks/detector_coverage.py [--mc-passes 30] [--cache-dir DIR] [--skip-model-kappas] [--doc FILE]
 
 ``--skip-model-kappas`` lists the detectors that take their own passes through the model without measuring them (on
-CPU those passes take most of the time: MC-dropout alone is ``--mc-passes`` passes over every image); ``--readme``
-writes the table into the README's "Detector coverage" section, between its markers.
+CPU those passes take most of the time: MC-dropout alone is ``--mc-passes`` passes over every image); ``--doc``
+writes the table into the "Detector coverage" section of docs/kappas.md, between its markers.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def main() -> None:
     parser.add_argument("--mc-passes", type=int, default=30, help="MC-dropout passes (each is a pass over every image)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="score cache (default: a temporary folder)")
     parser.add_argument("--skip-model-kappas", action="store_true", help="do not measure the kappas that need the model")
-    parser.add_argument("--readme", type=Path, default=None, help="write the table into this README's coverage section")
+    parser.add_argument("--doc", "--readme", dest="doc", type=Path, default=None,
+                        help="write the table into this file's coverage section (docs/kappas.md)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cache_dir = args.cache_dir or Path(tmp)
@@ -116,17 +117,17 @@ def main() -> None:
                        "| level 10 | fit s | score s |", "|---|---|---|---|---|---|---|---|---|", *rows])
     print()
     print(table)
-    if args.readme is not None:
-        write_section(args.readme, table)
+    if args.doc is not None:
+        write_section(args.doc, table)
 
 
-def write_section(readme: Path, table: str) -> None:
-    """Replace what lies between the coverage markers in ``readme`` with ``table``."""
-    text = readme.read_text()
+def write_section(doc: Path, table: str) -> None:
+    """Replace what lies between the coverage markers in ``doc`` with ``table``."""
+    text = doc.read_text()
     if START not in text or END not in text:
-        raise SystemExit(f"{readme} has no {START} ... {END} markers")
+        raise SystemExit(f"{doc} has no {START} ... {END} markers")
     head, rest = text.split(START, 1)
-    readme.write_text(f"{head}{START}\n{table}\n{END}{rest.split(END, 1)[1]}")
+    doc.write_text(f"{head}{START}\n{table}\n{END}{rest.split(END, 1)[1]}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Iterable
 
-DEFAULT_FIT_PER_CLASS = 100  # id_fit images per ID class; README "The ID fit split" says why
+DEFAULT_FIT_PER_CLASS = 100  # id_fit images per ID class; docs/benchmark-format.md "The ID fit split" says why
 
 SPLIT_RULE = ("order images by sha256(f'{seed}/{class_id}/{image_key}'); keep the first images_per_class; "
               "the first n_test of those are test")

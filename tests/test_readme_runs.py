@@ -1,4 +1,5 @@
-"""The README's runnable blocks run: each block whose fence follows a ``<!-- runnable -->`` line is run as a user would.
+"""The docs' runnable blocks run: each block of ``README.md`` and ``docs/*.md`` whose fence follows a
+``<!-- runnable -->`` line is run as a user would.
 
 A block runs in a scratch folder that looks like the repository root (its top-level entries linked there), so it
 can read ``examples/`` and writes only to the scratch folder: a ``python`` block is saved as a file beside that folder
@@ -20,7 +21,7 @@ import pytest
 from dataset_builder.embedded import EMBEDDED
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = "<!-- runnable -->"
 
 
@@ -32,33 +33,38 @@ def runnable_blocks(text: str) -> list[tuple[int, str, str]]:
         if line.strip() != MARKER:
             continue
         fence = re.fullmatch(r"```(bash|python)", lines[i + 1].strip()) if i + 1 < len(lines) else None
-        assert fence, f"README line {i + 1}: {MARKER} must be followed by a ```bash or ```python fence"
+        assert fence, f"line {i + 1}: {MARKER} must be followed by a ```bash or ```python fence"
         end = next(j for j in range(i + 2, len(lines)) if lines[j].strip() == "```")
         blocks.append((i + 2, fence.group(1), "\n".join(lines[i + 2:end]) + "\n"))
     return blocks
 
 
-BLOCKS = runnable_blocks(README.read_text())
+# (document, line of the fence, language, code) of every runnable block of the docs
+BLOCKS = [(doc.relative_to(ROOT).as_posix(), line, language, code)
+          for doc in DOCS for line, language, code in runnable_blocks(doc.read_text())]
 
 
-def test_the_marked_blocks_are_the_ones_the_readme_promises():
-    assert len(BLOCKS) == 3, [line for line, _, _ in BLOCKS]
-    languages = {code.splitlines()[0]: language for _, language, code in BLOCKS}
-    assert languages == {"cood-leaderboard import-paper -d paper-board     # the shipped table; or: import-paper "
-                         "path/to/all_paper_results.csv -d paper-board": "bash",
-                         "import runpy": "python", "from pathlib import Path": "python"}
+def test_the_marked_blocks_are_the_ones_the_docs_promise():
+    assert len(BLOCKS) == 4, [(doc, line) for doc, line, _, _ in BLOCKS]
+    where = {code.splitlines()[0]: (doc, language) for doc, _, language, code in BLOCKS}
+    assert where == {
+        "cood-harness submit examples/glyph_cnn.py -k softmax -k energy -k ash --leaderboard my-board":
+            ("README.md", "bash"),
+        "cood-leaderboard import-paper -d paper-board     # the shipped table; or: import-paper "
+        "path/to/all_paper_results.csv -d paper-board": ("docs/leaderboard.md", "bash"),
+        "import runpy": ("docs/submitting.md", "python"), "from pathlib import Path": ("docs/submitting.md", "python")}
 
 
 def test_a_marker_without_a_fence_is_refused():
     assert runnable_blocks("a\n<!-- runnable -->\n```python\nprint(1)\n```\n") == [(3, "python", "print(1)\n")]
-    with pytest.raises(AssertionError, match="line 1: <!-- runnable --> must be followed by"):
+    with pytest.raises(AssertionError, match="^line 1: <!-- runnable --> must be followed by"):
         runnable_blocks("<!-- runnable -->\n```\nls\n```\n")
 
 
 def test_the_complete_example_is_glyph_mlp_without_its_docstring():
     source = (ROOT / "examples" / "glyph_mlp.py").read_text()
     docstring_end = ast.parse(source).body[0].end_lineno
-    example = [code for _, _, code in BLOCKS if code.startswith("from pathlib import Path")]
+    example = [code for _, _, _, code in BLOCKS if code.startswith("from pathlib import Path")]
     assert example == ["\n".join(source.splitlines()[docstring_end:]).strip() + "\n"]
 
 
@@ -88,20 +94,23 @@ def scratch(tmp_path, tiny_glyphs) -> tuple[Path, dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("line, language, code", BLOCKS,
-                         ids=[f"README-line-{line}-{language}" for line, language, _ in BLOCKS])
-def test_runnable_block_runs(scratch, line, language, code):
+@pytest.mark.parametrize("doc, line, language, code", BLOCKS,
+                         ids=[f"{doc}-line-{line}-{language}" for doc, line, language, _ in BLOCKS])
+def test_runnable_block_runs(scratch, doc, line, language, code):
     folder, env = scratch
     if language == "python":
-        script = folder.parent / f"readme_block_{line}.py"  # saved elsewhere, run from the root: its folder is no import root
+        script = folder.parent / f"doc_block_{line}.py"  # saved elsewhere, run from the root: no import root
         script.write_text(code)
         command = [sys.executable, str(script)]
     else:
         command = ["bash", "-e", "-c", code]
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"README block at line {line} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{doc} block at line {line} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     if "import-paper" in code:  # the commands did their work, in the scratch folder
         assert done.stdout.splitlines()[0] == "imported 1848 entries (706 models) into paper-board"
         assert "Best models per kappa" in done.stdout and (folder / "paper-board" / "table.csv").is_file()
     if "evaluate(" in code:  # the printed per-level table: 11 levels of each of the two kappas
         assert done.stdout.count("softmax") == 11 and done.stdout.count("energy") == 11, done.stdout
+    if "--leaderboard my-board" in code:  # the README's three commands: two models on a board, and its site
+        assert (folder / "cood-results" / "glyph_cnn" / "records" / "ash.json").is_file()
+        assert (folder / "my-board" / "table.csv").is_file() and (folder / "my-site" / "index.html").is_file()
