@@ -67,7 +67,8 @@ def imagenet(
     seed: int = typer.Option(0, help="Seed of the split."),
     train: Optional[str] = typer.Option(None, "--train", help="ImageNet-1K training images (<wnid>/ folders, ILSVRC2012_img_train.tar, "
                                          "or hf://datasets/...): a seeded id_fit split for detectors that fit."),
-    fit_per_class: int = typer.Option(DEFAULT_FIT_PER_CLASS, help="id_fit images per ID class (with --train; docs/benchmark-format.md: why this default)."),
+    fit_per_class: int = typer.Option(DEFAULT_FIT_PER_CLASS, help="id_fit images per ID class (with --train; docs/benchmark-format.md: "
+                                                                        "why this default)."),
     workers: int = typer.Option(2, help="Processes reading images (and indexing Hub shards)."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
 ) -> None:
