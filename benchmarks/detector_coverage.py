@@ -45,7 +45,7 @@ def kappa_of(cls_name: str) -> str | None:
     bridged = {cls.__name__: name for name, cls in bridged_classes().items()}
     return {**SAME_AS_PAPER_KAPPA, **bridged, **{g: g.lower() for g in GRADIENT_DETECTORS},
             **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
-            **{c: k for c, (k, _) in SPLIT_MODEL_DETECTORS.items()}}.get(cls_name)
+            **{c: k for c, (k, _, _) in SPLIT_MODEL_DETECTORS.items()}}.get(cls_name)
 
 
 def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:
