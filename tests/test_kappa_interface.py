@@ -11,10 +11,10 @@ import torch
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.kappas import (FeaturesKappa, FittedKappa, LayersKappa, ModelKappa, OutputsKappa, register_kappa, registry,
-                            resolve_kappas)
+from harness.kappas import (FeaturesKappa, FittedKappa, LayersKappa, ModelKappa, OutputsKappa, StatefulModelKappa,
+                            register_kappa, registry, resolve_kappas)
 from harness.kappas import detectors
-from harness.kappas.base import DECLARED, StatefulModelKappa
+from harness.kappas.base import DECLARED
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward, score_batch
 

@@ -96,7 +96,8 @@ class ModelKappa(Kappa):
     reads = frozenset({"model"})
 
     @abstractmethod
-    def score_model(self, model: torch.nn.Module, images: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def score_model(self, model: torch.nn.Module, images: torch.Tensor,
+                    seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores, confidences)`` of a batch of images (tensors, one per sample); ``seed`` is the batch's."""
 
 
@@ -202,7 +203,8 @@ def register_kappa(name: str, summary: str = "", *, defaults: dict | None = None
 
     def register(cls: type[Kappa]) -> type[Kappa]:
         if not (inspect.isclass(cls) and issubclass(cls, Kappa)) or inspect.isabstract(cls):
-            raise TypeError(f"kappa '{name}': register a Kappa subclass that implements its kind's methods, got {cls!r}")
+            raise TypeError(f"kappa '{name}': register a Kappa subclass that implements its kind's methods, "
+                            f"got {cls!r}")
         text = summary or (inspect.getdoc(cls) or "").split("\n")[0]
         DECLARED.append(KappaDef(name, text, source, cls.needs(), dict(defaults or {}), cls, reference, seeded,
                                  from_options))

@@ -6,7 +6,7 @@ from dataclasses import replace
 from functools import partial
 
 from harness.errors import HarnessError
-from harness.kappas.base import KappaDef, LogitsKappa, ModelKappa, Outputs, register_kappa
+from harness.kappas.base import FeaturesKappa, KappaDef, LogitsKappa, ModelKappa, Outputs, register_kappa
 from harness.kappas.logit import BUILTIN_LOGIT_KAPPAS, LogitKappa
 from harness.kappas.model import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, ODIN_PRESETS, mc_dropout, odin
 
@@ -28,12 +28,16 @@ class FromLogits(LogitsKappa):
         return self.kappa(outputs.logits, outputs.features)
 
 
-SUMMARIES = {"softmax": "max softmax probability (ranked by the max log-softmax)", "entropy": "minus the softmax entropy",
-             "max_logit": "max logit", "energy": "T * logsumexp(logits / T)"}
+def from_logits(kappa: LogitKappa) -> type[FromLogits]:
+    """The implementation of ``kappa`` (a kind that reads the features too, if it wants them)."""
+    kinds = (FromLogits, FeaturesKappa) if kappa.wants_features else (FromLogits,)
+    return type(f"FromLogits_{kappa.name}", kinds, {"kappa": kappa})
 
-for _name, _kappa in BUILTIN_LOGIT_KAPPAS.items():
-    register_kappa(_name, SUMMARIES[_name], defaults=_kappa.params, reference=PAPER, source="paper")(
-        type(f"FromLogits_{_name}", (FromLogits,), {"kappa": _kappa}))
+
+SUMMARIES = {"softmax": "max softmax probability (ranked by the max log-softmax)",
+             "entropy": "minus the softmax entropy", "max_logit": "max logit", "energy": "T * logsumexp(logits / T)"}
+for name, kappa in BUILTIN_LOGIT_KAPPAS.items():
+    register_kappa(name, SUMMARIES[name], defaults=kappa.params, reference=PAPER, source="paper")(from_logits(kappa))
 
 
 def _odin_options(options: dict) -> dict:
@@ -69,6 +73,5 @@ class McDropout(ModelKappa):
 
 def submission_kappa(kappa: LogitKappa) -> KappaDef:
     """A submission's own kappa (its code runs beside the model, in the submission's process)."""
-    needs = frozenset({"logits", "features"} if kappa.wants_features else {"logits"})
-    own = type(f"FromLogits_{kappa.name}", (FromLogits,), {"kappa": kappa})
-    return KappaDef(kappa.name, "the submission's own", "submission", needs, dict(kappa.params), own)
+    own = from_logits(kappa)
+    return KappaDef(kappa.name, "the submission's own", "submission", own.needs(), dict(kappa.params), own)

@@ -4,10 +4,11 @@ What a detector reads follows from its base class: a ``LogitsDetector`` reads th
 features (and the last layer, when its constructor takes ``head`` or ``w``/``b``), and the activation-shaping
 ``FeatureMapsDetector`` s (ReAct, ASH, SCALE, VRA) the penultimate activations as :math:`B \\times D \\times 1 \\times 1`
 maps followed by the last layer, as their papers apply them. ``requires_fit`` adds a fit on the fit split's features
-(or logits) and labels. Parameters are the constructor's scalar parameters with its defaults. pytorch-ood scores are
-larger = more OOD; a kappa is the negated score (higher = more in-distribution). Detectors compute in float32,
-as pytorch-ood expects. A sample's score never depends on the samples scored beside it: OpenMax, whose pytorch-ood
-prediction does, is predicted per sample (see :mod:`harness.kappas.openmax`).
+(or logits) and labels. Each is registered as a kappa of the matching kinds (:mod:`harness.kappas.base`). Parameters
+are the constructor's scalar parameters with its defaults. pytorch-ood scores are larger = more OOD; a kappa is the
+negated score (higher = more in-distribution). Detectors compute in float32, as pytorch-ood expects. A sample's score
+never depends on the samples scored beside it: OpenMax, whose pytorch-ood prediction does, is predicted per sample
+(see :mod:`harness.kappas.openmax`).
 
 The gradient detectors GradNorm and GradUncertainty need the model: they take their own passes, as ODIN does, on the
 model's logits. MahalanobisODIN, MultiMahalanobis, Gram and NACUE are fitted, then score through the model (see
@@ -39,8 +40,8 @@ NOT_BRIDGED = {
 # the gradient detectors: their parameters are the papers' choices (GradNorm: the last layer's weights only)
 GRADIENT_DETECTORS = {"GradNorm": {"temperature": 1.0, "parameters": "last_layer"},
                       "GradUncertainty": {"parameters": "all"}}
-# fitted on the fit split, then scored through the model: our name, its implementation (its kind says what it reads), its
-# parameters
+# fitted on the fit split, then scored through the model: our name, its implementation (its kind says what it
+# reads), its parameters
 # (``layers``: module names, comma-separated, or auto for a timm model's feature_info; a per-layer value: a,b,...)
 FITTED_MODEL_DETECTORS = {
     "MahalanobisODIN": ("mahalanobis_odin", ood_layers.MahalanobisOdin, {"eps": 0.002}),
@@ -50,7 +51,8 @@ FITTED_MODEL_DETECTORS = {
 }
 # scored through a model split in two (see :mod:`harness.kappas.ood_split`): our name, its implementation, its
 # parameters (MCM's temperature: the paper's 1)
-SPLIT_MODEL_DETECTORS = {"RankFeat": ("rankfeat", ood_split.RankFeat, {}), "MCM": ("mcm", ood_split.Mcm, {"temperature": 1.0})}
+SPLIT_MODEL_DETECTORS = {"RankFeat": ("rankfeat", ood_split.RankFeat, {}),
+                         "MCM": ("mcm", ood_split.Mcm, {"temperature": 1.0})}
 NAMES = {"KLMatching": "kl_matching", "TemperatureScaling": "temperature_scaling"}
 INPUTS = ("model", "encoder", "backbone", "head", "w", "b", "detector", "criterion")
 # parameters without a default in pytorch-ood: ViM's principal dimension (None: half the feature dimension, about
@@ -81,7 +83,10 @@ def _defaults(cls) -> dict:
 def _kinds(cls, kind: str) -> tuple[type, ...]:
     """The kinds of kappa the detector is: what it reads, and whether it is fitted."""
     takes = set(inspect.signature(cls.__init__).parameters)
-    reads = LogitsKappa if kind == "logits" else HeadKappa if kind == "maps" or takes & {"head", "w"} else FeaturesKappa
+    if kind == "logits":
+        reads = LogitsKappa
+    else:
+        reads = HeadKappa if kind == "maps" or takes & {"head", "w"} else FeaturesKappa
     return (FittedKappa, reads) if cls.requires_fit else (reads,)
 
 
@@ -195,7 +200,8 @@ def bridged_classes() -> dict[str, type]:
 
 
 def _register(name: str, cls, implementation: type, defaults: dict) -> None:
-    register_kappa(name, _summary(cls), defaults=defaults, reference=_reference(cls), source="pytorch-ood")(implementation)
+    register_kappa(name, _summary(cls), defaults=defaults, reference=_reference(cls),
+                   source="pytorch-ood")(implementation)
 
 
 def _bridged(base: type, cls, *kinds: type, **attributes) -> type:
@@ -203,11 +209,17 @@ def _bridged(base: type, cls, *kinds: type, **attributes) -> type:
     return type(f"{base.__name__}_{cls.__name__}", (base, *kinds), {"cls": cls, **attributes})
 
 
-# registered in pytorch-ood's order, then the gradient detectors, those fitted, then scored through the model, and
-# those that read a split model
-for _name, _cls in bridged_classes().items():
-    _register(_name, _cls, _bridged(Bridged, _cls, *_kinds(_cls, _kind(_cls)), kind=_kind(_cls)), _defaults(_cls))
-for _cls_name, _defaults_of in GRADIENT_DETECTORS.items():
-    _register(_cls_name.lower(), getattr(pod, _cls_name), _bridged(GradientBridged, getattr(pod, _cls_name)), _defaults_of)
-for _cls_name, (_name, _implementation, _defaults_of) in {**FITTED_MODEL_DETECTORS, **SPLIT_MODEL_DETECTORS}.items():
-    _register(_name, getattr(pod, _cls_name), _implementation, _defaults_of)
+def _register_all() -> None:
+    """Every bridged detector, in pytorch-ood's order, then the gradient detectors, those fitted, then scored through
+    the model, and those that read a split model."""
+    for name, cls in bridged_classes().items():
+        kind = _kind(cls)
+        _register(name, cls, _bridged(Bridged, cls, *_kinds(cls, kind), kind=kind), _defaults(cls))
+    for cls_name, defaults in GRADIENT_DETECTORS.items():
+        cls = getattr(pod, cls_name)
+        _register(cls_name.lower(), cls, _bridged(GradientBridged, cls), defaults)
+    for cls_name, (name, implementation, defaults) in {**FITTED_MODEL_DETECTORS, **SPLIT_MODEL_DETECTORS}.items():
+        _register(name, getattr(pod, cls_name), implementation, defaults)
+
+
+_register_all()

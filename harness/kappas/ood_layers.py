@@ -8,8 +8,8 @@ outputs, Gram statistics, NAC bin counts), the fit itself is pytorch-ood's and r
 state goes back to the model's process, where the evaluation splits are scored by pytorch-ood on the model.
 
 Every implementation here is a :class:`~harness.kappas.base.FittedModelKappa` or, reading layers, a
-:class:`~harness.kappas.base.LayersKappa`: its fit travels to the model's process by ``state()`` and ``load(state)``. Perturbations (MahalanobisODIN's ``eps``) are in the model's
-normalised input space, as the harness's ODIN.
+:class:`~harness.kappas.base.LayersKappa`: its fit travels to the model's process by ``state()`` and ``load(state)``.
+Perturbations (MahalanobisODIN's ``eps``) are in the model's normalised input space, as the harness's ODIN.
 """
 
 from __future__ import annotations
