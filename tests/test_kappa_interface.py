@@ -1,5 +1,6 @@
 """The kappa interface: a kappa's kind declares what it needs and which methods the harness calls, and a detector is
-one file that registers itself (examples/detectors/flip_agreement.py, dropped into harness.kappas.detectors)."""
+one file that registers itself, dropped into harness.kappas.detectors: examples/detectors/flip_agreement.py (its own
+passes through the model) and a reader of intermediate layers (fitted on what the model's process extracts)."""
 
 import shutil
 import sys
@@ -12,26 +13,61 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.kappas import (FeaturesKappa, FittedKappa, LayersKappa, ModelKappa, OutputsKappa, StatefulModelKappa,
-                            register_kappa, registry, resolve_kappas)
+                            rebuild_kappa, register_kappa, registry, resolve_kappas)
 from harness.kappas import detectors
 from harness.kappas.base import DECLARED
 from harness.runtime.execution import Execution
-from harness.runtime.inference import LocalForward, score_batch
+from harness.runtime.inference import LocalForward, fit_on_layers, score_batch
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "detectors" / "flip_agreement.py"
 
 
+LAYER_DETECTOR = '''
+import numpy as np
+import torch
+
+from harness.kappas import LayersKappa, register_kappa
+from harness.kappas.ood_layers import layer_outputs, named_layers
+
+
+@register_kappa("norm_gap", defaults={"layers": "auto"})
+class NormGap(LayersKappa):
+    """minus how far the named layers' activation norms are from their means on the fit split"""
+
+    def _norms(self, model, images):
+        layers = [m for _, m in named_layers(model, self.params["layers"], "norm_gap")]
+        return torch.stack([z.flatten(1).norm(dim=1) for z in layer_outputs(model, layers, images)[1]], dim=1).double()
+
+    def extract(self, model, images):
+        return {"norms": self._norms(model, images).cpu().numpy()}
+
+    def fit_extracted(self, parts, labels):
+        self.mean = np.concatenate([part["norms"] for part in parts]).mean(axis=0)
+
+    def state(self):
+        return {"mean": self.mean}
+
+    def load(self, state):
+        self.mean = state["mean"]
+
+    def score_model(self, model, images, seed):
+        gap = (self._norms(model, images) - torch.from_numpy(self.mean).to(images.device)).abs().sum(dim=1)
+        return -gap, -gap
+'''
+
+
 @pytest.fixture
 def dropped_in(tmp_path, monkeypatch):
-    """The example detector as a module of harness.kappas.detectors, for this test only."""
+    """A folder of harness.kappas.detectors holding the example detector (and what a test writes), for this test only."""
     shutil.copy(EXAMPLE, tmp_path)
     monkeypatch.setattr(detectors, "__path__", [*detectors.__path__, str(tmp_path)])
     declared = len(DECLARED)
     registry.cache_clear()
-    yield
+    yield tmp_path
     del DECLARED[declared:]
     registry.cache_clear()
-    sys.modules.pop("harness.kappas.detectors.flip_agreement", None)
+    for path in tmp_path.glob("*.py"):
+        sys.modules.pop(f"harness.kappas.detectors.{path.stem}", None)
 
 
 def test_a_detector_in_one_file_is_listed_with_its_needs(dropped_in):
@@ -62,6 +98,26 @@ def test_it_scores_through_the_models_pass(dropped_in):
     alone = score_batch(forward, images[2:3], ["c"], np.zeros(1, dtype=int), 3, [spec]).scores["flip_agreement"]
     np.testing.assert_allclose(alone, expected[2:3], rtol=1e-6)
     assert np.ptp(expected) > 1e-3  # the samples differ: a score that ignored its input would fail
+
+
+def test_a_layer_reader_in_one_file_is_fitted_on_extracted_layers_and_scored_through_the_model(dropped_in):
+    (dropped_in / "norm_gap.py").write_text(LAYER_DETECTOR)
+    (spec,) = resolve_kappas(["norm_gap:layers=1,3"])
+    assert spec.needs == {"model", "fit", "layers"} and spec.reads_layers and spec.in_model
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
+    forward = LocalForward(model, Execution.resolve("cpu"), 3, seed=0)
+    fit_images, images = torch.randn(10, 1, 3, 4), torch.randn(4, 1, 3, 4)
+    parts = [forward.extract(fit_images[i:i + 4], [spec])[spec.name] for i in range(0, 10, 4)]
+    fit_on_layers([spec], {spec.name: parts}, np.zeros(10, dtype=int), seed=0)
+    beside_the_model = rebuild_kappa(spec.name, spec.params, {})  # as the model's process rebuilds it
+    beside_the_model.impl.load(spec.impl.state())
+    scored = score_batch(forward, images, list("abcd"), np.zeros(4, dtype=int), 3, [beside_the_model])
+    with torch.no_grad():
+        norms = lambda x: torch.stack([model[:2](x).norm(dim=1), model(x).norm(dim=1)], dim=1).double()  # noqa: E731
+        expected = -(norms(images) - norms(fit_images).mean(dim=0)).abs().sum(dim=1).numpy()
+    np.testing.assert_allclose(scored.scores["norm_gap"], expected, rtol=1e-6)
+    assert np.ptp(expected) > 1e-3
 
 
 def test_needs_follow_from_the_kinds():
