@@ -45,14 +45,14 @@ def kappa_of(cls_name: str) -> str | None:
     bridged = {cls.__name__: name for name, cls in bridged_classes().items()}
     return {**SAME_AS_PAPER_KAPPA, **bridged, **{g: g.lower() for g in GRADIENT_DETECTORS},
             **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
-            **{c: k for c, (k, _) in SPLIT_MODEL_DETECTORS.items()}}.get(cls_name)
+            **{c: k for c, (k, _, _) in SPLIT_MODEL_DETECTORS.items()}}.get(cls_name)
 
 
 def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:
     """One kappa alone on the shared cache: its record's first and last level, fit and score seconds, images
     forwarded."""
     options = {"mc_passes": mc_passes} if kappa == "mc_dropout" else {}
-    request = f"{kappa}:{GLYPH_LAYERS}" if "layers" in registry().get(kappa).needs else kappa
+    request = f"{kappa}:{GLYPH_LAYERS}" if registry().get(kappa).reads_layers else kappa
     evaluation = evaluate(MODEL, kappas=[request], cache=True, cache_dir=cache_dir, progress=False, **options)
     (rec,) = evaluation.records
     timings = rec["timings"]
@@ -97,20 +97,20 @@ def main() -> None:
                 what, why = NOT_ON_GLYPH_CNN[kappa]
                 rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {what} | no | {params} | {why} | | - | - |")
                 continue
-            if args.skip_model_kappas and "model" in kdef.needs:
+            if args.skip_model_kappas and kdef.needs_model:
                 rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | no | {params} "
                             "| not measured | (own passes) | - | - |")
                 continue
             measured = run(kappa, cache_dir, args.mc_passes)
-            if "model" not in kdef.needs and measured["forwarded"]:
+            if not kdef.needs_model and measured["forwarded"]:
                 raise SystemExit(f"{kappa} forwarded {measured['forwarded']} images; it should read the cache only")
             if kappa == "mc_dropout" and args.mc_passes != kdef.defaults["passes"]:
                 params += f" (measured with passes={args.mc_passes})"
-            if "layers" in kdef.needs:
+            if kdef.reads_layers:
                 params += f" (measured with {GLYPH_LAYERS})"
             fit = f"{measured['fit_s']:.1f}" if measured["fit_s"] is not None else "-"
-            rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} "
-                        f"| {'yes' if 'fit' in kdef.needs else 'no'} "
+            fitted = "yes" if kdef.needs_fit else "no"
+            rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | {fitted} "
                         f"| {params} | {measured['l0']:.4f} | {measured['l10']:.4f} | {fit} | {measured['score_s']:.1f} |")
             print(rows[-1], flush=True)
     table = "\n".join(["| pytorch-ood class | kappa (source) | reads | fits | parameters (defaults) | ood-auroc level 0 "

@@ -149,7 +149,7 @@ class Scorer:
 
     @property
     def wants_features(self) -> bool:
-        return any("features" in k.needs or "head" in k.needs for k in self.kappas)
+        return any(k.reads_features for k in self.kappas)
 
     def split(self, split: str, kappas: list[KappaSpec] | None = None, outputs: bool = False) -> SplitScores:
         """The scores of a split's ``kappas`` (default: the run's); with ``outputs``, also its logits and features."""
@@ -391,12 +391,12 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
                             batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main, feature_dtype, decoded)
             scores = {}
             timings = {}
-            fitted = [k for k in specs if "fit" in k.needs]
+            fitted = [k for k in specs if k.needs_fit]
             if fitted:
                 split = fitted[0].params["fit"]["split"]
                 split_start = time.perf_counter()
                 phases.say(f"reading the fit split {split} for {', '.join(k.name for k in fitted)}")
-                on_layers = [k for k in fitted if "layers" in k.needs]
+                on_layers = [k for k in fitted if k.reads_layers]
                 if len(on_layers) < len(fitted):
                     fit_data = scorer.split(split, kappas=[], outputs=True)
                     fit_kappas(fitted, fit_data, forward.head, seed)

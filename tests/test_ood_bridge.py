@@ -98,7 +98,7 @@ def test_every_pytorch_ood_detector_is_a_kappa_or_excluded_with_a_reason():
     for name in classes:
         as_kappa = {**SAME_AS_PAPER_KAPPA, **{c.__name__: k for k, c in bridged_classes().items()},
                     **{g: g.lower() for g in GRADIENT_DETECTORS}, **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
-                    **{c: k for c, (k, _) in SPLIT_MODEL_DETECTORS.items()}}.get(name)
+                    **{c: k for c, (k, _, _) in SPLIT_MODEL_DETECTORS.items()}}.get(name)
         assert (as_kappa in names) != (name in NOT_BRIDGED), name
         assert name not in NOT_BRIDGED or len(NOT_BRIDGED[name]) > 20
     assert len(names) >= 34 and set(NOT_BRIDGED) == {"WeightedEBO"}

@@ -6,41 +6,38 @@ from dataclasses import replace
 from functools import partial
 
 from harness.errors import HarnessError
-from harness.kappas.base import KappaDef, Outputs
+from harness.kappas.base import FeaturesKappa, KappaDef, LogitsKappa, ModelKappa, Outputs, register_kappa
 from harness.kappas.logit import BUILTIN_LOGIT_KAPPAS, LogitKappa
 from harness.kappas.model import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, ODIN_PRESETS, mc_dropout, odin
 
 PAPER = "Galil, Dabbah & El-Yaniv, ICLR 2023"
 
 
-class FromLogits:
+class FromLogits(LogitsKappa):
     """A :class:`LogitKappa` as an implementation: scores from the logits (and features, if it wants them), with
     ``params`` passed to its score function where they differ from the kappa's defaults."""
 
-    def __init__(self, kappa: LogitKappa, params: dict | None = None):
-        if params is not None and params != kappa.params:
-            kappa = replace(kappa, score=partial(kappa.score, **params), params=params)
-        self.kappa = kappa
+    kappa: LogitKappa
+
+    def __init__(self, params: dict):
+        super().__init__(params)
+        if params != self.kappa.params:
+            self.kappa = replace(self.kappa, score=partial(self.kappa.score, **params), params=params)
 
     def score(self, outputs: Outputs):
         return self.kappa(outputs.logits, outputs.features)
 
 
-class Odin:
-    def __init__(self, params: dict):
-        self.temperature, self.epsilon = params["temperature"], params["epsilon"]
-
-    def score_model(self, model, images, seed: int):
-        return odin(model, images, self.temperature, self.epsilon)
+def from_logits(kappa: LogitKappa) -> type[FromLogits]:
+    """The implementation of ``kappa`` (a kind that reads the features too, if it wants them)."""
+    kinds = (FromLogits, FeaturesKappa) if kappa.wants_features else (FromLogits,)
+    return type(f"FromLogits_{kappa.name}", kinds, {"kappa": kappa})
 
 
-class McDropout:
-    def __init__(self, params: dict):
-        self.passes = params["passes"]
-
-    def score_model(self, model, images, seed: int):
-        score = mc_dropout(model, images, self.passes, seed)
-        return score, score
+SUMMARIES = {"softmax": "max softmax probability (ranked by the max log-softmax)",
+             "entropy": "minus the softmax entropy", "max_logit": "max logit", "energy": "T * logsumexp(logits / T)"}
+for name, kappa in BUILTIN_LOGIT_KAPPAS.items():
+    register_kappa(name, SUMMARIES[name], defaults=kappa.params, reference=PAPER, source="paper")(from_logits(kappa))
 
 
 def _odin_options(options: dict) -> dict:
@@ -57,26 +54,24 @@ def _mc_options(options: dict) -> dict:
     return {"passes": passes}
 
 
-SUMMARIES = {"softmax": "max softmax probability (ranked by the max log-softmax)", "entropy": "minus the softmax entropy",
-             "max_logit": "max logit", "energy": "T * logsumexp(logits / T)"}
+@register_kappa("odin", "max softmax(f(x')/T) at an input perturbed against the top class", source="paper",
+                defaults={"preset": "paper", **ODIN_PRESETS["paper"]}, reference="Liang et al., ICLR 2018",
+                from_options=_odin_options)
+class Odin(ModelKappa):
+    def score_model(self, model, images, seed: int):
+        return odin(model, images, self.params["temperature"], self.params["epsilon"])
 
 
-def paper_kappas() -> list[KappaDef]:
-    """softmax, entropy, max_logit, energy (from the logits), ODIN and MC-dropout (extra passes through the model)."""
-    defs = [KappaDef(name, SUMMARIES[name], "paper", frozenset({"logits"}), dict(kappa.params),
-                     lambda params, kappa=kappa: FromLogits(kappa, params), PAPER)
-            for name, kappa in BUILTIN_LOGIT_KAPPAS.items()]
-    defs.append(KappaDef("odin", "max softmax(f(x')/T) at an input perturbed against the top class", "paper",
-                         frozenset({"model"}), {"preset": "paper", **ODIN_PRESETS["paper"]}, Odin,
-                         "Liang et al., ICLR 2018",
-                         from_options=_odin_options))
-    defs.append(KappaDef("mc_dropout", "minus the entropy of the mean softmax over stochastic dropout passes", "paper",
-                         frozenset({"model"}), {"passes": MC_DROPOUT_PASSES}, McDropout,
-                         "Gal & Ghahramani, ICML 2016", seeded=True, from_options=_mc_options))
-    return defs
+@register_kappa("mc_dropout", "minus the entropy of the mean softmax over stochastic dropout passes", source="paper",
+                defaults={"passes": MC_DROPOUT_PASSES}, reference="Gal & Ghahramani, ICML 2016", seeded=True,
+                from_options=_mc_options)
+class McDropout(ModelKappa):
+    def score_model(self, model, images, seed: int):
+        score = mc_dropout(model, images, self.params["passes"], seed)
+        return score, score
 
 
 def submission_kappa(kappa: LogitKappa) -> KappaDef:
     """A submission's own kappa (its code runs beside the model, in the submission's process)."""
-    needs = frozenset({"logits", "features"} if kappa.wants_features else {"logits"})
-    return KappaDef(kappa.name, "the submission's own", "submission", needs, dict(kappa.params), lambda params: FromLogits(kappa))
+    own = from_logits(kappa)
+    return KappaDef(kappa.name, "the submission's own", "submission", own.needs(), dict(kappa.params), own)

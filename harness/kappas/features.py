@@ -79,12 +79,12 @@ def require_exposed(kappas, head, gives_features) -> None:
 
     ``head`` is the model's last layer or None; ``gives_features()`` runs one trial pass on a blank image and says
     whether the model returns features of its own (asked only when there is no last layer to tap)."""
-    wanting = [k for k in kappas if "features" in k.needs or "head" in k.needs]
+    wanting = [k for k in kappas if k.reads_features]
     if not wanting or head is not None:
         return
     if not gives_features():
         raise HarnessError(f"kappa '{wanting[0].name}' needs features, but the model gives none: {HOW_TO_EXPOSE}")
-    heads = [k for k in wanting if "head" in k.needs]
+    heads = [k for k in wanting if k.reads_head]
     if heads:
         raise HarnessError(f"kappa '{heads[0].name}' needs the last layer that maps the features to the logits, and the "
                            f"model has none: {HOW_TO_EXPOSE}")

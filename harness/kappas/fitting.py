@@ -24,10 +24,10 @@ def fit_split(bench: Benchmark) -> tuple[str, int]:
 def with_fit(specs: list[KappaSpec], bench: Benchmark, seed: int) -> list[KappaSpec]:
     """``specs`` with the fit (split, size, run seed; for ``id_fit`` also the builder's images per class and seed) among
     the parameters of those that need one."""
-    if not any("fit" in k.needs for k in specs):
+    if not any(k.needs_fit for k in specs):
         return specs
     split, size = fit_split(bench)
     fit = {"split": split, "size": size, "seed": seed}
     if split == "id_fit":  # how the builder drew it from the training images
         fit["sample"] = {k: bench.manifest["fit"][k] for k in ("per_class", "seed")}
-    return [replace(k, params={**k.params, "fit": fit}) if "fit" in k.needs else k for k in specs]
+    return [replace(k, params={**k.params, "fit": fit}) if k.needs_fit else k for k in specs]

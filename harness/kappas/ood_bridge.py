@@ -4,10 +4,11 @@ What a detector reads follows from its base class: a ``LogitsDetector`` reads th
 features (and the last layer, when its constructor takes ``head`` or ``w``/``b``), and the activation-shaping
 ``FeatureMapsDetector`` s (ReAct, ASH, SCALE, VRA) the penultimate activations as :math:`B \\times D \\times 1 \\times 1`
 maps followed by the last layer, as their papers apply them. ``requires_fit`` adds a fit on the fit split's features
-(or logits) and labels. Parameters are the constructor's scalar parameters with its defaults. pytorch-ood scores are
-larger = more OOD; a kappa is the negated score (higher = more in-distribution). Detectors compute in float32,
-as pytorch-ood expects. A sample's score never depends on the samples scored beside it: OpenMax, whose pytorch-ood
-prediction does, is predicted per sample (see :mod:`harness.kappas.openmax`).
+(or logits) and labels. Each is registered as a kappa of the matching kinds (:mod:`harness.kappas.base`). Parameters
+are the constructor's scalar parameters with its defaults. pytorch-ood scores are larger = more OOD; a kappa is the
+negated score (higher = more in-distribution). Detectors compute in float32, as pytorch-ood expects. A sample's score
+never depends on the samples scored beside it: OpenMax, whose pytorch-ood prediction does, is predicted per sample
+(see :mod:`harness.kappas.openmax`).
 
 The gradient detectors GradNorm and GradUncertainty need the model: they take their own passes, as ODIN does, on the
 model's logits. MahalanobisODIN, MultiMahalanobis, Gram and NACUE are fitted, then score through the model (see
@@ -25,7 +26,8 @@ from pytorch_ood import detector as pod
 from pytorch_ood.api import FeatureMapsDetector, FeaturesDetector, LogitsDetector
 
 from harness.errors import HarnessError
-from harness.kappas.base import KappaDef, Outputs
+from harness.kappas.base import (FeaturesKappa, FittedKappa, HeadKappa, LogitsKappa, ModelKappa, Outputs, OutputsKappa,
+                                  register_kappa)
 from harness.kappas import ood_layers, ood_split, openmax
 from harness.kappas.model import logits_of
 
@@ -38,17 +40,19 @@ NOT_BRIDGED = {
 # the gradient detectors: their parameters are the papers' choices (GradNorm: the last layer's weights only)
 GRADIENT_DETECTORS = {"GradNorm": {"temperature": 1.0, "parameters": "last_layer"},
                       "GradUncertainty": {"parameters": "all"}}
-# fitted on the fit split, then scored through the model: our name, what it reads besides the model, its parameters
+# fitted on the fit split, then scored through the model: our name, its implementation (its kind says what it
+# reads), its parameters
 # (``layers``: module names, comma-separated, or auto for a timm model's feature_info; a per-layer value: a,b,...)
 FITTED_MODEL_DETECTORS = {
-    "MahalanobisODIN": ("mahalanobis_odin", "features", {"eps": 0.002}),
-    "MultiMahalanobis": ("multi_mahalanobis", "layers", {"layers": "auto", "alpha": None}),
-    "Gram": ("gram", "layers", {"layers": "auto", "num_poles_list": None}),
-    "NACUE": ("nacue", "layers", {"layers": "auto", "m_bins": 50, "alpha": 100.0, "o_star": 50}),
+    "MahalanobisODIN": ("mahalanobis_odin", ood_layers.MahalanobisOdin, {"eps": 0.002}),
+    "MultiMahalanobis": ("multi_mahalanobis", ood_layers.MultiMahalanobis, {"layers": "auto", "alpha": None}),
+    "Gram": ("gram", ood_layers.Gram, {"layers": "auto", "num_poles_list": None}),
+    "NACUE": ("nacue", ood_layers.Nacue, {"layers": "auto", "m_bins": 50, "alpha": 100.0, "o_star": 50}),
 }
-# scored through a model split in two (see :mod:`harness.kappas.ood_split`): our name, its parameters (MCM's temperature:
-# the paper's 1)
-SPLIT_MODEL_DETECTORS = {"RankFeat": ("rankfeat", {}), "MCM": ("mcm", {"temperature": 1.0})}
+# scored through a model split in two (see :mod:`harness.kappas.ood_split`): our name, its implementation, its
+# parameters (MCM's temperature: the paper's 1)
+SPLIT_MODEL_DETECTORS = {"RankFeat": ("rankfeat", ood_split.RankFeat, {}),
+                         "MCM": ("mcm", ood_split.Mcm, {"temperature": 1.0})}
 NAMES = {"KLMatching": "kl_matching", "TemperatureScaling": "temperature_scaling"}
 INPUTS = ("model", "encoder", "backbone", "head", "w", "b", "detector", "criterion")
 # parameters without a default in pytorch-ood: ViM's principal dimension (None: half the feature dimension, about
@@ -76,21 +80,24 @@ def _defaults(cls) -> dict:
     return params
 
 
-def _needs(cls, kind: str) -> frozenset:
+def _kinds(cls, kind: str) -> tuple[type, ...]:
+    """The kinds of kappa the detector is: what it reads, and whether it is fitted."""
     takes = set(inspect.signature(cls.__init__).parameters)
-    needs = {"logits"} if kind == "logits" else {"features"}
-    if kind == "maps" or "head" in takes or "w" in takes:
-        needs.add("head")
-    if cls.requires_fit:
-        needs.add("fit")
-    return frozenset(needs)
+    if kind == "logits":
+        reads = LogitsKappa
+    else:
+        reads = HeadKappa if kind == "maps" or takes & {"head", "w"} else FeaturesKappa
+    return (FittedKappa, reads) if cls.requires_fit else (reads,)
 
 
-class Bridged:
+class Bridged(OutputsKappa):
     """A pytorch-ood detector built from the last layer and parameters, fitted and scored on one pass's outputs."""
 
-    def __init__(self, cls, kind: str, params: dict):
-        self.cls, self.kind, self.params = cls, kind, params
+    cls: type
+    kind: str
+
+    def __init__(self, params: dict):
+        super().__init__(params)
         self.detector = None
 
     def _build(self, outputs: Outputs):
@@ -148,11 +155,10 @@ class _LogitsOnly(torch.nn.Module):
         return logits_of(self.model(x))
 
 
-class GradientBridged:
+class GradientBridged(ModelKappa):
     """A pytorch-ood gradient detector on the model itself, its own passes per batch."""
 
-    def __init__(self, cls, params: dict):
-        self.cls, self.params = cls, params
+    cls: type
 
     def score_model(self, model: torch.nn.Module, images: torch.Tensor, seed: int):
         wrapped = _LogitsOnly(model)
@@ -193,26 +199,27 @@ def bridged_classes() -> dict[str, type]:
     return classes
 
 
-def pytorch_ood_kappas() -> list[KappaDef]:
-    """A :class:`KappaDef` per bridged pytorch-ood detector, in pytorch-ood's order, then the gradient detectors,
-    those fitted, then scored through the model, and those that read a split model."""
-    defs = []
+def _register(name: str, cls, implementation: type, defaults: dict) -> None:
+    register_kappa(name, _summary(cls), defaults=defaults, reference=_reference(cls),
+                   source="pytorch-ood")(implementation)
+
+
+def _bridged(base: type, cls, *kinds: type, **attributes) -> type:
+    """The implementation of pytorch-ood's ``cls``: ``base`` for it, of ``kinds``."""
+    return type(f"{base.__name__}_{cls.__name__}", (base, *kinds), {"cls": cls, **attributes})
+
+
+def _register_all() -> None:
+    """Every bridged detector, in pytorch-ood's order, then the gradient detectors, those fitted, then scored through
+    the model, and those that read a split model."""
     for name, cls in bridged_classes().items():
         kind = _kind(cls)
-        defs.append(KappaDef(name, _summary(cls), "pytorch-ood", _needs(cls, kind), _defaults(cls),
-                             lambda params, cls=cls, kind=kind: Bridged(cls, kind, params), _reference(cls)))
-    for name, defaults in GRADIENT_DETECTORS.items():
-        cls = getattr(pod, name)
-        defs.append(KappaDef(name.lower(), _summary(cls), "pytorch-ood", frozenset({"model"}), dict(defaults),
-                             lambda params, cls=cls: GradientBridged(cls, params), _reference(cls)))
-    implementations = {"MahalanobisODIN": ood_layers.MahalanobisOdin, "MultiMahalanobis": ood_layers.MultiMahalanobis,
-                       "Gram": ood_layers.Gram, "NACUE": ood_layers.Nacue}
-    for cls_name, (name, reads, defaults) in FITTED_MODEL_DETECTORS.items():
+        _register(name, cls, _bridged(Bridged, cls, *_kinds(cls, kind), kind=kind), _defaults(cls))
+    for cls_name, defaults in GRADIENT_DETECTORS.items():
         cls = getattr(pod, cls_name)
-        defs.append(KappaDef(name, _summary(cls), "pytorch-ood", frozenset({reads, "fit", "model"}), dict(defaults),
-                             implementations[cls_name], _reference(cls)))
-    for cls_name, (name, defaults) in SPLIT_MODEL_DETECTORS.items():
-        cls = getattr(pod, cls_name)
-        make = {"RankFeat": ood_split.RankFeat, "MCM": ood_split.Mcm}[cls_name]
-        defs.append(KappaDef(name, _summary(cls), "pytorch-ood", frozenset({"model"}), dict(defaults), make, _reference(cls)))
-    return defs
+        _register(cls_name.lower(), cls, _bridged(GradientBridged, cls), defaults)
+    for cls_name, (name, implementation, defaults) in {**FITTED_MODEL_DETECTORS, **SPLIT_MODEL_DETECTORS}.items():
+        _register(name, getattr(pod, cls_name), implementation, defaults)
+
+
+_register_all()

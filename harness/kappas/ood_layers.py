@@ -7,10 +7,9 @@ forward hooks: a pass over the fit split in the model's process gives what each 
 outputs, Gram statistics, NAC bin counts), the fit itself is pytorch-ood's and runs in the harness, and the fitted
 state goes back to the model's process, where the evaluation splits are scored by pytorch-ood on the model.
 
-Every implementation here has ``state()`` (the fit, as numpy arrays, to travel to the model's process) and
-``load(state)``; the layer readers also ``extract(model, images)`` (in the model's process) and
-``fit_extracted(parts, labels)`` (in the harness). Perturbations (MahalanobisODIN's ``eps``) are in the model's
-normalised input space, as the harness's ODIN.
+Every implementation here is a :class:`~harness.kappas.base.FittedModelKappa` or, reading layers, a
+:class:`~harness.kappas.base.LayersKappa`: its fit travels to the model's process by ``state()`` and ``load(state)``.
+Perturbations (MahalanobisODIN's ``eps``) are in the model's normalised input space, as the harness's ODIN.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from pytorch_ood import detector as pod
 from pytorch_ood.detector.nac import _LayerStats
 
 from harness.errors import HarnessError
+from harness.kappas.base import FittedModelKappa, LayersKappa
 from harness.kappas.features import HOW_TO_EXPOSE, last_linear
 from harness.kappas.model import logits_of, split_output
 
@@ -134,10 +134,11 @@ def _scores(outlier: torch.Tensor):
     return scores, scores
 
 
-class MahalanobisOdin:
+class MahalanobisOdin(FittedModelKappa):
     """pytorch-ood's MahalanobisODIN: fitted on the kept features, scored on inputs perturbed through the model."""
 
     def __init__(self, params: dict):
+        super().__init__(params)
         self.detector = pod.MahalanobisODIN(None, eps=params["eps"])
 
     def fit(self, outputs) -> None:
@@ -159,11 +160,12 @@ class MahalanobisOdin:
             base.encoder = None
 
 
-class MultiMahalanobis:
+class MultiMahalanobis(LayersKappa):
     """pytorch-ood's MultiMahalanobis on the spatially averaged outputs of the named layers."""
 
     def __init__(self, params: dict):
-        self.params, self.detector = params, None
+        super().__init__(params)
+        self.detector = None
 
     def _layers(self, model):
         return [m for _, m in named_layers(model, self.params["layers"], "multi_mahalanobis")]
@@ -213,11 +215,12 @@ class _GramOnStatistics(pod.Gram):
         return feature[p]
 
 
-class Gram:
+class Gram(LayersKappa):
     """pytorch-ood's Gram on the outputs of the named layers; the head is the rest of the model (its logits)."""
 
     def __init__(self, params: dict):
-        self.params, self.detector = params, None
+        super().__init__(params)
+        self.detector = None
 
     def _layers(self, model):
         return [m for _, m in named_layers(model, self.params["layers"], "gram")]
@@ -270,11 +273,12 @@ class _Logits(torch.nn.Module):
         return logits_of(self.model(x))
 
 
-class Nacue:
+class Nacue(LayersKappa):
     """pytorch-ood's NACUE on the named layers: bin counts from its own ``fit`` per batch (counts add up), summed."""
 
     def __init__(self, params: dict):
-        self.params, self.counts = params, None
+        super().__init__(params)
+        self.counts = None
 
     def _detector(self, model) -> pod.NACUE:
         layers = [m for _, m in named_layers(model, self.params["layers"], "nacue")]

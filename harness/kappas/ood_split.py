@@ -13,6 +13,7 @@ import torch
 from pytorch_ood import detector as pod
 
 from harness.errors import HarnessError
+from harness.kappas.base import ModelKappa
 from harness.kappas.model import logits_of
 from harness.kappas.ood_layers import _scores, _unwrapped
 
@@ -21,11 +22,8 @@ SPLIT_HOW = ("a timm: CNN target, or a model with forward_features(images) -> fe
 CLIP_HOW = "an open_clip: target, or a model with encode_image(images) and text_embeddings (one row per ID class)"
 
 
-class RankFeat:
+class RankFeat(ModelKappa):
     """pytorch-ood's RankFeat on ``forward_features`` (the backbone) and ``forward_head`` (the head)."""
-
-    def __init__(self, params: dict):
-        self.params = params
 
     def score_model(self, model, images, seed: int):
         model = _unwrapped(model)
@@ -44,11 +42,8 @@ class RankFeat:
         return _scores(pod.RankFeat(backbone, lambda maps: logits_of(model.forward_head(maps))).predict(images))
 
 
-class Mcm:
+class Mcm(ModelKappa):
     """pytorch-ood's MCM on the model's image encoder and the text embeddings of the ID class names."""
-
-    def __init__(self, params: dict):
-        self.params = params
 
     def score_model(self, model, images, seed: int):
         model = _unwrapped(model)

@@ -1,5 +1,8 @@
-"""The kappa registry: the paper's kappas, pytorch-ood's post-hoc detectors and plugins, all declared the same way.
+"""The kappa registry: the paper's kappas, pytorch-ood's post-hoc detectors, the detectors of
+:mod:`harness.kappas.detectors` and plugins, all declared the same way.
 
+The built-in kappas register with :func:`~harness.kappas.base.register_kappa` when their module is imported; every
+module in :mod:`harness.kappas.detectors` is imported when the registry is built, so a new detector is one file there.
 A plugin is a package with an entry point in the group ``cood_bench.kappas`` (as timm and lm-eval register models
 and tasks) that loads to a :class:`KappaDef`, a list of them, or a function returning either; its kappas are listed
 with source ``plugin``. Names are unique across all sources; the harness dispatches on what a kappa declares.
@@ -8,14 +11,17 @@ with source ``plugin``. Names are unique across all sources; the harness dispatc
 from __future__ import annotations
 
 import difflib
+import pkgutil
 from dataclasses import replace
 from functools import lru_cache
+from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Iterable
 
 from harness.errors import HarnessError
-from harness.kappas.base import KappaDef, KappaSpec
-from harness.kappas.builtin import paper_kappas, submission_kappa
+from harness.kappas import detectors
+from harness.kappas.base import DECLARED, KappaDef, KappaSpec
+from harness.kappas.builtin import submission_kappa
 from harness.kappas.logit import LogitKappa
 
 ENTRY_POINT_GROUP = "cood_bench.kappas"
@@ -66,10 +72,12 @@ def _plugin_defs(entry_point) -> list[KappaDef]:
 
 @lru_cache(maxsize=None)
 def registry() -> Registry:
-    """Every registered kappa: the paper's, pytorch-ood's post-hoc detectors, then plugins."""
-    from harness.kappas.ood_bridge import pytorch_ood_kappas
-
-    reg = Registry([*paper_kappas(), *pytorch_ood_kappas()])
+    """Every registered kappa: the paper's, pytorch-ood's post-hoc detectors, the detectors' modules (in name order),
+    then plugins."""
+    import_module("harness.kappas.ood_bridge")
+    for module in sorted(m.name for m in pkgutil.iter_modules(detectors.__path__, f"{detectors.__name__}.")):
+        import_module(module)
+    reg = Registry(DECLARED)
     for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         for kdef in _plugin_defs(entry_point):
             reg.add(kdef)

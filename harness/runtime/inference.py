@@ -29,9 +29,9 @@ def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | No
 
 def outputs_for(spec: KappaSpec, logits: np.ndarray, features: np.ndarray | None, head, labels: np.ndarray | None = None) -> Outputs:
     """What ``spec`` reads of a pass, checked against what it declares it needs."""
-    if "features" in spec.needs or "head" in spec.needs:
+    if spec.reads_features:
         features = check_features(spec.name, features)
-    if "head" in spec.needs:
+    if spec.reads_head:
         head = check_head(spec.name, logits, features, head)
     return Outputs(np.asarray(logits, dtype=np.float64), features, head, labels)
 
@@ -54,7 +54,7 @@ def fit_kappas(kappas: list[KappaSpec], data: SplitScores, head, seed: int) -> N
     """Fit every kappa that needs a fit on the fit split's logits, features and labels, seeded (those that read
     intermediate layers: :func:`fit_on_layers`)."""
     for spec in kappas:
-        if "fit" not in spec.needs or "layers" in spec.needs:
+        if not spec.needs_fit or spec.reads_layers:
             continue
         phases.say(f"fitting {spec.name} on {len(data):,} images")
         _seeded_fit(spec, seed, spec.impl.fit, outputs_for(spec, data.logits, data.features, head, data.labels))
@@ -132,7 +132,7 @@ class LocalForward:
             ready.record(torch.cuda.current_stream(self.execution.device))
         scores, confs = {}, {}
         for spec in kappas:
-            if "model" not in spec.needs:
+            if not spec.needs_model:
                 continue
             try:
                 with self.execution.autocast():
@@ -143,7 +143,7 @@ class LocalForward:
             except Exception as exc:  # the model's code
                 raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
         self.tap.clear()  # drop what the kappas' own passes captured
-        return Pending(host, ready, scores, confs, [k for k in kappas if "model" not in k.needs], self.num_classes)
+        return Pending(host, ready, scores, confs, [k for k in kappas if not k.needs_model], self.num_classes)
 
     def extract(self, images: torch.Tensor, kappas: list[KappaSpec]) -> dict[str, dict]:
         """What the kappas that read intermediate layers need of a batch of the fit split, per kappa."""

@@ -29,7 +29,7 @@ from harness.runtime import sandbox
 from harness.runtime.channel import Malformed
 from harness.errors import HarnessError
 from harness.runtime.execution import Execution
-from harness.kappas import LogitKappa, registry
+from harness.kappas import LogitKappa, StatefulModelKappa, registry
 from harness.runtime.serving import as_numpy
 from harness.submission import Submission, check_data_config, state_sha256, timm_transform
 
@@ -197,7 +197,7 @@ class ChildForward:
 
     def load_states(self, kappas) -> None:
         """Hand the fitted state of kappas computed in the child (arrays only) to the child, once."""
-        states = {k.name: as_numpy(k.impl.state()) for k in kappas if hasattr(k.impl, "state")}
+        states = {k.name: as_numpy(k.impl.state()) for k in kappas if isinstance(k.impl, StatefulModelKappa)}
         if states:
             self._ask(("states", states), "ok", self.limits.batch_timeout_s)
 
