@@ -26,10 +26,12 @@ app = make_app("Evaluate classifiers on a C-OOD benchmark.", f"cood-harness {__v
 
 @app.command()
 def submit(
-    target: str = typer.Argument(..., help=f"A submission file (README: the contract) or a model-zoo target: {zoo_usage()}."),
+    target: str = typer.Argument(..., help="A submission file (README: the contract) or a model-zoo target: "
+                                            f"{zoo_usage()}."),
     name: Optional[str] = typer.Option(None, show_default="the file's NAME, else its stem; a target's own",
                                        help="The model's name in records and output paths."),
-    weights: Optional[Path] = typer.Option(None, help=f"Weights file (.safetensors/.pt/.pth/.bin) for {weights_kinds()} targets."),
+    weights: Optional[Path] = typer.Option(None, help="Weights file (.safetensors/.pt/.pth/.bin) for "
+                                                      f"{weights_kinds()} targets."),
     benchmark: str = typer.Option("glyphs", help="'glyphs' (embedded, built on first use), a benchmark folder, or "
                                                  "hf://datasets/OWNER/NAME@REVISION."),
     kappa: Optional[List[str]] = typer.Option(None, "--kappa", "-k", show_default="softmax entropy max_logit energy, then the submission's own",

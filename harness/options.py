@@ -17,7 +17,8 @@ LINE_BREAKING = ("Cc", "Cs", "Zl", "Zp")  # control characters, lone surrogates,
 
 
 def is_zoo_target(target: str) -> bool:
-    """A registered ``KIND:NAME`` target (:mod:`harness.zoo`): library code with the submitter's data (weights, configs)."""
+    """A registered ``KIND:NAME`` target (:mod:`harness.zoo`): library code with the submitter's data (weights,
+    configs)."""
     return zoo_kind(target) is not None
 
 

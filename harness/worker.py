@@ -32,8 +32,9 @@ class RequestEvaluator:
         target = request["model"].get("target")
         kind = zoo_kind(target) if isinstance(target, str) and "\n" not in target else None
         if kind is None:
-            raise HarnessError(f"request {request['id']} names {str(target)[:80]!r}, not a library model "
-                               f"({', '.join(k + ':' for k in zoo_kinds())}); the worker never runs a file from the queue")
+            kinds = ", ".join(f"{name}:" for name in zoo_kinds())
+            raise HarnessError(f"request {request['id']} names {str(target)[:80]!r}, not a library model ({kinds}); "
+                               "the worker never runs a file from the queue")
         target, weights_file = (f"{kind.name}:{weights}", None) if kind.folder else (target, str(weights))
         out = self.work_dir / request["id"]
         evaluation = submit(target, weights=weights_file, benchmark=self.benchmark, name=request["name"],

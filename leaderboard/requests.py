@@ -34,7 +34,7 @@ from leaderboard.weights_check import WEIGHT_SUFFIXES, check_weights_file
 QUEUE_JSON = "queue.json"
 FOLDER = "requests"
 STATUSES = ("pending", "running", "done", "failed")
-ZOO_GROUPS = {"cood_bench.zoo": False, "cood_bench.zoo_folders": True}  # harness.zoo.GROUPS: group -> its kinds name a repo
+ZOO_GROUPS = {"cood_bench.zoo": False, "cood_bench.zoo_folders": True}  # as harness.zoo.GROUPS; True: its own repo
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 MAX_TRIES = 30  # commits refused because another writer got there first, before giving up
 REFUSED = (409, 412)  # what the Hub answers a commit whose parent is no longer the head
@@ -110,15 +110,17 @@ def read_queue(api: HfApi, repo_id: str) -> dict:
 def zoo_kinds() -> dict[str, bool]:
     """The model-zoo kinds the installed harness registers, in name order, each with whether its target is its own Hub
     repo (else it needs --weights and --file)."""
-    return dict(sorted((entry.name, own_repo) for group, own_repo in ZOO_GROUPS.items() for entry in entry_points(group=group)))
+    found = ((entry.name, own_repo) for group, own_repo in ZOO_GROUPS.items() for entry in entry_points(group=group))
+    return dict(sorted(found))
 
 
 def target_usage() -> str:
-    """The kinds as the request command's help lists them."""
+    """The kinds as help and errors list them: ``timm:<name> (with --weights and --file) or hf:<owner>/<name> ...``."""
     kinds = zoo_kinds()
     with_file = ", ".join(f"{kind}:<name>" for kind, own_repo in kinds.items() if not own_repo)
     own = ", ".join(f"{kind}:<owner>/<name>" for kind, own_repo in kinds.items() if own_repo)
-    return " or ".join(filter(None, [with_file and f"{with_file} (with --weights and --file)", own and f"{own} (a model repo)"]))
+    return " or ".join(filter(None, [with_file and f"{with_file} (with --weights and --file)",
+                                     own and f"{own} (a model repo)"]))
 
 
 def parse_target(target: str, weights: str | None, file: str | None) -> dict:
@@ -126,11 +128,12 @@ def parse_target(target: str, weights: str | None, file: str | None) -> dict:
     kind, sep, name = target.partition(":")
     kinds = zoo_kinds()
     if not sep or kind not in kinds or not name:
-        raise LeaderboardError(f"target {target!r}: give {', '.join(k + ':<name>' for k in kinds)} "
-                               "(a submission file is never run from a request)")
+        raise LeaderboardError(f"target {target!r}: give {target_usage()}; a submission file is never run from a "
+                               "request")
     if kinds[kind]:
         if weights is not None or file is not None:
-            raise LeaderboardError(f"target {target!r} is its own Hub repo ({kind}:<owner>/<name>); drop --weights and --file")
+            raise LeaderboardError(f"target {target!r} is its own Hub repo ({kind}:<owner>/<name>); drop --weights "
+                                   "and --file")
         if not REPO_ID.match(name):
             raise LeaderboardError(f"target {target!r}: {kind}: takes a Hub model repo id, {kind}:<owner>/<name>")
         return {"target": target, "repo": name, "file": None}
@@ -145,7 +148,7 @@ def parse_target(target: str, weights: str | None, file: str | None) -> dict:
 
 
 def fetch_weights(api: HfApi, request: dict) -> Path:
-    """Download a request's weights (the snapshot of a folder kind's repo, or the weights file) at its pinned commit; check the
+    """Download a request's weights (a folder kind's repo snapshot, or the weights file) at its pinned commit; check the
     weights file's sha256 against the request's. Returns the file, or the snapshot folder."""
     model = request["model"]
     if model["file"] is None:

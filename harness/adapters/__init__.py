@@ -32,9 +32,9 @@ from harness.options import check_target
 from harness.submission import Submission, check_output, load_file
 from harness.zoo import zoo_kind
 
-__all__ = ["CLIP_TEMPLATES", "ClassCountMismatch", "LogitsOf", "TORCH_SUFFIXES", "ZeroShotClassifier", "ZooTarget", "copy_state_in_order", "hf_target",
-           "load_target", "load_weights", "open_clip_options", "open_clip_target", "read_weights",
-           "timm_target", "torchvision_target", "torchvision_weights_entry", "zero_shot_head"]
+__all__ = ["CLIP_TEMPLATES", "ClassCountMismatch", "LogitsOf", "TORCH_SUFFIXES", "ZeroShotClassifier", "ZooTarget",
+           "copy_state_in_order", "hf_target", "load_target", "load_weights", "open_clip_options", "open_clip_target",
+           "read_weights", "timm_target", "torchvision_target", "torchvision_weights_entry", "zero_shot_head"]
 
 def load_target(target: str, *, weights: str | None = None, num_classes_expected: int | None = None,
                 classnames: Sequence[str] | None = None) -> Submission:

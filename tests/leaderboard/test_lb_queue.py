@@ -86,9 +86,10 @@ def test_a_request_is_validated_pinned_and_added_once(api, requests_repo):
 
 
 @pytest.mark.parametrize(("target", "options", "message"), [
-    ("my_model.py", {}, "target 'my_model.py': give hf:<name>, open_clip:<name>, timm:<name>, torchvision:<name> "
-                        "(a submission file is never run from a request)"),
-    ("keras:resnet", {}, "target 'keras:resnet': give hf:<name>"),
+    ("my_model.py", {}, "target 'my_model.py': give open_clip:<name>, timm:<name>, torchvision:<name> (with --weights "
+                        "and --file) or hf:<owner>/<name> (a model repo); a submission file is never run from a "
+                        "request"),
+    ("keras:resnet", {}, "target 'keras:resnet': give open_clip:<name>"),
     ("timm:resnet18", {}, "timm: targets need --weights <owner>/<name>"),
     ("timm:resnet18", {"weights": "no-slash", "file": "w.safetensors"}, "--weights 'no-slash': not a Hub model repo id"),
     ("timm:resnet18", {"weights": "org/x", "file": "w.npz"}, "--file 'w.npz': a weights file in the repo"),
