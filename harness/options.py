@@ -8,7 +8,7 @@ import unicodedata
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.zoo import weights_kinds, zoo_kind
+from harness.zoo import kinds_listed, weights_kinds, zoo_kind
 
 DECODERS = ("auto", "pil", "torchvision")
 FEATURE_DTYPES = ("float32", "float16")
@@ -28,7 +28,10 @@ def check_target(target: str, weights: str | Path | None = None) -> None:
     kind = zoo_kind(target)
     if kind is None:
         if not Path(target).is_file():
-            raise HarnessError(f"submission file {target} not found")
+            prefix, sep, _ = str(target).partition(":")
+            unknown = sep and len(prefix) > 1 and prefix.isidentifier()  # not a drive letter, not a path
+            hint = f", and {prefix}: is no zoo target kind ({kinds_listed()})" if unknown else ""
+            raise HarnessError(f"submission file {target} not found{hint}")
         if weights is not None:
             raise HarnessError(misplaced_weights(f"the file {target}"))
     elif not str(target).partition(":")[2]:

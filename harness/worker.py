@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.run import open_benchmark, submit
-from harness.zoo import zoo_kind, zoo_kinds
+from harness.zoo import kinds_listed, zoo_kind
 
 
 class RequestEvaluator:
@@ -32,9 +32,8 @@ class RequestEvaluator:
         target = request["model"].get("target")
         kind = zoo_kind(target) if isinstance(target, str) and "\n" not in target else None
         if kind is None:
-            kinds = ", ".join(f"{name}:" for name in zoo_kinds())
-            raise HarnessError(f"request {request['id']} names {str(target)[:80]!r}, not a library model ({kinds}); "
-                               "the worker never runs a file from the queue")
+            raise HarnessError(f"request {request['id']} names {str(target)[:80]!r}, not a library model "
+                               f"({kinds_listed()}); the worker never runs a file from the queue")
         target, weights_file = (f"{kind.name}:{weights}", None) if kind.folder else (target, str(weights))
         out = self.work_dir / request["id"]
         evaluation = submit(target, weights=weights_file, benchmark=self.benchmark, name=request["name"],

@@ -46,6 +46,11 @@ def zoo_kind(target: str) -> ZooKind | None:
     return zoo_kinds().get(kind) if sep else None
 
 
+def kinds_listed() -> str:
+    """Every kind, as errors list them: ``hf:, open_clip:, timm:, torchvision:``."""
+    return ", ".join(f"{name}:" for name in zoo_kinds())
+
+
 def zoo_usage() -> str:
     """The kinds as the command line's help lists them: ``open_clip:NAME, ... (with --weights) or hf:FOLDER``."""
     weights = ", ".join(f"{k.name}:NAME" for k in zoo_kinds().values() if not k.folder)

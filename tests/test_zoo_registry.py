@@ -72,7 +72,8 @@ def test_before_registration_the_kind_is_refused(tmp_path):
     assert "tiny" not in zoo_kinds()
     with pytest.raises(LeaderboardError, match=r"^target 'tiny:net': give open_clip:<name>, timm:<name>, torchvision:"):
         queue.parse_target("tiny:net", "org/weights", "w.safetensors")
-    with pytest.raises(HarnessError, match=r"^submission file tiny:net not found$"):
+    with pytest.raises(HarnessError, match=r"^submission file tiny:net not found, and tiny: is no zoo target kind "
+                                           r"\(hf:, open_clip:, timm:, torchvision:\)$"):
         check_target("tiny:net", str(tmp_path / "w.safetensors"))
 
 
@@ -85,6 +86,9 @@ def test_a_registered_kind_reaches_the_command_line(registered):
     done = harness_cli("submit", "tiny:net", path=registered)
     assert (done.returncode, done.stderr) == (
         2, "error: tiny:net needs a weights file (--weights); nothing is downloaded\n")
+    done = harness_cli("submit", "keras:net", path=registered)
+    assert done.stderr == ("error: submission file keras:net not found, and keras: is no zoo target kind "
+                           "(hf:, open_clip:, timm:, tiny:, tinydir:, torchvision:)\n")
     done = harness_cli("submit", CNN, "--weights", "w.pt", path=registered)
     assert (done.returncode, done.stderr) == (
         2, f"error: --weights applies to open_clip:, timm:, tiny: and torchvision: targets, not to the file {CNN}\n")
