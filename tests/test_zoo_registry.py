@@ -41,25 +41,31 @@ def tiny_target(target):
 '''
 
 
-def install(folder, entry_points: str) -> None:
-    """A distribution in ``folder`` with the module ``tiny_zoo`` and the given ``entry_points.txt``."""
-    (folder / "tiny_zoo.py").write_text(ADAPTER)
-    info = folder / "tiny_zoo-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-zoo\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(entry_points)
+@pytest.fixture
+def register(tmp_path, monkeypatch):
+    """A function that installs, for this test only, a distribution with the module ``tiny_zoo`` and the given
+    ``entry_points.txt``; returns its folder."""
+
+    def install(entry_points: str):
+        (tmp_path / "tiny_zoo.py").write_text(ADAPTER)
+        info = tmp_path / "tiny_zoo-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-zoo\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(entry_points)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        zoo_kinds.cache_clear()
+        return tmp_path
+
+    yield install
+    zoo_kinds.cache_clear()
+    sys.modules.pop("tiny_zoo", None)
 
 
 @pytest.fixture
-def registered(tmp_path, monkeypatch):
-    """A weights-file kind ``tiny`` and a folder kind ``tinydir``, registered for this test only."""
-    install(tmp_path, "[cood_bench.zoo]\ntiny = tiny_zoo:tiny_target\n"
-                      "[cood_bench.zoo_folders]\ntinydir = tiny_zoo:tiny_target\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    zoo_kinds.cache_clear()
-    yield tmp_path
-    zoo_kinds.cache_clear()
-    sys.modules.pop("tiny_zoo", None)
+def registered(register):
+    """A weights-file kind ``tiny`` and a folder kind ``tinydir``."""
+    return register("[cood_bench.zoo]\ntiny = tiny_zoo:tiny_target\n"
+                    "[cood_bench.zoo_folders]\ntinydir = tiny_zoo:tiny_target\n")
 
 
 def harness_cli(*args, path) -> subprocess.CompletedProcess:
@@ -131,12 +137,13 @@ def test_the_harness_and_the_leaderboard_read_the_same_registration(registered):
         "hf": True, "open_clip": False, "timm": False, "tiny": False, "tinydir": True, "torchvision": False}
 
 
-def test_a_kind_registered_twice_is_an_error(tmp_path, monkeypatch):
-    install(tmp_path, "[cood_bench.zoo_folders]\ntimm = tiny_zoo:tiny_target\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    zoo_kinds.cache_clear()
-    try:
-        with pytest.raises(HarnessError, match=r"^zoo kind 'timm' is registered twice \("):
-            zoo_kinds()
-    finally:
-        zoo_kinds.cache_clear()
+def test_a_kind_registered_twice_is_an_error(register):
+    register("[cood_bench.zoo_folders]\ntimm = tiny_zoo:tiny_target\n")
+    with pytest.raises(HarnessError, match=r"^zoo kind 'timm' is registered twice \(harness\.adapters\.timm_models:"):
+        zoo_kinds()
+
+
+def test_a_kind_naming_no_adapter_is_an_error(register):
+    register("[cood_bench.zoo]\nbroken = tiny_zoo:no_such_target\n")
+    with pytest.raises(HarnessError, match=r"^zoo kind 'broken' \(tiny_zoo:no_such_target\) failed to load: Attr"):
+        load_target("broken:net", weights="w.pt")

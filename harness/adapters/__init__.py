@@ -28,6 +28,7 @@ from harness.adapters.open_clip_models import CLIP_TEMPLATES, ZeroShotClassifier
 from harness.adapters.timm_models import timm_target
 from harness.adapters.torchvision_models import torchvision_target, torchvision_weights_entry
 from harness.adapters.weights import TORCH_SUFFIXES, ClassCountMismatch, copy_state_in_order, load_weights, read_weights
+from harness.errors import HarnessError
 from harness.options import check_target
 from harness.submission import Submission, check_output, load_file
 from harness.zoo import zoo_kind
@@ -47,7 +48,11 @@ def load_target(target: str, *, weights: str | None = None, num_classes_expected
     if kind is None:
         submission = load_file(target)
     else:
-        build = kind.adapter.load()
+        try:
+            build = kind.adapter.load()
+        except (ImportError, AttributeError) as exc:  # a third party's entry point: one line naming it
+            raise HarnessError(f"zoo kind '{kind.name}' ({kind.adapter.value}) failed to load: "
+                               f"{type(exc).__name__}: {exc}") from None
         submission = build(ZooTarget(str(target).partition(":")[2], weights, num_classes_expected, classnames))
     if num_classes_expected is not None:
         check_output(submission, num_classes_expected)
