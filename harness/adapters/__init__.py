@@ -14,8 +14,8 @@ Targets (nothing is ever downloaded: weights come from a local file or folder):
 - anything else: a submission file (:func:`harness.submission.load_file`).
 
 Each zoo kind is an entry point naming its adapter function (:mod:`harness.zoo`): a new kind is a module with a
-function ``ZooTarget -> Submission`` and one line in ``pyproject.toml``. Weights load safely: safetensors, or
-``torch.load(weights_only=True)``.
+function ``ZooTarget -> Submission`` and one line in ``pyproject.toml`` (read from the installed metadata, so
+reinstall after adding it). Weights load safely: safetensors, or ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
