@@ -15,6 +15,7 @@ from harness import __version__, phases
 from harness.phases import plural
 from harness.errors import HarnessError
 from harness.options import check_options, check_target
+from harness.zoo import weights_kinds, zoo_usage
 
 # Nothing above imports torch: --help, and the options and targets that cannot work, answer at once (and help works
 # on the light install); each command imports the heavy modules only once its arguments are checked.
@@ -25,11 +26,12 @@ app = make_app("Evaluate classifiers on a C-OOD benchmark.", f"cood-harness {__v
 
 @app.command()
 def submit(
-    target: str = typer.Argument(..., help="A submission file (README: the contract), timm:NAME, torchvision:NAME, "
-                                            "open_clip:ARCH[/TAG] or hf:FOLDER."),
+    target: str = typer.Argument(..., help="A submission file (README: the contract) or a model-zoo target: "
+                                            f"{zoo_usage()}."),
     name: Optional[str] = typer.Option(None, show_default="the file's NAME, else its stem; a target's own",
                                        help="The model's name in records and output paths."),
-    weights: Optional[Path] = typer.Option(None, help="Weights file (.safetensors/.pt/.pth/.bin) for timm:, torchvision: and open_clip:."),
+    weights: Optional[Path] = typer.Option(None, help="Weights file (.safetensors/.pt/.pth/.bin) for "
+                                                      f"{weights_kinds()} targets."),
     benchmark: str = typer.Option("glyphs", help="'glyphs' (embedded, built on first use), a benchmark folder, or "
                                                  "hf://datasets/OWNER/NAME@REVISION."),
     kappa: Optional[List[str]] = typer.Option(None, "--kappa", "-k", show_default="softmax entropy max_logit energy, then the submission's own",

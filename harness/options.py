@@ -8,8 +8,8 @@ import unicodedata
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.zoo import kinds_listed, weights_kinds, zoo_kind
 
-ZOO_TARGETS = ("timm", "torchvision", "open_clip", "hf")
 DECODERS = ("auto", "pil", "torchvision")
 FEATURE_DTYPES = ("float32", "float16")
 MAX_NAME_BYTES = 200
@@ -17,21 +17,34 @@ LINE_BREAKING = ("Cc", "Cs", "Zl", "Zp")  # control characters, lone surrogates,
 
 
 def is_zoo_target(target: str) -> bool:
-    """``timm:``, ``torchvision:``, ``open_clip:`` or ``hf:``: library code with the submitter's data (weights, configs)."""
-    kind, sep, _ = str(target).partition(":")
-    return bool(sep) and kind in ZOO_TARGETS
+    """A registered ``KIND:NAME`` target (:mod:`harness.zoo`): library code with the submitter's data (weights,
+    configs)."""
+    return zoo_kind(target) is not None
 
 
 def check_target(target: str, weights: str | Path | None = None) -> None:
-    """A zoo target that names a model, or a submission file that exists (``weights`` only with a zoo target)."""
-    if is_zoo_target(target):
-        if not str(target).partition(":")[2]:
-            raise HarnessError(f"target '{target}' names no model")
-        return
-    if not Path(target).is_file():
-        raise HarnessError(f"submission file {target} not found")
-    if weights is not None:
-        raise HarnessError(f"--weights applies to timm:, torchvision: and open_clip: targets, not to the file {target}")
+    """A zoo target that names a model, with a weights file when its kind takes one and none when it names a folder; or
+    a submission file that exists, without weights."""
+    kind = zoo_kind(target)
+    if kind is None:
+        if not Path(target).is_file():
+            prefix, sep, _ = str(target).partition(":")
+            unknown = sep and len(prefix) > 1 and prefix.isidentifier()  # not a drive letter, not a path
+            hint = f", and {prefix}: is no zoo target kind ({kinds_listed()})" if unknown else ""
+            raise HarnessError(f"submission file {target} not found{hint}")
+        if weights is not None:
+            raise HarnessError(misplaced_weights(f"the file {target}"))
+    elif not str(target).partition(":")[2]:
+        raise HarnessError(f"target '{target}' names no model")
+    elif kind.folder and weights is not None:
+        raise HarnessError(f"{kind.name}: targets take their weights from the folder; drop --weights")
+    elif not kind.folder and weights is None:
+        raise HarnessError(f"{target} needs a weights file (--weights); nothing is downloaded")
+
+
+def misplaced_weights(what: str, option: str = "--weights") -> str:
+    """The error for a weights file given with ``what`` (a file, a module), which takes none."""
+    return f"{option} applies to {weights_kinds()} targets, not to {what}"
 
 
 def check_name(name: str) -> None:

@@ -41,7 +41,7 @@ from harness.outputs import check_out, per_level_frame, record, summary_table, w
 from harness.runtime.score_cache import ScoreCache, kappa_id, run_key
 from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
 from harness.adapters import ClassCountMismatch, load_target
-from harness.options import check_options, is_zoo_target
+from harness.options import check_options, is_zoo_target, misplaced_weights
 from harness import phases
 from harness.phases import plural
 from harness.submission import Submission, in_memory
@@ -282,14 +282,14 @@ def _load(target, transform, name: str | None, weights, channels: int, num_id: i
     (unless trusted); a zoo target (our code) or an in-memory model (the caller's own) in this one."""
     if isinstance(target, torch.nn.Module):
         if weights is not None:
-            raise HarnessError("weights= applies to target strings (timm:, torchvision:, open_clip:), not to a module")
+            raise HarnessError(misplaced_weights("a module", "weights="))
         submission = in_memory(target, transform, name=name, channels=channels, num_classes=num_id)
     elif transform is not None:
         raise HarnessError("transform= applies to an in-memory model; a target brings its own preprocessing")
     elif is_zoo_target(target) or trust_submission:
         submission = load_target(str(target), weights=None if weights is None else str(weights), num_classes_expected=num_id)
     elif weights is not None:
-        raise HarnessError(f"--weights applies to timm:, torchvision: and open_clip: targets, not to the file {target}")
+        raise HarnessError(misplaced_weights(f"the file {target}"))
     else:
         submission, forward = load_isolated(target, execution, num_id, seed, limits)
     if name is not None:
@@ -313,8 +313,8 @@ def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=
     ``model`` is an ``nn.Module`` (logits, or ``(logits, features)``) with ``transform`` a callable
     ``PIL.Image -> Tensor`` (images are converted to ``channels`` planes first) or a timm data config; a timm
     model needs no transform (its own config is used). ``model`` may also be a target string (a submission
-    file, ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or ``hf:<folder>``, with
-    ``weights`` for the zoo targets); a submission file runs in a child process under ``limits`` (see
+    file, or a zoo target such as ``timm:<name>`` with ``weights`` or ``hf:<folder>``, see :mod:`harness.zoo`);
+    a submission file runs in a child process under ``limits`` (see
     :mod:`harness.runtime.isolation`) unless ``trust_submission``. ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
     submission's own. ``odin_preset`` (default paper) and ``mc_passes`` (default 30) apply to odin and mc_dropout
     and are refused when given without them; impossible options and bad model names are refused before any image is

@@ -1,8 +1,8 @@
 """The harness side of the leaderboard's request worker: evaluate one request's model on the pinned benchmark.
 
 Registered as the ``cood_bench.evaluators`` entry point ``harness``, which ``cood-leaderboard worker`` loads (the
-leaderboard never imports the harness). Requests name library models only (``timm:``, ``torchvision:``,
-``open_clip:``, ``hf:``) with weights data, never a submission file, and weights load with ``weights_only``.
+leaderboard never imports the harness). Requests name library models only (the zoo kinds of :mod:`harness.zoo`)
+with weights data, never a submission file, and weights load with ``weights_only``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.options import is_zoo_target
 from harness.run import open_benchmark, submit
+from harness.zoo import kinds_listed, zoo_kind
 
 
 class RequestEvaluator:
@@ -24,17 +24,17 @@ class RequestEvaluator:
         self.identity = open_benchmark(benchmark, progress=progress).identity()
 
     def evaluate(self, request: dict, weights: Path) -> tuple[list[dict], Path]:
-        """The records of ``request`` (its model with the downloaded ``weights``: a file, or the ``hf:`` snapshot
-        folder) and the run folder their per-class files are in."""
+        """The records of ``request`` (its model with the downloaded ``weights``: a file, or the snapshot
+        folder of a folder kind such as ``hf:``) and the run folder their per-class files are in."""
         if request["benchmark"] != self.identity:
             raise HarnessError(f"request {request['id']} is for benchmark manifest {request['benchmark']['manifest_sha256'][:12]}, "
                                f"this worker's is {self.identity['manifest_sha256'][:12]}")
         target = request["model"].get("target")
-        if not isinstance(target, str) or not is_zoo_target(target) or "\n" in target:
-            raise HarnessError(f"request {request['id']} names {str(target)[:80]!r}, not a library model (timm:, torchvision:, "
-                               "open_clip:, hf:); the worker never runs a file from the queue")
-        kind = target.partition(":")[0]
-        target, weights_file = (f"hf:{weights}", None) if kind == "hf" else (target, str(weights))
+        kind = zoo_kind(target) if isinstance(target, str) and "\n" not in target else None
+        if kind is None:
+            raise HarnessError(f"request {request['id']} names {str(target)[:80]!r}, not a library model "
+                               f"({kinds_listed()}); the worker never runs a file from the queue")
+        target, weights_file = (f"{kind.name}:{weights}", None) if kind.folder else (target, str(weights))
         out = self.work_dir / request["id"]
         evaluation = submit(target, weights=weights_file, benchmark=self.benchmark, name=request["name"],
                             kappas=request["kappas"] or None, num_levels=request["num_levels"], device=self.device,

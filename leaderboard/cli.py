@@ -184,8 +184,7 @@ def queue_init(requests_repo: str = QUEUE, directory: Path = DIR, endpoint: Opti
 
 @app.command()
 def request(
-    target: str = typer.Argument(..., help="timm:<name>, torchvision:<name>, open_clip:<arch>[/<tag>] (with --weights "
-                                           "and --file), or hf:<owner>/<name> (a transformers model repo)."),
+    target: str = typer.Argument(..., help=f"{requests.target_usage()}."),
     requests_repo: str = typer.Option(..., "--queue", "-q", help="The request queue's Hub dataset repo."),
     weights: Optional[str] = typer.Option(None, help="Hub model repo holding the weights file, <owner>/<name>."),
     file: Optional[str] = typer.Option(None, help="The weights file in that repo (.safetensors, .pt, .pth, .bin, .ckpt)."),

@@ -8,9 +8,10 @@ Every change is a commit made on top of the revision it was read at (``parent_co
 anything was committed in between, and the writer reads again and retries. So two workers never claim the same
 request, and no update overwrites another.
 
-A request names a model the harness can build without running anyone's code: ``timm:``, ``torchvision:`` or
-``open_clip:`` with a weights file from a Hub model repo, or ``hf:<owner>/<name>``, a ``transformers`` image
-classifier repo. The revision is pinned to a commit when the request is made, and the weights are checked at once.
+A request names a model the harness can build without running anyone's code: a model-zoo kind the harness registers
+(the entry points of :data:`ZOO_GROUPS`, read here without importing the harness), as ``timm:<name>`` with a weights
+file from a Hub model repo, or, for a folder kind, as ``hf:<owner>/<name>``, a model repo saved with
+``save_pretrained``. The revision is pinned to a commit when the request is made, and the weights are checked at once.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import hashlib
 import json
 import os
 from datetime import datetime, timezone
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, HfApi
@@ -32,7 +34,7 @@ from leaderboard.weights_check import WEIGHT_SUFFIXES, check_weights_file
 QUEUE_JSON = "queue.json"
 FOLDER = "requests"
 STATUSES = ("pending", "running", "done", "failed")
-TARGET_KINDS = ("timm", "torchvision", "open_clip", "hf")
+ZOO_GROUPS = {"cood_bench.zoo": False, "cood_bench.zoo_folders": True}  # as harness.zoo.GROUPS; True: its own repo
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 MAX_TRIES = 30  # commits refused because another writer got there first, before giving up
 REFUSED = (409, 412)  # what the Hub answers a commit whose parent is no longer the head
@@ -105,17 +107,35 @@ def read_queue(api: HfApi, repo_id: str) -> dict:
                                f"{one_line(exc)}") from None
 
 
+def zoo_kinds() -> dict[str, bool]:
+    """The model-zoo kinds the installed harness registers, in name order, each with whether its target is its own Hub
+    repo (else it needs --weights and --file)."""
+    found = ((entry.name, own_repo) for group, own_repo in ZOO_GROUPS.items() for entry in entry_points(group=group))
+    return dict(sorted(found))
+
+
+def target_usage() -> str:
+    """The kinds as help and errors list them: ``timm:<name> (with --weights and --file) or hf:<owner>/<name> ...``."""
+    kinds = zoo_kinds()
+    with_file = ", ".join(f"{kind}:<name>" for kind, own_repo in kinds.items() if not own_repo)
+    own = ", ".join(f"{kind}:<owner>/<name>" for kind, own_repo in kinds.items() if own_repo)
+    return " or ".join(filter(None, [with_file and f"{with_file} (with --weights and --file)",
+                                     own and f"{own} (a model repo)"]))
+
+
 def parse_target(target: str, weights: str | None, file: str | None) -> dict:
     """Check a request's model reference before anything is fetched: the target kind, the repo ids, the file format."""
     kind, sep, name = target.partition(":")
-    if not sep or kind not in TARGET_KINDS or not name:
-        raise LeaderboardError(f"target {target!r}: give {', '.join(k + ':<name>' for k in TARGET_KINDS)} "
-                               "(a submission file is never run from a request)")
-    if kind == "hf":
+    kinds = zoo_kinds()
+    if not sep or kind not in kinds or not name:
+        raise LeaderboardError(f"target {target!r}: give {target_usage()}; a submission file is never run from a "
+                               "request")
+    if kinds[kind]:
         if weights is not None or file is not None:
-            raise LeaderboardError("an hf: target is its own Hub repo (hf:<owner>/<name>); drop --weights and --file")
+            raise LeaderboardError(f"target {target!r} is its own Hub repo ({kind}:<owner>/<name>); drop --weights "
+                                   "and --file")
         if not REPO_ID.match(name):
-            raise LeaderboardError(f"target {target!r}: hf: takes a Hub model repo id, hf:<owner>/<name>")
+            raise LeaderboardError(f"target {target!r}: {kind}: takes a Hub model repo id, {kind}:<owner>/<name>")
         return {"target": target, "repo": name, "file": None}
     if weights is None or file is None:
         raise LeaderboardError(f"{kind}: targets need --weights <owner>/<name> (a Hub model repo) and --file "
@@ -128,8 +148,8 @@ def parse_target(target: str, weights: str | None, file: str | None) -> dict:
 
 
 def fetch_weights(api: HfApi, request: dict) -> Path:
-    """Download a request's weights (the ``hf:`` repo's snapshot, or the weights file) at its pinned commit; check the
-    weights file's sha256 against the request's. Returns the file, or the snapshot folder for ``hf:``."""
+    """Download a request's weights (a folder kind's repo snapshot, or the weights file) at its pinned commit; check the
+    weights file's sha256 against the request's. Returns the file, or the snapshot folder."""
     model = request["model"]
     if model["file"] is None:
         folder = Path(api.snapshot_download(model["repo"], revision=model["revision"]))

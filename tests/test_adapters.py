@@ -297,7 +297,7 @@ def test_other_targets_are_submission_files(tmp_path):
                     "def build_model():\n    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 4))\n")
     sub = load_target(str(path), num_classes_expected=4)
     assert (sub.name, sub.channels, sub.source) == ("tiny", 1, "tiny.py")
-    with pytest.raises(HarnessError, match="--weights applies to timm:, torchvision: and open_clip: targets"):
+    with pytest.raises(HarnessError, match="--weights applies to open_clip:, timm: and torchvision: targets"):
         load_target(str(path), weights="w.pt")
     with pytest.raises(HarnessError, match="the benchmark has 3 ID classes"):
         load_target(str(path), num_classes_expected=3)

@@ -42,7 +42,7 @@ def test_every_help_exits_0_with_its_defaults(prog, app, path, flag):
 
 def test_help_text_with_brackets_prints_as_written():
     done = CliRunner().invoke(harness_app, ["submit", "--help"], prog_name="cood-harness")
-    assert "open_clip:ARCH[/TAG]" in done.output
+    assert "NAME:KEY=VALUE[,KEY=VALUE]" in done.output
     assert "[default: (softmax entropy max_logit energy, then the submission's own)]" in " ".join(done.output.split())
 
 

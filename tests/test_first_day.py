@@ -37,7 +37,7 @@ def test_a_missing_file_is_refused_before_torch(tmp_path):
     (["--decoder", "opencv"], "--decoder must be one of auto, pil, torchvision, got 'opencv'"),
     (["--feature-dtype", "bfloat16"], "--feature-dtype must be one of float32, float16, got 'bfloat16'"),
     (["--name", "a/b"], "the model name 'a/b' contains '/' or '\\'"),
-    (["--weights", "w.pt"], f"--weights applies to timm:, torchvision: and open_clip: targets, not to the file {CNN}"),
+    (["--weights", "w.pt"], f"--weights applies to open_clip:, timm: and torchvision: targets, not to the file {CNN}"),
 ], ids=lambda v: v[0] if isinstance(v, list) else None)
 def test_an_option_that_cannot_work_is_refused_before_torch(tmp_path, args, message):
     code, out, err = cli("submit", CNN, *args, cwd=tmp_path)

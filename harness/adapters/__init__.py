@@ -13,25 +13,29 @@ Targets (nothing is ever downloaded: weights come from a local file or folder):
   ``AutoImageProcessor`` preprocessing.
 - anything else: a submission file (:func:`harness.submission.load_file`).
 
-Weights load safely: safetensors, or ``torch.load(weights_only=True)``.
+Each zoo kind is an entry point naming its adapter function (:mod:`harness.zoo`): a new kind is a module with a
+function ``ZooTarget -> Submission`` and one line in ``pyproject.toml`` (read from the installed metadata, so
+reinstall after adding it). Weights load safely: safetensors, or ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.adapters.common import ZooTarget
 from harness.adapters.hf_models import LogitsOf, hf_target
 from harness.adapters.open_clip_models import CLIP_TEMPLATES, ZeroShotClassifier, open_clip_options, open_clip_target, zero_shot_head
 from harness.adapters.timm_models import timm_target
 from harness.adapters.torchvision_models import torchvision_target, torchvision_weights_entry
 from harness.adapters.weights import TORCH_SUFFIXES, ClassCountMismatch, copy_state_in_order, load_weights, read_weights
 from harness.errors import HarnessError
-from harness.options import ZOO_TARGETS, is_zoo_target
+from harness.options import check_target
 from harness.submission import Submission, check_output, load_file
+from harness.zoo import zoo_kind
 
-__all__ = ["CLIP_TEMPLATES", "ClassCountMismatch", "LogitsOf", "TORCH_SUFFIXES", "ZOO_TARGETS", "ZeroShotClassifier", "copy_state_in_order", "hf_target",
-           "is_zoo_target", "load_target", "load_weights", "open_clip_options", "open_clip_target", "read_weights",
-           "timm_target", "torchvision_target", "torchvision_weights_entry", "zero_shot_head"]
+__all__ = ["CLIP_TEMPLATES", "ClassCountMismatch", "LogitsOf", "TORCH_SUFFIXES", "ZeroShotClassifier", "ZooTarget",
+           "copy_state_in_order", "hf_target", "load_target", "load_weights", "open_clip_options", "open_clip_target",
+           "read_weights", "timm_target", "torchvision_target", "torchvision_weights_entry", "zero_shot_head"]
 
 def load_target(target: str, *, weights: str | None = None, num_classes_expected: int | None = None,
                 classnames: Sequence[str] | None = None) -> Submission:
@@ -39,21 +43,17 @@ def load_target(target: str, *, weights: str | None = None, num_classes_expected
 
     ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head.
     """
-    kind, sep, rest = str(target).partition(":")
-    adapters = {
-        "timm": lambda: timm_target(rest, weights, num_classes_expected),
-        "torchvision": lambda: torchvision_target(rest, weights, num_classes_expected),
-        "open_clip": lambda: open_clip_target(rest, weights, classnames),
-        "hf": lambda: hf_target(rest, weights),
-    }
-    if is_zoo_target(target):
-        if not rest:
-            raise HarnessError(f"target '{target}' names no model")
-        submission = adapters[kind]()
-    elif weights is not None:
-        raise HarnessError(f"--weights applies to timm:, torchvision: and open_clip: targets, not to the file {target}")
-    else:
+    check_target(target, weights)
+    kind = zoo_kind(target)
+    if kind is None:
         submission = load_file(target)
+    else:
+        try:
+            build = kind.adapter.load()
+        except (ImportError, AttributeError) as exc:  # a third party's entry point: one line naming it
+            raise HarnessError(f"zoo kind '{kind.name}' ({kind.adapter.value}) failed to load: "
+                               f"{type(exc).__name__}: {exc}") from None
+        submission = build(ZooTarget(str(target).partition(":")[2], weights, num_classes_expected, classnames))
     if num_classes_expected is not None:
         check_output(submission, num_classes_expected)
     return submission

@@ -1,17 +1,25 @@
-"""What every zoo adapter shares: the weights it needs, its optional package, a did-you-mean."""
+"""What every zoo adapter shares: what it builds from, its optional package, a did-you-mean."""
 
 from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from harness.errors import HarnessError
 
 
-def _need_weights(target: str, weights: str | None) -> str:
-    if weights is None:
-        raise HarnessError(f"{target} needs a weights file (--weights); nothing is downloaded")
-    return weights
+@dataclass(frozen=True)
+class ZooTarget:
+    """What an adapter builds a ``KIND:NAME`` target from: ``name`` (after ``KIND:``), the weights file (None for a
+    folder kind, see :mod:`harness.zoo`), the logits' width the benchmark expects (None: unchecked) and its ID class
+    names in benchmark order (None: not given)."""
+
+    name: str
+    weights: str | None = None
+    num_classes: int | None = None
+    classnames: Sequence[str] | None = None
 
 
 def _optional(module: str, package: str):

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from harness.adapters.common import _listed, _optional
+from harness.adapters.common import ZooTarget, _listed, _optional
 from harness.errors import HarnessError
 from harness.submission import Submission
 
@@ -23,12 +23,10 @@ class LogitsOf(torch.nn.Module):
         return self.model(pixel_values=images).logits
 
 
-def hf_target(folder: str, weights: str | None) -> Submission:
+def hf_target(target: ZooTarget) -> Submission:
     """A transformers image classifier from a local folder, with its AutoImageProcessor preprocessing."""
     transformers = _optional("transformers", "transformers")
-    if weights is not None:
-        raise HarnessError("hf: targets take their weights from the folder; drop --weights")
-    path = Path(folder)
+    path = Path(target.name)
     if not (path / "config.json").is_file():
         raise HarnessError(f"hf: {path} is not a folder saved with save_pretrained (no config.json)")
     try:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from harness.adapters.common import _need_weights, _optional
+from harness.adapters.common import ZooTarget, _optional
 from harness.adapters.weights import load_weights
 from harness.errors import HarnessError
 from harness.submission import Submission
@@ -71,14 +71,15 @@ def open_clip_options(arch: str, tag: str) -> dict:
             "image_interpolation": cfg.get("interpolation"), "image_resize_mode": cfg.get("resize_mode")}
 
 
-def open_clip_target(spec: str, weights: str | None, classnames: Sequence[str] | None) -> Submission:
-    """An open_clip model as a zero-shot classifier; preprocessing from the tag's config (mean, std, interpolation, resize)."""
+def open_clip_target(target: ZooTarget) -> Submission:
+    """An open_clip model (``ARCH[/TAG]``) as a zero-shot classifier over ``target.classnames`` (None: CLIP's curated
+    ImageNet-1K class names); preprocessing from the tag's config (mean, std, interpolation, resize)."""
     open_clip = _optional("open_clip", "open_clip_torch")
 
+    spec, classnames = target.name, target.classnames
     arch, _, tag = spec.partition("/")
-    weights = _need_weights(f"open_clip:{spec}", weights)
     model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=None, **open_clip_options(arch, tag))
-    sha = load_weights(model, weights)
+    sha = load_weights(model, target.weights)
     if classnames is None:
         from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES as classnames
         names_source = "CLIP's curated ImageNet-1K class names"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.adapters.common import _did_you_mean, _need_weights
+from harness.adapters.common import ZooTarget, _did_you_mean
 from harness.adapters.weights import load_weights
 from harness.errors import HarnessError
 from harness.submission import Submission
@@ -21,16 +21,16 @@ def torchvision_weights_entry(name: str, sha: str):
     return entries.DEFAULT, "DEFAULT (weights file not recognised)"
 
 
-def torchvision_target(name: str, weights: str | None, num_classes: int | None) -> Submission:
+def torchvision_target(target: ZooTarget) -> Submission:
     """A torchvision classifier with weights from a file; preprocessing from its weights entry's preset transform."""
     import torchvision
 
-    weights = _need_weights(f"torchvision:{name}", weights)
+    name, num_classes = target.name, target.num_classes
     known = torchvision.models.list_models(module=torchvision.models)
     if name not in known:
         raise HarnessError(f"torchvision: unknown classification model '{name}'{_did_you_mean(name, known)}")
     model = torchvision.models.get_model(name, weights=None, **({"num_classes": num_classes} if num_classes else {}))
-    sha = load_weights(model, weights)
+    sha = load_weights(model, target.weights)
     entry, how = torchvision_weights_entry(name, sha)
     preset = entry.transforms()
     crop, resize = preset.crop_size[0], preset.resize_size[0]

@@ -86,14 +86,15 @@ def test_a_request_is_validated_pinned_and_added_once(api, requests_repo):
 
 
 @pytest.mark.parametrize(("target", "options", "message"), [
-    ("my_model.py", {}, "target 'my_model.py': give timm:<name>, torchvision:<name>, open_clip:<name>, hf:<name> "
-                        "(a submission file is never run from a request)"),
-    ("keras:resnet", {}, "target 'keras:resnet': give timm:<name>"),
+    ("my_model.py", {}, "target 'my_model.py': give open_clip:<name>, timm:<name>, torchvision:<name> (with --weights "
+                        "and --file) or hf:<owner>/<name> (a model repo); a submission file is never run from a "
+                        "request"),
+    ("keras:resnet", {}, "target 'keras:resnet': give open_clip:<name>"),
     ("timm:resnet18", {}, "timm: targets need --weights <owner>/<name>"),
     ("timm:resnet18", {"weights": "no-slash", "file": "w.safetensors"}, "--weights 'no-slash': not a Hub model repo id"),
     ("timm:resnet18", {"weights": "org/x", "file": "w.npz"}, "--file 'w.npz': a weights file in the repo"),
     ("timm:resnet18", {"weights": "org/x", "file": "../w.pt"}, "--file '../w.pt': a weights file in the repo"),
-    ("hf:org/x", {"weights": "org/y", "file": "w.pt"}, "an hf: target is its own Hub repo"),
+    ("hf:org/x", {"weights": "org/y", "file": "w.pt"}, "target 'hf:org/x' is its own Hub repo (hf:<owner>/<name>)"),
     ("hf:x", {}, "target 'hf:x': hf: takes a Hub model repo id"),
 ])
 def test_a_malformed_request_is_refused_before_any_download(api, requests_repo, target, options, message):
