@@ -49,7 +49,13 @@ def spec(*, unit: bool = False, minimum: int | None = None, format: str | None =
     return dataclasses.field(default=None, metadata=meta) if optional else dataclasses.field(metadata=meta)
 
 
-_shape = dataclass(frozen=True, kw_only=True)
+PARTS: dict[str, type] = {}  # the record's parts by name: the names their annotations use
+
+
+def _shape(cls: type) -> type:
+    part = dataclass(frozen=True, kw_only=True)(cls)
+    PARTS[cls.__name__] = part
+    return part
 
 
 @_shape
@@ -172,24 +178,27 @@ class Record:
 @dataclass(frozen=True)
 class Field:
     """A declared field, its annotation resolved: ``kind`` is the type without None (a class, or ``list``/``dict``),
-    ``item`` a list's item type or a typed dict's value type."""
+    ``item`` a list's item type or a typed dict's value type; ``part``: ``kind`` is a record part, ``parts``: a list
+    of them."""
 
     name: str
     kind: type
     item: type | None
     nullable: bool
     meta: dict
+    part: bool
+    parts: bool
 
 
 def shape_fields(cls: type) -> tuple[Field, ...]:
-    """The fields of a record part, in record order; resolved once per set of part classes of this module, so a
-    part replaced here (``IdMetrics = ...``) is seen by the parts that name it."""
-    return _resolved(cls, tuple(v for v in globals().values() if isinstance(v, type) and is_part(v)))
+    """The fields of a record part, in record order; resolved once per set of :data:`PARTS`, so a part replaced
+    there is seen by the parts that name it."""
+    return _resolved(cls, tuple(PARTS.values()))
 
 
 @functools.cache
 def _resolved(cls: type, parts: tuple[type, ...]) -> tuple[Field, ...]:  # parts: only the cache key
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, localns=PARTS)
     out = []
     for f in dataclasses.fields(cls):
         hint, nullable = hints[f.name], False
@@ -198,7 +207,8 @@ def _resolved(cls: type, parts: tuple[type, ...]) -> tuple[Field, ...]:  # parts
             hint, nullable = members[0], True
         args = typing.get_args(hint)
         kind = typing.get_origin(hint) or hint
-        out.append(Field(f.name, kind, args[-1] if args else None, nullable, dict(f.metadata)))
+        item = args[-1] if args else None
+        out.append(Field(f.name, kind, item, nullable, dict(f.metadata), is_part(kind), kind is list and is_part(item)))
     return tuple(out)
 
 
@@ -232,9 +242,9 @@ def _build(cls: type, data: dict):
             if not f.nullable:
                 raise TypeError(f"{cls.__name__} needs {f.name!r}")
             values[f.name] = None
-        elif is_part(f.kind) and data[f.name] is not None:
+        elif f.part and data[f.name] is not None:
             values[f.name] = _build(f.kind, data[f.name])
-        elif f.kind is list and is_part(f.item):
+        elif f.parts:
             values[f.name] = [_build(f.item, item) for item in data[f.name]]
         else:
             values[f.name] = data[f.name]
@@ -242,13 +252,15 @@ def _build(cls: type, data: dict):
 
 
 def _to_json(value):
-    if is_part(type(value)):
-        return {f.name: _to_json(getattr(value, f.name)) for f in shape_fields(type(value))
-                if not (f.meta["optional"] and getattr(value, f.name) is None)}
+    if value is None or isinstance(value, (str, int, float)):
+        return value
     if isinstance(value, list):
         return [_to_json(v) for v in value]
     if isinstance(value, dict):
         return {k: _to_json(v) for k, v in value.items()}
+    if is_part(type(value)):
+        return {f.name: _to_json(getattr(value, f.name)) for f in shape_fields(type(value))
+                if not (f.meta["optional"] and getattr(value, f.name) is None)}
     return value
 
 
@@ -260,7 +272,7 @@ def columns() -> dict[str, tuple[tuple[str, ...], Field]]:
         for f in shape_fields(cls):
             if f.meta["column"]:
                 out[f.meta["column"]] = ((*path, f.name), f)
-            elif is_part(f.kind):
+            elif f.part:
                 walk(f.kind, (*path, f.name))
 
     walk(Record, ())
@@ -364,9 +376,9 @@ def _harness_only(cls: type) -> dict:
         if f.meta["reported"]:
             full = _value_schema(f)
             properties[f.name] = full if "$ref" in full else {"type": _json_type(f.kind)}
-        elif is_part(f.kind) and (inner := _harness_only(f.kind)):
+        elif f.part and (inner := _harness_only(f.kind)):
             properties[f.name] = inner
-        elif f.kind is list and is_part(f.item) and (inner := _harness_only(f.item)):
+        elif f.parts and (inner := _harness_only(f.item)):
             properties[f.name] = {"items": inner}
     return {"properties": properties} if properties else {}
 

@@ -17,8 +17,7 @@ from datetime import datetime
 
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import (FORMATS, MAX_NAME_BYTES, PROVENANCES, SCHEMA_VERSION, VERIFIED, Benchmark, Field,
-                                HardClass, Level, PerClass, PerClassLevel, Record, Verification, is_part, optional_keys,
-                                required_keys, shape_fields)
+                                PerClass, Record, Verification, optional_keys, required_keys, shape_fields)
 
 NEAR_CHANCE_FACTOR = 2  # id-acc below twice chance (2 / num_id_classes) marks a broken run
 
@@ -87,14 +86,20 @@ def _name(value, path: str, pattern: re.Pattern | None = None, what: str = "") -
 
 
 def _part(value, path: str, cls: type, paper: bool = False) -> dict:
-    """Check an object against a record part (:mod:`leaderboard.record`): its keys, then every field but the optional
-    ones and the lists (their callers check those, with their cross-field rules); ``paper`` allows the fields a
-    publication may leave null."""
-    _object({k: v for k, v in value.items() if k not in optional_keys(cls)} if isinstance(value, dict) else value,
-            path or "record", required_keys(cls))
-    for field in shape_fields(cls):
-        if not field.meta["optional"] and field.kind is not list:
-            _value(value[field.name], f"{path}.{field.name}" if path else field.name, field, paper)
+    """Check an object against a record part (:mod:`leaderboard.record`): its keys, then every field in order but the
+    optional ones (``paper`` allows the nulls a publication may leave). Lists are left to the callers' cross-field
+    rules, but for the parts in a list that is one."""
+    fields = [f for f in shape_fields(cls) if not f.meta["optional"]]
+    optional = len(fields) < len(shape_fields(cls))
+    _object({k: v for k, v in value.items() if k not in optional_keys(cls)} if optional and isinstance(value, dict) else value,
+            path or "record", tuple(f.name for f in fields))
+    for field in fields:
+        where, item = f"{path}.{field.name}" if path else field.name, value[field.name]
+        if field.parts and isinstance(item, list):
+            for index, entry in enumerate(item):
+                _part(entry, f"{where}[{index}]", field.item, paper)
+        elif field.kind is not list:
+            _value(item, where, field, paper)
     return value
 
 
@@ -105,7 +110,7 @@ def _value(value, path: str, field: Field, paper: bool) -> None:
         raise _fail(path, f"must be one of {', '.join(meta['enum'])}, got {value!r}")
     if meta["const"] is not None and value != meta["const"]:
         raise _fail(path, f"must be {meta['const']!r}, got {value!r}")
-    if is_part(field.kind):
+    if field.part:
         _part(value, path, field.kind, paper)
     elif field.kind is dict:
         if value is None and nullable:
@@ -207,7 +212,6 @@ def _validate_levels(record: dict, paper: bool) -> None:
     previous, last_percentile = -math.inf, -math.inf
     for index, level in enumerate(levels):
         path = f"levels[{index}]"
-        _part(level, path, Level, paper)
         if level["level"] != index:
             raise _fail(f"{path}.level", f"must be {index}, got {level['level']}")
         if level["percentile"] <= last_percentile:
@@ -232,7 +236,6 @@ def _validate_per_class(per_class, num_levels: int) -> None:
         raise _fail("per_class.levels", f"must be a list of num_levels ({num_levels}) entries")
     for index, level in enumerate(levels):
         path = f"per_class.levels[{index}]"
-        _part(level, path, PerClassLevel)
         if level["level"] != index:
             raise _fail(f"{path}.level", f"must be {index}, got {level['level']}")
         count = level["n_classes"]
@@ -248,7 +251,6 @@ def _validate_per_class(per_class, num_levels: int) -> None:
         previous = values[0]
         for rank, entry in enumerate(hardest):
             where = f"{path}.hardest[{rank}]"
-            _part(entry, where, HardClass)
             auroc = entry["ood_auroc"]
             if not previous <= auroc <= values[-1]:
                 raise _fail(f"{where}.ood_auroc", f"{auroc} is out of order (hardest first, within the level's min and max)")
