@@ -22,13 +22,14 @@ PROVENANCES = ("harness", "paper")
 VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
 MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")  # a Hub repo, owner/name
 # string formats: name -> (pattern, what a value must be); "name" also has the byte and character rules of the validator
 FORMATS = {
     "name": (None, "a name"),
     "sha256": (re.compile(r"^[0-9a-f]{64}$"), "a lowercase 64-digit hex sha256"),
     "kappa_name": (re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$"), "a kappa name (letters, digits, _ . -)"),
     "request_id": (re.compile(r"^[0-9a-f]{12}$"), "a request id (12 hex digits)"),
-    "repo_id": (re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$"), "a Hub repo id (owner/name)"),
+    "repo_id": (REPO_ID, "a Hub repo id (owner/name)"),
     "relative_path": (re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$"), "a relative path"),
     "date-time": (None, "an ISO-8601 date-time"),
     "params": (None, "kappa parameters"),

@@ -89,10 +89,9 @@ def _part(value, path: str, cls: type, paper: bool = False) -> dict:
     """Check an object against a record part (:mod:`leaderboard.record`): its keys, then every field in order but the
     optional ones (``paper`` allows the nulls a publication may leave). Lists are left to the callers' cross-field
     rules, but for the parts in a list that is one."""
-    fields = [f for f in shape_fields(cls) if not f.meta["optional"]]
-    optional = len(fields) < len(shape_fields(cls))
-    _object({k: v for k, v in value.items() if k not in optional_keys(cls)} if optional and isinstance(value, dict) else value,
-            path or "record", tuple(f.name for f in fields))
+    fields, optional = [f for f in shape_fields(cls) if not f.meta["optional"]], optional_keys(cls)
+    present = {k: v for k, v in value.items() if k not in optional} if optional and isinstance(value, dict) else value
+    _object(present, path or "record", tuple(f.name for f in fields))
     for field in fields:
         where, item = f"{path}.{field.name}" if path else field.name, value[field.name]
         if field.parts and isinstance(item, list):
@@ -156,7 +155,7 @@ def validate_record(record) -> None:
         raise _fail("provenance", f"must be one of {', '.join(PROVENANCES)}, got {record['provenance']!r}")
     paper = record["provenance"] == "paper"
     _part(record, "", Record, paper)
-    _validate_levels(record, paper)
+    _validate_levels(record)
     if "per_class" in record:
         _validate_per_class(record["per_class"], record["num_levels"])
     if "verification" in record:
@@ -201,7 +200,7 @@ def validate_benchmark(benchmark, reported: bool = False) -> None:
     _part(benchmark, "benchmark", Benchmark, reported)
 
 
-def _validate_levels(record: dict, paper: bool) -> None:
+def _validate_levels(record: dict) -> None:
     """What holds under any severity rule: one entry per level in order, percentiles rising, level scores not
     decreasing (easiest level first), and the summary's mean of the levels' ood-auroc."""
     count, levels = record["num_levels"], record["levels"]
