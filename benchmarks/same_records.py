@@ -59,7 +59,8 @@ def run_quick_start(tree: Path, work: Path) -> Path:
 
 def masked(record: dict) -> dict:
     """``record`` with the :data:`MASKED` values replaced."""
-    return {**record, "created": MASK, "timings": {k: MASK if k.endswith("_s") else v for k, v in record["timings"].items()}}
+    timings = {key: MASK if key.endswith("_s") else value for key, value in record["timings"].items()}
+    return {**record, "created": MASK, "timings": timings}
 
 
 def canonical(record: dict) -> str:

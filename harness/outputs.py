@@ -39,7 +39,8 @@ def _clean(value):
 
 def record(result: KappaResult, *, benchmark: dict, model: dict, kappa_params: dict, seed: int, version: str,
            created: str, timings: dict, metric_definitions: dict, per_class: dict | None = None) -> dict:
-    """The result record of one (model, kappa) pair (:mod:`leaderboard.record`); ``per_class`` summarises the drill-down."""
+    """The result record of one (model, kappa) pair (:mod:`leaderboard.record`); ``per_class`` summarises the
+    drill-down."""
     return _clean(make_record(
         provenance="harness", benchmark=benchmark, model=model, kappa={"name": result.kappa, "params": kappa_params},
         levels=result.rows, id=result.id, summary={"mean_ood_auroc": result.mean_ood_auroc},

@@ -72,7 +72,8 @@ def paper_records(table: pd.DataFrame) -> list[dict]:
         records.append(make_record(
             provenance="paper", benchmark=BENCHMARK, model={"name": model, "source": SOURCE, "preprocessing": {}},
             kappa={"name": name, "params": params}, levels=levels,
-            id={"acc": first["id-acc"], "auroc": first["id-auroc"], "avg_conf": first["id_avg_conf"], "num": NUM_ID_IMAGES},
+            id={"acc": first["id-acc"], "auroc": first["id-auroc"], "avg_conf": first["id_avg_conf"],
+                "num": NUM_ID_IMAGES},
             summary={"mean_ood_auroc": math.fsum(level["ood_auroc"] for level in levels) / len(levels)},
             metric_definitions=DEFINITIONS))
     return records

@@ -104,7 +104,8 @@ class Level:
 
 @_shape
 class IdMetrics:
-    """The ID test set: accuracy, the AUROC of correct vs wrong (null when all are right or all wrong), mean confidence."""
+    """The ID test set: accuracy, the AUROC of correct vs wrong (null when all are right or all wrong), mean
+    confidence."""
 
     acc: float = spec(unit=True, column="id_acc")
     auroc: float | None = spec(unit=True, column="id_auroc")
@@ -165,15 +166,18 @@ class Record:
     harness_version: str | None = spec(reported=True, column="harness_version")
     created: str | None = spec(format="date-time", reported=True, column="created")
     timings: dict | None = spec(reported=True)
-    provenance: str = spec(enum=PROVENANCES, column="provenance",
-                           doc="harness: computed by cood-bench, every field required; paper: reported by a publication, "
-                               "unreported metrics, hashes and run details may be null")
-    per_class: PerClass | None = spec(optional=True, doc="optional: the per-OOD-class drill-down (the validator also "
-                                      "checks levels == num_levels, quantiles not decreasing, the hardest classes in order "
-                                      "within the level's range)")
-    verification: Verification | None = spec(optional=True, doc="optional: present only on records the leaderboard's own "
-                                             "worker produced from a request (the store refuses it on records added by "
-                                             "hand, which are self-reported)")
+    provenance: str = spec(
+        enum=PROVENANCES, column="provenance",
+        doc="harness: computed by cood-bench, every field required; paper: reported by a publication, unreported "
+            "metrics, hashes and run details may be null")
+    per_class: PerClass | None = spec(
+        optional=True,
+        doc="optional: the per-OOD-class drill-down (the validator also checks levels == num_levels, quantiles not "
+            "decreasing, the hardest classes in order within the level's range)")
+    verification: Verification | None = spec(
+        optional=True,
+        doc="optional: present only on records the leaderboard's own worker produced from a request (the store "
+            "refuses it on records added by hand, which are self-reported)")
 
 
 @dataclass(frozen=True)

@@ -214,7 +214,8 @@ def _validate_levels(record: dict) -> None:
         if level["level"] != index:
             raise _fail(f"{path}.level", f"must be {index}, got {level['level']}")
         if level["percentile"] <= last_percentile:
-            raise _fail(f"{path}.percentile", f"does not rise ({level['percentile']} after {last_percentile}); levels must be ordered easiest first")
+            raise _fail(f"{path}.percentile",
+                        f"does not rise ({level['percentile']} after {last_percentile}); levels must be ordered easiest first")
         last_percentile = level["percentile"]
         score = level["level_score"]
         if score is not None:

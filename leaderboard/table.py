@@ -65,7 +65,8 @@ def build_table(rows: list[dict], num_levels: int) -> pd.DataFrame:
     declared = record_columns()
     order = FRONT + level_columns(num_levels) + BACK
     table = pd.DataFrame(rows, columns=order + [c for c in declared if c not in order])
-    for col in ["mean_fpr_at_95_tpr", *level_columns(num_levels)] + [c for c, (_, f) in declared.items() if f.kind is float]:
+    floats = [c for c, (_, f) in declared.items() if f.kind is float]
+    for col in ["mean_fpr_at_95_tpr", *level_columns(num_levels), *floats]:
         table[col] = table[col].astype("float64")
     for col in ["seq"] + [c for c, (_, f) in declared.items() if f.kind is int]:
         table[col] = table[col].astype("Int64" if col in declared and declared[col][1].nullable else "int64")

@@ -79,8 +79,8 @@ def test_the_harness_passes_a_new_id_metric_through(make_record, monkeypatch):
     outputs = pytest.importorskip("harness.outputs")
     from harness.method.evaluation import KappaResult
 
-    with_ece = dataclasses.make_dataclass("IdMetrics", [("ece", float, shape.spec(unit=True))], bases=(shape.IdMetrics,),
-                                          frozen=True, kw_only=True)
+    with_ece = dataclasses.make_dataclass("IdMetrics", [("ece", float, shape.spec(unit=True))],
+                                          bases=(shape.IdMetrics,), frozen=True, kw_only=True)
     monkeypatch.setitem(shape.PARTS, "IdMetrics", with_ece)
     base = make_record()
     result = KappaResult("softmax", None, base["levels"], {**base["id"], "ece": 0.04})
