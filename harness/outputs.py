@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 from dataset_builder.levels import level_table, write_level_table  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 from harness.method.evaluation import KappaResult  # noqa: E402
-from leaderboard.schema import SCHEMA_VERSION  # noqa: E402
+from leaderboard.record import make_record  # noqa: E402
 
 PAPER_COLUMNS = {"level": "severity level", "percentile": "percentile", "ood_auroc": "ood-auroc", "ood_avg_conf": "ood_avg_conf"}
 EXTRA_COLUMNS = {"fpr_at_95_tpr": "fpr@95", "aupr_in": "aupr-in", "aupr_out": "aupr-out", "level_score": "level score"}
@@ -39,24 +39,13 @@ def _clean(value):
 
 def record(result: KappaResult, *, benchmark: dict, model: dict, kappa_params: dict, seed: int, version: str,
            created: str, timings: dict, metric_definitions: dict, per_class: dict | None = None) -> dict:
-    """The result record of one (model, kappa) pair (schema in the README); ``per_class`` summarises the drill-down."""
-    return _clean({
-        "schema_version": SCHEMA_VERSION,
-        "benchmark": benchmark,
-        "model": model,
-        "kappa": {"name": result.kappa, "params": kappa_params},
-        "num_levels": result.levels.num_levels,
-        "levels": result.rows,
-        "id": result.id,
-        "summary": {"mean_ood_auroc": result.mean_ood_auroc},
-        "metric_definitions": metric_definitions,
-        "seed": seed,
-        "harness_version": version,
-        "created": created,
-        "timings": timings,
-        "provenance": "harness",
-        **({"per_class": per_class} if per_class is not None else {}),
-    })
+    """The result record of one (model, kappa) pair (:mod:`leaderboard.record`); ``per_class`` summarises the
+    drill-down."""
+    return _clean(make_record(
+        provenance="harness", benchmark=benchmark, model=model, kappa={"name": result.kappa, "params": kappa_params},
+        levels=result.rows, id=result.id, summary={"mean_ood_auroc": result.mean_ood_auroc},
+        metric_definitions=metric_definitions, seed=seed, harness_version=version, created=created, timings=timings,
+        per_class=per_class))
 
 
 def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame:

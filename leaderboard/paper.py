@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from leaderboard.errors import LeaderboardError
-from leaderboard.schema import SCHEMA_VERSION
+from leaderboard.record import make_record
 
 BENCHMARK = {
     "id": "imagenet-cood-paper2023",
@@ -69,29 +69,17 @@ def paper_records(table: pd.DataFrame) -> list[dict]:
         name, params = KAPPAS[kappa]
         levels = [_level(row) for row in rows]
         first = rows[0]
-        records.append({
-            "schema_version": SCHEMA_VERSION,
-            "benchmark": dict(BENCHMARK),
-            "model": {"name": model, "source": SOURCE, "file_sha256": None, "weights_sha256": None,
-                      "num_parameters": None, "preprocessing": {}},
-            "kappa": {"name": name, "params": dict(params)},
-            "num_levels": len(levels),
-            "levels": levels,
-            "id": {"acc": first["id-acc"], "auroc": first["id-auroc"], "avg_conf": first["id_avg_conf"], "num": NUM_ID_IMAGES},
-            "summary": {"mean_ood_auroc": math.fsum(level["ood_auroc"] for level in levels) / len(levels)},
-            "metric_definitions": dict(DEFINITIONS),
-            "seed": None,
-            "harness_version": None,
-            "created": None,
-            "timings": None,
-            "provenance": "paper",
-        })
+        records.append(make_record(
+            provenance="paper", benchmark=BENCHMARK, model={"name": model, "source": SOURCE, "preprocessing": {}},
+            kappa={"name": name, "params": params}, levels=levels,
+            id={"acc": first["id-acc"], "auroc": first["id-auroc"], "avg_conf": first["id_avg_conf"],
+                "num": NUM_ID_IMAGES},
+            summary={"mean_ood_auroc": math.fsum(level["ood_auroc"] for level in levels) / len(levels)},
+            metric_definitions=DEFINITIONS))
     return records
 
 
 def _level(row: dict) -> dict:
-    return {
-        "level": row["severity level"], "percentile": row["percentile"], "level_score": None,
-        "ood_auroc": row["ood-auroc"], "fpr_at_95_tpr": None, "aupr_in": None, "aupr_out": None,
-        "ood_avg_conf": row["ood_avg_conf"], "num_id": None, "num_ood": None,
-    }
+    """A level as the paper reports it; what it does not report (the level score, fpr@95, AUPRs, counts) is null."""
+    return {"level": row["severity level"], "percentile": row["percentile"], "ood_auroc": row["ood-auroc"],
+            "ood_avg_conf": row["ood_avg_conf"]}

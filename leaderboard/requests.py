@@ -28,7 +28,8 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from leaderboard import store
 from leaderboard.errors import LeaderboardError, one_line
-from leaderboard.schema import REPO_ID, revision
+from leaderboard.record import REPO_ID
+from leaderboard.schema import revision
 from leaderboard.weights_check import WEIGHT_SUFFIXES, check_weights_file
 
 QUEUE_JSON = "queue.json"

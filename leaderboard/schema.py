@@ -16,28 +16,10 @@ import unicodedata
 from datetime import datetime
 
 from leaderboard.errors import LeaderboardError
+from leaderboard.record import (FORMATS, MAX_NAME_BYTES, PROVENANCES, SCHEMA_VERSION, VERIFIED, Benchmark, Field,
+                                PerClass, Record, Verification, optional_keys, required_keys, shape_fields)
 
-SCHEMA_VERSION = 1
-PROVENANCES = ("harness", "paper")
 NEAR_CHANCE_FACTOR = 2  # id-acc below twice chance (2 / num_id_classes) marks a broken run
-MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_REQUEST_ID = re.compile(r"^[0-9a-f]{12}$")
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")
-_KAPPA_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
-_TOP = ("schema_version", "benchmark", "model", "kappa", "num_levels", "levels", "id", "summary",
-        "metric_definitions", "seed", "harness_version", "created", "timings", "provenance")
-_BENCHMARK = ("id", "version", "manifest_sha256", "num_id_classes", "num_ood_classes")
-_MODEL = ("name", "source", "file_sha256", "weights_sha256", "num_parameters", "preprocessing")
-_LEVEL = ("level", "percentile", "level_score", "ood_auroc", "fpr_at_95_tpr", "aupr_in", "aupr_out",
-          "ood_avg_conf", "num_id", "num_ood")
-_ID = ("acc", "auroc", "avg_conf", "num")
-_OPTIONAL = ("per_class", "verification")
-VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
-_VERIFICATION = ("status", "request", "requests_repo", "worker")
-_PER_CLASS_LEVEL = ("level", "n_classes", "ood_auroc_quantiles", "hardest")
-_PER_CLASS_ENTRY = ("id", "name", "ood_auroc", "mean_confidence", "thumbnails")
-_RELATIVE_PATH = re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
 
 def _fail(path: str, reason: str) -> LeaderboardError:
@@ -71,12 +53,12 @@ def _number(value, path: str, nullable: bool = False, unit: bool = False) -> flo
     return float(value)
 
 
-def _integer(value, path: str, minimum: int, nullable: bool = False) -> int | None:
+def _integer(value, path: str, minimum: int | None, nullable: bool = False) -> int | None:
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(path, f"must be an integer, got {type(value).__name__ if value is not None else 'null'}")
-    if value < minimum:
+    if minimum is not None and value < minimum:
         raise _fail(path, f"must be >= {minimum}, got {value}")
     return value
 
@@ -103,8 +85,64 @@ def _name(value, path: str, pattern: re.Pattern | None = None, what: str = "") -
     return _string(value, path, pattern=pattern, what=what)
 
 
-def _hash(value, path: str, nullable: bool) -> None:
-    _string(value, path, nullable, _HEX64, "a lowercase 64-digit hex sha256")
+def _part(value, path: str, cls: type, paper: bool = False) -> dict:
+    """Check an object against a record part (:mod:`leaderboard.record`): its keys, then every field in order but the
+    optional ones (``paper`` allows the nulls a publication may leave). Lists are left to the callers' cross-field
+    rules, but for the parts in a list that is one."""
+    fields, optional = [f for f in shape_fields(cls) if not f.meta["optional"]], optional_keys(cls)
+    present = {k: v for k, v in value.items() if k not in optional} if optional and isinstance(value, dict) else value
+    _object(present, path or "record", tuple(f.name for f in fields))
+    for field in fields:
+        where, item = f"{path}.{field.name}" if path else field.name, value[field.name]
+        if field.parts and isinstance(item, list):
+            for index, entry in enumerate(item):
+                _part(entry, f"{where}[{index}]", field.item, paper)
+        elif field.kind is not list:
+            _value(item, where, field, paper)
+    return value
+
+
+def _value(value, path: str, field: Field, paper: bool) -> None:
+    """One field's value, by its declaration."""
+    meta, nullable = field.meta, field.nullable and (paper or not field.meta["reported"])
+    if meta["enum"] and value not in meta["enum"]:
+        raise _fail(path, f"must be one of {', '.join(meta['enum'])}, got {value!r}")
+    if meta["const"] is not None and value != meta["const"]:
+        raise _fail(path, f"must be {meta['const']!r}, got {value!r}")
+    if field.part:
+        _part(value, path, field.kind, paper)
+    elif field.kind is dict:
+        if value is None and nullable:
+            return
+        if meta["format"] == "params":
+            _params(value, path)
+            return
+        _object(value, path)
+        for key in meta["keys"]:
+            if key not in value:
+                raise _fail(path, f"missing field '{key}'")
+        if field.item is str:
+            for key, item in value.items():
+                _string(item, f"{path}.{key}")
+    elif field.kind is str:
+        _text(value, path, meta["format"], nullable)
+    elif field.kind is int:
+        _integer(value, path, meta["minimum"], nullable)
+    else:
+        _number(value, path, nullable, meta["unit"])
+
+
+def _text(value, path: str, format: str | None, nullable: bool = False) -> None:
+    """A string in one of :data:`leaderboard.record.FORMATS` (or any non-empty string)."""
+    pattern, what = FORMATS.get(format, (None, ""))
+    if format in ("name", "kappa_name"):
+        _name(value, path, pattern, what)
+        return
+    if _string(value, path, nullable, pattern, what) is not None and format == "date-time":
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            raise _fail(path, f"not an ISO-8601 date-time: {value[:40]!r}") from None
 
 
 def validate_record(record) -> None:
@@ -112,48 +150,12 @@ def validate_record(record) -> None:
     _object(record, "record")
     if record.get("schema_version") != SCHEMA_VERSION:
         raise _fail("schema_version", f"unsupported {record.get('schema_version')!r} (this leaderboard reads {SCHEMA_VERSION})")
-    _object({k: v for k, v in record.items() if k not in _OPTIONAL}, "record", _TOP)
+    _object({k: v for k, v in record.items() if k not in optional_keys(Record)}, "record", required_keys(Record))
     if record["provenance"] not in PROVENANCES:
         raise _fail("provenance", f"must be one of {', '.join(PROVENANCES)}, got {record['provenance']!r}")
     paper = record["provenance"] == "paper"
-
-    validate_benchmark(record["benchmark"], reported=paper)
-
-    model = _object(record["model"], "model", _MODEL)
-    _name(model["name"], "model.name")
-    _string(model["source"], "model.source", nullable=True)
-    _hash(model["file_sha256"], "model.file_sha256", nullable=True)
-    _hash(model["weights_sha256"], "model.weights_sha256", nullable=paper)
-    _integer(model["num_parameters"], "model.num_parameters", 0, nullable=paper)
-    _object(model["preprocessing"], "model.preprocessing")
-
-    kappa = _object(record["kappa"], "kappa", ("name", "params"))
-    _name(kappa["name"], "kappa.name", pattern=_KAPPA_NAME, what="a kappa name (letters, digits, _ . -)")
-    _params(kappa["params"], "kappa.params")
-
-    _validate_levels(record, paper)
-
-    ident = _object(record["id"], "id", _ID)
-    _number(ident["acc"], "id.acc", unit=True)
-    _number(ident["auroc"], "id.auroc", nullable=True, unit=True)
-    _number(ident["avg_conf"], "id.avg_conf")
-    _integer(ident["num"], "id.num", 1)
-
-    definitions = _object(record["metric_definitions"], "metric_definitions")
-    if "ood_auroc" not in definitions:
-        raise _fail("metric_definitions", "missing field 'ood_auroc'")
-    for key, value in definitions.items():
-        _string(value, f"metric_definitions.{key}")
-    _integer(record["seed"], "seed", 0, nullable=paper)
-    _string(record["harness_version"], "harness_version", nullable=paper)
-    created = _string(record["created"], "created", nullable=paper)
-    if created is not None:
-        try:
-            datetime.fromisoformat(created)
-        except ValueError:
-            raise _fail("created", f"not an ISO-8601 date-time: {created[:40]!r}") from None
-    if record["timings"] is not None or not paper:
-        _object(record["timings"], "timings")
+    _part(record, "", Record, paper)
+    _validate_levels(record)
     if "per_class" in record:
         _validate_per_class(record["per_class"], record["num_levels"])
     if "verification" in record:
@@ -162,12 +164,10 @@ def validate_record(record) -> None:
 
 def _validate_verification(verification) -> None:
     """Who vouches for the numbers: the leaderboard's worker (the request, its queue repo, the worker's name)."""
-    block = _object(verification, "verification", _VERIFICATION)
+    block = _object(verification, "verification", required_keys(Verification))
     if block["status"] != VERIFIED:
         raise _fail("verification.status", f"must be {VERIFIED!r} (leave the block out for a self-reported record)")
-    _string(block["request"], "verification.request", pattern=_REQUEST_ID, what="a request id (12 hex digits)")
-    _string(block["requests_repo"], "verification.requests_repo", pattern=REPO_ID, what="a Hub repo id (owner/name)")
-    _name(block["worker"], "verification.worker")
+    _part(block, "verification", Verification)
 
 
 def verification_status(record: dict) -> str:
@@ -197,43 +197,32 @@ def validate_config(config, format_version: int) -> None:
 
 def validate_benchmark(benchmark, reported: bool = False) -> None:
     """Check a benchmark revision block; ``reported`` (published results) allows null hash and OOD count."""
-    _object(benchmark, "benchmark", _BENCHMARK)
-    _name(benchmark["id"], "benchmark.id")
-    _name(benchmark["version"], "benchmark.version")
-    _hash(benchmark["manifest_sha256"], "benchmark.manifest_sha256", nullable=reported)
-    _integer(benchmark["num_id_classes"], "benchmark.num_id_classes", 2)
-    _integer(benchmark["num_ood_classes"], "benchmark.num_ood_classes", 1, nullable=reported)
+    _part(benchmark, "benchmark", Benchmark, reported)
 
 
-def _validate_levels(record: dict, paper: bool) -> None:
-    count = _integer(record["num_levels"], "num_levels", 2)
-    levels = record["levels"]
+def _validate_levels(record: dict) -> None:
+    """What holds under any severity rule: one entry per level in order, percentiles rising, level scores not
+    decreasing (easiest level first), and the summary's mean of the levels' ood-auroc."""
+    count, levels = record["num_levels"], record["levels"]
     if not isinstance(levels, list):
         raise _fail("levels", f"must be a list, got {type(levels).__name__}")
     if len(levels) != count:
         raise _fail("levels", f"has {len(levels)} entries but num_levels is {count}")
-    previous = -math.inf
+    previous, last_percentile = -math.inf, -math.inf
     for index, level in enumerate(levels):
         path = f"levels[{index}]"
-        _object(level, path, _LEVEL)
-        if _integer(level["level"], f"{path}.level", 0) != index:
+        if level["level"] != index:
             raise _fail(f"{path}.level", f"must be {index}, got {level['level']}")
-        percentile = _number(level["percentile"], f"{path}.percentile", unit=True)
-        if abs(percentile - index / (count - 1)) > 1e-9:
-            raise _fail(f"{path}.percentile", f"must be {index}/{count - 1}, got {percentile}")
-        score = _number(level["level_score"], f"{path}.level_score", nullable=paper)
+        if level["percentile"] <= last_percentile:
+            raise _fail(f"{path}.percentile",
+                        f"does not rise ({level['percentile']} after {last_percentile}); levels must be ordered easiest first")
+        last_percentile = level["percentile"]
+        score = level["level_score"]
         if score is not None:
             if score < previous - 1e-9 * max(1.0, abs(previous)):
                 raise _fail(f"{path}.level_score", f"decreases ({score} after {previous}); levels must be ordered easiest first")
             previous = score
-        _number(level["ood_auroc"], f"{path}.ood_auroc", unit=True)
-        for key in ("fpr_at_95_tpr", "aupr_in", "aupr_out"):
-            _number(level[key], f"{path}.{key}", nullable=paper, unit=True)
-        _number(level["ood_avg_conf"], f"{path}.ood_avg_conf")
-        _integer(level["num_id"], f"{path}.num_id", 1, nullable=paper)
-        _integer(level["num_ood"], f"{path}.num_ood", 1, nullable=paper)
-    summary = _object(record["summary"], "summary", ("mean_ood_auroc",))
-    mean = _number(summary["mean_ood_auroc"], "summary.mean_ood_auroc", unit=True)
+    mean = record["summary"]["mean_ood_auroc"]
     actual = math.fsum(level["ood_auroc"] for level in levels) / count
     if abs(mean - actual) > 1e-6:
         raise _fail("summary.mean_ood_auroc", f"is {mean} but the levels' ood_auroc average {actual}")
@@ -241,17 +230,15 @@ def _validate_levels(record: dict, paper: bool) -> None:
 
 def _validate_per_class(per_class, num_levels: int) -> None:
     """The optional per-OOD-class summary: a relative sidecar path and, per level, quantiles and the hardest classes."""
-    _object(per_class, "per_class", ("file", "levels"))
-    _string(per_class["file"], "per_class.file", pattern=_RELATIVE_PATH, what="a relative path")
+    _part(per_class, "per_class", PerClass)
     levels = per_class["levels"]
     if not isinstance(levels, list) or len(levels) != num_levels:
         raise _fail("per_class.levels", f"must be a list of num_levels ({num_levels}) entries")
     for index, level in enumerate(levels):
         path = f"per_class.levels[{index}]"
-        _object(level, path, _PER_CLASS_LEVEL)
-        if _integer(level["level"], f"{path}.level", 0) != index:
+        if level["level"] != index:
             raise _fail(f"{path}.level", f"must be {index}, got {level['level']}")
-        count = _integer(level["n_classes"], f"{path}.n_classes", 1)
+        count = level["n_classes"]
         quantiles = level["ood_auroc_quantiles"]
         if not isinstance(quantiles, list) or len(quantiles) != 5:
             raise _fail(f"{path}.ood_auroc_quantiles", "must be a list of 5 numbers [min, q25, median, q75, max]")
@@ -264,18 +251,14 @@ def _validate_per_class(per_class, num_levels: int) -> None:
         previous = values[0]
         for rank, entry in enumerate(hardest):
             where = f"{path}.hardest[{rank}]"
-            _object(entry, where, _PER_CLASS_ENTRY)
-            _string(entry["id"], f"{where}.id")
-            _string(entry["name"], f"{where}.name")
-            auroc = _number(entry["ood_auroc"], f"{where}.ood_auroc", unit=True)
+            auroc = entry["ood_auroc"]
             if not previous <= auroc <= values[-1]:
                 raise _fail(f"{where}.ood_auroc", f"{auroc} is out of order (hardest first, within the level's min and max)")
             previous = auroc
-            _number(entry["mean_confidence"], f"{where}.mean_confidence")
             if not isinstance(entry["thumbnails"], list):
                 raise _fail(f"{where}.thumbnails", "must be a list of relative paths")
             for i, thumbnail in enumerate(entry["thumbnails"]):
-                _string(thumbnail, f"{where}.thumbnails[{i}]", pattern=_RELATIVE_PATH, what="a relative path")
+                _text(thumbnail, f"{where}.thumbnails[{i}]", "relative_path")
 
 
 def canonical_params(params: dict) -> dict:
@@ -296,7 +279,7 @@ def kappa_label(name: str, params: dict) -> str:
 
 def revision(benchmark: dict) -> dict:
     """The benchmark revision a record belongs to (what a leaderboard directory is tied to)."""
-    return {key: benchmark[key] for key in _BENCHMARK}
+    return {key: benchmark[key] for key in required_keys(Benchmark)}
 
 
 def entry_id(record: dict) -> str:

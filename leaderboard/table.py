@@ -11,11 +11,13 @@ import pandas as pd
 from leaderboard import faults
 from leaderboard.atomic import write_atomic
 from leaderboard.errors import LeaderboardError
+from leaderboard.record import columns as record_columns
 from leaderboard.schema import entry_id, flags, kappa_label, verification_status
 
 PARQUET = "table.parquet"
 CSV = "table.csv"
 LEVEL_PREFIX = "ood_auroc_l"
+# the presentation order; a record field declared with a table column (leaderboard.record) not named here comes last
 FRONT = ["seq", "entry_id", "model", "kappa", "kappa_name", "kappa_params", "provenance", "verification", "flag",
          "id_acc", "id_auroc", "id_avg_conf", "mean_ood_auroc"]
 BACK = ["mean_fpr_at_95_tpr", "num_parameters", "model_source", "weights_sha256", "benchmark_id",
@@ -37,47 +39,37 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> 
     levels = record["levels"]
     fprs = [level["fpr_at_95_tpr"] for level in levels]
     return {
+        **{column: _at(record, path) for column, (path, _) in record_columns().items()},
         "seq": seq,
         "entry_id": entry_id(record),
-        "model": record["model"]["name"],
         "kappa": kappa_label(record["kappa"]["name"], record["kappa"]["params"]),
-        "kappa_name": record["kappa"]["name"],
         "kappa_params": json.dumps(record["kappa"]["params"], sort_keys=True),
-        "provenance": record["provenance"],
         "verification": verification_status(record),
         "flag": "; ".join(flags(record)),
-        "id_acc": record["id"]["acc"],
-        "id_auroc": record["id"]["auroc"],
-        "id_avg_conf": record["id"]["avg_conf"],
-        "mean_ood_auroc": record["summary"]["mean_ood_auroc"],
         **{col: level["ood_auroc"] for col, level in zip(level_columns(len(levels)), levels)},
         "mean_fpr_at_95_tpr": None if None in fprs else math.fsum(fprs) / len(fprs),
-        "num_parameters": record["model"]["num_parameters"],
-        "model_source": record["model"]["source"],
-        "weights_sha256": record["model"]["weights_sha256"],
-        "benchmark_id": record["benchmark"]["id"],
-        "benchmark_version": record["benchmark"]["version"],
-        "manifest_sha256": record["benchmark"]["manifest_sha256"],
-        "num_levels": record["num_levels"],
         "ood_auroc_definition": record["metric_definitions"]["ood_auroc"],
-        "harness_version": record["harness_version"],
-        "seed": record["seed"],
-        "created": record["created"],
         "record_file": record_file,
         "record_sha256": record_sha256,
     }
 
 
+def _at(record: dict, path: tuple[str, ...]):
+    for key in path:
+        record = record[key]
+    return record
+
+
 def build_table(rows: list[dict], num_levels: int) -> pd.DataFrame:
     """Rows in arrival order with fixed column order and dtypes (an empty table keeps its columns)."""
-    columns = FRONT + level_columns(num_levels) + BACK
-    table = pd.DataFrame(rows, columns=columns)
-    for col in ["id_acc", "id_auroc", "id_avg_conf", "mean_ood_auroc", "mean_fpr_at_95_tpr", *level_columns(num_levels)]:
+    declared = record_columns()
+    order = FRONT + level_columns(num_levels) + BACK
+    table = pd.DataFrame(rows, columns=order + [c for c in declared if c not in order])
+    floats = [c for c, (_, f) in declared.items() if f.kind is float]
+    for col in ["mean_fpr_at_95_tpr", *level_columns(num_levels), *floats]:
         table[col] = table[col].astype("float64")
-    for col in ["seq", "num_levels"]:
-        table[col] = table[col].astype("int64")
-    for col in ["num_parameters", "seed"]:
-        table[col] = table[col].astype("Int64")
+    for col in ["seq"] + [c for c, (_, f) in declared.items() if f.kind is int]:
+        table[col] = table[col].astype("Int64" if col in declared and declared[col][1].nullable else "int64")
     return table
 
 

@@ -1,4 +1,5 @@
-"""Fixtures: a valid harness record factory, and the paper's table imported once per session."""
+"""Fixtures: a valid harness record factory, malformed records (``rejection``), and the paper's table imported once
+per session."""
 
 from __future__ import annotations
 
@@ -7,12 +8,23 @@ import pytest
 from leaderboard.paper import paper_records, read_paper_table
 from leaderboard.store import add_records
 
-from lb_records import record
+from lb_records import REJECTIONS, record, set_field
+
+
+def pytest_generate_tests(metafunc):
+    """A test that asks for ``rejection`` runs once per (path, value, message) of :data:`lb_records.REJECTIONS`."""
+    if "rejection" in metafunc.fixturenames:
+        metafunc.parametrize("rejection", REJECTIONS, ids=[f"{p}={v!r}" for p, v, _ in REJECTIONS])
 
 
 @pytest.fixture
 def make_record():
     return record
+
+
+@pytest.fixture(name="set_field")
+def set_field_fixture():
+    return set_field
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
-"""Shared test data: a valid harness record."""
+"""Shared test data: a valid harness record, and malformed ones with the validator's first complaint."""
 
 from __future__ import annotations
 
 import copy
+import math
 
 GLYPHS = {"id": "glyphs", "version": "1.0.0", "manifest_sha256": "ab" * 32, "num_id_classes": 36, "num_ood_classes": 432}
 
@@ -32,3 +33,73 @@ def record(model: str = "glyph_cnn", weights: str = "11" * 32, kappa: str = "sof
         "timings": {"total_s": 61.2},
         "provenance": "harness",
     }
+
+
+def set_field(record: dict, path: str, value) -> None:
+    """Set (or, with ``DELETE``, delete) the field at a dotted ``path`` (list indices as numbers)."""
+    target = record
+    keys = path.split(".")
+    for key in keys[:-1]:
+        target = target[int(key)] if isinstance(target, list) else target[key]
+    last = keys[-1]
+    if value is DELETE:
+        del target[last]
+    elif isinstance(target, list):
+        target[int(last)] = value
+    else:
+        target[last] = value
+
+
+class _Delete:
+    """Delete the field (a stable repr: parallel workers must collect the same test ids)."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()
+
+REJECTIONS = [
+    ("schema_version", 2, "schema_version: unsupported 2"),
+    ("model", DELETE, "record: missing field 'model'"),
+    ("extra", 1, "record: unknown field 'extra'"),
+    ("provenance", "self-reported", "provenance: must be one of harness, paper"),
+    ("benchmark.manifest_sha256", "XYZ", "benchmark.manifest_sha256: not a lowercase 64-digit hex sha256"),
+    ("benchmark.manifest_sha256", None, "benchmark.manifest_sha256: must be a non-empty string"),
+    ("model.weights_sha256", None, "model.weights_sha256: must be a non-empty string"),
+    ("model.name", "", "model.name: must be a non-empty string"),
+    ("model.num_parameters", 1.5, "model.num_parameters: must be an integer, got float"),
+    ("kappa.name", "soft max", "kappa.name: not a kappa name"),
+    ("kappa.params", {"temperature": math.inf}, "kappa.params.temperature: must be a finite number, got inf"),
+    ("levels.3.ood_auroc", math.nan, "levels[3].ood_auroc: must be a finite number, got nan"),
+    ("levels.3.ood_auroc", 1.2, "levels[3].ood_auroc: out of range [0, 1]: 1.2"),
+    ("levels.0.fpr_at_95_tpr", -0.1, "levels[0].fpr_at_95_tpr: out of range [0, 1]: -0.1"),
+    ("levels.0.aupr_in", None, "levels[0].aupr_in: must be a number, got null"),
+    ("levels.2.ood_avg_conf", "0.5", "levels[2].ood_avg_conf: must be a number, got str"),
+    ("levels.2.ood_avg_conf", True, "levels[2].ood_avg_conf: must be a number, got bool"),
+    ("levels.4.level", 5, "levels[4].level: must be 4, got 5"),
+    ("levels.4.percentile", 0.2, "levels[4].percentile: does not rise (0.2 after 0.3)"),
+    ("levels.4.percentile", 1.5, "levels[4].percentile: out of range [0, 1]: 1.5"),
+    ("levels.5.level_score", -5.0, "levels[5].level_score: decreases (-5.0 after"),
+    ("levels.5.num_ood", 0, "levels[5].num_ood: must be >= 1, got 0"),
+    ("levels.5.surprise", 1, "levels[5]: unknown field 'surprise'"),
+    ("num_levels", 12, "levels: has 11 entries but num_levels is 12"),
+    ("num_levels", 1, "num_levels: must be >= 2, got 1"),
+    ("levels", {}, "levels: must be a list, got dict"),
+    ("summary.mean_ood_auroc", 0.5, "summary.mean_ood_auroc: is 0.5 but the levels' ood_auroc average 0.85"),
+    ("id.acc", 1.01, "id.acc: out of range [0, 1]: 1.01"),
+    ("id.avg_conf", math.inf, "id.avg_conf: must be a finite number, got inf"),
+    ("id.num", 0, "id.num: must be >= 1, got 0"),
+    ("metric_definitions", {"aupr": "x"}, "metric_definitions: missing field 'ood_auroc'"),
+    ("seed", None, "seed: must be an integer, got null"),
+    ("created", "yesterday", "created: not an ISO-8601 date-time: 'yesterday'"),
+    ("timings", None, "timings: must be an object, got NoneType"),
+    ("verification", {"status": "self-reported", "request": "0" * 12, "requests_repo": "o/r", "worker": "w"},
+     "verification.status: must be 'verified'"),
+    ("verification", {"status": "verified", "request": "r1", "requests_repo": "o/r", "worker": "w"},
+     "verification.request: not a request id (12 hex digits)"),
+    ("verification", {"status": "verified", "request": "0" * 12, "requests_repo": "requests", "worker": "w"},
+     "verification.requests_repo: not a Hub repo id (owner/name)"),
+    ("verification", {"status": "verified", "request": "0" * 12, "requests_repo": "o/r"},
+     "verification: missing field 'worker'"),
+]

@@ -1,0 +1,112 @@
+"""The same outputs, byte for byte, for the README's quick start before and after a change.
+
+    python benchmarks/same_records.py                    # against the merge base of HEAD with main
+    python benchmarks/same_records.py --before 6f0bbba   # against any commit, branch or tag
+
+Checks out the ``--before`` ref in a temporary git worktree, runs the quick start (``cood-harness submit
+examples/glyph_cnn.py``, the embedded ``glyphs`` benchmark) from that tree and from this one, one after the other, each
+with this interpreter, ``PYTHONPATH`` set to its tree, and its own fresh output folder (``--out``), score cache
+(``--cache-dir``) and benchmark cache (``COOD_BENCH_CACHE``, so each builds the benchmark itself), then compares every
+output file byte for byte: one line per file, then a summary. Exit status 1 when a file differs or is in one run only.
+
+In the records, the fields that can never match between two runs are masked, and only those (:data:`MASKED`): the
+creation time and the durations. A record is compared as its text with those values replaced, after checking that the
+text is the canonical serialisation of its JSON (so nothing else is hidden by the masking).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK_START = ["submit", "examples/glyph_cnn.py"]  # README, "Quick start"
+MASKED = {"created": "the time the run started", "timings.*_s": "durations in seconds (total, per split, first batch)"}
+MASK = "<masked>"
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def run_quick_start(tree: Path, work: Path) -> Path:
+    """Run the quick start with ``tree``'s code into fresh folders under ``work``; return the output folder."""
+    work.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(tree), "COOD_BENCH_CACHE": str(work / "cache")}
+    found = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"], cwd=tree, env=env,
+                           check=True, capture_output=True, text=True).stdout.strip()
+    if not Path(found).resolve().is_relative_to(tree.resolve()):
+        raise SystemExit(f"the harness imports from {found}, not from {tree}")
+    out, log = work / "out", work / "run.log"
+    command = [sys.executable, "-c", "from harness.cli import main; main()", *QUICK_START,
+               "--out", str(out), "--cache-dir", str(work / "scores")]
+    started = time.perf_counter()
+    with log.open("w") as stream:
+        done = subprocess.run(command, cwd=tree, env=env, stdout=stream, stderr=subprocess.STDOUT)
+    print(f"ran the quick start from {tree} in {time.perf_counter() - started:.0f} s (log: {log})", flush=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the quick start failed (exit {done.returncode}); the last lines of {log}:\n"
+                         + "\n".join(log.read_text().splitlines()[-15:]))
+    return out
+
+
+def masked(record: dict) -> dict:
+    """``record`` with the :data:`MASKED` values replaced."""
+    timings = {key: MASK if key.endswith("_s") else value for key, value in record["timings"].items()}
+    return {**record, "created": MASK, "timings": timings}
+
+
+def canonical(record: dict) -> str:
+    """A record's text as the harness writes it."""
+    return json.dumps(record, indent=1, sort_keys=True) + "\n"
+
+
+def compare(before: Path, after: Path, name: str) -> str:
+    """``same``, ``differs`` or ``only in before/after`` for one output file."""
+    if not (before / name).is_file() or not (after / name).is_file():
+        return f"only in {'before' if (before / name).is_file() else 'after'}"
+    old, new = (before / name).read_bytes(), (after / name).read_bytes()
+    if name.startswith("records/") and name.endswith(".json") and old != new:
+        records = [json.loads(old), json.loads(new)]
+        if [canonical(r).encode() for r in records] != [old, new]:
+            return "differs (not in the canonical form, so not masked)"
+        old, new = (canonical(masked(r)).encode() for r in records)
+    return "same" if old == new else "differs"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", help="the git ref to compare against (default: the merge base of HEAD with main)")
+    parser.add_argument("--keep", type=Path, help="keep both runs' folders here (default: a temporary folder, removed)")
+    args = parser.parse_args()
+    ref = args.before or git("merge-base", "HEAD", "main")
+    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    work = Path(tempfile.mkdtemp(prefix="same-records-")) if args.keep is None else args.keep
+    tree = work / "before-tree"
+    git("worktree", "add", "--detach", str(tree), commit)
+    try:
+        print(f"before: {ref} ({commit[:12]}); after: the working tree {ROOT}", flush=True)
+        outs = [run_quick_start(tree, work / "before"), run_quick_start(ROOT, work / "after")]
+        names = sorted({p.relative_to(out).as_posix() for out in outs for p in out.rglob("*") if p.is_file()})
+        results = {name: compare(*outs, name) for name in names}
+    finally:
+        git("worktree", "remove", "--force", str(tree))
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    for name, result in results.items():
+        print(f"{result:<8} {name}")
+    differ = sum(result != "same" for result in results.values())
+    print(f"{len(results)} files: {len(results) - differ} the same, {differ} not; masked in the records: "
+          + "; ".join(f"{key} ({why})" for key, why in MASKED.items()))
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

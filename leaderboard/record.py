@@ -1,0 +1,402 @@
+"""The result record's shape, in one place: typed parts, the one constructor, and the JSON Schema derived from them.
+
+A field's annotation gives its JSON type (``X | None``: may be null); its :func:`spec` says the rest: a unit range,
+a minimum, a format, whether a paper record may leave it null (``reported``), its table column. The validator
+(:mod:`leaderboard.schema`), ``record.schema.json`` (``python -m leaderboard.record`` rewrites it) and the table
+read these declarations, so a new field is declared here and nowhere else in the leaderboard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+PROVENANCES = ("harness", "paper")
+VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
+MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
+SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")  # a Hub repo, owner/name
+# string formats: name -> (pattern, what a value must be); "name" also has the byte and character rules of the validator
+FORMATS = {
+    "name": (None, "a name"),
+    "sha256": (re.compile(r"^[0-9a-f]{64}$"), "a lowercase 64-digit hex sha256"),
+    "kappa_name": (re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$"), "a kappa name (letters, digits, _ . -)"),
+    "request_id": (re.compile(r"^[0-9a-f]{12}$"), "a request id (12 hex digits)"),
+    "repo_id": (REPO_ID, "a Hub repo id (owner/name)"),
+    "relative_path": (re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$"), "a relative path"),
+    "date-time": (None, "an ISO-8601 date-time"),
+    "params": (None, "kappa parameters"),
+}
+_NAME_CHARS = "^[^/\\\\\\u0000-\\u001f\\u007f-\\u009f]+$"  # JSON Schema's half of the name rule
+
+
+def spec(*, unit: bool = False, minimum: int | None = None, format: str | None = None, reported: bool = False,
+         const=None, enum: tuple | None = None, items: tuple[int, int | None] | None = None, keys: tuple = (),
+         optional: bool = False, column: str | None = None, doc: str | None = None):
+    """A record field: ``unit`` in [0, 1]; ``minimum`` for an integer; a ``format`` of :data:`FORMATS`; ``reported``:
+    null allowed in a paper record only; ``const``/``enum``: the allowed values; ``items``: (min, max) list length;
+    ``keys``: keys an open object must hold; ``optional``: left out of the record when None; ``column``: its table
+    column; ``doc``: a description for the JSON Schema."""
+    assert format is None or format in FORMATS, format
+    meta = {"unit": unit, "minimum": minimum, "format": format, "reported": reported, "const": const, "enum": enum,
+            "items": items, "keys": keys, "optional": optional, "column": column, "doc": doc}
+    return dataclasses.field(default=None, metadata=meta) if optional else dataclasses.field(metadata=meta)
+
+
+PARTS: dict[str, type] = {}  # the record's parts by name: the names their annotations use
+
+
+def _shape(cls: type) -> type:
+    part = dataclass(frozen=True, kw_only=True)(cls)
+    PARTS[cls.__name__] = part
+    return part
+
+
+@_shape
+class Benchmark:
+    """The benchmark revision a record was computed on (a paper's results may leave the hash and OOD count null)."""
+
+    id: str = spec(format="name", column="benchmark_id")
+    version: str = spec(format="name", column="benchmark_version")
+    manifest_sha256: str | None = spec(format="sha256", reported=True, column="manifest_sha256")
+    num_id_classes: int = spec(minimum=2)
+    num_ood_classes: int | None = spec(minimum=1, reported=True)
+
+
+@_shape
+class Model:
+    name: str = spec(format="name", column="model")
+    source: str | None = spec(column="model_source")
+    file_sha256: str | None = spec(format="sha256")
+    weights_sha256: str | None = spec(format="sha256", reported=True, column="weights_sha256")
+    num_parameters: int | None = spec(minimum=0, reported=True, column="num_parameters")
+    preprocessing: dict = spec()
+
+
+@_shape
+class Kappa:
+    name: str = spec(format="kappa_name", column="kappa_name")
+    params: dict = spec(format="params")
+
+
+@_shape
+class Level:
+    """One severity level's metrics, easiest level first."""
+
+    level: int = spec(minimum=0)
+    percentile: float = spec(unit=True)
+    level_score: float | None = spec(reported=True)
+    ood_auroc: float = spec(unit=True)
+    fpr_at_95_tpr: float | None = spec(unit=True, reported=True)
+    aupr_in: float | None = spec(unit=True, reported=True)
+    aupr_out: float | None = spec(unit=True, reported=True)
+    ood_avg_conf: float = spec()
+    num_id: int | None = spec(minimum=1, reported=True)
+    num_ood: int | None = spec(minimum=1, reported=True)
+
+
+@_shape
+class IdMetrics:
+    """The ID test set: accuracy, the AUROC of correct vs wrong (null when all are right or all wrong), mean
+    confidence."""
+
+    acc: float = spec(unit=True, column="id_acc")
+    auroc: float | None = spec(unit=True, column="id_auroc")
+    avg_conf: float = spec(column="id_avg_conf")
+    num: int = spec(minimum=1)
+
+
+@_shape
+class Summary:
+    mean_ood_auroc: float = spec(unit=True, column="mean_ood_auroc")
+
+
+@_shape
+class HardClass:
+    id: str = spec()
+    name: str = spec()
+    ood_auroc: float = spec(unit=True)
+    mean_confidence: float = spec()
+    thumbnails: list[str] = spec(format="relative_path")
+
+
+@_shape
+class PerClassLevel:
+    level: int = spec(minimum=0)
+    n_classes: int = spec(minimum=1)
+    ood_auroc_quantiles: list[float] = spec(unit=True, items=(5, 5))
+    hardest: list[HardClass] = spec()
+
+
+@_shape
+class PerClass:
+    file: str = spec(format="relative_path")
+    levels: list[PerClassLevel] = spec(items=(2, None))
+
+
+@_shape
+class Verification:
+    status: str = spec(const=VERIFIED)
+    request: str = spec(format="request_id")
+    requests_repo: str = spec(format="repo_id")
+    worker: str = spec(format="name")
+
+
+@_shape
+class Record:
+    """One (model, kappa) run on one benchmark revision."""
+
+    schema_version: int = spec(const=SCHEMA_VERSION)
+    benchmark: Benchmark = spec()
+    model: Model = spec()
+    kappa: Kappa = spec()
+    num_levels: int = spec(minimum=2, column="num_levels")
+    levels: list[Level] = spec(items=(2, None))
+    id: IdMetrics = spec()
+    summary: Summary = spec()
+    metric_definitions: dict[str, str] = spec(keys=("ood_auroc",))
+    seed: int | None = spec(minimum=0, reported=True, column="seed")
+    harness_version: str | None = spec(reported=True, column="harness_version")
+    created: str | None = spec(format="date-time", reported=True, column="created")
+    timings: dict | None = spec(reported=True)
+    provenance: str = spec(
+        enum=PROVENANCES, column="provenance",
+        doc="harness: computed by cood-bench, every field required; paper: reported by a publication, unreported "
+            "metrics, hashes and run details may be null")
+    per_class: PerClass | None = spec(
+        optional=True,
+        doc="optional: the per-OOD-class drill-down (the validator also checks levels == num_levels, quantiles not "
+            "decreasing, the hardest classes in order within the level's range)")
+    verification: Verification | None = spec(
+        optional=True,
+        doc="optional: present only on records the leaderboard's own worker produced from a request (the store "
+            "refuses it on records added by hand, which are self-reported)")
+
+
+@dataclass(frozen=True)
+class Field:
+    """A declared field, its annotation resolved: ``kind`` is the type without None (a class, or ``list``/``dict``),
+    ``item`` a list's item type or a typed dict's value type; ``part``: ``kind`` is a record part, ``parts``: a list
+    of them."""
+
+    name: str
+    kind: type
+    item: type | None
+    nullable: bool
+    meta: dict
+    part: bool
+    parts: bool
+
+
+def shape_fields(cls: type) -> tuple[Field, ...]:
+    """The fields of a record part, in record order; resolved once per set of :data:`PARTS`, so a part replaced
+    there is seen by the parts that name it."""
+    return _resolved(cls, tuple(PARTS.values()))
+
+
+@functools.cache
+def _resolved(cls: type, parts: tuple[type, ...]) -> tuple[Field, ...]:  # parts: only the cache key
+    hints = typing.get_type_hints(cls, localns=PARTS)
+    out = []
+    for f in dataclasses.fields(cls):
+        hint, nullable = hints[f.name], False
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+            members = [a for a in typing.get_args(hint) if a is not type(None)]
+            hint, nullable = members[0], True
+        args = typing.get_args(hint)
+        kind = typing.get_origin(hint) or hint
+        item = args[-1] if args else None
+        out.append(Field(f.name, kind, item, nullable, dict(f.metadata), is_part(kind), kind is list and is_part(item)))
+    return tuple(out)
+
+
+def is_part(kind) -> bool:
+    return dataclasses.is_dataclass(kind)
+
+
+def required_keys(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in shape_fields(cls) if not f.meta["optional"])
+
+
+def optional_keys(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in shape_fields(cls) if f.meta["optional"])
+
+
+def make_record(**parts) -> dict:
+    """The one way to build a record: its parts as plain values (nested parts as dicts, keys exactly the fields; a
+    nullable field left out is null), ``schema_version`` and ``num_levels`` filled in. Returns the record's JSON object,
+    keys in field order, optional parts left out when None."""
+    return _to_json(_build(Record, {"schema_version": SCHEMA_VERSION, "num_levels": len(parts["levels"]), **parts}))
+
+
+def _build(cls: type, data: dict):
+    fields = shape_fields(cls)
+    unknown = sorted(set(data) - {f.name for f in fields})
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
+    values = {}
+    for f in fields:
+        if f.name not in data:
+            if not f.nullable:
+                raise TypeError(f"{cls.__name__} needs {f.name!r}")
+            values[f.name] = None
+        elif f.part and data[f.name] is not None:
+            values[f.name] = _build(f.kind, data[f.name])
+        elif f.parts:
+            values[f.name] = [_build(f.item, item) for item in data[f.name]]
+        else:
+            values[f.name] = data[f.name]
+    return cls(**values)
+
+
+def _to_json(value):
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_json(v) for k, v in value.items()}
+    if is_part(type(value)):
+        return {f.name: _to_json(getattr(value, f.name)) for f in shape_fields(type(value))
+                if not (f.meta["optional"] and getattr(value, f.name) is None)}
+    return value
+
+
+def columns() -> dict[str, tuple[tuple[str, ...], Field]]:
+    """The table columns taken straight from a record: column name -> (the field's path, the field)."""
+    out = {}
+
+    def walk(cls, path):
+        for f in shape_fields(cls):
+            if f.meta["column"]:
+                out[f.meta["column"]] = ((*path, f.name), f)
+            elif f.part:
+                walk(f.kind, (*path, f.name))
+
+    walk(Record, ())
+    return out
+
+
+def json_schema() -> dict:
+    """The record's JSON Schema (draft 2020-12), derived from the parts; the validator is the reference."""
+    conditional = _harness_only(Record)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://github.com/cood-bench/cood-bench/leaderboard/record.schema.json",
+        "title": f"cood-bench result record, schema version {SCHEMA_VERSION}",
+        "description": "One (model, kappa) run on one benchmark revision. leaderboard.schema.validate_record is the "
+                       "reference; it also checks what JSON Schema cannot say: len(levels) == num_levels, level i has "
+                       "level == i, percentiles rise, level scores do not decrease, summary.mean_ood_auroc is the mean "
+                       "of the levels' ood_auroc, names are at most 200 UTF-8 bytes, created parses as ISO-8601. "
+                       "Generated from leaderboard/record.py (python -m leaderboard.record).",
+        **_object_schema(Record),
+        "allOf": [{"if": {"properties": {"provenance": {"const": "harness"}}, "required": ["provenance"]},
+                   "then": conditional}],
+        "$defs": {
+            "sha256": {"type": "string", "pattern": FORMATS["sha256"][0].pattern},
+            "name": {"type": "string", "minLength": 1, "pattern": _NAME_CHARS,
+                     "description": f"at most {MAX_NAME_BYTES} UTF-8 bytes (the validator checks bytes), no path "
+                                    "separator or control character"},
+            "relative_path": {"type": "string", "pattern": FORMATS["relative_path"][0].pattern},
+            "scalar": {"anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, {"type": "number"}]},
+            "params0": _params_schema({"$ref": "#/$defs/scalar"}),
+            "params1": _params_schema({"anyOf": [{"$ref": "#/$defs/scalar"}, {"$ref": "#/$defs/params0"}]}),
+            "params2": {**_params_schema({"anyOf": [{"$ref": "#/$defs/scalar"}, {"$ref": "#/$defs/params1"}]}),
+                        "description": "a kappa's parameters: scalars, or objects of them two levels deep at most "
+                                       "(a fitted kappa's fit: split, size, seed, sample)"},
+        },
+    }
+
+
+def _params_schema(values: dict) -> dict:
+    return {"type": "object", "propertyNames": {"$ref": "#/$defs/name"}, "additionalProperties": values}
+
+
+def _object_schema(cls: type) -> dict:
+    fields = shape_fields(cls)
+    return {"type": "object", "additionalProperties": False, "required": list(required_keys(cls)),
+            "properties": {f.name: _field_schema(f) for f in fields}}
+
+
+def _field_schema(f: Field) -> dict:
+    schema = _value_schema(f)
+    if f.nullable and not f.meta["optional"]:
+        schema = {"anyOf": [schema, {"type": "null"}]}
+    return {**({"description": f.meta["doc"]} if f.meta["doc"] else {}), **schema}
+
+
+def _value_schema(f: Field, kind=None) -> dict:
+    kind, meta = kind or f.kind, f.meta
+    if meta["const"] is not None:
+        return {"const": meta["const"]}
+    if meta["enum"]:
+        return {"enum": list(meta["enum"])}
+    if is_part(kind):
+        return _object_schema(kind)
+    if kind is list:
+        low, high = meta["items"] or (None, None)
+        return {"type": "array", **({"minItems": low} if low else {}), **({"maxItems": high} if high else {}),
+                "items": _value_schema(f, f.item)}
+    if kind is dict:
+        if meta["format"] == "params":
+            return {"$ref": "#/$defs/params2"}
+        schema = {"type": "object"}
+        if meta["keys"]:
+            schema.update(required=list(meta["keys"]), additionalProperties={"type": "string", "minLength": 1})
+        return schema
+    if kind is str:
+        return _string_schema(meta["format"])
+    number = {"type": "integer" if kind is int else "number"}
+    if meta["minimum"] is not None:
+        number["minimum"] = meta["minimum"]
+    if meta["unit"]:
+        number.update(minimum=0, maximum=1)
+    return number
+
+
+def _string_schema(format: str | None) -> dict:
+    if format in ("name", "sha256", "relative_path"):
+        return {"$ref": f"#/$defs/{format}"}
+    if format == "kappa_name":
+        return {"allOf": [{"$ref": "#/$defs/name"}, {"pattern": FORMATS[format][0].pattern}]}
+    if format == "date-time":
+        return {"type": "string", "minLength": 1, "format": "date-time"}
+    if format is not None:
+        return {"type": "string", "pattern": FORMATS[format][0].pattern}
+    return {"type": "string", "minLength": 1}
+
+
+def _harness_only(cls: type) -> dict:
+    """What a harness record must fill that a paper record may leave null: the non-null schemas, nested as in the
+    record (an empty dict when ``cls`` has none)."""
+    properties = {}
+    for f in shape_fields(cls):
+        if f.meta["reported"]:
+            full = _value_schema(f)
+            properties[f.name] = full if "$ref" in full else {"type": _json_type(f.kind)}
+        elif f.part and (inner := _harness_only(f.kind)):
+            properties[f.name] = inner
+        elif f.parts and (inner := _harness_only(f.item)):
+            properties[f.name] = {"items": inner}
+    return {"properties": properties} if properties else {}
+
+
+def _json_type(kind: type) -> str:
+    return {int: "integer", float: "number", str: "string", dict: "object", list: "array"}[kind]
+
+
+def schema_text() -> str:
+    """The committed file's exact text."""
+    return json.dumps(json_schema(), indent=1, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    SCHEMA_FILE.write_text(schema_text())
+    print(f"wrote {SCHEMA_FILE.name}")
