@@ -24,8 +24,9 @@ from pathlib import Path
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
+from dataset_builder.errors import one_line
 from leaderboard import store
-from leaderboard.errors import LeaderboardError, one_line
+from leaderboard.errors import LeaderboardError
 from leaderboard.schema import REPO_ID, revision
 from leaderboard.weights_check import WEIGHT_SUFFIXES, check_weights_file
 

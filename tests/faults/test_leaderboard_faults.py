@@ -1,7 +1,7 @@
 """Faults in leaderboard commands: killed, out of disk, unwritable, fed bad files, or losing a Hub reply.
 
 Every case runs the real command line in a subprocess, stopped at a named fault point
-(``COOD_FAULT``, see ``leaderboard/faults.py``) or given bad input, and checks the exit status,
+(``COOD_FAULT``, see ``dataset_builder/faults.py``) or given bad input, and checks the exit status,
 that stderr is at most one line, and the sha256 of every file of the leaderboard before and after.
 """
 
