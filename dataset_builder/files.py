@@ -12,7 +12,7 @@ from contextlib import suppress
 from pathlib import Path
 
 PARTIAL = ".partial"
-_TOKEN = re.compile(r"\.[0-9a-f]{12}$")
+_TOKEN = re.compile(r"\.[0-9a-f]{12}$")  # what write_atomic adds before PARTIAL: secrets.token_hex(6)
 
 
 def fsync_dir(path: Path) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from leaderboard import jsonio
 from dataset_builder.files import fsync_dir, write_atomic
+from leaderboard import jsonio
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import validate_benchmark
 from leaderboard.store import load_config, locked, records_table

@@ -115,7 +115,7 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
         metrics = [(key, label) for key, label in ENTRY_METRICS if any(e[key] is not None for e in entries)]
         plot = {"levels": len(levels), "curves": [{"label": e["k"], "values": e["l"]} for e in model["e"]]}
         write_atomic(page, template.render(model=model, entries=entries, metrics=metrics, plot=_json(plot),
-                                                 root="../", **common).encode())
+                                           root="../", **common).encode())
         pages.append(page)
     if records:
         pages.append(_copy_records(env, out, board, records, common))

@@ -31,7 +31,7 @@ TABLE_FILES = {"index.txt", "table.csv", "table.parquet"}  # what an add changes
 
 
 def _cli(*args, fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COOD_FAULT": fault or ""}
+    env = {**{k: v for k, v in os.environ.items() if k != "COOD_DEBUG"}, "COOD_FAULT": fault or ""}
     return subprocess.run([sys.executable, "-c", "from leaderboard.cli import main; main()", *map(str, args)],
                           capture_output=True, text=True, timeout=120, env=env)
 
