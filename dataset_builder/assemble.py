@@ -106,18 +106,18 @@ def check_target(root: Path, overwrite: bool) -> None:
 def swap_in(partial: Path, root: Path) -> None:
     """Rename the complete ``partial`` tree to ``root``; a benchmark there is moved aside first and removed last."""
     aside = aside_of(root)
-    faults.point("swap-before")
+    faults.point("swap-before", root)
     if _is_empty_folder(root):
         root.rmdir()
     elif _present(root):
         root.rename(aside)
     try:
-        faults.point("swap-aside")
+        faults.point("swap-aside", root)
         partial.rename(root)
     except BaseException:
         recover(root)
         raise
-    faults.point("swap-in")
+    faults.point("swap-in", aside)
     _remove(aside)
 
 

@@ -28,6 +28,7 @@ from datasets.info import DatasetInfo, DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from dataset_builder.benchmark import Benchmark
+from dataset_builder.files import write_atomic
 from dataset_builder.levels import level_data_files, level_file_name, level_split, read_level_table
 from dataset_builder.loading import label_names, sample_features, test_shards
 from dataset_builder.manifest import load_manifest
@@ -248,7 +249,7 @@ def card_text(root: str | Path, *, repo_id: str | None = None, revision: str | N
 def write_card(root: str | Path, repo_id: str | None = None, *, revision: str | None = None) -> Path:
     """Write ``README.md`` of the benchmark folder (see :func:`card_text`)."""
     root = Path(root)
-    (root / "README.md").write_bytes(card_text(root, repo_id=repo_id, revision=revision).encode("utf-8"))
+    write_atomic(root / "README.md", card_text(root, repo_id=repo_id, revision=revision).encode("utf-8"))
     return root / "README.md"
 
 
@@ -276,9 +277,9 @@ def add_levels(root: str | Path, level_file: str | Path, model: str, kappa: str,
     target = root / "levels" / level_file_name(model, kappa)
     target.parent.mkdir(exist_ok=True)
     if Path(level_file).resolve() != target.resolve():
-        shutil.copyfile(level_file, target)
+        write_atomic(target, lambda tmp: shutil.copyfile(level_file, tmp))
     if reference:
         names = sorted({*reference_configs(root), target.stem})
-        (root / REFERENCE).write_text("".join(f"{n}\n" for n in names))
+        write_atomic(root / REFERENCE, "".join(f"{n}\n" for n in names).encode())
     write_card(root)
     return target

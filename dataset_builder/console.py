@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 
 import click
 import typer
+
+from dataset_builder.errors import describe_os_error, fail, one_line
 
 
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -51,12 +52,12 @@ def make_app(help: str, version: str) -> typer.Typer:
 
 def run_app(app: typer.Typer, user_errors: tuple[type[Exception], ...]) -> None:
     """Run ``app``: ``user_errors`` exit 2 with ``error: <message>``; an OSError exits 1 with ``error: <file>: <reason>``;
-    anything unexpected exits 1 in one line (``COOD_DEBUG=1`` shows its traceback)."""
+    anything unexpected exits 1 in one line (``COOD_DEBUG=1``: a traceback instead of the line, see
+    :func:`dataset_builder.errors.fail`)."""
     try:
         app(standalone_mode=False)
     except user_errors as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        fail(exc, f"error: {exc}", 2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
@@ -66,10 +67,6 @@ def run_app(app: typer.Typer, user_errors: tuple[type[Exception], ...]) -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except OSError as exc:  # a full disk, a denied permission, a missing folder: the file and the reason
-        typer.echo(f"error: {exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else f"error: {exc}", err=True)
-        sys.exit(1)
+        fail(exc, f"error: {describe_os_error(exc)}", 1)
     except Exception as exc:
-        if os.environ.get("COOD_DEBUG"):
-            raise
-        typer.echo(f"error: {type(exc).__name__}: {exc} (set COOD_DEBUG=1 for the traceback)", err=True)
-        sys.exit(1)
+        fail(exc, f"error: {one_line(exc)} (set COOD_DEBUG=1 for the traceback)", 1)

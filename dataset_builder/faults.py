@@ -1,8 +1,8 @@
-"""Named points where a test can stop a build, so that interruptions are tested where they matter, not by timing.
+"""Named points where a test can stop a command, so that interruptions are tested where they matter, not by timing.
 
-Off unless ``COOD_FAULT`` is set: ``COOD_FAULT=<point>`` ends the process at that point as a kill would
-(exit 137, no cleanup, no ``finally``); ``COOD_FAULT=<point>:oserror`` raises an OSError there instead
-(as a full disk would).
+Off unless ``COOD_FAULT`` is set: ``COOD_FAULT=<point>`` ends the process at that point as ``kill -9`` would (exit
+status 137, no cleanup, no ``finally``); ``COOD_FAULT=<point>=<ERRNO>`` (e.g. ``swap-aside=ENOSPC``) raises that
+:class:`OSError` there instead, as a full disk or a refused write would.
 """
 
 from __future__ import annotations
@@ -10,16 +10,22 @@ from __future__ import annotations
 import errno
 import os
 
-POINTS = ("shard-done", "block-done", "swap-before", "swap-aside", "swap-in")
+ENV = "COOD_FAULT"
+POINTS = ("shard-done", "block-done", "swap-before", "swap-aside", "swap-in",  # the builder
+          "add:after-stage", "add:before-commit", "add:after-commit", "table:after-csv",  # the leaderboard
+          "publish:after-upload", "publish:after-tag", "publish:after-space-upload", "publish:after-space-tag")
 
 
-def point(name: str) -> None:
-    """Stop here if ``COOD_FAULT`` names this point."""
-    wanted, _, how = os.environ.get("COOD_FAULT", "").partition(":")
+def point(name: str, path: object = None) -> None:
+    """Fault point ``name`` (about to touch ``path``): does nothing unless ``$COOD_FAULT`` names it."""
+    wanted, _, error = os.environ.get(ENV, "").partition("=")
     if wanted not in ("", *POINTS):
-        raise ValueError(f"COOD_FAULT names an unknown point {wanted!r}; known: {', '.join(POINTS)}")
+        raise ValueError(f"{ENV} names an unknown point {wanted!r}; known: {', '.join(POINTS)}")
     if wanted != name:
         return
-    if how == "oserror":
-        raise OSError(errno.ENOSPC, f"injected fault at {name}")
-    os._exit(137)
+    if not error:
+        os._exit(137)
+    code = getattr(errno, error, None)
+    if not isinstance(code, int):
+        raise ValueError(f"{ENV} names an unknown error {error!r}; use a name of the errno module, e.g. ENOSPC")
+    raise OSError(code, os.strerror(code), None if path is None else str(path))

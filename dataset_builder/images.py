@@ -27,7 +27,6 @@ import hashlib
 import io
 import json
 import multiprocessing
-import os
 import re
 import shutil
 from collections import Counter
@@ -44,6 +43,7 @@ from dataset_builder import faults
 from dataset_builder import manifest as manifest_io
 from dataset_builder.assemble import class_counts, finish, number_pool, partial_of, write_class_tables
 from dataset_builder.errors import BenchmarkError
+from dataset_builder.files import write_atomic
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
 from dataset_builder.shards import ShardInfo, ShardWriter, make_sample, sample_key, write_shard
 from dataset_builder.sources import FolderSource, ImageSource, SourceError
@@ -245,9 +245,8 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
     result = {"block": block.name, "shards": [i.to_dict() for i in shards if i is not None], "classes": classes, "skipped": skipped,
               "formats": dict(formats), "fit": fit, "duplicates": duplicates, "unreadable": unreadable}
     marker = partial / STATE / f"{block.name}.json"
-    marker.with_suffix(".partial").write_text(json.dumps(result, sort_keys=True))
-    os.replace(marker.with_suffix(".partial"), marker)
-    faults.point("block-done")
+    write_atomic(marker, json.dumps(result, sort_keys=True).encode())
+    faults.point("block-done", marker)
     return result
 
 

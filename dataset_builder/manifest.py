@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from dataset_builder.errors import BenchmarkError
+from dataset_builder.files import write_atomic
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -24,9 +24,7 @@ def dumps(manifest: dict) -> bytes:
 def write_manifest(root: Path, manifest: dict) -> str:
     """Write the manifest atomically; return its sha256 (the benchmark revision)."""
     data = dumps(manifest)
-    partial = root / (MANIFEST + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, root / MANIFEST)
+    write_atomic(root / MANIFEST, data)
     return hashlib.sha256(data).hexdigest()
 
 

@@ -21,6 +21,7 @@ from webdataset.tariterators import tarfile_samples
 
 from dataset_builder import faults
 from dataset_builder.errors import BenchmarkError
+from dataset_builder.files import commit
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,9 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 class ShardWriter:
     """Streams samples into ``root/relpath`` (created on the first sample, so nothing empty is left behind);
-    ``close()`` renames it into place atomically and returns its manifest entry, or None when nothing was written."""
+    ``close()`` flushes it and renames it into place (:func:`dataset_builder.files.commit`) and returns its manifest
+    entry, or None when nothing was written. The file is written as ``<shard>.partial``, a fixed name, so that a resumed
+    build overwrites what a killed one left instead of leaving it in the benchmark."""
 
     def __init__(self, root: Path, relpath: str, split: str, class_id: str | None = None):
         self.root, self.relpath, self.split, self.class_id = root, relpath, split, class_id
@@ -82,8 +85,8 @@ class ShardWriter:
         self._tar.close()
         self._file.close()
         self._tar = None
-        os.replace(self.partial, self.target)
-        faults.point("shard-done")
+        commit(self.partial, self.target)
+        faults.point("shard-done", self.target)
         return ShardInfo(self.relpath, self.split, file_sha256(self.target), self.count, self.target.stat().st_size, self.class_id)
 
 

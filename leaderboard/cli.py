@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from dataset_builder.errors import describe_os_error, fail
 from leaderboard import __version__, jsonio, paper, publish as hub, release as releases, report as reports, requests, site as sites, store, views
 from leaderboard import worker as workers
-from leaderboard.errors import LeaderboardError, describe_os_error
+from leaderboard.errors import LeaderboardError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -238,10 +238,10 @@ def worker(
 
 
 def main() -> None:
-    """Run the command; a bad input or a failed file operation (disk full, permission denied) is one line on stderr."""
+    """Run the command; a bad input or a failed file operation (disk full, permission denied) is one line on stderr
+    (``COOD_DEBUG=1``: its traceback)."""
     try:
         app(prog_name="cood-leaderboard")
     except (LeaderboardError, OSError) as exc:
         message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-        typer.echo(f"cood-leaderboard: error: {message}".replace("\n", "\\n"), err=True)
-        sys.exit(1)
+        fail(exc, f"cood-leaderboard: error: {message}".replace("\n", "\\n"), 1)

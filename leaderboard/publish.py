@@ -22,8 +22,9 @@ from pathlib import Path
 from huggingface_hub import HfApi
 from huggingface_hub.hf_api import RepoFile
 
-from leaderboard import faults
-from leaderboard.errors import LeaderboardError, one_line
+from dataset_builder import faults
+from dataset_builder.errors import one_line
+from leaderboard.errors import LeaderboardError
 from leaderboard.release import CHANGELOG, RELEASE_JSON, changelog, list_releases, release_dir, release_info, release_table
 from leaderboard.site import build_site
 from leaderboard.table import CSV, PARQUET

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dataset_builder.files import fsync_dir, write_atomic
 from leaderboard import jsonio
-from leaderboard.atomic import write_bytes_atomic
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import validate_benchmark
 from leaderboard.store import load_config, locked, records_table
@@ -90,7 +90,7 @@ def release(directory: str | Path, note: str = "") -> dict:
             "note": note,
         }
         _write_release(directory, version, table, info, changes(info, added))
-        write_bytes_atomic(directory / CHANGELOG, changelog(directory).encode())
+        write_atomic(directory / CHANGELOG, changelog(directory).encode())
         return info
 
 
@@ -102,11 +102,12 @@ def _write_release(directory: Path, version: int, table: pd.DataFrame, info: dic
     staging.mkdir()
     try:
         write_table(staging, table)
-        (staging / RELEASE_JSON).write_text(json.dumps(info, indent=1) + "\n")
-        (staging / CHANGES).write_text(notes)
+        write_atomic(staging / RELEASE_JSON, (json.dumps(info, indent=1) + "\n").encode())
+        write_atomic(staging / CHANGES, notes.encode())
         for path in staging.iterdir():
             path.chmod(0o444)
         os.rename(staging, root / f"v{version}")
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -26,8 +26,9 @@ from pathlib import Path
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
+from dataset_builder.errors import one_line
 from leaderboard import store
-from leaderboard.errors import LeaderboardError, one_line
+from leaderboard.errors import LeaderboardError
 from leaderboard.record import REPO_ID
 from leaderboard.schema import revision
 from leaderboard.weights_check import WEIGHT_SUFFIXES, check_weights_file

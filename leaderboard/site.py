@@ -24,7 +24,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from leaderboard.atomic import write_bytes_atomic
+from dataset_builder.files import write_atomic
 from leaderboard.drilldown import level_classes, resolve, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.report import win_rates
@@ -80,7 +80,7 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
     levels = table_levels(table)
     records = _records(table, board)
     for name in STATIC:
-        write_bytes_atomic(out / "static" / name, resources.files("leaderboard").joinpath("static", name).read_bytes())
+        write_atomic(out / "static" / name, resources.files("leaderboard").joinpath("static", name).read_bytes())
     _downloads(table, out / "downloads")
     models = _models(table, levels)
     first = table.iloc[0] if len(table) else None
@@ -106,7 +106,7 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
         statuses=sorted({e["ver"] for m in models for e in m["e"]}),
         rate_kappas=[(k, short.get(k, k)) for k in rates.columns], rates=_win_rate_rows(rates, counts, short), root="", **common)
     pages = [out / "index.html"]
-    write_bytes_atomic(pages[0], index.encode())
+    write_atomic(pages[0], index.encode())
     template = env.get_template("model.html")
     details = table.set_index("record_file")
     for model in models:
@@ -114,8 +114,8 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
         entries = [_entry_page(e, details.loc[e["rec"]], records.get(e["rec"]), board, out) for e in model["e"]]
         metrics = [(key, label) for key, label in ENTRY_METRICS if any(e[key] is not None for e in entries)]
         plot = {"levels": len(levels), "curves": [{"label": e["k"], "values": e["l"]} for e in model["e"]]}
-        write_bytes_atomic(page, template.render(model=model, entries=entries, metrics=metrics, plot=_json(plot),
-                                                 root="../", **common).encode())
+        write_atomic(page, template.render(model=model, entries=entries, metrics=metrics, plot=_json(plot),
+                                           root="../", **common).encode())
         pages.append(page)
     if records:
         pages.append(_copy_records(env, out, board, records, common))
@@ -138,8 +138,8 @@ def _records(table: pd.DataFrame, board: str | Path | None) -> dict[str, dict]:
 
 def _downloads(table: pd.DataFrame, folder: Path) -> None:
     csv, parquet = (folder / name for name in DOWNLOADS)
-    write_bytes_atomic(csv, table.to_csv(index=False).encode())
-    write_bytes_atomic(parquet, table.to_parquet(index=False))
+    write_atomic(csv, table.to_csv(index=False).encode())
+    write_atomic(parquet, table.to_parquet(index=False))
 
 
 def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
@@ -244,5 +244,5 @@ def _copy_records(env: Environment, out: Path, board, records: dict[str, dict], 
         _copy(Path(board) / name, out / name)
     page = out / "records" / "index.html"
     names = [Path(name).name for name in records]
-    write_bytes_atomic(page, env.get_template("records.html").render(names=names, root="../", **common).encode())
+    write_atomic(page, env.get_template("records.html").render(names=names, root="../", **common).encode())
     return page

@@ -29,8 +29,9 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from leaderboard import faults, jsonio
-from leaderboard.atomic import PARTIAL, fsync_dir, write_bytes_atomic
+from dataset_builder import faults
+from dataset_builder.files import fsync_dir, write_atomic, written_for
+from leaderboard import jsonio
 from leaderboard.drilldown import ATTACHMENTS, read_files, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import VERIFIED, entry_id, kappa_label, revision, validate_benchmark, validate_config, validate_record
@@ -85,7 +86,7 @@ def _write_config(directory: Path, config: dict) -> None:
         raise LeaderboardError(f"{directory / RECORDS} already holds files; create the leaderboard in an empty directory")
     _write_index(directory, [])
     write_table(directory, build_table([], config["num_levels"]))
-    write_bytes_atomic(directory / CONFIG, (json.dumps(config, indent=1) + "\n").encode())
+    write_atomic(directory / CONFIG, (json.dumps(config, indent=1) + "\n").encode())
 
 
 def load_config(directory: str | Path) -> dict:
@@ -118,7 +119,7 @@ def accepted_files(directory: str | Path) -> list[str]:
 
 
 def _write_index(directory: Path, names: list[str]) -> None:
-    write_bytes_atomic(directory / INDEX, "".join(f"{name}\n" for name in names).encode())
+    write_atomic(directory / INDEX, "".join(f"{name}\n" for name in names).encode())
 
 
 def stored_records(directory: str | Path) -> list[tuple[Path, bytes]]:
@@ -219,7 +220,7 @@ def _index(directory: Path) -> list[str]:
         _write_index(directory, names)
     listed = set(names)
     for path in (directory / RECORDS).iterdir():
-        stem = path.name.removesuffix(PARTIAL)
+        stem = written_for(path.name) or path.name
         if path.name not in listed and _RECORD_FILE.match(stem):
             path.unlink()
     if (directory / ATTACHMENTS).is_dir():
@@ -238,13 +239,13 @@ def _commit(directory: Path, names: list[str], batch: list[tuple[str, bytes]], a
             for relative, data in files:
                 path = stored_folder(directory, name) / relative
                 path.parent.mkdir(parents=True, exist_ok=True)
-                write_bytes_atomic(path, data)
+                write_atomic(path, data)
             if files:
                 stored = stored_folder(directory, name)
                 for folder in [stored.parent, stored, *sorted(p for p in stored.rglob("*") if p.is_dir())]:
                     fsync_dir(folder)
         for name, data in batch:
-            write_bytes_atomic(records / name, data)
+            write_atomic(records / name, data)
             faults.point("add:after-stage", records / name)
         fsync_dir(records)
         faults.point("add:before-commit", directory / INDEX)

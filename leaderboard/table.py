@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from leaderboard import faults
-from leaderboard.atomic import write_atomic
+from dataset_builder import faults
+from dataset_builder.files import write_atomic
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import columns as record_columns
 from leaderboard.schema import entry_id, flags, kappa_label, verification_status

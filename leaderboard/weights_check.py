@@ -12,7 +12,8 @@ import re
 import zipfile
 from pathlib import Path
 
-from leaderboard.errors import LeaderboardError, one_line
+from dataset_builder.errors import one_line
+from leaderboard.errors import LeaderboardError
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 WEIGHT_SUFFIXES = (".safetensors", *TORCH_SUFFIXES)

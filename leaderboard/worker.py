@@ -18,8 +18,9 @@ from pathlib import Path
 from filelock import FileLock
 from huggingface_hub import HfApi
 
+from dataset_builder.errors import one_line
 from leaderboard import publish as hub, release as releases, requests as queue, store
-from leaderboard.errors import LeaderboardError, one_line
+from leaderboard.errors import LeaderboardError
 from leaderboard.schema import revision
 
 EVALUATORS = "cood_bench.evaluators"

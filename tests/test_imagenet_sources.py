@@ -70,9 +70,10 @@ def test_every_source_form_builds_the_same_benchmark(forms, tmp_path, monkeypatc
     manifest = json.loads((tmp_path / "folders" / "manifest.json").read_text())
     assert manifest["classes"]["ood"] == len(SURVIVORS) and manifest["skipped_images"]["count"] == 4
     assert manifest["fit"]["num_images"] == 6 * len(VAL_CLASSES)
-    monkeypatch.setenv("COOD_FAULT", "block-done:oserror")
-    with pytest.raises(OSError, match="injected fault at block-done"):
+    monkeypatch.setenv("COOD_FAULT", "block-done=ENOSPC")
+    with pytest.raises(OSError, match="No space left on device") as stopped:
         build(tmp_path / "outer-tar+devkit", forms["outer"], forms["val_tar"], val_labels=forms["devkit"], train=forms["train_tar"])
+    assert stopped.value.filename == str(tmp_path / "outer-tar+devkit.partial" / ".build" / "id-000000.json")
     assert [p.name for p in (tmp_path / "outer-tar+devkit.partial" / ".build").glob("*-*.json")] == ["id-000000.json"]
     monkeypatch.delenv("COOD_FAULT")
     for name, pool, val, labels, train in (

@@ -19,8 +19,9 @@ import numpy as np
 import PIL
 import torchvision
 
+from dataset_builder.files import write_atomic
 from harness.runtime.bundle import tag_cache
-from harness.runtime.score_cache import Damaged, encode, read_entry, write_atomic
+from harness.runtime.score_cache import Damaged, encode, read_entry
 
 
 MAX_ENTRY_BYTES = 1 << 30  # a shard's images are held in memory until it is whole: larger shards are not kept
@@ -65,6 +66,7 @@ class DecodedCache:
             return
         try:
             tag_cache(self.root)
+            self.folder.mkdir(parents=True, exist_ok=True)
             write_atomic(self._path(shard), data)
             self.used += len(data)
         except OSError:  # the score cache beside it says in one line that the folder cannot be written

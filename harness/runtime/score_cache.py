@@ -20,13 +20,13 @@ import contextlib
 import hashlib
 import io
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from dataset_builder.files import write_atomic
 from harness import __version__
 from harness.runtime.bundle import tag_cache
 from harness.runtime.inference import KappaSpec
@@ -127,27 +127,12 @@ class ScoreCache:
             arrays["features"] = scores.features.astype(self.feature_dtype)
         try:
             tag_cache(self.folder.parent)
-            write_atomic(self._path(split, shard["path"]), encode(arrays))
+            path = self._path(split, shard["path"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, encode(arrays))
         except OSError as exc:
             self.writable = False
             warn(f"cannot write the score cache in {self.folder} ({exc.strerror or exc}); the run goes on without caching")
-
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file, fsynced, then renamed over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + f".{os.getpid()}.partial")
-    try:
-        with open(partial, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise
 
 
 def read_entry(path: Path, check: Callable[[dict], None], cache: str, again: str) -> dict[str, np.ndarray] | None:

@@ -1,7 +1,7 @@
 """Faults in leaderboard commands: killed, out of disk, unwritable, fed bad files, or losing a Hub reply.
 
 Every case runs the real command line in a subprocess, stopped at a named fault point
-(``COOD_FAULT``, see ``leaderboard/faults.py``) or given bad input, and checks the exit status,
+(``COOD_FAULT``, see ``dataset_builder/faults.py``) or given bad input, and checks the exit status,
 that stderr is at most one line, and the sha256 of every file of the leaderboard before and after.
 """
 
@@ -31,7 +31,7 @@ TABLE_FILES = {"index.txt", "table.csv", "table.parquet"}  # what an add changes
 
 
 def _cli(*args, fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COOD_FAULT": fault or ""}
+    env = {**{k: v for k, v in os.environ.items() if k != "COOD_DEBUG"}, "COOD_FAULT": fault or ""}
     return subprocess.run([sys.executable, "-c", "from leaderboard.cli import main; main()", *map(str, args)],
                           capture_output=True, text=True, timeout=120, env=env)
 

@@ -202,6 +202,7 @@ def test_leftovers_of_an_interrupted_add_are_ignored_then_removed(board):
     records = board / "records"
     (records / "000002-0123456789abcdef.json").write_bytes(b'{"half": "a batch"}')
     (records / "000003-fedcba9876543210.json.partial").write_bytes(b'{"half')
+    (records / "000004-00112233445566ff.json.0123456789ab.partial").write_bytes(b'{"half')  # a writer's own name
     assert current_table(board)["kappa"].tolist() == ["softmax"]
     [key] = add_records(board, [record(kappa="entropy")])
     assert sorted(p.name for p in records.iterdir()) == ["000001-23d3616564391c8d.json", f"000002-{key}.json"]
@@ -238,16 +239,16 @@ def test_a_new_leaderboard_never_takes_over_existing_record_files(tmp_path):
 
 
 def test_a_failure_after_the_index_rename_keeps_the_batch(board, monkeypatch):
-    from leaderboard import atomic
+    from dataset_builder import files
 
-    real = atomic.fsync_dir
+    real = files.fsync_dir
 
     def failing(path):
         if path == board:
             raise OSError(5, "Input/output error", str(path))
         real(path)
 
-    monkeypatch.setattr(atomic, "fsync_dir", failing)
+    monkeypatch.setattr(files, "fsync_dir", failing)
     with pytest.raises(OSError, match="Input/output error"):
         add_records(board, [record(kappa="entropy"), record(kappa="energy")])
     monkeypatch.undo()

@@ -1,0 +1,56 @@
+"""Crash-safe file writes, for the whole project: write a temporary sibling, flush it to disk, rename it over the
+target, flush the folder. A reader sees the old file or the new one, never a part, even after a kill or a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+
+PARTIAL = ".partial"
+_TOKEN = re.compile(r"\.[0-9a-f]{12}$")  # what write_atomic adds before PARTIAL: secrets.token_hex(6)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the entries of folder ``path`` (new names, renames) durable."""
+    handle = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def commit(partial: Path, path: Path) -> None:
+    """Flush the finished file ``partial`` to disk, rename it over ``path`` and flush the folder."""
+    with open(partial, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+    fsync_dir(path.parent)
+
+
+def write_atomic(path: Path, data: bytes | Callable[[Path], object]) -> None:
+    """Replace ``path`` by ``data``, or by what ``data(tmp)`` writes to the file ``tmp``; an error before the rename
+    leaves ``path`` as it was. The temporary name is unique to the call: concurrent writers of a path never mix bytes."""
+    partial = path.with_name(f"{path.name}.{secrets.token_hex(6)}{PARTIAL}")
+    try:
+        if callable(data):
+            data(partial)
+        else:
+            with open(partial, "xb") as handle:
+                handle.write(data)
+        commit(partial, path)
+    except BaseException:
+        with suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
+
+
+def written_for(name: str) -> str | None:
+    """The name of the file that the temporary file ``name`` was to become (None when ``name`` is not one)."""
+    if not name.endswith(PARTIAL):
+        return None
+    return _TOKEN.sub("", name.removesuffix(PARTIAL))
