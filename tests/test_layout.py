@@ -21,6 +21,8 @@ FORBIDDEN = {
     # what the command line checks before torch is imported
     "harness.options": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.submission",
                         "dataset_builder", "leaderboard"),
+    "harness.config": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.submission",
+                       "dataset_builder", "leaderboard"),
 }
 
 
