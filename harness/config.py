@@ -35,10 +35,18 @@ class Limits:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """How :func:`harness.run.evaluate` runs: the benchmark, the kappas, the model's name, data loading, execution,
-    the score cache and the sandbox. ``None`` means a default that depends on the run: ``kappas`` the default kappas
-    then the submission's own, ``workers`` by device, ``channels_last`` on for CUDA, ``odin_preset`` and
-    ``mc_passes`` the kappas' own (and refused without them), ``cache_dir`` ``$COOD_BENCH_CACHE/scores``."""
+    """How :func:`harness.run.evaluate` runs; what cannot work is refused here, in one line.
+
+    ``benchmark``: an embedded name, a folder or ``hf://datasets/<repo>@<revision>``. ``kappas`` default to softmax,
+    entropy, max_logit, energy, then the submission's own; ``odin_preset`` (default paper) and ``mc_passes`` (default
+    30) apply to odin and mc_dropout and are refused without them. ``channels``: the planes an in-memory model's images
+    are converted to; ``weights``: for the zoo targets; ``limits``: a submission file's sandbox (see
+    :mod:`harness.runtime.isolation`) unless ``trust_submission``. ``workers`` default by device, ``channels_last`` on
+    for CUDA. ``cache`` keeps per-shard scores in ``cache_dir`` (default ``$COOD_BENCH_CACHE/scores``), with
+    ``keep_logits`` the logits and features too (in ``feature_dtype``, float32 or float16, which the kappas then read
+    in every run alike), so that a rerun resumes and a new kappa needs no new pass; and, with the ``torchvision``
+    decoder on the CPU, the decoded images (up to ``decoded_cache_gb``; 0: none), so that the next model with the same
+    preprocessing skips decoding."""
 
     benchmark: str | Path = "glyphs"
     kappas: tuple[str, ...] | None = None

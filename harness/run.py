@@ -301,27 +301,23 @@ def evaluate(model, transform=None, config: EvalConfig | None = None, *,
     """Evaluate a classifier on a C-OOD benchmark and return the results; nothing is written unless asked.
 
     ``model`` is an ``nn.Module`` (logits, or ``(logits, features)``) with ``transform`` a callable
-    ``PIL.Image -> Tensor`` (images are converted to ``config.channels`` planes first) or a timm data config; a timm
-    model needs no transform (its own config is used). ``model`` may also be a target string (a submission
-    file, ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or ``hf:<folder>``, with
-    ``weights`` for the zoo targets); a submission file runs in a child process under ``limits`` (see
-    :mod:`harness.runtime.isolation`) unless ``trust_submission``. The run follows ``config`` (default
-    :class:`EvalConfig`'s defaults) with ``overrides``, any of its fields by keyword (``benchmark=``, ``kappas=``...).
-    ``kappas`` defaults to softmax, entropy, max_logit, energy, then the submission's own. ``odin_preset`` (default
-    paper) and ``mc_passes`` (default 30) apply to odin and mc_dropout and are refused when given without them;
-    impossible options and bad model names are refused before any image is read. ``cache`` keeps per-shard scores (and,
-    with ``keep_logits``, logits and features) so that a rerun resumes and a new kappa needs no new pass (features kept
-    in ``feature_dtype``, float32 or float16, which the kappas then read in every run alike), and, with the
-    ``torchvision`` decoder on the CPU, the decoded images (up to ``decoded_cache_gb``; 0: none) so that the next model
-    with the same preprocessing skips decoding; kappas that need a fit are fitted on the benchmark's ID fit split first;
-    ``out`` (a folder, or a function of the model's name giving one) is checked before the evaluation and receives
-    records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
+    ``PIL.Image -> Tensor`` or a timm data config; a timm model needs no transform (its own config is used). ``model``
+    may also be a target string, which needs none (``evaluate(target, config)``): a submission file (run in a
+    sandboxed child process), ``timm:<name>``, ``torchvision:<name>``, ``open_clip:<arch>/<tag>`` or ``hf:<folder>``.
+    The run follows ``config`` (default: :class:`EvalConfig`'s defaults) with ``overrides``, any of its fields by
+    keyword (``benchmark=``, ``kappas=``...);
+    impossible options and bad model names are refused before any image is read, kappas that need a fit are fitted on
+    the benchmark's ID fit split first. ``out`` (a folder, or a function of the model's name giving one) is checked
+    before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to
+    that local leaderboard folder.
 
     Under torchrun every rank scores its share of the shards and rank 0 evaluates and returns the result
     (the other ranks return None).
     """
     started = time.perf_counter()
     created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    if isinstance(transform, EvalConfig):  # evaluate(target, config)
+        transform, config = None, transform
     config = replace(EvalConfig() if config is None else config, **overrides)
     odin_preset, mc_passes = _model_kappa_options(config.kappas, config.odin_preset, config.mc_passes)
     ranks, device = init_ranks(auto_device(config.device))
@@ -539,5 +535,5 @@ def submit(target: str | Path, config: EvalConfig | None = None, *, out: str | P
     """:func:`evaluate` a target (a submission file or a zoo target, see :mod:`harness.adapters`) by ``config`` (default
     :data:`SUBMIT_DEFAULTS`: the resumable score cache on) with ``overrides``, and write its outputs to ``out``
     (default ``cood-results/<model name>``)."""
-    return evaluate(target, None, replace(SUBMIT_DEFAULTS if config is None else config, **overrides),
+    return evaluate(target, replace(SUBMIT_DEFAULTS if config is None else config, **overrides),
                     out=out if out is not None else lambda name: Path("cood-results") / name, leaderboard=leaderboard)

@@ -12,12 +12,12 @@ from harness.errors import HarnessError
 
 
 @pytest.mark.parametrize("options,message", [
-    (dict(num_levels=1), "--levels must be at least 2 (the method needs a first and a last level), got 1"),
-    (dict(batch_size=0), "--batch-size must be at least 1, got 0"),
-    (dict(workers=-1), "--workers must be 0 or more, got -1"),
-    (dict(decoder="opencv"), "--decoder must be one of auto, pil, torchvision, got 'opencv'"),
-    (dict(feature_dtype="bfloat16"), "--feature-dtype must be one of float32, float16, got 'bfloat16'"),
-    (dict(name=".."), "the model name '..' is not a name"),
+    ({"num_levels": 1}, "--levels must be at least 2 (the method needs a first and a last level), got 1"),
+    ({"batch_size": 0}, "--batch-size must be at least 1, got 0"),
+    ({"workers": -1}, "--workers must be 0 or more, got -1"),
+    ({"decoder": "opencv"}, "--decoder must be one of auto, pil, torchvision, got 'opencv'"),
+    ({"feature_dtype": "bfloat16"}, "--feature-dtype must be one of float32, float16, got 'bfloat16'"),
+    ({"name": ".."}, "the model name '..' is not a name"),
 ], ids=lambda v: next(iter(v)) if isinstance(v, dict) else None)
 def test_a_config_that_cannot_work_is_refused_in_one_line(options, message):
     for make in (lambda: EvalConfig(**options), lambda: dataclasses.replace(EvalConfig(), **options)):
