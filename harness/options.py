@@ -49,4 +49,3 @@ def check_name(name: str) -> None:
         raise HarnessError(f"the model name {shown} contains a control character")
     if len(name.encode()) > MAX_NAME_BYTES:
         raise HarnessError(f"the model name {shown} is {len(name.encode())} UTF-8 bytes long, more than {MAX_NAME_BYTES}")
-
