@@ -23,6 +23,7 @@ from PIL import Image
 from sklearn.metrics import roc_auc_score
 
 from dataset_builder.shards import iter_samples
+from harness.config import EvalConfig
 from harness.runtime.decoding import make_decoder
 from harness.runtime.distributed import Ranks
 from harness.runtime.execution import Execution
@@ -37,9 +38,9 @@ KAPPAS = ["softmax", "entropy", "max_logit", "energy"]
 def harness_pass(submission, forward, bench, kappas, execution, split, batch_size, workers, decoder="auto",
                  decoded=None) -> float:
     images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, execution.device)
-    scorer = Scorer(forward, images, bench, resolve_kappas(kappas), execution, cache=None, ranks=Ranks(),
-                    batch_size=batch_size, workers=workers, seed=0, keep_logits=False, verify=True, progress=False,
-                    decoded=decoded)
+    config = EvalConfig(batch_size=batch_size, workers=workers, keep_logits=False, progress=False)
+    scorer = Scorer(forward=forward, decoder=images, benchmark=bench, kappas=resolve_kappas(kappas), execution=execution,
+                    ranks=Ranks(), config=config, decoded=decoded)
     start = time.perf_counter()
     scorer.split(split)
     return time.perf_counter() - start

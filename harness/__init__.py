@@ -9,7 +9,7 @@ from importlib.metadata import version
 
 __version__ = version("cood-bench")
 _EXPORTS = {"evaluate": "harness.run", "submit": "harness.run", "save": "harness.run", "Evaluation": "harness.run",
-            "user_kappa": "harness.submission", "HarnessError": "harness.errors"}
+            "EvalConfig": "harness.config", "user_kappa": "harness.submission", "HarnessError": "harness.errors"}
 __all__ = [*_EXPORTS, "__version__"]
 
 

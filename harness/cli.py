@@ -14,7 +14,9 @@ from dataset_builder.errors import BenchmarkError
 from harness import __version__, phases
 from harness.phases import plural
 from harness.errors import HarnessError
-from harness.options import check_options, check_target
+from harness.config import SUBMIT_DEFAULTS as DEFAULTS
+from harness.config import EvalConfig, Limits
+from harness.options import check_target
 from harness.zoo import weights_kinds, zoo_usage
 
 # Nothing above imports torch: --help, and the options and targets that cannot work, answer at once (and help works
@@ -32,47 +34,51 @@ def submit(
                                        help="The model's name in records and output paths."),
     weights: Optional[Path] = typer.Option(None, help="Weights file (.safetensors/.pt/.pth/.bin) for "
                                                       f"{weights_kinds()} targets."),
-    benchmark: str = typer.Option("glyphs", help="'glyphs' (embedded, built on first use), a benchmark folder, or "
+    benchmark: str = typer.Option(DEFAULTS.benchmark, help="'glyphs' (embedded, built on first use), a benchmark folder, or "
                                                  "hf://datasets/OWNER/NAME@REVISION."),
     kappa: Optional[List[str]] = typer.Option(None, "--kappa", "-k", show_default="softmax entropy max_logit energy, then the submission's own",
                                               help="Confidence function, with parameters as NAME:KEY=VALUE[,KEY=VALUE] (e.g. knn:k=200); repeat for several."),
     out: Optional[Path] = typer.Option(None, show_default="cood-results/MODEL", help="Output folder; earlier outputs there are moved aside."),
-    levels: int = typer.Option(11, help="Number of severity levels: at least 2, at most the OOD classes less the ID classes plus 1."),
-    batch_size: int = typer.Option(256, help="Images per batch."),
+    levels: int = typer.Option(DEFAULTS.num_levels, help="Number of severity levels: at least 2, at most the OOD classes less the ID classes plus 1."),
+    batch_size: int = typer.Option(DEFAULTS.batch_size, help="Images per batch."),
     workers: Optional[int] = typer.Option(None, help="Data-loading worker processes; 0: a background thread of the main process. "
                                          "Default: 0 on the CPU (the model keeps every core); beside a GPU, all cores but one (shared among torchrun's ranks on a host)."),
-    decoder: str = typer.Option("auto", help="Image decoder: pil (the model's transform on each Pillow image), torchvision (batched decoding, "
+    decoder: str = typer.Option(DEFAULTS.decoder, help="Image decoder: pil (the model's transform on each Pillow image), torchvision (batched decoding, "
                                 "nvJPEG on a GPU, Pillow's resize reproduced as tensor ops; timm-style transforms only), or auto "
                                 "(torchvision where the transform allows it). The record names it."),
-    device: str = typer.Option("auto", help="auto (CUDA when available, else cpu), cpu, cuda or cuda:N (under torchrun: each rank's own GPU)."),
-    amp: str = typer.Option("auto", help="Autocast: auto (bf16 on CUDA, none on CPU), bf16, fp16 or none."),
+    device: str = typer.Option(DEFAULTS.device, help="auto (CUDA when available, else cpu), cpu, cuda or cuda:N (under torchrun: each rank's own GPU)."),
+    amp: str = typer.Option(DEFAULTS.amp, help="Autocast: auto (bf16 on CUDA, none on CPU), bf16, fp16 or none."),
     channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last", show_default="on for CUDA",
                                                  help="Channels-last memory format."),
-    compile: bool = typer.Option(False, "--compile", help="torch.compile the model."),
-    seed: int = typer.Option(0, help="Seed for stochastic kappas (MC-dropout)."),
+    compile: bool = typer.Option(DEFAULTS.compile, "--compile", help="torch.compile the model."),
+    seed: int = typer.Option(DEFAULTS.seed, help="Seed for stochastic kappas (MC-dropout)."),
     odin_preset: Optional[str] = typer.Option(None, show_default="paper",
                                               help="ODIN preset (with -k odin): paper (T=2, eps=1e-5) or original (T=1000, eps=0.0014)."),
     mc_passes: Optional[int] = typer.Option(None, show_default="30", help="Stochastic passes for mc_dropout (with -k mc_dropout)."),
-    verify: bool = typer.Option(True, help="Check every shard's sha256 against the manifest before reading it."),
-    cache: bool = typer.Option(True, help="Keep per-shard scores so that an interrupted run resumes where it stopped."),
+    verify: bool = typer.Option(DEFAULTS.verify, help="Check every shard's sha256 against the manifest before reading it."),
+    cache: bool = typer.Option(DEFAULTS.cache, help="Keep per-shard scores so that an interrupted run resumes where it stopped."),
     cache_dir: Optional[Path] = typer.Option(None, show_default="$COOD_BENCH_CACHE/scores", help="Score cache folder."),
-    keep_logits: bool = typer.Option(True, help="Also cache the logits and features, so that new kappas need no new pass."),
-    decoded_cache_gb: float = typer.Option(8.0, "--decoded-cache-gb", help="Keep decoded images (torchvision decoder, CPU) in the cache, up to this many GB, so the next model with the same preprocessing skips decoding; 0: none."),
-    feature_dtype: str = typer.Option("float32", help="Precision of the cached features: float32, or float16 for half the disk (kappas read the same values in every run)."),
-    progress: bool = typer.Option(True, help="Show progress bars (a line as each phase starts or ends is shown either way)."),
+    keep_logits: bool = typer.Option(DEFAULTS.keep_logits, help="Also cache the logits and features, so that new kappas need no new pass."),
+    decoded_cache_gb: float = typer.Option(DEFAULTS.decoded_cache_gb, "--decoded-cache-gb", help="Keep decoded images (torchvision decoder, CPU) in the cache, up to this many GB, so the next model with the same preprocessing skips decoding; 0: none."),
+    feature_dtype: str = typer.Option(DEFAULTS.feature_dtype, help="Precision of the cached features: float32, or float16 for half the disk (kappas read the same values in every run)."),
+    progress: bool = typer.Option(DEFAULTS.progress, help="Show progress bars (a line as each phase starts or ends is shown either way)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the results, warnings and errors: no phase lines, no progress bars."),
     leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
-    trust_submission: bool = typer.Option(False, "--trust-submission",
+    trust_submission: bool = typer.Option(DEFAULTS.trust_submission, "--trust-submission",
                                           help="Run a submission file in the harness's own process (no sandbox); needed for a file's transform()."),
-    timeout: float = typer.Option(600.0, help="Seconds a sandboxed submission may take to load or to score one batch."),
-    run_timeout: float = typer.Option(48 * 3600.0, help="Seconds a sandboxed submission may run in all."),
+    timeout: float = typer.Option(Limits.batch_timeout_s, help="Seconds a sandboxed submission may take to load or to score one batch."),
+    run_timeout: float = typer.Option(Limits.run_timeout_s, help="Seconds a sandboxed submission may run in all."),
     memory_limit: Optional[float] = typer.Option(None, show_default="the machine's memory", help="GiB of memory a sandboxed submission may use."),
 ) -> None:
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
-    check_options(name, levels, batch_size, workers, feature_dtype, decoder)
+    config = EvalConfig(benchmark=benchmark, kappas=kappa or None, name=name, weights=weights, num_levels=levels,
+                        batch_size=batch_size, workers=workers, decoder=decoder, device=device, amp=amp,
+                        channels_last=channels_last, compile=compile, seed=seed, odin_preset=odin_preset, mc_passes=mc_passes,
+                        verify=verify, cache=cache, cache_dir=cache_dir, keep_logits=keep_logits, progress=progress and not quiet,
+                        trust_submission=trust_submission, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)),
+                        feature_dtype=feature_dtype, decoded_cache_gb=decoded_cache_gb)
     check_target(target, weights)
     require_torch_extra("cood-harness submit")
-    progress = progress and not quiet
     with phases.shown(not quiet and int(os.environ.get("RANK", "0")) == 0):  # under torchrun, rank 0 speaks for all
         phases.say(f"cood-harness {__version__}: {target} on {benchmark}; starting"
                    + ("" if trust_submission or weights is not None or not Path(target).is_file() else " its sandbox and")
@@ -81,14 +87,9 @@ def submit(
             from harness.runtime import sandbox
 
             sandbox.prestart(target, device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices()))
-        from harness.runtime.isolation import Limits
         from harness.run import submit as run_submit
 
-        result = run_submit(target, benchmark=benchmark, kappas=kappa or None, out=out, num_levels=levels, batch_size=batch_size,
-                            workers=workers, decoder=decoder, device=device, amp=amp, channels_last=channels_last, compile=compile, seed=seed,
-                            odin_preset=odin_preset, mc_passes=mc_passes, verify=verify, cache=cache, cache_dir=cache_dir,
-                            keep_logits=keep_logits, feature_dtype=feature_dtype, decoded_cache_gb=decoded_cache_gb, progress=progress, leaderboard=leaderboard, weights=weights,
-                            trust_submission=trust_submission, name=name, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)))
+        result = run_submit(target, config, out=out, leaderboard=leaderboard)
     if result is None:  # a torchrun rank other than 0
         return
     bench = result.benchmark.identity()

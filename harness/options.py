@@ -1,6 +1,7 @@
-"""What the command line can refuse before torch is imported: a target that is neither a file nor a zoo target, options
-that cannot work, and model names that records and output paths cannot take. Standard library only, so that
-``cood-harness submit`` refuses them in one line in a fraction of a second (the heavy imports take far longer)."""
+"""What the command line can refuse before torch is imported (with :class:`harness.config.EvalConfig`, which refuses
+options that cannot work): a target that is neither a file nor a zoo target, and model names that records and output
+paths cannot take. Standard library only, so that ``cood-harness submit`` refuses them in one line in a fraction of a
+second (the heavy imports take far longer)."""
 
 from __future__ import annotations
 
@@ -61,20 +62,3 @@ def check_name(name: str) -> None:
         raise HarnessError(f"the model name {shown} contains a control character")
     if len(name.encode()) > MAX_NAME_BYTES:
         raise HarnessError(f"the model name {shown} is {len(name.encode())} UTF-8 bytes long, more than {MAX_NAME_BYTES}")
-
-
-def check_options(name: str | None, num_levels: int, batch_size: int, workers: int | None, feature_dtype: str = "float32",
-                  decoder: str = "auto") -> None:
-    """Refuse, before anything is loaded, options that cannot work."""
-    if feature_dtype not in FEATURE_DTYPES:
-        raise HarnessError(f"--feature-dtype must be one of {', '.join(FEATURE_DTYPES)}, got '{feature_dtype}'")
-    if name is not None:
-        check_name(name)
-    if num_levels < 2:
-        raise HarnessError(f"--levels must be at least 2 (the method needs a first and a last level), got {num_levels}")
-    if batch_size < 1:
-        raise HarnessError(f"--batch-size must be at least 1, got {batch_size}")
-    if workers is not None and workers < 0:
-        raise HarnessError(f"--workers must be 0 or more, got {workers}")
-    if decoder not in DECODERS:
-        raise HarnessError(f"--decoder must be one of {', '.join(DECODERS)}, got '{decoder}'")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime
 import tempfile
 import time
-from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
+from contextlib import ExitStack, closing, contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -19,6 +19,7 @@ from dataset_builder.benchmark import Benchmark
 from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark, embedded_num_id_classes, embedded_num_ood_classes
 from dataset_builder.errors import BenchmarkError
 from harness import __version__
+from harness.config import SUBMIT_DEFAULTS, EvalConfig, Limits
 from harness.runtime.data import Loader, default_workers, shard_groups
 from harness.runtime.decoded_cache import DecodedCache
 from harness.runtime.decoded_cache import cache_key as decoded_key
@@ -31,7 +32,7 @@ from harness.runtime.execution import Execution, auto_device
 from harness.runtime.inference import (KappaSpec, LocalForward, fit_kappas, fit_on_layers, from_outputs,
                                gives_features, named, resolve_kappas, score_shards)
 from harness.kappas.features import require_exposed
-from harness.runtime.isolation import ChildForward, Limits, load_isolated
+from harness.runtime.isolation import ChildForward, load_isolated
 from harness.method.scores import SplitScores
 from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
 from harness.kappas.fitting import with_fit
@@ -39,9 +40,9 @@ from harness.kappas.registry import split_request
 from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
 from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
 from harness.runtime.score_cache import ScoreCache, kappa_id, run_key
-from harness.method.severity import DEFAULT_NUM_LEVELS, SEVERITY_CONVENTION
+from harness.method.severity import SEVERITY_CONVENTION, num_windows
 from harness.adapters import ClassCountMismatch, load_target
-from harness.options import check_options, is_zoo_target, misplaced_weights
+from harness.options import is_zoo_target, misplaced_weights
 from harness import phases
 from harness.phases import plural
 from harness.submission import Submission, in_memory
@@ -86,24 +87,19 @@ def open_benchmark(spec: str | Path, progress: bool = True) -> Benchmark:
     return Benchmark.open(path)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scorer:
-    """Scores the evaluation splits of one benchmark with one model, shard by shard, through the cache."""
+    """Scores the evaluation splits of one benchmark with one model, shard by shard, through the caches, with the
+    batch size, workers (a number: see :func:`_resolve`), seed, progress bars and cached outputs ``config`` gives."""
 
     forward: LocalForward | ChildForward
     decoder: PilDecoder | TensorDecoder
     benchmark: Benchmark
     kappas: list[KappaSpec]
     execution: Execution
-    cache: ScoreCache | None
     ranks: Ranks
-    batch_size: int
-    workers: int
-    seed: int
-    keep_logits: bool
-    verify: bool
-    progress: bool
-    feature_dtype: str = "float32"
+    config: EvalConfig
+    cache: ScoreCache | None = None
     decoded: DecodedCache | None = None
     stats: dict = field(default_factory=lambda: dict.fromkeys(
         ["images_forwarded", "shards_scored", "shards_from_cache", "shards_from_logits"], 0))
@@ -113,7 +109,7 @@ class Scorer:
     def batches(self, split: str, groups: list[list[dict]]) -> Iterator[dict]:
         """One pass over ``groups`` of a split's shards, by the run's loader (its workers live across passes)."""
         if self._loader is None:
-            self._loader = Loader(self.benchmark, self.decoder, self.batch_size, self.workers, self.verify,
+            self._loader = Loader(self.benchmark, self.decoder, self.config.batch_size, self.config.workers, self.config.verify,
                                   self.execution.device.type == "cuda", self.decoded)
         return self._loader.batches(groups, self.labels(split))
 
@@ -157,7 +153,7 @@ class Scorer:
         names = [k.name for k in kappas]
         shards = self.benchmark.shards(split)
         parts, hits, todo, needed, scoring = [], {}, [], set(), set()
-        for group in self.ranks.mine(shard_groups(shards, self.batch_size)):
+        for group in self.ranks.mine(shard_groups(shards, self.config.batch_size)):
             states = [(shard, *self._from_cache(split, shard, kappas, outputs)) for shard in group]
             wanted = [(shard, missing) for shard, _, missing in states if missing is None or missing]
             if not wanted:
@@ -172,9 +168,9 @@ class Scorer:
         sizes = {path: shard["num_samples"] for path, shard in manifest.items()}
         batches = self._timed(split, self.batches(split, todo))
         with closing(batches), tqdm(total=sum(sizes.values()), desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
-                  unit="img", disable=not self.progress or not sizes, leave=False) as bar:
+                  unit="img", disable=not self.config.progress or not sizes, leave=False) as bar:
             for path, scored in score_shards(self.forward, batches, sizes, len(self.benchmark.id_classes), kappas,
-                                             self.keep_logits or outputs, bar, self.feature_dtype):
+                                             self.config.keep_logits or outputs, bar, self.config.feature_dtype):
                 self.stats["images_forwarded"] += len(scored)
                 if path not in scoring:  # scored again beside a shard of its batch: the same values as its cache entry
                     parts.append(hits[path].only(names, keep_logits=outputs))
@@ -200,10 +196,10 @@ class Scorer:
     def fit_on_layers(self, split: str, kappas: list[KappaSpec]) -> np.ndarray:
         """Fit the kappas that read intermediate layers: a pass over the split in the model's process gives what their
         fits need, batch by batch (in key order, on every rank alike); returns the split's labels."""
-        groups = self.ranks.mine(shard_groups(self.benchmark.shards(split), self.batch_size))
+        groups = self.ranks.mine(shard_groups(self.benchmark.shards(split), self.config.batch_size))
         mine = []
         with closing(self.batches(split, groups)) as batches, tqdm(total=sum(s["num_samples"] for group in groups for s in group), desc=f"{split} (layers)", unit="img",
-                  disable=not self.progress, leave=False) as bar:
+                  disable=not self.config.progress, leave=False) as bar:
             for batch in batches:
                 if "error" in batch:
                     raise HarnessError(batch["error"])
@@ -215,7 +211,7 @@ class Scorer:
                 bar.update(len(batch["keys"]))
         everyone = sorted(self.ranks.gather(mine), key=lambda part: part[0])
         labels = np.concatenate([labels for _, _, labels in everyone])
-        fit_on_layers(kappas, {k.name: [parts[k.name] for _, parts, _ in everyone] for k in kappas}, labels, self.seed)
+        fit_on_layers(kappas, {k.name: [parts[k.name] for _, parts, _ in everyone] for k in kappas}, labels, self.config.seed)
         return labels
 
 
@@ -251,7 +247,7 @@ def _open(benchmark: str | Path, progress: bool, num_levels: int) -> Benchmark:
 
 def _check_levels(num_levels: int, num_ood: int, window: int, benchmark) -> None:
     """Refuse more levels than the benchmark has distinct windows of |ID| classes."""
-    windows = max(num_ood - window + 1, 0)
+    windows = num_windows(num_ood, window)
     if num_levels > windows:
         raise HarnessError(f"--levels {num_levels} is more than the benchmark {benchmark} allows: its {num_ood} OOD classes in windows "
                            f"of {window} (its ID classes) give {windows} distinct levels at most")
@@ -299,156 +295,212 @@ def _load(target, transform, name: str | None, weights, channels: int, num_id: i
     return submission, LocalForward(execution.prepare(submission.model), execution, num_id, seed)
 
 
-def evaluate(model, transform=None, *, benchmark: str | Path = "glyphs", kappas=None, name: str | None = None,
-             channels: int = 3, weights: str | Path | None = None, num_levels: int = DEFAULT_NUM_LEVELS,
-             batch_size: int = 256, workers: int | None = None, decoder: str = "auto", device: str = "auto", amp: str = "auto",
-             channels_last: bool | None = None, compile: bool = False, seed: int = 0, odin_preset: str | None = None,
-             mc_passes: int | None = None, verify: bool = True, cache: bool = False,
-             cache_dir: str | Path | None = None, keep_logits: bool = True, progress: bool = True,
-             trust_submission: bool = False, limits: Limits | None = None, feature_dtype: str = "float32",
-             decoded_cache_gb: float = 8.0,
-             out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None) -> Evaluation | None:
+def evaluate(model, transform=None, config: EvalConfig | None = None, *,
+             out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None,
+             **overrides) -> Evaluation | None:
     """Evaluate a classifier on a C-OOD benchmark and return the results; nothing is written unless asked.
 
     ``model`` is an ``nn.Module`` (logits, or ``(logits, features)``) with ``transform`` a callable
-    ``PIL.Image -> Tensor`` (images are converted to ``channels`` planes first) or a timm data config; a timm
-    model needs no transform (its own config is used). ``model`` may also be a target string (a submission
-    file, or a zoo target such as ``timm:<name>`` with ``weights`` or ``hf:<folder>``, see :mod:`harness.zoo`);
-    a submission file runs in a child process under ``limits`` (see
-    :mod:`harness.runtime.isolation`) unless ``trust_submission``. ``kappas`` defaults to softmax, entropy, max_logit, energy, then the
-    submission's own. ``odin_preset`` (default paper) and ``mc_passes`` (default 30) apply to odin and mc_dropout
-    and are refused when given without them; impossible options and bad model names are refused before any image is
-    read. ``cache`` keeps per-shard scores (and, with ``keep_logits``, logits and features) so that a rerun resumes
-    and a new kappa needs no new pass (features kept in ``feature_dtype``, float32 or float16, which the kappas then
-    read in every run alike), and, with the ``torchvision`` decoder on the CPU, the decoded images (up to
-    ``decoded_cache_gb``; 0: none) so that the next model with the same preprocessing skips decoding; kappas that need a fit are fitted on the benchmark's ID fit split first;
-    ``out`` (a folder, or a function of
-    the model's name giving one) is checked before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to that local leaderboard folder.
+    ``PIL.Image -> Tensor`` or a timm data config; a timm model needs no transform (its own config is used). ``model``
+    may also be a target string, which needs none (``evaluate(target, config)``): a submission file (run in a
+    sandboxed child process) or a zoo target such as ``timm:<name>`` or ``hf:<folder>`` (see :mod:`harness.zoo`).
+    The run follows ``config`` (default: :class:`EvalConfig`'s defaults) with ``overrides``, any of its fields by
+    keyword (``benchmark=``, ``kappas=``...);
+    impossible options and bad model names are refused before any image is read, kappas that need a fit are fitted on
+    the benchmark's ID fit split first. ``out`` (a folder, or a function of the model's name giving one) is checked
+    before the evaluation and receives records, CSV, level manifests and plot; ``leaderboard`` adds the records to
+    that local leaderboard folder.
 
     Under torchrun every rank scores its share of the shards and rank 0 evaluates and returns the result
     (the other ranks return None).
     """
     started = time.perf_counter()
     created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
-    check_options(name, num_levels, batch_size, workers, feature_dtype, decoder)
-    kappas = None if kappas is None else list(kappas)
-    odin_preset, mc_passes = _model_kappa_options(kappas, odin_preset, mc_passes)
-    ranks, device = init_ranks(auto_device(device))
-    forward = scorer = None
-    with phases.shown(progress and ranks.is_main):
-        try:
-            execution = Execution.resolve(device, amp, channels_last, compile)
-            workers = default_workers(execution.device) if workers is None else workers
-            execution.share_cpu(workers)
-            phases.say(execution.summary())
-            # everything that can fail fast does so before an embedded benchmark is built (a minute on first use)
-            embedded = str(benchmark) in EMBEDDED
-            bench = None if embedded else _open(benchmark, progress and ranks.is_main, num_levels)
-            num_id = embedded_num_id_classes(str(benchmark)) if embedded else len(bench.id_classes)
-            if embedded:
-                _check_levels(num_levels, embedded_num_ood_classes(str(benchmark)), num_id, benchmark)
-            loading = time.perf_counter()
-            phases.say(_loading_line(model, trust_submission))
-            try:
-                submission, forward = _load(model, transform, name, weights, channels, num_id, execution, seed, trust_submission,
-                                            limits or Limits())
-            except ClassCountMismatch as exc:
-                raise exc.on(str(benchmark) if embedded else bench.manifest.get("id", str(benchmark))) from None
-            phases.say(f"loaded {submission.name}: {plural(num_id, 'class')}"
-                       + (f", {submission.num_parameters:,} parameters" if submission.num_parameters else "")
-                       + f" ({time.perf_counter() - loading:.1f} s)")
-            if kappas is None:
-                kappas = [*DEFAULT_KAPPAS, *submission.user_kappas]
-            specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
-            require_exposed(specs, forward.head, lambda: gives_features(forward, submission.transform, submission.channels))
-            if callable(out):
-                out = out(submission.name)
-            if out is not None and ranks.is_main:
-                check_out(Path(out))
-            if embedded:
-                bench = _open(benchmark, progress and ranks.is_main, num_levels)
-            specs = with_fit(specs, bench, seed)
-            try:
-                # a sandboxed submission's images cross to its process through shared memory: decoded on the CPU
-                on = execution.device if isinstance(forward, LocalForward) else torch.device("cpu")
-                images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, on)
-            except ValueError as exc:
-                raise HarnessError(str(exc)) from None
-            preprocessing = {**submission.preprocessing, "decoder": images.name, "decoded_on": images.device.type}
-            weights_sha = submission.weights_sha256
-            score_cache = None
-            if cache:
-                key = run_key(bench.sha256, weights_sha, submission.bundle_sha256 or submission.source, preprocessing, {**execution.numerics(), "feature_dtype": feature_dtype,
-                                                                                 "batches": "shard groups"})
-                folder = Path(cache_dir) if cache_dir is not None else cache_root() / "scores"
-                score_cache = ScoreCache(folder / key, {k.name: kappa_id(k, seed, batch_size) for k in specs}, feature_dtype)
-            decoded = None
-            if cache and decoded_cache_gb > 0 and isinstance(images, TensorDecoder) and images.device.type == "cpu":
-                decoded = DecodedCache((Path(cache_dir) if cache_dir is not None else cache_root()) / "decoded", decoded_key(bench.sha256, images.plan, submission.channels),
-                                       int(decoded_cache_gb * 1e9))
-            torch.manual_seed(seed)
-            scorer = Scorer(forward, images, bench, specs, execution, score_cache, ranks,
-                            batch_size, workers, seed, keep_logits, verify, progress and ranks.is_main, feature_dtype, decoded)
-            scores = {}
-            timings = {}
-            fitted = [k for k in specs if k.needs_fit]
-            if fitted:
-                split = fitted[0].params["fit"]["split"]
-                split_start = time.perf_counter()
-                phases.say(f"reading the fit split {split} for {', '.join(k.name for k in fitted)}")
-                on_layers = [k for k in fitted if k.reads_layers]
-                if len(on_layers) < len(fitted):
-                    fit_data = scorer.split(split, kappas=[], outputs=True)
-                    fit_kappas(fitted, fit_data, forward.head, seed)
-                if on_layers:
-                    fit_data = scorer.fit_on_layers(split, on_layers)
-                forward.load_states([k for k in fitted if k.in_model])
-                timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
-                timings[f"{split}_images"] = len(fit_data)
-            for split in EVAL_SPLITS:
-                split_start, before = time.perf_counter(), dict(scorer.stats)
-                size = sum(shard["num_samples"] for shard in bench.shards(split))
-                phases.say(f"{split}: {plural(len(specs), 'kappa')} on {plural(size, 'image')}")
-                scores[split] = scorer.split(split)
-                phases.say(_split_line(split, {k: scorer.stats[k] - before[k] for k in before}, time.perf_counter() - split_start))
-                timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
-                timings[f"{split}_images"] = len(scores[split])
-                timings[f"{split}_first_batch_s"] = scorer.first_batch_s.get(split)
-            per_rank = ranks.gather([scorer.stats])
-            if not ranks.is_main:
-                return None
-            stats = {k: sum(r[k] for r in per_rank) for k in scorer.stats}
-            if score_cache is not None and keep_logits and ranks.is_main:
-                images = sum(v for k, v in timings.items() if k.endswith("_images"))
-                phases.say(cache_cost(score_cache, forward.head, images))
-            if ranks.world > 1:
-                stats["images_forwarded_per_rank"] = [r["images_forwarded"] for r in per_rank]
-            num_id, num_ood = len(bench.id_classes), len(bench.ood_classes)
-            phases.say(f"severity levels and metrics of {plural(len(specs), 'kappa')}")
-            results = [evaluate_kappa(spec.name, scores["id_test"], scores["ood_estimation"], scores["ood_test"], num_id, num_ood, num_levels)
-                       for spec in specs]
-            drilldown = per_class(results, scores["id_test"], scores["ood_test"], bench)
-            timings["total_s"] = round(time.perf_counter() - started, 3)
-            run_info = {**timings, **stats, **execution.describe(), "batch_size": batch_size, "workers": workers, "world_size": ranks.world,
-                        "feature_dtype": feature_dtype,
-                        "isolation": {**forward.isolation, "bundle_sha256": submission.bundle_sha256} if submission.bundle_sha256 else forward.isolation}
-            model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
-                          "weights_sha256": weights_sha, "num_parameters": submission.num_parameters,
-                          "preprocessing": preprocessing}
-            records = [record(result, benchmark=bench.identity(), model=model_info, kappa_params=spec.params, seed=seed,
-                              version=__version__, created=created, timings=run_info, metric_definitions=METRIC_DEFINITIONS,
-                              per_class=drilldown.summaries[spec.name])
-                       for spec, result in zip(specs, results)]
-            evaluation = Evaluation(submission, bench, results, records, stats, scores, per_class=drilldown)
-            if out is not None or leaderboard is not None:
-                save(evaluation, out, leaderboard)
-            return evaluation
-        finally:
-            if scorer is not None:
-                scorer.close()
-            if forward is not None:
-                forward.close()
-            close(ranks)
+    if isinstance(transform, EvalConfig):  # evaluate(target, config)
+        transform, config = None, transform
+    config = replace(EvalConfig() if config is None else config, **overrides)
+    odin_preset, mc_passes = _model_kappa_options(config.kappas, config.odin_preset, config.mc_passes)
+    ranks, device = init_ranks(auto_device(config.device))
+    with phases.shown(config.progress and ranks.is_main), ExitStack() as stack:
+        stack.callback(close, ranks)
+        config, execution = _resolve(config, device, ranks)
+        bench, num_id = _benchmark_before_loading(config)
+        submission, forward = _load_submission(model, transform, config, execution, num_id, bench)
+        stack.callback(forward.close)
+        specs = _kappa_specs(config, submission, forward, odin_preset, mc_passes)
+        if callable(out):
+            out = out(submission.name)
+        if out is not None and ranks.is_main:
+            check_out(Path(out))
+        if bench is None:
+            bench = _open(config.benchmark, config.progress, config.num_levels)
+        scorer = _scorer(config, execution, ranks, forward, submission, bench, with_fit(specs, bench, config.seed))
+        stack.callback(scorer.close)
+        timings = _fit(scorer)
+        scores, split_timings = _score_splits(scorer)
+        timings |= split_timings
+        stats = _summed_stats(scorer, timings)
+        if stats is None:  # a torchrun rank other than 0
+            return None
+        results, drilldown = _levels_and_metrics(scorer, scores)
+        timings["total_s"] = round(time.perf_counter() - started, 3)
+        records = _records(scorer, submission, results, drilldown, timings, stats, created)
+        evaluation = Evaluation(submission, bench, results, records, stats, scores, per_class=drilldown)
+        if out is not None or leaderboard is not None:
+            save(evaluation, out, leaderboard)
+        return evaluation
+
+
+def _resolve(config: EvalConfig, device: str, ranks: Ranks) -> tuple[EvalConfig, Execution]:
+    """The execution on ``device``, and ``config`` with its workers decided and its progress bars on rank 0 only."""
+    execution = Execution.resolve(device, config.amp, config.channels_last, config.compile)
+    workers = default_workers(execution.device) if config.workers is None else config.workers
+    execution.share_cpu(workers)
+    phases.say(execution.summary())
+    return replace(config, workers=workers, progress=config.progress and ranks.is_main), execution
+
+
+def _benchmark_before_loading(config: EvalConfig) -> tuple[Benchmark | None, int]:
+    """The benchmark (None for an embedded one, built only once everything that can fail fast has: a minute on first
+    use) and its number of ID classes, its levels checked either way."""
+    if str(config.benchmark) not in EMBEDDED:
+        bench = _open(config.benchmark, config.progress, config.num_levels)
+        return bench, len(bench.id_classes)
+    num_id = embedded_num_id_classes(str(config.benchmark))
+    _check_levels(config.num_levels, embedded_num_ood_classes(str(config.benchmark)), num_id, config.benchmark)
+    return None, num_id
+
+
+def _load_submission(model, transform, config: EvalConfig, execution: Execution, num_id: int,
+                     bench: Benchmark | None) -> tuple[Submission, LocalForward | ChildForward]:
+    """The loading phase: the submission and its forward pass (see :func:`_load`) between its two phase lines."""
+    loading = time.perf_counter()
+    phases.say(_loading_line(model, config.trust_submission))
+    try:
+        submission, forward = _load(model, transform, config.name, config.weights, config.channels, num_id, execution,
+                                    config.seed, config.trust_submission, config.limits)
+    except ClassCountMismatch as exc:
+        raise exc.on(str(config.benchmark) if bench is None else bench.manifest.get("id", str(config.benchmark))) from None
+    phases.say(f"loaded {submission.name}: {plural(num_id, 'class')}"
+               + (f", {submission.num_parameters:,} parameters" if submission.num_parameters else "")
+               + f" ({time.perf_counter() - loading:.1f} s)")
+    return submission, forward
+
+
+def _kappa_specs(config: EvalConfig, submission: Submission, forward: LocalForward | ChildForward, odin_preset: str,
+                 mc_passes: int) -> list[KappaSpec]:
+    """The requested kappas (default: the default kappas, then the submission's own), refused unless the model exposes
+    what they need."""
+    kappas = [*DEFAULT_KAPPAS, *submission.user_kappas] if config.kappas is None else config.kappas
+    specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
+    require_exposed(specs, forward.head, lambda: gives_features(forward, submission.transform, submission.channels))
+    return specs
+
+
+def _preprocessing(submission: Submission, images: PilDecoder | TensorDecoder) -> dict:
+    """The submission's preprocessing as records and the score cache's key name it: with the decoder and where it runs."""
+    return {**submission.preprocessing, "decoder": images.name, "decoded_on": images.device.type}
+
+
+def _scorer(config: EvalConfig, execution: Execution, ranks: Ranks, forward: LocalForward | ChildForward,
+            submission: Submission, bench: Benchmark, specs: list[KappaSpec]) -> Scorer:
+    """The run's scorer: its decoder, and with ``cache`` its score cache and decoded-image cache."""
+    try:
+        # a sandboxed submission's images cross to its process through shared memory: decoded on the CPU
+        on = execution.device if isinstance(forward, LocalForward) else torch.device("cpu")
+        images = make_decoder(config.decoder, submission.transform, submission.channels, bench.max_image_pixels, on)
+    except ValueError as exc:
+        raise HarnessError(str(exc)) from None
+    score_cache = decoded = None
+    root = Path(config.cache_dir) if config.cache_dir is not None else None
+    if config.cache:
+        key = run_key(bench.sha256, submission.weights_sha256, submission.bundle_sha256 or submission.source,
+                      _preprocessing(submission, images),
+                      {**execution.numerics(), "feature_dtype": config.feature_dtype, "batches": "shard groups"})
+        score_cache = ScoreCache((root or cache_root() / "scores") / key,
+                                 {k.name: kappa_id(k, config.seed, config.batch_size) for k in specs}, config.feature_dtype)
+    if config.cache and config.decoded_cache_gb > 0 and isinstance(images, TensorDecoder) and images.device.type == "cpu":
+        decoded = DecodedCache((root or cache_root()) / "decoded", decoded_key(bench.sha256, images.plan, submission.channels),
+                               int(config.decoded_cache_gb * 1e9))
+    torch.manual_seed(config.seed)
+    return Scorer(forward=forward, decoder=images, benchmark=bench, kappas=specs, execution=execution, ranks=ranks,
+                  config=config, cache=score_cache, decoded=decoded)
+
+
+def _fit(scorer: Scorer) -> dict:
+    """Fit the kappas that need a fit on the benchmark's fit split; the split's timings (none without such a kappa)."""
+    fitted = [k for k in scorer.kappas if k.needs_fit]
+    if not fitted:
+        return {}
+    split = fitted[0].params["fit"]["split"]
+    split_start = time.perf_counter()
+    phases.say(f"reading the fit split {split} for {', '.join(k.name for k in fitted)}")
+    on_layers = [k for k in fitted if k.reads_layers]
+    if len(on_layers) < len(fitted):
+        fit_data = scorer.split(split, kappas=[], outputs=True)
+        fit_kappas(fitted, fit_data, scorer.forward.head, scorer.config.seed)
+    if on_layers:
+        fit_data = scorer.fit_on_layers(split, on_layers)
+    scorer.forward.load_states([k for k in fitted if k.in_model])
+    return {f"{split}_s": round(time.perf_counter() - split_start, 3), f"{split}_images": len(fit_data)}
+
+
+def _score_splits(scorer: Scorer) -> tuple[dict[str, SplitScores], dict]:
+    """The scores of every evaluation split, and their timings."""
+    scores, timings = {}, {}
+    for split in EVAL_SPLITS:
+        split_start, before = time.perf_counter(), dict(scorer.stats)
+        size = sum(shard["num_samples"] for shard in scorer.benchmark.shards(split))
+        phases.say(f"{split}: {plural(len(scorer.kappas), 'kappa')} on {plural(size, 'image')}")
+        scores[split] = scorer.split(split)
+        phases.say(_split_line(split, {k: scorer.stats[k] - before[k] for k in before}, time.perf_counter() - split_start))
+        timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
+        timings[f"{split}_images"] = len(scores[split])
+        timings[f"{split}_first_batch_s"] = scorer.first_batch_s.get(split)
+    return scores, timings
+
+
+def _summed_stats(scorer: Scorer, timings: dict) -> dict | None:
+    """The scorer's statistics summed over the ranks (None on the ranks other than 0), once the score cache's cost
+    line is said."""
+    ranks = scorer.ranks
+    per_rank = ranks.gather([scorer.stats])
+    if not ranks.is_main:
+        return None
+    stats = {k: sum(r[k] for r in per_rank) for k in scorer.stats}
+    if scorer.cache is not None and scorer.config.keep_logits:
+        images = sum(v for k, v in timings.items() if k.endswith("_images"))
+        phases.say(cache_cost(scorer.cache, scorer.forward.head, images))
+    if ranks.world > 1:
+        stats["images_forwarded_per_rank"] = [r["images_forwarded"] for r in per_rank]
+    return stats
+
+
+def _levels_and_metrics(scorer: Scorer, scores: dict[str, SplitScores]) -> tuple[list[KappaResult], PerClass]:
+    """Each kappa's severity levels and metrics, and the per-class drill-down."""
+    bench, specs = scorer.benchmark, scorer.kappas
+    num_id, num_ood = len(bench.id_classes), len(bench.ood_classes)
+    phases.say(f"severity levels and metrics of {plural(len(specs), 'kappa')}")
+    results = [evaluate_kappa(spec.name, scores["id_test"], scores["ood_estimation"], scores["ood_test"], num_id, num_ood,
+                              scorer.config.num_levels)
+               for spec in specs]
+    return results, per_class(results, scores["id_test"], scores["ood_test"], bench)
+
+
+def _records(scorer: Scorer, submission: Submission, results: list[KappaResult], drilldown: PerClass, timings: dict,
+             stats: dict, created: str) -> list[dict]:
+    """A record per kappa: its results, the benchmark, the model, and the run's timings, statistics and execution."""
+    config, forward, bench = scorer.config, scorer.forward, scorer.benchmark
+    run_info = {**timings, **stats, **scorer.execution.describe(), "batch_size": config.batch_size, "workers": config.workers,
+                "world_size": scorer.ranks.world, "feature_dtype": config.feature_dtype,
+                "isolation": {**forward.isolation, "bundle_sha256": submission.bundle_sha256} if submission.bundle_sha256 else forward.isolation}
+    model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
+                  "weights_sha256": submission.weights_sha256, "num_parameters": submission.num_parameters,
+                  "preprocessing": _preprocessing(submission, scorer.decoder)}
+    return [record(result, benchmark=bench.identity(), model=model_info, kappa_params=spec.params, seed=config.seed,
+                   version=__version__, created=created, timings=run_info, metric_definitions=METRIC_DEFINITIONS,
+                   per_class=drilldown.summaries[spec.name])
+            for spec, result in zip(scorer.kappas, results)]
 
 
 def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path | None = None) -> None:
@@ -478,9 +530,10 @@ def _run_folder(evaluation: Evaluation, out: str | Path | None):
         yield Path(folder)
 
 
-def submit(target: str | Path, *, out: str | Path | None = None, leaderboard: str | Path | None = None, cache: bool = True,
-           **options) -> Evaluation | None:
-    """:func:`evaluate` a target (a submission file or a zoo target, see :mod:`harness.adapters`) with the resumable
-    score cache on, and write its outputs to ``out`` (default ``cood-results/<model name>``)."""
-    return evaluate(target, cache=cache, out=out if out is not None else lambda name: Path("cood-results") / name,
-                    leaderboard=leaderboard, **options)
+def submit(target: str | Path, config: EvalConfig | None = None, *, out: str | Path | None = None,
+           leaderboard: str | Path | None = None, **overrides) -> Evaluation | None:
+    """:func:`evaluate` a target (a submission file or a zoo target, see :mod:`harness.adapters`) by ``config`` (default
+    :data:`SUBMIT_DEFAULTS`: the resumable score cache on) with ``overrides``, and write its outputs to ``out``
+    (default ``cood-results/<model name>``)."""
+    return evaluate(target, replace(SUBMIT_DEFAULTS if config is None else config, **overrides),
+                    out=out if out is not None else lambda name: Path("cood-results") / name, leaderboard=leaderboard)

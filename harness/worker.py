@@ -7,8 +7,10 @@ with weights data, never a submission file, and weights load with ``weights_only
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from harness.config import SUBMIT_DEFAULTS
 from harness.errors import HarnessError
 from harness.run import open_benchmark, submit
 from harness.zoo import kinds_listed, zoo_kind
@@ -17,10 +19,10 @@ from harness.zoo import kinds_listed, zoo_kind
 class RequestEvaluator:
     """Evaluates requests on one benchmark, on one device, writing each run under ``work_dir/<request id>``."""
 
-    def __init__(self, benchmark: str | Path, device: str = "auto", work_dir: str | Path = "cood-worker",
-                 batch_size: int = 256, progress: bool = True):
-        self.benchmark, self.device, self.work_dir = benchmark, device, Path(work_dir)
-        self.batch_size, self.progress = batch_size, progress
+    def __init__(self, benchmark: str | Path, device: str = SUBMIT_DEFAULTS.device, work_dir: str | Path = "cood-worker",
+                 batch_size: int = SUBMIT_DEFAULTS.batch_size, progress: bool = SUBMIT_DEFAULTS.progress):
+        self.work_dir = Path(work_dir)
+        self.config = replace(SUBMIT_DEFAULTS, benchmark=benchmark, device=device, batch_size=batch_size, progress=progress)
         self.identity = open_benchmark(benchmark, progress=progress).identity()
 
     def evaluate(self, request: dict, weights: Path) -> tuple[list[dict], Path]:
@@ -36,7 +38,6 @@ class RequestEvaluator:
                                f"({kinds_listed()}); the worker never runs a file from the queue")
         target, weights_file = (f"{kind.name}:{weights}", None) if kind.folder else (target, str(weights))
         out = self.work_dir / request["id"]
-        evaluation = submit(target, weights=weights_file, benchmark=self.benchmark, name=request["name"],
-                            kappas=request["kappas"] or None, num_levels=request["num_levels"], device=self.device,
-                            batch_size=self.batch_size, out=out, progress=self.progress)
+        evaluation = submit(target, self.config, weights=weights_file, name=request["name"], kappas=request["kappas"] or None,
+                            num_levels=request["num_levels"], out=out)
         return evaluation.records, out

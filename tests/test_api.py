@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from glyph_fixtures import load_example
-from harness import HarnessError, evaluate, submit
+from harness import EvalConfig, HarnessError, evaluate, submit
 
 ROOT = Path(__file__).resolve().parents[1]
 CNN, MLP = ROOT / "examples" / "glyph_cnn.py", ROOT / "examples" / "glyph_mlp.py"
@@ -52,6 +52,19 @@ def test_evaluate_with_a_callable_transform_and_outputs_on_request(tiny_glyphs, 
                                                            "decoded_on": "cpu"}
     assert sorted(p.name for p in (tmp_path / "out" / "records").iterdir()) == ["max_logit.json"]
     assert (tmp_path / "out" / "levels" / "mlp_in_memory__max_logit.parquet").is_file()
+
+
+def test_a_config_with_keyword_overrides_runs_as_the_keywords_alone(tiny_glyphs):
+    config = EvalConfig(benchmark=tiny_glyphs, kappas=["softmax"], num_levels=5, progress=False)
+    by_config = evaluate(CNN, config, num_levels=3)
+    by_keywords = evaluate(CNN, benchmark=tiny_glyphs, kappas=["softmax"], num_levels=3, progress=False)
+    assert len(by_config.records[0]["levels"]) == 3
+    assert by_config.records[0]["levels"] == by_keywords.records[0]["levels"]
+    assert config.num_levels == 5  # the caller's config is left as it was
+    with pytest.raises(TypeError, match="'levels'"):
+        evaluate(CNN, config, levels=3)
+    with pytest.raises(HarnessError, match=r"^--batch-size must be at least 1, got 0$"):
+        submit(CNN, config, batch_size=0)
 
 
 def test_in_memory_errors(tiny_glyphs):

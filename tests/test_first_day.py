@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from glyph_fixtures import CNN, tiny_glyphs  # noqa: F401
 from harness.cli import app, forwarded_line, kappa_table
 from harness.errors import HarnessError
-from harness.options import check_options, check_target, is_zoo_target
+from harness.config import EvalConfig
+from harness.options import check_target, is_zoo_target
 
 # runs the command line, then says on the last line of stdout whether torch was imported
 PROBE = ("import atexit, sys; atexit.register(lambda: print('torch imported:', 'torch' in sys.modules)); "
@@ -54,7 +55,8 @@ def test_the_light_checks():
         [True, True, False, False, False]
     check_target("torchvision:resnet18", "w.pt")
     check_target(str(CNN))
-    check_options("glyph_cnn-v2", 2, 1, 0, "float16", "pil")
+    config = EvalConfig(name="glyph_cnn-v2", num_levels=2, batch_size=1, workers=0, feature_dtype="float16", decoder="pil")
+    assert (config.name, config.num_levels, config.batch_size, config.workers) == ("glyph_cnn-v2", 2, 1, 0)
     with pytest.raises(HarnessError, match=r"^submission file nope\.py not found$"):
         check_target("nope.py")
 

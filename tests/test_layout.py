@@ -24,6 +24,8 @@ FORBIDDEN = {
                         "dataset_builder", "leaderboard"),
     "harness.zoo": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.submission",
                     "dataset_builder", "leaderboard"),
+    "harness.config": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.submission",
+                       "dataset_builder", "leaderboard"),
 }
 
 

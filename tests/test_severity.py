@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import HarnessError
-from harness.method.severity import class_scores, severity_levels, window_starts
+from harness.method.severity import class_scores, num_windows, severity_levels, window_starts
 
 
 def test_hand_computed_levels():
@@ -36,6 +36,14 @@ def test_integer_rule_matches_original_float_rule_for_eleven_levels():
         original = [int(x * n) for x in np.linspace(0, 1, 11)]
         original[-1] -= 1
         assert window_starts(n, 11).tolist() == original, n
+
+
+@pytest.mark.parametrize("k,w,windows", [(400, 36, 365), (48, 36, 13), (10, 10, 1), (5, 10, 0)])
+def test_the_windows_bound_the_distinct_levels(k, w, windows):
+    assert num_windows(k, w) == windows
+    if windows >= 2:  # as many levels as windows use each window once; one level more repeats one
+        assert len(set(window_starts(windows, windows).tolist())) == windows
+        assert len(set(window_starts(windows, windows + 1).tolist())) == windows
 
 
 def test_class_scores_are_means_per_class():

@@ -60,6 +60,12 @@ def class_scores(scores: np.ndarray, class_index: np.ndarray, num_classes: int) 
     return sums / counts
 
 
+def num_windows(num_ood: int, window: int) -> int:
+    """The distinct windows of ``window`` (|ID|) consecutive classes among ``num_ood`` OOD classes: the most severity
+    levels a benchmark allows."""
+    return max(num_ood - window + 1, 0)
+
+
 def window_starts(num_windows: int, num_levels: int) -> np.ndarray:
     """Integer window starts: ``(l * N) // (L - 1)`` for l < L-1, and ``N - 1`` for the last level."""
     if num_levels < 2:
@@ -89,7 +95,7 @@ def severity_levels(class_score: np.ndarray, window: int, num_levels: int = DEFA
     if k < window:
         raise HarnessError(f"too few OOD classes: {k} OOD classes cannot fill a level of {window} (the number of ID classes)")
     order = np.argsort(s, kind="stable")
-    starts = window_starts(k - window + 1, num_levels)
+    starts = window_starts(num_windows(k, window), num_levels)
     classes = np.stack([order[start : start + window] for start in starts])
     # fsum is exactly rounded, so level scores of overlapping sorted windows never decrease.
     level_scores = np.array([math.fsum(s[level]) / window for level in classes])

@@ -22,6 +22,7 @@ import torch
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.shards import read_shard
+from harness.config import EvalConfig
 from harness.runtime.decoded_cache import MAX_ENTRY_BYTES, DecodedCache
 from harness.runtime.decoding import joined
 
@@ -58,7 +59,7 @@ class ShardStream(torch.utils.data.IterableDataset):
     kept in it."""
 
     def __init__(self, benchmark: Benchmark, groups: list[list[dict]], decode: Callable | None, label_of: dict[str, int],
-                 batch_size: int, verify: bool = True, decoded: DecodedCache | None = None):
+                 batch_size: int, verify: bool = EvalConfig.verify, decoded: DecodedCache | None = None):
         super().__init__()
         self.benchmark, self.groups = benchmark, groups
         self.label_of, self.batch_size, self.verify, self.decoded = label_of, batch_size, verify, decoded
@@ -300,8 +301,8 @@ class Loader:
     consumer's thread: the reading thread or workers run no multi-threaded torch op beside the model's, and carry a
     quarter of the bytes."""
 
-    def __init__(self, benchmark: Benchmark, decoder, batch_size: int = 256, workers: int = 2, verify: bool = True,
-                 pin_memory: bool = False, decoded: DecodedCache | None = None, lane=None):
+    def __init__(self, benchmark: Benchmark, decoder, batch_size: int = EvalConfig.batch_size, workers: int = 2,
+                 verify: bool = EvalConfig.verify, pin_memory: bool = False, decoded: DecodedCache | None = None, lane=None):
         self.decoder, self.workers, self.pin_memory = decoder, max(0, workers), pin_memory
         self.in_stream = decoder.device.type == "cpu"
         decoded = decoded if self.in_stream and hasattr(decoder, "pixels") else None
@@ -351,8 +352,8 @@ class Loader:
         self._loader, self._plans = None, []
 
 
-def shard_batches(benchmark: Benchmark, groups: list[list[dict]], decoder, label_of: dict[str, int], batch_size: int = 256,
-                  workers: int = 2, verify: bool = True, pin_memory: bool = False,
+def shard_batches(benchmark: Benchmark, groups: list[list[dict]], decoder, label_of: dict[str, int],
+                  batch_size: int = EvalConfig.batch_size, workers: int = 2, verify: bool = EvalConfig.verify, pin_memory: bool = False,
                   decoded: DecodedCache | None = None) -> Iterator[dict]:
     """One pass of a :class:`Loader` of its own over ``groups``; its workers end with the pass."""
     loader = Loader(benchmark, decoder, batch_size, min(workers, len(groups)), verify, pin_memory, decoded)

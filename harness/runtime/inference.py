@@ -12,13 +12,13 @@ from PIL import Image
 from tqdm import tqdm
 
 from harness import phases
+from harness.config import EvalConfig
 from harness.errors import HarnessError
 from harness.runtime.execution import Execution
 from harness.kappas import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, KappaSpec, LogitKappa, Outputs, check_logits, split_output
 from harness.kappas.features import FeatureTap, check_features, check_head
 from harness.kappas.registry import resolve_kappas as resolve_registered
 from harness.method.scores import SplitScores
-from harness.options import FEATURE_DTYPES  # noqa: F401 (the command line checks --feature-dtype without importing this module)
 
 
 def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, odin_preset: str = DEFAULT_ODIN_PRESET,
@@ -218,7 +218,7 @@ def gives_features(forward, transform, channels: int) -> bool:
 
 
 def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarray, num_classes: int,
-                kappas: list[KappaSpec], keep_logits: bool = False, feature_dtype: str = "float32") -> SplitScores:
+                kappas: list[KappaSpec], keep_logits: bool = False, feature_dtype: str = EvalConfig.feature_dtype) -> SplitScores:
     """All kappas of one batch from one forward pass (plus the extra passes of the kappas that need the model).
 
     ``forward`` (:class:`LocalForward`, or a model in a child process) returns the logits, the features and the kappas
@@ -254,13 +254,13 @@ def _finish(forward, out: ModelOutput, keys: list[str], labels: np.ndarray, num_
 
 
 def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False,
-                         feature_dtype: str = "float32") -> SplitScores:
+                         feature_dtype: str = EvalConfig.feature_dtype) -> SplitScores:
     """:func:`score_batch`, halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
     return launch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)()
 
 
 def launch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False,
-                    feature_dtype: str = "float32") -> Callable[[], SplitScores]:
+                    feature_dtype: str = EvalConfig.feature_dtype) -> Callable[[], SplitScores]:
     """:func:`score_batch_adaptive` launched: the forward pass now, the rest when the returned function is called
     (after the next batch's launch, so that the device and the host work at once). The results are in the batch's
     order."""
@@ -290,7 +290,7 @@ def named(batch: dict) -> str:
 
 def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int, kappas: list[KappaSpec],
                  keep_logits: bool = False, progress: tqdm | None = None,
-                 feature_dtype: str = "float32") -> Iterator[tuple[str, SplitScores]]:
+                 feature_dtype: str = EvalConfig.feature_dtype) -> Iterator[tuple[str, SplitScores]]:
     """Score streamed batches (each naming its shards and their samples in it) and yield ``(shard path, its scores)``
     as soon as a shard is complete; a batch is split into its shards' pieces at once (:meth:`SplitScores.pieces`),
     and only a shard spread over several batches is joined. An error names the first shard of the batch that failed,

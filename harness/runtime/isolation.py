@@ -17,14 +17,13 @@ the batch's shard. The child's output is kept (its last 64 KiB) and its last lin
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from harness.config import Limits
 from harness.runtime import sandbox
 from harness.runtime.channel import Malformed
 from harness.errors import HarnessError
@@ -32,28 +31,6 @@ from harness.runtime.execution import Execution
 from harness.kappas import LogitKappa, StatefulModelKappa, registry
 from harness.runtime.serving import as_numpy
 from harness.submission import Submission, check_data_config, state_sha256, timm_transform
-
-
-def _physical_memory() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What a submission may use: seconds per batch, seconds per run, bytes of memory, seconds to load.
-
-    Loading (importing torch, building the model, a trial forward pass) has its own, fixed allowance: a tight
-    ``batch_timeout_s`` is meant for batches, and a slow start says nothing about a hang."""
-
-    batch_timeout_s: float = 600.0
-    run_timeout_s: float = 48 * 3600.0
-    memory_bytes: int = field(default_factory=_physical_memory)
-    load_timeout_s: float = 600.0
-
-    def __post_init__(self):
-        if min(self.batch_timeout_s, self.run_timeout_s, self.load_timeout_s) <= 0 or self.memory_bytes <= 0:
-            raise HarnessError(f"timeouts and the memory limit must be positive, got {asdict(self)}")
-
 
 
 FLOATS = ("<f2", "<f4", "<f8")

@@ -28,6 +28,7 @@ import numpy as np
 
 from dataset_builder.files import write_atomic
 from harness import __version__
+from harness.config import EvalConfig
 from harness.runtime.bundle import tag_cache
 from harness.runtime.inference import KappaSpec
 from harness.method.scores import SplitScores
@@ -80,7 +81,7 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
 class ScoreCache:
     """Reads and writes per-shard :class:`SplitScores` under one run key, by kappa id."""
 
-    def __init__(self, folder: Path, ids: dict[str, str], feature_dtype: str = "float32"):
+    def __init__(self, folder: Path, ids: dict[str, str], feature_dtype: str = EvalConfig.feature_dtype):
         self.folder, self.ids, self.feature_dtype = folder, ids, feature_dtype  # ids: kappa name -> kappa id
         self.writable = True
 

@@ -1,0 +1,94 @@
+"""The options of a run, with every default written once here: :class:`EvalConfig`, which refuses in one line what
+cannot work, and the sandbox's :class:`Limits`. Without torch, so that the command line checks its options first."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.method.severity import DEFAULT_NUM_LEVELS
+from harness.options import DECODERS, FEATURE_DTYPES, check_name
+
+
+def _physical_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a submission may use: seconds per batch, seconds per run, bytes of memory, seconds to load.
+
+    Loading (importing torch, building the model, a trial forward pass) has its own, fixed allowance: a tight
+    ``batch_timeout_s`` is meant for batches, and a slow start says nothing about a hang."""
+
+    batch_timeout_s: float = 600.0
+    run_timeout_s: float = 48 * 3600.0
+    memory_bytes: int = field(default_factory=_physical_memory)
+    load_timeout_s: float = 600.0
+
+    def __post_init__(self):
+        if min(self.batch_timeout_s, self.run_timeout_s, self.load_timeout_s) <= 0 or self.memory_bytes <= 0:
+            raise HarnessError(f"timeouts and the memory limit must be positive, got {asdict(self)}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How :func:`harness.run.evaluate` runs; what cannot work is refused here, in one line.
+
+    ``benchmark``: an embedded name, a folder or ``hf://datasets/<repo>@<revision>``. ``kappas`` default to softmax,
+    entropy, max_logit, energy, then the submission's own; ``odin_preset`` (default paper) and ``mc_passes`` (default
+    30) apply to odin and mc_dropout and are refused without them. ``channels``: the planes an in-memory model's images
+    are converted to; ``weights``: for the zoo targets; ``limits``: a submission file's sandbox (see
+    :mod:`harness.runtime.isolation`) unless ``trust_submission``. ``workers`` default by device, ``channels_last`` on
+    for CUDA. ``cache`` keeps per-shard scores in ``cache_dir`` (default ``$COOD_BENCH_CACHE/scores``), with
+    ``keep_logits`` the logits and features too (in ``feature_dtype``, float32 or float16, which the kappas then read
+    in every run alike), so that a rerun resumes and a new kappa needs no new pass; and, with the ``torchvision``
+    decoder on the CPU, the decoded images (up to ``decoded_cache_gb``; 0: none), so that the next model with the same
+    preprocessing skips decoding."""
+
+    benchmark: str | Path = "glyphs"
+    kappas: tuple[str, ...] | None = None
+    name: str | None = None
+    channels: int = 3
+    weights: str | Path | None = None
+    num_levels: int = DEFAULT_NUM_LEVELS
+    batch_size: int = 256
+    workers: int | None = None
+    decoder: str = "auto"
+    device: str = "auto"
+    amp: str = "auto"
+    channels_last: bool | None = None
+    compile: bool = False
+    seed: int = 0
+    odin_preset: str | None = None
+    mc_passes: int | None = None
+    verify: bool = True
+    cache: bool = False
+    cache_dir: str | Path | None = None
+    keep_logits: bool = True
+    progress: bool = True
+    trust_submission: bool = False
+    limits: Limits = field(default_factory=Limits)
+    feature_dtype: str = "float32"
+    decoded_cache_gb: float = 8.0
+
+    def __post_init__(self):
+        if self.kappas is not None:
+            object.__setattr__(self, "kappas", tuple(self.kappas))
+        if self.feature_dtype not in FEATURE_DTYPES:
+            raise HarnessError(f"--feature-dtype must be one of {', '.join(FEATURE_DTYPES)}, got '{self.feature_dtype}'")
+        if self.name is not None:
+            check_name(self.name)
+        if self.num_levels < 2:
+            raise HarnessError(f"--levels must be at least 2 (the method needs a first and a last level), got {self.num_levels}")
+        if self.batch_size < 1:
+            raise HarnessError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.workers is not None and self.workers < 0:
+            raise HarnessError(f"--workers must be 0 or more, got {self.workers}")
+        if self.decoder not in DECODERS:
+            raise HarnessError(f"--decoder must be one of {', '.join(DECODERS)}, got '{self.decoder}'")
+
+
+SUBMIT_DEFAULTS = EvalConfig(cache=True)  # submit() and the command line keep the resumable score cache on
