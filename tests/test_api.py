@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -117,3 +118,28 @@ def test_impossible_levels_fail_before_the_embedded_benchmark_is_built(tmp_path,
                                            r"in windows of 36 \(its ID classes\) give 365 distinct levels at most"):
         evaluate(cnn.build_model(), cnn.DATA_CONFIG, num_levels=500, progress=False)
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_new_severity_rule_is_one_file(tiny_glyphs, monkeypatch):
+    """The severity rule is written once, in harness/method/severity.py: a different rule for the window starts there
+    (squared spacing instead of even) changes the levels the harness forms, and the leaderboard takes the records
+    without an edit of its own."""
+    from harness.method import severity
+    from leaderboard.schema import validate_record
+
+    cnn = load_example(CNN)
+    run = dict(benchmark=tiny_glyphs, kappas=["softmax"], device="cpu", progress=False)
+    even = evaluate(cnn.build_model(), cnn.DATA_CONFIG, **run).records[0]
+
+    def squared(num_windows, num_levels):
+        return np.asarray([round((level / (num_levels - 1)) ** 2 * (num_windows - 1)) for level in range(num_levels)])
+
+    monkeypatch.setattr(severity, "window_starts", squared)
+    changed = evaluate(cnn.build_model(), cnn.DATA_CONFIG, **run).records[0]
+    validate_record(changed)
+    scores = [level["level_score"] for level in changed["levels"]]
+    assert scores == sorted(scores) and changed["levels"][0] == even["levels"][0]
+    assert changed["levels"][-1] == even["levels"][-1]  # both rules start the last level at the last window
+    middle = slice(1, -1)
+    assert all(a["level_score"] < b["level_score"]
+               for a, b in zip(changed["levels"][middle], even["levels"][middle]))  # squared spacing: easier levels
