@@ -44,7 +44,7 @@ class Benchmark:
             id_classes = pd.read_parquet(root / "classes" / "id.parquet").sort_values("index", ignore_index=True)
             table = pd.read_parquet(root / "classes" / "ood.parquet")
         except (OSError, ValueError) as exc:
-            raise BenchmarkError(f"cannot read the class tables of {root}: {exc}") from None
+            raise BenchmarkError(f"cannot read the class tables of {root}: {exc}") from exc
         ood_classes = table[table["status"] == "ood"].sort_values("index", ignore_index=True)
         return cls(root, manifest, sha256, id_classes, ood_classes)
 
@@ -58,7 +58,7 @@ class Benchmark:
             commit = HfApi().dataset_info(repo_id, revision=revision or None).sha
             root = snapshot_download(repo_id, repo_type="dataset", revision=commit, allow_patterns=["manifest.json", "classes/*"])
         except (HfHubHTTPError, OSError, ValueError) as exc:
-            raise BenchmarkError(f"cannot open {url}: {str(exc).splitlines()[0]}") from None
+            raise BenchmarkError(f"cannot open {url}: {str(exc).splitlines()[0]}") from exc
         local = cls._open_folder(Path(root), local=False)
         return cls(local.root, local.manifest, local.sha256, local.id_classes, local.ood_classes, hub=(repo_id, commit))
 
@@ -100,7 +100,7 @@ class Benchmark:
         try:
             return Path(hf_hub_download(repo_id, shard["path"], repo_type="dataset", revision=commit))
         except Exception as exc:  # any download failure is reported as the shard's
-            raise BenchmarkError(f"cannot fetch shard {shard['path']} from {repo_id}@{commit[:12]}: {str(exc).splitlines()[0]}") from None
+            raise BenchmarkError(f"cannot fetch shard {shard['path']} from {repo_id}@{commit[:12]}: {str(exc).splitlines()[0]}") from exc
 
     def check_shard(self, shard: dict, path: Path, deep: bool = True) -> None:
         """Raise BenchmarkError unless ``path`` has the manifest's size (and sha256 when ``deep``) for ``shard``."""

@@ -79,7 +79,7 @@ def index_shard(task: tuple[str, str, str, frozenset | None]) -> tuple[list[str]
                 elif ext in IMAGE_FIELDS:
                     sample["image"] = (path, info.offset_data, info.size)
     except (tarfile.TarError, EOFError, json.JSONDecodeError) as exc:
-        raise BenchmarkError(f"{where} is damaged ({exc})") from None
+        raise BenchmarkError(f"{where} is damaged ({exc})") from exc
     seen, kept = set(), {}
     for key, sample in samples.items():
         if "json" not in sample or "image" not in sample:
@@ -105,7 +105,7 @@ def hub_source(url: str, keep: set[str] | None, workers: int = 2) -> MemberSourc
         sha = api.dataset_info(repo, revision=revision).sha
         files = sorted(f for f in api.list_repo_files(repo, repo_type="dataset", revision=sha) if fnmatch.fnmatch(f, pattern))
     except HfHubHTTPError as exc:
-        raise BenchmarkError(f"{url}: {str(exc).splitlines()[0]}") from None
+        raise BenchmarkError(f"{url}: {str(exc).splitlines()[0]}") from exc
     if not files:
         raise BenchmarkError(f"{url}: no shard of {repo}@{sha} matches {pattern}")
     tasks = [(repo, sha, f, None if keep is None else frozenset(keep)) for f in files]

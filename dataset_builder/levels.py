@@ -55,7 +55,7 @@ def read_level_table(path: Path) -> pd.DataFrame:
     try:
         table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
-        raise BenchmarkError(f"cannot read the level manifest {path}: {exc}") from None
+        raise BenchmarkError(f"cannot read the level manifest {path}: {exc}") from exc
     if list(table.columns) != LEVEL_COLUMNS:
         raise BenchmarkError(f"{path} is not a level manifest: columns {list(table.columns)}, expected {LEVEL_COLUMNS}")
     return table

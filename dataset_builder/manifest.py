@@ -38,10 +38,10 @@ def load_manifest(root: Path, *, local: bool = True) -> tuple[dict, str]:
     data = path.read_bytes()
     try:
         manifest = json.loads(data)
-    except RecursionError:
-        raise BenchmarkError(f"{path} is not a manifest: JSON nested too deeply") from None
+    except RecursionError as exc:
+        raise BenchmarkError(f"{path} is not a manifest: JSON nested too deeply") from exc
     except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
-        raise BenchmarkError(f"{path} is not valid JSON: {exc}") from None
+        raise BenchmarkError(f"{path} is not valid JSON: {exc}") from exc
     if not isinstance(manifest, dict):
         raise BenchmarkError(f"{path} is not a manifest: not a JSON object")
     if manifest.get("format_version") != FORMAT_VERSION:

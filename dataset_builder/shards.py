@@ -109,7 +109,7 @@ def iter_samples(path: str | os.PathLike) -> Iterator[dict]:
         for sample in tarfile_samples([{"url": str(path)}]):
             yield {k: v for k, v in sample.items() if k != "__url__"}
     except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
-        raise BenchmarkError(f"corrupt shard {path}: {exc.args[0] if exc.args else type(exc).__name__}") from None
+        raise BenchmarkError(f"corrupt shard {path}: {exc.args[0] if exc.args else type(exc).__name__}") from exc
 
 
 def _member_name(header: bytes) -> str:
@@ -132,8 +132,8 @@ def _pax_path(records: bytes) -> str | None:
 def _number(field: bytes, path, offset: int, default: bytes) -> int:
     try:
         return int(field.split(b"\0", 1)[0].strip() or default, 8)
-    except ValueError:
-        raise BenchmarkError(f"corrupt shard {path}: a tar header at byte {offset} is not a number") from None
+    except ValueError as exc:
+        raise BenchmarkError(f"corrupt shard {path}: a tar header at byte {offset} is not a number") from exc
 
 
 _BLOCK = np.arange(512)
@@ -216,7 +216,7 @@ def read_shard(path: str | os.PathLike) -> Iterator[dict]:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             yield from samples_from_bytes(data, path)
     except ValueError as exc:  # an empty file cannot be mapped
-        raise BenchmarkError(f"corrupt shard {path}: {exc}") from None
+        raise BenchmarkError(f"corrupt shard {path}: {exc}") from exc
 
 
 class RollingShards:

@@ -77,7 +77,7 @@ def _check_tar(path: str) -> tarfile.TarFile:
     try:
         return tarfile.open(path, "r:")  # uncompressed and seekable: iterating reads the headers only
     except tarfile.ReadError as exc:
-        raise BenchmarkError(f"{path} is not an uncompressed tar archive ({exc})") from None
+        raise BenchmarkError(f"{path} is not an uncompressed tar archive ({exc})") from exc
 
 
 def index_tar(path: str) -> list[tuple[str, int, int]]:
@@ -91,7 +91,7 @@ def index_tar(path: str) -> list[tuple[str, int, int]]:
                     rows.append((info.name, info.offset_data, info.size))
                     last = info.name
         except (tarfile.ReadError, EOFError) as exc:
-            raise BenchmarkError(f"{path} is truncated or damaged after {last} ({exc})") from None
+            raise BenchmarkError(f"{path} is truncated or damaged after {last} ({exc})") from exc
         tar.fileobj.seek(tar.offset)
         if tar.fileobj.read(tarfile.BLOCKSIZE) != tarfile.NUL * tarfile.BLOCKSIZE:  # cut between two members
             raise BenchmarkError(f"{path} is truncated or damaged after {last} (no end-of-archive block)")
@@ -204,7 +204,7 @@ class ClassTarSource(ImageSource):
                 members = {image_name(i.name): (offset + i.offset_data, i.size) for i in tar if i.isfile()}
         except (tarfile.TarError, EOFError) as exc:
             os.close(fd)
-            raise SourceError(f"{self.location(class_id)} does not read as a tar ({exc})") from None
+            raise SourceError(f"{self.location(class_id)} does not read as a tar ({exc})") from exc
         if any(o + n > offset + size for o, n in members.values()):
             os.close(fd)
             raise SourceError(f"{self.location(class_id)} is truncated")
@@ -295,7 +295,7 @@ def read_val_labels(path: str | Path) -> dict[str, str]:
             meta = tar.extractfile(found["meta.mat"]).read()
             truth = tar.extractfile(found["ILSVRC2012_validation_ground_truth.txt"]).read().decode().split()
     except tarfile.TarError as exc:
-        raise BenchmarkError(f"{path} is neither a devkit archive nor a LOC_val_solution.csv ({exc})") from None
+        raise BenchmarkError(f"{path} is neither a devkit archive nor a LOC_val_solution.csv ({exc})") from exc
     from scipy.io import loadmat
 
     synsets = loadmat(io.BytesIO(meta), squeeze_me=True)["synsets"]

@@ -47,8 +47,8 @@ def parse_data_noun(lines: Iterable[str]) -> dict[str, tuple[str, ...]]:
             at = 4 + 2 * int(fields[3], 16)
             n_pointers = int(fields[at])
             pointers = [fields[at + 1 + 4 * k : at + 5 + 4 * k] for k in range(n_pointers)]
-        except (IndexError, ValueError):
-            raise BenchmarkError(f"data.noun line {number} is not a WordNet synset line: {line[:60]!r}") from None
+        except (IndexError, ValueError) as exc:
+            raise BenchmarkError(f"data.noun line {number} is not a WordNet synset line: {line[:60]!r}") from exc
         parents["n" + fields[0]] = tuple(
             sorted("n" + offset for symbol, offset, pos, _ in pointers if symbol in IS_A_POINTERS and pos == "n")
         )

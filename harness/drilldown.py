@@ -86,7 +86,7 @@ def thumbnails(bench: Benchmark, class_ids: list[str], count: int = THUMBNAILS_P
             samples = list(islice(iter_samples(bench.shard_path(shard)), count))
             out[class_id] = [_small(sample[bench.image_ext], bench.image_ext, bench.max_image_pixels) for sample in samples]
         except (BenchmarkError, KeyError, OSError, ValueError) as exc:
-            raise HarnessError(f"cannot read thumbnails of class {class_id} from {shard['path']}: {exc}") from None
+            raise HarnessError(f"cannot read thumbnails of class {class_id} from {shard['path']}: {exc}") from exc
     return out
 
 

@@ -110,7 +110,7 @@ def check_out(out: Path) -> None:
         parent.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryDirectory(dir=parent).cleanup()
     except OSError as exc:
-        raise HarnessError(f"--out {out} cannot be written: {exc.strerror or exc}") from None
+        raise HarnessError(f"--out {out} cannot be written: {exc.strerror or exc}") from exc
 
 
 def write_outputs(out: Path, model_name: str, results: list[KappaResult], records: list[dict], ood_class_ids: list[str],

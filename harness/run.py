@@ -206,7 +206,7 @@ class Scorer:
                 try:
                     mine.append((batch["keys"][0], self.forward.extract(batch["images"], kappas), batch["labels"].numpy()))
                 except HarnessError as exc:
-                    raise HarnessError(f"shard {named(batch)}: {exc}") from None
+                    raise HarnessError(f"shard {named(batch)}: {exc}") from exc
                 self.stats["images_forwarded"] += len(batch["keys"])
                 bar.update(len(batch["keys"]))
         everyone = sorted(self.ranks.gather(mine), key=lambda part: part[0])
@@ -240,7 +240,7 @@ def _open(benchmark: str | Path, progress: bool, num_levels: int) -> Benchmark:
     try:
         bench = open_benchmark(benchmark, progress)
     except BenchmarkError as exc:
-        raise HarnessError(str(exc)) from None
+        raise HarnessError(str(exc)) from exc
     _check_levels(num_levels, len(bench.ood_classes), len(bench.id_classes), benchmark)
     return bench
 
@@ -380,7 +380,7 @@ def _load_submission(model, transform, config: EvalConfig, execution: Execution,
         submission, forward = _load(model, transform, config.name, config.weights, config.channels, num_id, execution,
                                     config.seed, config.trust_submission, config.limits)
     except ClassCountMismatch as exc:
-        raise exc.on(str(config.benchmark) if bench is None else bench.manifest.get("id", str(config.benchmark))) from None
+        raise exc.on(str(config.benchmark) if bench is None else bench.manifest.get("id", str(config.benchmark))) from exc
     phases.say(f"loaded {submission.name}: {plural(num_id, 'class')}"
                + (f", {submission.num_parameters:,} parameters" if submission.num_parameters else "")
                + f" ({time.perf_counter() - loading:.1f} s)")
@@ -410,7 +410,7 @@ def _scorer(config: EvalConfig, execution: Execution, ranks: Ranks, forward: Loc
         on = execution.device if isinstance(forward, LocalForward) else torch.device("cpu")
         images = make_decoder(config.decoder, submission.transform, submission.channels, bench.max_image_pixels, on)
     except ValueError as exc:
-        raise HarnessError(str(exc)) from None
+        raise HarnessError(str(exc)) from exc
     score_cache = decoded = None
     root = Path(config.cache_dir) if config.cache_dir is not None else None
     if config.cache:
@@ -516,7 +516,7 @@ def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path
                 add_records(Path(leaderboard), evaluation.records, create=True, folder=folder)
         except (LeaderboardError, OSError) as exc:
             where = f"the run's outputs are in {out}, but " if out is not None else ""
-            raise HarnessError(f"{where}the leaderboard could not take the records: {exc}") from None
+            raise HarnessError(f"{where}the leaderboard could not take the records: {exc}") from exc
 
 
 @contextmanager

@@ -92,7 +92,7 @@ def _import_file(path: Path):
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's code: any failure is reported in one line
-        raise HarnessError(f"cannot load submission {path}: {type(exc).__name__}: {exc}") from None
+        raise HarnessError(f"cannot load submission {path}: {type(exc).__name__}: {exc}") from exc
     finally:
         sys.path.remove(str(path.parent))
     return module
@@ -145,7 +145,7 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
         model = module.build_model()
         transform = custom() if callable(custom) else None if sandboxed else timm_transform(config)
     except Exception as exc:
-        raise HarnessError(f"submission {path}: building the model failed: {type(exc).__name__}: {exc}") from None
+        raise HarnessError(f"submission {path}: building the model failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, torch.nn.Module):
         raise HarnessError(f"submission {path}: build_model() returned {type(model).__name__}, not a torch.nn.Module")
     kappas = {}
@@ -210,7 +210,7 @@ def check_output(submission: Submission, num_classes: int) -> None:
     try:
         image = submission.transform(Image.new(mode, (320, 240)))
     except Exception as exc:  # noqa: BLE001 -- any failure of the transform on a plain image
-        raise HarnessError(f"{submission.source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from None
+        raise HarnessError(f"{submission.source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from exc
     if image.shape[0] != submission.channels:
         raise HarnessError(f"{submission.source}: the transform gives {image.shape[0]} channels, expected {submission.channels}")
     trial_forward(submission.model, image, num_classes, submission.source)
@@ -222,11 +222,11 @@ def trial_forward(model: torch.nn.Module, image: torch.Tensor, num_classes: int,
         with torch.no_grad():
             output = model.eval()(image.unsqueeze(0))
     except Exception as exc:  # noqa: BLE001 -- any failure of the model on a plain image
-        raise HarnessError(f"{source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from None
+        raise HarnessError(f"{source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from exc
     try:
         logits = split_output(output)[0]
     except HarnessError as exc:
-        raise HarnessError(f"{source}: {exc}") from None
+        raise HarnessError(f"{source}: {exc}") from exc
     if logits.ndim != 2 or logits.shape[1] != num_classes:
         raise HarnessError(f"{source}: the model gives logits of shape {tuple(logits.shape)} for one image; "
                            f"the benchmark has {num_classes} ID classes")

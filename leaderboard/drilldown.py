@@ -83,7 +83,7 @@ def level_classes(record: dict, level: int, folder: str | Path | None = None) ->
     try:
         table = pd.read_parquet(path, filters=[("kappa", "==", record["kappa"]["name"]), ("level", "==", level)])
     except (OSError, ValueError) as exc:
-        raise LeaderboardError(f"cannot read the per-class table {path}: {exc}") from None
+        raise LeaderboardError(f"cannot read the per-class table {path}: {exc}") from exc
     table = table.sort_values(["ood_auroc", "class_index"], kind="stable")
     return [{"id": row.class_id, "name": row.name, "ood_auroc": float(row.ood_auroc),
              "mean_confidence": float(row.mean_confidence), "n": int(row.n),

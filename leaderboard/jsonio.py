@@ -24,7 +24,7 @@ def read_limited(path: Path) -> bytes:
         with open(path, "rb") as handle:
             data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise LeaderboardError(f"{path}: cannot read: {exc.strerror}") from None
+        raise LeaderboardError(f"{path}: cannot read: {exc.strerror}") from exc
     if len(data) > MAX_BYTES:
         raise too_large(path)
     return data
@@ -53,7 +53,7 @@ def parse(data: bytes, source: str) -> object:
     try:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise LeaderboardError(f"{source}: malformed JSON: {exc}") from None
+        raise LeaderboardError(f"{source}: malformed JSON: {exc}") from exc
 
 
 def load(path: Path) -> object:

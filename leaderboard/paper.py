@@ -49,7 +49,7 @@ def read_paper_table(path: str | Path = PAPER_TABLE) -> pd.DataFrame:
     try:
         table = pd.read_csv(path)
     except (OSError, ValueError) as exc:
-        raise LeaderboardError(f"cannot read {path}: {exc}") from None
+        raise LeaderboardError(f"cannot read {path}: {exc}") from exc
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
         raise LeaderboardError(f"{path}: not the paper's table, missing column '{missing[0]}'")

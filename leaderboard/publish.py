@@ -127,7 +127,7 @@ def publish(directory: str | Path, repo_id: str, version: int | None = None, end
     except LeaderboardError:
         raise
     except Exception as exc:  # HfHubHTTPError, OSError, and the HTTP client's transport errors
-        raise LeaderboardError(f"publishing to {current} failed: {one_line(exc)}") from None
+        raise LeaderboardError(f"publishing to {current} failed: {one_line(exc)}") from exc
     return {**results["dataset"], **({"space": results["space"]} if space_id else {})}
 
 

@@ -61,7 +61,7 @@ def release_info(directory: str | Path, version: int) -> dict:
     try:
         validate_benchmark(info["benchmark"], reported=True)
     except LeaderboardError as exc:
-        raise LeaderboardError(f"{path}: {exc}") from None
+        raise LeaderboardError(f"{path}: {exc}") from exc
     return info
 
 

@@ -59,7 +59,7 @@ def focus_rank(table: pd.DataFrame, pattern: str = DEFAULT_FOCUS, baseline: str 
     try:
         matcher = re.compile(pattern)
     except re.error as exc:
-        raise LeaderboardError(f"bad focus pattern {pattern!r}: {exc}") from None
+        raise LeaderboardError(f"bad focus pattern {pattern!r}: {exc}") from exc
     models = best_per_model(table)
     hits = models[models["model"].map(lambda m: bool(matcher.search(m)))]
     if hits.empty:

@@ -96,7 +96,7 @@ def init_queue(repo_id: str, board: str | Path, api: HfApi) -> dict:
             if _commit_if(api, repo_id, head, {QUEUE_JSON: queue}, "request queue"):
                 return queue
     except HfHubHTTPError as exc:
-        raise _hub_error(f"creating the request queue {repo_id}", exc) from None
+        raise _hub_error(f"creating the request queue {repo_id}", exc) from exc
     raise LeaderboardError(f"{repo_id}: too many concurrent writers; try again")
 
 
@@ -106,7 +106,7 @@ def read_queue(api: HfApi, repo_id: str) -> dict:
         return _read_json(api, repo_id, QUEUE_JSON, "main")
     except HfHubHTTPError as exc:
         raise LeaderboardError(f"{repo_id} is no request queue (run `cood-leaderboard queue-init` first): "
-                               f"{one_line(exc)}") from None
+                               f"{one_line(exc)}") from exc
 
 
 def zoo_kinds() -> dict[str, bool]:
@@ -175,7 +175,7 @@ def make_request(api: HfApi, repo_id: str, target: str, weights: str | None = No
     try:
         info = api.model_info(model["repo"], revision=rev, files_metadata=False)
     except HfHubHTTPError as exc:
-        raise _hub_error(f"looking up {model['repo']}@{rev}", exc) from None
+        raise _hub_error(f"looking up {model['repo']}@{rev}", exc) from exc
     files = {s.rfilename for s in info.siblings or []}
     if model["file"] is None:
         found = [f for f in HF_WEIGHTS if f in files]
@@ -189,7 +189,7 @@ def make_request(api: HfApi, repo_id: str, target: str, weights: str | None = No
     try:
         path = Path(api.hf_hub_download(model["repo"], model.get("weights_file") or model["file"], revision=info.sha))
     except HfHubHTTPError as exc:
-        raise _hub_error(f"downloading the weights of {model['repo']}", exc) from None
+        raise _hub_error(f"downloading the weights of {model['repo']}", exc) from exc
     model["weights_format"] = check_weights_file(path)
     model["weights_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     default_name = model["repo"].split("/")[1]

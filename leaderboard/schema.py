@@ -141,8 +141,8 @@ def _text(value, path: str, format: str | None, nullable: bool = False) -> None:
     if _string(value, path, nullable, pattern, what) is not None and format == "date-time":
         try:
             datetime.fromisoformat(value)
-        except ValueError:
-            raise _fail(path, f"not an ISO-8601 date-time: {value[:40]!r}") from None
+        except ValueError as exc:
+            raise _fail(path, f"not an ISO-8601 date-time: {value[:40]!r}") from exc
 
 
 def validate_record(record) -> None:

@@ -132,7 +132,7 @@ def _records(table: pd.DataFrame, board: str | Path | None) -> dict[str, dict]:
         try:
             out[name] = json.loads(path.read_bytes())
         except (OSError, ValueError) as exc:
-            raise LeaderboardError(f"cannot read the record {path}: {exc}") from None
+            raise LeaderboardError(f"cannot read the record {path}: {exc}") from exc
     return out
 
 

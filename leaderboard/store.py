@@ -52,8 +52,8 @@ def locked(directory: Path):
     try:
         with FileLock(directory / LOCK, timeout=LOCK_TIMEOUT_S):
             yield
-    except Timeout:
-        raise LeaderboardError(f"{directory} is locked by another writer (waited {LOCK_TIMEOUT_S}s)") from None
+    except Timeout as exc:
+        raise LeaderboardError(f"{directory} is locked by another writer (waited {LOCK_TIMEOUT_S}s)") from exc
 
 
 def init_leaderboard(directory: str | Path, benchmark: dict, num_levels: int = 11) -> dict:
@@ -98,7 +98,7 @@ def load_config(directory: str | Path) -> dict:
     try:
         validate_config(config, FORMAT_VERSION)
     except LeaderboardError as exc:
-        raise LeaderboardError(f"{path}: {exc}") from None
+        raise LeaderboardError(f"{path}: {exc}") from exc
     return config
 
 
@@ -109,8 +109,8 @@ def accepted_files(directory: str | Path) -> list[str]:
         return sorted(p.name for p in Path(directory, RECORDS).glob("*.json") if _RECORD_FILE.match(p.name))
     try:
         names = path.read_bytes().decode().splitlines()
-    except UnicodeDecodeError:
-        raise LeaderboardError(f"{path}: not UTF-8 text") from None
+    except UnicodeDecodeError as exc:
+        raise LeaderboardError(f"{path}: not UTF-8 text") from exc
     for line, name in enumerate(names, 1):
         match = _RECORD_FILE.match(name)
         if not match or int(match.group(1)) != line:
@@ -209,7 +209,7 @@ def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool, fo
             write_table(directory, records_table(directory, config["num_levels"]))
         except OSError as exc:
             raise LeaderboardError(f"the records are added, but the table could not be written ({exc.strerror or exc}); "
-                                   "the next add rewrites it") from None
+                                   "the next add rewrites it") from exc
         return [_RECORD_FILE.match(name).group(2) for name, _ in accepted]
 
 
@@ -272,7 +272,7 @@ def _checked(source: str, record: dict, data: bytes) -> None:
     try:
         validate_record(record)
     except LeaderboardError as exc:
-        raise LeaderboardError(f"{source}: {exc}") from None
+        raise LeaderboardError(f"{source}: {exc}") from exc
 
 
 def _check_belongs(source: str, record: dict, config: dict) -> None:

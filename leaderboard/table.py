@@ -88,7 +88,7 @@ def read_table(path: Path) -> pd.DataFrame:
     try:
         table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
-        raise LeaderboardError(f"cannot read the table {path}: {exc}") from None
+        raise LeaderboardError(f"cannot read the table {path}: {exc}") from exc
     if "verification" not in table.columns and "provenance" in table.columns:
         table.insert(table.columns.get_loc("provenance") + 1, "verification", "self-reported")
     return table

@@ -37,7 +37,7 @@ def check_weights_file(path: str | Path) -> str:
             raise
         except Exception as exc:  # SafetensorError, OSError: the header or a tensor's range is broken
             raise LeaderboardError(f"weights file {path.name} is not a valid safetensors file: "
-                                   f"{one_line(exc)}") from None
+                                   f"{one_line(exc)}") from exc
         return "safetensors"
     if path.suffix not in TORCH_SUFFIXES:
         raise LeaderboardError(f"weights file {path.name}: unknown format; use {' or '.join(WEIGHT_SUFFIXES)}")
@@ -52,9 +52,9 @@ def _scan_pickle(path: Path) -> None:
             if len(pickles) != 1:
                 raise LeaderboardError(f"weights file {path.name} is no torch.save archive (no data.pkl)")
             data = archive.read(pickles[0])
-    except zipfile.BadZipFile:
+    except zipfile.BadZipFile as exc:
         raise LeaderboardError(f"weights file {path.name} is no torch.save zip archive (legacy or broken); "
-                               "save it with torch.save, or as safetensors") from None
+                               "save it with torch.save, or as safetensors") from exc
     try:
         for opcode, arg, _ in pickletools.genops(data):
             if opcode.name in ("GLOBAL", "INST") and not _ALLOWED.match(str(arg)):
@@ -64,4 +64,4 @@ def _scan_pickle(path: Path) -> None:
                 raise LeaderboardError(f"weights file {path.name} uses pickle protocol 4 globals, which only torch can "
                                        "check: install cood-bench[torch], or save it as safetensors")
     except ValueError as exc:
-        raise LeaderboardError(f"weights file {path.name} holds a broken pickle: {exc}") from None
+        raise LeaderboardError(f"weights file {path.name} holds a broken pickle: {exc}") from exc

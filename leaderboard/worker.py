@@ -37,7 +37,7 @@ def load_evaluator(name: str = "harness"):
         return found[0].load()
     except ImportError as exc:
         raise LeaderboardError(f"the worker needs the torch extra ({exc}): "
-                               "pip install 'cood-bench[torch]'") from None
+                               "pip install 'cood-bench[torch]'") from exc
 
 
 @dataclass

@@ -52,7 +52,7 @@ def load_target(target: str, *, weights: str | None = None, num_classes_expected
             build = kind.adapter.load()
         except (ImportError, AttributeError) as exc:  # a third party's entry point: one line naming it
             raise HarnessError(f"zoo kind '{kind.name}' ({kind.adapter.value}) failed to load: "
-                               f"{type(exc).__name__}: {exc}") from None
+                               f"{type(exc).__name__}: {exc}") from exc
         submission = build(ZooTarget(str(target).partition(":")[2], weights, num_classes_expected, classnames))
     if num_classes_expected is not None:
         check_output(submission, num_classes_expected)

@@ -26,8 +26,8 @@ def _optional(module: str, package: str):
     """Import an adapter's optional dependency, or say which package to install."""
     try:
         return importlib.import_module(module)
-    except ImportError:
-        raise HarnessError(f"this target needs the {package} package: pip install {package}") from None
+    except ImportError as exc:
+        raise HarnessError(f"this target needs the {package} package: pip install {package}") from exc
 
 
 def _did_you_mean(name: str, known: list[str]) -> str:

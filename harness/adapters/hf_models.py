@@ -33,7 +33,7 @@ def hf_target(target: ZooTarget) -> Submission:
         model = transformers.AutoModelForImageClassification.from_pretrained(path, local_files_only=True)
         processor = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise HarnessError(f"hf: cannot load {path}: {str(exc).splitlines()[0]}") from None
+        raise HarnessError(f"hf: cannot load {path}: {str(exc).splitlines()[0]}") from exc
     settings = processor.to_dict()
     preprocessing = {k: _listed(settings[k]) for k in ("size", "crop_size", "crop_pct", "do_resize", "do_center_crop",
                                                         "do_rescale", "rescale_factor", "do_normalize") if k in settings}

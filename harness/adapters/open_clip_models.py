@@ -88,7 +88,7 @@ def open_clip_target(target: ZooTarget) -> Submission:
     try:
         tokenizer = open_clip.get_tokenizer(arch)
     except OSError as exc:
-        raise HarnessError(f"open_clip: the tokenizer of {arch} is not available offline: {str(exc).splitlines()[0]}") from None
+        raise HarnessError(f"open_clip: the tokenizer of {arch} is not available offline: {str(exc).splitlines()[0]}") from exc
     model.eval()
     head = ZeroShotClassifier(model, zero_shot_head(model.encode_text, tokenizer, classnames))
     cfg = model.visual.preprocess_cfg

@@ -71,16 +71,16 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         try:
             state = load_safetensors(path, device="cpu")
         except SafetensorError as exc:
-            raise HarnessError(f"weights file {path} is not a valid safetensors file: {exc}") from None
+            raise HarnessError(f"weights file {path} is not a valid safetensors file: {exc}") from exc
     elif path.suffix in TORCH_SUFFIXES:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:
             raise HarnessError(f"weights file {path} refused by torch.load(weights_only=True), it holds more than "
-                               f"tensors or is no torch file: {_unpickling_detail(exc)}") from None
+                               f"tensors or is no torch file: {_unpickling_detail(exc)}") from exc
         except (RuntimeError, EOFError, OSError) as exc:
             detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            raise HarnessError(f"weights file {path} is not a torch state dict: {detail}") from None
+            raise HarnessError(f"weights file {path} is not a torch state dict: {detail}") from exc
     else:
         raise HarnessError(f"weights file {path}: unknown format; use .safetensors or {'/'.join(TORCH_SUFFIXES)}")
     for key in ("state_dict", "model"):

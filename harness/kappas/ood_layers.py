@@ -231,8 +231,8 @@ class Gram(LayersKappa):
             return list(range(1, count + 1))
         try:
             return [int(p) for p in str(poles).split(",")]
-        except ValueError:
-            raise HarnessError(f"kappa 'gram': num_poles_list takes integers a,b,..., got '{poles}'") from None
+        except ValueError as exc:
+            raise HarnessError(f"kappa 'gram': num_poles_list takes integers a,b,..., got '{poles}'") from exc
 
     def extract(self, model, images) -> dict:
         logits, outs = layer_outputs(model, self._layers(model), images)

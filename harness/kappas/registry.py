@@ -64,7 +64,7 @@ def _plugin_defs(entry_point) -> list[KappaDef]:
             loaded = loaded()
         defs = [loaded] if isinstance(loaded, KappaDef) else list(loaded)
     except Exception as exc:  # a third party's code: any failure is one line naming the plugin
-        raise HarnessError(f"kappa plugin '{entry_point.name}' ({entry_point.value}) failed to load: {type(exc).__name__}: {exc}") from None
+        raise HarnessError(f"kappa plugin '{entry_point.name}' ({entry_point.value}) failed to load: {type(exc).__name__}: {exc}") from exc
     if not all(isinstance(d, KappaDef) for d in defs):
         raise HarnessError(f"kappa plugin '{entry_point.name}' ({entry_point.value}) must give KappaDef objects")
     return [replace(d, source="plugin") for d in defs]
@@ -117,8 +117,8 @@ def _typed(kappa: str, key: str, value: str, default):
                 except ValueError:
                     pass
         return value
-    except ValueError:
-        raise HarnessError(f"kappa '{kappa}': parameter {key} takes a {type(default).__name__}, got '{value}'") from None
+    except ValueError as exc:
+        raise HarnessError(f"kappa '{kappa}': parameter {key} takes a {type(default).__name__}, got '{value}'") from exc
 
 
 def _with_overrides(kdef: KappaDef, params: dict, overrides: dict[str, str]) -> dict:

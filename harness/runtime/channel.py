@@ -165,8 +165,8 @@ class Channel:
             raise Malformed(f"a header of {length} bytes, more than {MAX_HEADER_BYTES}")
         try:
             header = json.loads(self._exactly(length, deadline))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise Malformed("its header is not JSON") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise Malformed("its header is not JSON") from exc
         if not isinstance(header, dict) or set(header) != {"kind", "body", "arrays"} or header["kind"] not in KINDS:
             raise Malformed(f"an unknown header {str(header)[:80]}")
         return header["kind"], unpack(header["body"], self.into.read(header["arrays"]))
@@ -177,8 +177,8 @@ class Channel:
             self.sock.settimeout(None if deadline is None else max(deadline - time.monotonic(), 1e-3))
             try:
                 chunk = self.sock.recv(count - len(data))
-            except socket.timeout:
-                raise Timeout("no answer in time") from None
+            except socket.timeout as exc:
+                raise Timeout("no answer in time") from exc
             if not chunk:
                 raise EOFError("the channel is closed")
             data += chunk

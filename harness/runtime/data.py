@@ -74,7 +74,7 @@ class ShardStream(torch.utils.data.IterableDataset):
             class_id = self._class_ids.get(record) or self._class_id(record)
             label = self.label_of.get(class_id)
         except Exception as exc:  # any undecodable sample is reported with its shard and key
-            raise BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})") from None
+            raise BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})") from exc
         if label is None:
             raise BenchmarkError(f"shard {shard['path']}: sample {key} has class '{class_id}', which is not in this split")
         return key, data, label

@@ -240,7 +240,7 @@ def _opened(data: bytes, max_pixels: int, where: str) -> Image.Image:
     try:
         image = Image.open(io.BytesIO(data))
     except Exception as exc:  # any undecodable sample is reported with its shard and key
-        raise BenchmarkError(f"corrupt shard {where} cannot be decoded ({type(exc).__name__}: {exc})") from None
+        raise BenchmarkError(f"corrupt shard {where} cannot be decoded ({type(exc).__name__}: {exc})") from exc
     _check_size(image.width, image.height, max_pixels, where)
     return image
 
@@ -252,7 +252,7 @@ def open_checked(data: bytes, mode: str, max_pixels: int, where: str) -> Image.I
     try:
         return image.convert(mode)
     except Exception as exc:
-        raise BenchmarkError(f"corrupt shard {where} cannot be decoded ({type(exc).__name__}: {exc})") from None
+        raise BenchmarkError(f"corrupt shard {where} cannot be decoded ({type(exc).__name__}: {exc})") from exc
 
 
 class PilDecoder:

@@ -47,7 +47,7 @@ class Execution:
         try:
             dev = torch.device(device)
         except RuntimeError as exc:
-            raise HarnessError(f"unknown device '{device}': {exc}") from None
+            raise HarnessError(f"unknown device '{device}': {exc}") from exc
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise HarnessError(f"device '{device}' requested, but CUDA is not available here")
         if amp == "auto":

