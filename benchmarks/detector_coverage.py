@@ -23,8 +23,14 @@ from pathlib import Path
 from pytorch_ood import detector as pod
 
 from harness.kappas import registry
-from harness.kappas.ood_bridge import (FITTED_MODEL_DETECTORS, GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA,
-                                      SPLIT_MODEL_DETECTORS, bridged_classes)
+from harness.kappas.ood_bridge import (
+    FITTED_MODEL_DETECTORS,
+    GRADIENT_DETECTORS,
+    NOT_BRIDGED,
+    SAME_AS_PAPER_KAPPA,
+    SPLIT_MODEL_DETECTORS,
+    bridged_classes,
+)
 from harness.run import evaluate
 
 MODEL = str(Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py")
@@ -34,18 +40,26 @@ START, END = "<!-- detector-coverage:start -->", "<!-- detector-coverage:end -->
 GLYPH_LAYERS = "layers=features.0,features.1,features.2"
 # bridged, but glyph_cnn has not what they read: what they read, and why glyph_cnn cannot run them
 NOT_ON_GLYPH_CNN = {
-    "rankfeat": ("the model (own passes): spatial maps of forward_features, then forward_head",
-                 "not on glyph_cnn: it has no forward_features/forward_head split (a timm CNN has, a submission may define it)"),
-    "mcm": ("the model (own passes): CLIP's image embedding and the ID class names' text embeddings",
-            "not on glyph_cnn: it needs a CLIP model (an open_clip: target)"),
+    "rankfeat": (
+        "the model (own passes): spatial maps of forward_features, then forward_head",
+        "not on glyph_cnn: it has no forward_features/forward_head split (a timm CNN has, a submission may define it)",
+    ),
+    "mcm": (
+        "the model (own passes): CLIP's image embedding and the ID class names' text embeddings",
+        "not on glyph_cnn: it needs a CLIP model (an open_clip: target)",
+    ),
 }
 
 
 def kappa_of(cls_name: str) -> str | None:
     bridged = {cls.__name__: name for name, cls in bridged_classes().items()}
-    return {**SAME_AS_PAPER_KAPPA, **bridged, **{g: g.lower() for g in GRADIENT_DETECTORS},
-            **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
-            **{c: k for c, (k, _, _) in SPLIT_MODEL_DETECTORS.items()}}.get(cls_name)
+    return {
+        **SAME_AS_PAPER_KAPPA,
+        **bridged,
+        **{g: g.lower() for g in GRADIENT_DETECTORS},
+        **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
+        **{c: k for c, (k, _, _) in SPLIT_MODEL_DETECTORS.items()},
+    }.get(cls_name)
 
 
 def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:
@@ -57,15 +71,24 @@ def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:
     (rec,) = evaluation.records
     timings = rec["timings"]
     fit_split = rec["kappa"]["params"].get("fit", {}).get("split")
-    return {"l0": rec["levels"][0]["ood_auroc"], "l10": rec["levels"][-1]["ood_auroc"],
-            "fit_s": timings.get(f"{fit_split}_s") if fit_split else None,
-            "score_s": sum(timings[f"{s}_s"] for s in EVAL_SPLITS), "forwarded": timings["images_forwarded"]}
+    return {
+        "l0": rec["levels"][0]["ood_auroc"],
+        "l10": rec["levels"][-1]["ood_auroc"],
+        "fit_s": timings.get(f"{fit_split}_s") if fit_split else None,
+        "score_s": sum(timings[f"{s}_s"] for s in EVAL_SPLITS),
+        "forwarded": timings["images_forwarded"],
+    }
 
 
 def reads(needs: frozenset) -> str:
     order = ("logits", "features", "head", "layers", "model")
-    words = {"logits": "logits", "features": "features", "head": "last layer", "layers": "intermediate layers",
-             "model": "the model (own passes)"}
+    words = {
+        "logits": "logits",
+        "features": "features",
+        "head": "last layer",
+        "layers": "intermediate layers",
+        "model": "the model (own passes)",
+    }
     return ", ".join(words[n] for n in order if n in needs)
 
 
@@ -73,9 +96,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mc-passes", type=int, default=30, help="MC-dropout passes (each is a pass over every image)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="score cache (default: a temporary folder)")
-    parser.add_argument("--skip-model-kappas", action="store_true", help="do not measure the kappas that need the model")
-    parser.add_argument("--doc", "--readme", dest="doc", type=Path, default=None,
-                        help="write the table into this file's coverage section (docs/kappas.md)")
+    parser.add_argument(
+        "--skip-model-kappas", action="store_true", help="do not measure the kappas that need the model"
+    )
+    parser.add_argument(
+        "--doc",
+        "--readme",
+        dest="doc",
+        type=Path,
+        default=None,
+        help="write the table into this file's coverage section (docs/kappas.md)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cache_dir = args.cache_dir or Path(tmp)
@@ -98,8 +129,10 @@ def main() -> None:
                 rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {what} | no | {params} | {why} | | - | - |")
                 continue
             if args.skip_model_kappas and kdef.needs_model:
-                rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | no | {params} "
-                            "| not measured | (own passes) | - | - |")
+                rows.append(
+                    f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | no | {params} "
+                    "| not measured | (own passes) | - | - |"
+                )
                 continue
             measured = run(kappa, cache_dir, args.mc_passes)
             if not kdef.needs_model and measured["forwarded"]:
@@ -110,11 +143,19 @@ def main() -> None:
                 params += f" (measured with {GLYPH_LAYERS})"
             fit = f"{measured['fit_s']:.1f}" if measured["fit_s"] is not None else "-"
             fitted = "yes" if kdef.needs_fit else "no"
-            rows.append(f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | {fitted} "
-                        f"| {params} | {measured['l0']:.4f} | {measured['l10']:.4f} | {fit} | {measured['score_s']:.1f} |")
+            rows.append(
+                f"| {name} | `{kappa}` ({kdef.source}) | {reads(kdef.needs)} | {fitted} "
+                f"| {params} | {measured['l0']:.4f} | {measured['l10']:.4f} | {fit} | {measured['score_s']:.1f} |"
+            )
             print(rows[-1], flush=True)
-    table = "\n".join(["| pytorch-ood class | kappa (source) | reads | fits | parameters (defaults) | ood-auroc level 0 "
-                       "| level 10 | fit s | score s |", "|---|---|---|---|---|---|---|---|---|", *rows])
+    table = "\n".join(
+        [
+            "| pytorch-ood class | kappa (source) | reads | fits | parameters (defaults) | ood-auroc level 0 "
+            "| level 10 | fit s | score s |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     print()
     print(table)
     if args.doc is not None:

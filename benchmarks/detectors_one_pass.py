@@ -28,8 +28,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from dataset_builder.shards import iter_samples
 from harness.kappas import registry
 from harness.kappas.features import FeatureTap
-from harness.kappas.ood_bridge import MISSING_DEFAULTS, bridged_classes
 from harness.kappas.fitting import fit_split
+from harness.kappas.ood_bridge import MISSING_DEFAULTS, bridged_classes
 from harness.run import evaluate, open_benchmark
 from harness.submission import load_file
 
@@ -99,7 +99,9 @@ def harness(names: list[str], batch_size: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--detectors", default=None, help="comma-separated kappa names (default: every feature/logit one)")
+    parser.add_argument(
+        "--detectors", default=None, help="comma-separated kappa names (default: every feature/logit one)"
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args()
     classes = bridged_classes()
@@ -113,8 +115,11 @@ def main() -> None:
     split, _ = fit_split(bench)
     fit_x, fit_y = decoded(bench, submission, split)
     eval_x = torch.cat([decoded(bench, submission, s)[0] for s in EVAL_SPLITS])
-    print(f"usual way: fit on {len(fit_x)} {split} images, predict {len(eval_x)} evaluation images per detector "
-          "(images decoded beforehand, not timed)", flush=True)
+    print(
+        f"usual way: fit on {len(fit_x)} {split} images, predict {len(eval_x)} evaluation images per detector "
+        "(images decoded beforehand, not timed)",
+        flush=True,
+    )
     total = 0.0
     for name in names:
         params = {**registry().get(name).defaults, **MISSING_DEFAULTS.get(classes[name].__name__, {})}
@@ -123,8 +128,10 @@ def main() -> None:
         print(f"  {name:20s} {seconds:8.1f} s", flush=True)
     harness_runs.append(harness(names, args.batch_size))  # before and after: the machine's load hits both sides
     harness_s = min(harness_runs)
-    print(f"\nharness, one pass, {len(names)} detectors   {harness_s:8.1f} s "
-          f"(best of {', '.join(f'{t:.1f}' for t in harness_runs)})")
+    print(
+        f"\nharness, one pass, {len(names)} detectors   {harness_s:8.1f} s "
+        f"(best of {', '.join(f'{t:.1f}' for t in harness_runs)})"
+    )
     print(f"pytorch-ood the usual way, summed     {total:8.1f} s")
     print(f"ratio (usual / harness)               {total / harness_s:8.2f} x")
 

@@ -45,7 +45,15 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cood-first-lines-") as tmp:
         env = {**os.environ, "COOD_BENCH_CACHE": str(Path(tmp) / "cache")}
-        command = ["cood-harness", "submit", "examples/glyph_cnn.py", "--device", args.device, "--out", str(Path(tmp) / "out")]
+        command = [
+            "cood-harness",
+            "submit",
+            "examples/glyph_cnn.py",
+            "--device",
+            args.device,
+            "--out",
+            str(Path(tmp) / "out"),
+        ]
         for label in ("fresh cache (the benchmark is built)", "warm cache (every shard from the score cache)"):
             first, gap, lines = watch(command, env)
             print(f"{label}: first line after {first:.2f} s, longest silence {gap:.1f} s")

@@ -49,30 +49,52 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other benchmarks/ scripts, as top-level modules
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
+import numpy as np
+import torch
+from harness_speed import pure_forward
+from imagenet_shaped import build
+from PIL import Image
 
-from dataset_builder.benchmark import Benchmark  # noqa: E402
-from dataset_builder.shards import read_shard  # noqa: E402
-from harness.runtime.decoding import make_decoder  # noqa: E402
-from harness.runtime.execution import Execution  # noqa: E402
-from harness.method.severity import DEFAULT_NUM_LEVELS  # noqa: E402
-from harness.run import EVAL_SPLITS, evaluate  # noqa: E402
-from harness_speed import pure_forward  # noqa: E402
-from imagenet_shaped import build  # noqa: E402
+from dataset_builder.benchmark import Benchmark
+from dataset_builder.shards import read_shard
+from harness.method.severity import DEFAULT_NUM_LEVELS
+from harness.run import EVAL_SPLITS, evaluate
+from harness.runtime.decoding import make_decoder
+from harness.runtime.execution import Execution
 
 DECODERS = ("pil", "torchvision")
-FULL = dict(model="resnet50", batch_size=256, forward_batches=8, forward_repeats=3, cpu_decode_images=1024,
-            id_classes=None, id_per_class=3, ood_classes=1010, ood_per_class=8)
-SMOKE = dict(model="resnet18", batch_size=8, forward_batches=2, forward_repeats=1, cpu_decode_images=16,
-             id_classes=4, id_per_class=2, ood_classes=5, ood_per_class=2)
+FULL = dict(
+    model="resnet50",
+    batch_size=256,
+    forward_batches=8,
+    forward_repeats=3,
+    cpu_decode_images=1024,
+    id_classes=None,
+    id_per_class=3,
+    ood_classes=1010,
+    ood_per_class=8,
+)
+SMOKE = dict(
+    model="resnet18",
+    batch_size=8,
+    forward_batches=2,
+    forward_repeats=1,
+    cpu_decode_images=16,
+    id_classes=4,
+    id_per_class=2,
+    ood_classes=5,
+    ood_per_class=2,
+)
 
 
 def jpeg_batches(bench: Benchmark, batch_size: int) -> list[list[bytes]]:
     """Every image of the evaluation splits, as read from the shards, in batches."""
-    datas = [sample[bench.image_ext] for split in EVAL_SPLITS for shard in bench.shards(split)
-             for sample in read_shard(bench.shard_path(shard))]
+    datas = [
+        sample[bench.image_ext]
+        for split in EVAL_SPLITS
+        for shard in bench.shards(split)
+        for sample in read_shard(bench.shard_path(shard))
+    ]
     return [datas[i : i + batch_size] for i in range(0, len(datas), batch_size)]
 
 
@@ -95,13 +117,16 @@ def forward_ceiling(model, execution: Execution, input_size, cfg: dict) -> float
     images = execution.inputs(torch.randn(batch * cfg["forward_batches"], *input_size, device=execution.device))
     pure_forward(model, images[:batch], execution, batch)  # warm-up (cuDNN picks its kernels)
     pure_forward(model, images[:batch], execution, batch)
-    best = min(timed(lambda: pure_forward(model, images, execution, batch), execution.device)
-               for _ in range(cfg["forward_repeats"]))
+    best = min(
+        timed(lambda: pure_forward(model, images, execution, batch), execution.device)
+        for _ in range(cfg["forward_repeats"])
+    )
     return len(images) / best
 
 
-def decode_rates(batches: list[list[bytes]], device: torch.device, cfg: dict, transform, bench: Benchmark,
-                 report) -> dict:
+def decode_rates(
+    batches: list[list[bytes]], device: torch.device, cfg: dict, transform, bench: Benchmark, report
+) -> dict:
     """(b) img/s of JPEG decoding: nvJPEG on ``device`` (a GPU), torchvision and Pillow on the CPU; and the harness's
     ``torchvision`` decoder (decode + preprocess) on ``device``."""
     import torchvision.io
@@ -110,12 +135,16 @@ def decode_rates(batches: list[list[bytes]], device: torch.device, cfg: dict, tr
     tensors = [[torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in batch] for batch in batches]
     n = sum(len(batch) for batch in batches)
     if device.type == "cuda":
+
         def nvjpeg() -> None:
             torchvision.io.decode_jpeg(tensors[0], device=device)  # warm-up: nvJPEG's handles and buffers
             seconds = timed(lambda: [torchvision.io.decode_jpeg(batch, device=device) for batch in tensors], device)
             rates["nvjpeg_img_s"] = n / seconds
-            print(f"(b) nvJPEG decode_jpeg on {device}, {n} JPEGs in batches of {len(tensors[0])}: "
-                  f"{rates['nvjpeg_img_s']:.0f} img/s")
+            print(
+                f"(b) nvJPEG decode_jpeg on {device}, {n} JPEGs in batches of {len(tensors[0])}: "
+                f"{rates['nvjpeg_img_s']:.0f} img/s"
+            )
+
         report("nvJPEG decode", nvjpeg)
     else:
         print(f"(b) nvJPEG decode: skipped (device {device} is not a CUDA GPU)")
@@ -128,15 +157,20 @@ def decode_rates(batches: list[list[bytes]], device: torch.device, cfg: dict, tr
         count += len(cpu_batches[-1])
 
     def cpu_torchvision() -> None:
-        seconds = timed(lambda: [torchvision.io.decode_jpeg(batch, device="cpu") for batch in cpu_batches],
-                        torch.device("cpu"))
+        seconds = timed(
+            lambda: [torchvision.io.decode_jpeg(batch, device="cpu") for batch in cpu_batches], torch.device("cpu")
+        )
         rates["cpu_torchvision_img_s"] = count / seconds
-        print(f"(b) torchvision decode_jpeg on the CPU ({torch.get_num_threads()} torch threads), {count} JPEGs: "
-              f"{rates['cpu_torchvision_img_s']:.0f} img/s")
+        print(
+            f"(b) torchvision decode_jpeg on the CPU ({torch.get_num_threads()} torch threads), {count} JPEGs: "
+            f"{rates['cpu_torchvision_img_s']:.0f} img/s"
+        )
 
     def cpu_pillow() -> None:
-        seconds = timed(lambda: [Image.open(io.BytesIO(bytes(t.numpy()))).convert("RGB") for b in cpu_batches for t in b],
-                        torch.device("cpu"))
+        seconds = timed(
+            lambda: [Image.open(io.BytesIO(bytes(t.numpy()))).convert("RGB") for b in cpu_batches for t in b],
+            torch.device("cpu"),
+        )
         rates["cpu_pillow_img_s"] = count / seconds
         print(f"(b) Pillow decode on the CPU (one process), {count} JPEGs: {rates['cpu_pillow_img_s']:.0f} img/s")
 
@@ -146,17 +180,21 @@ def decode_rates(batches: list[list[bytes]], device: torch.device, cfg: dict, tr
         decoder(batches[0], where[0])  # warm-up
         seconds = timed(lambda: [decoder(batch, w) for batch, w in zip(batches, where)], device)
         rates["preprocess_img_s"] = n / seconds
-        print(f"(b) the harness's torchvision decoder (decode, resize, crop, normalise) on {device}, {n} JPEGs: "
-              f"{rates['preprocess_img_s']:.0f} img/s")
+        print(
+            f"(b) the harness's torchvision decoder (decode, resize, crop, normalise) on {device}, {n} JPEGs: "
+            f"{rates['preprocess_img_s']:.0f} img/s"
+        )
 
     def agreement() -> None:
         rates.update(pixel_agreement(batches[0], device, transform, bench))
-        print(f"(b) pixel agreement on {len(batches[0])} JPEGs, the model's uint8 inputs, "
-              f"torchvision decoder on {device} against timm's Pillow transform: "
-              f"max {rates['pixels_max_diff']} levels, mean {rates['pixels_mean_diff']:.3f}, "
-              f"{rates['pixels_differing']:.2%} of values differ; the JPEG decode alone "
-              f"({'nvJPEG' if device.type == 'cuda' else 'torchvision'} "
-              f"against Pillow): max {rates['decode_max_diff']}, mean {rates['decode_mean_diff']:.3f}")
+        print(
+            f"(b) pixel agreement on {len(batches[0])} JPEGs, the model's uint8 inputs, "
+            f"torchvision decoder on {device} against timm's Pillow transform: "
+            f"max {rates['pixels_max_diff']} levels, mean {rates['pixels_mean_diff']:.3f}, "
+            f"{rates['pixels_differing']:.2%} of values differ; the JPEG decode alone "
+            f"({'nvJPEG' if device.type == 'cuda' else 'torchvision'} "
+            f"against Pillow): max {rates['decode_max_diff']}, mean {rates['decode_mean_diff']:.3f}"
+        )
 
     report("CPU torchvision decode", cpu_torchvision)
     report("CPU Pillow decode", cpu_pillow)
@@ -182,10 +220,18 @@ def pixel_agreement(datas: list[bytes], device: torch.device, transform, bench: 
         pil = torch.from_numpy(np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1).to(torch.int32)
         raw = torchvision.io.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), device=device)
         d = (raw.cpu().to(torch.int32) - pil).abs()
-        decode_max, decode_sum, decode_count = max(decode_max, int(d.max())), decode_sum + int(d.sum()), decode_count + d.numel()
-    return {"pixels_max_diff": int(diff.max()), "pixels_mean_diff": float(diff.double().mean()),
-            "pixels_differing": float((diff > 0).double().mean()), "decode_max_diff": decode_max,
-            "decode_mean_diff": decode_sum / decode_count}
+        decode_max, decode_sum, decode_count = (
+            max(decode_max, int(d.max())),
+            decode_sum + int(d.sum()),
+            decode_count + d.numel(),
+        )
+    return {
+        "pixels_max_diff": int(diff.max()),
+        "pixels_mean_diff": float(diff.double().mean()),
+        "pixels_differing": float((diff > 0).double().mean()),
+        "decode_max_diff": decode_max,
+        "decode_mean_diff": decode_sum / decode_count,
+    }
 
 
 def harness_run(model, config: dict, bench_path: Path, decoder: str, args, cfg: dict, num_levels: int):
@@ -193,17 +239,32 @@ def harness_run(model, config: dict, bench_path: Path, decoder: str, args, cfg: 
     whole call, and after each split's first batch (the loader's start-up left out), with the start-ups in seconds."""
     model.to("cpu")  # the harness checks an in-memory model with a trial pass on the CPU, then moves it
     start = time.perf_counter()
-    evaluation = evaluate(model, config, benchmark=bench_path, name=cfg["model"], decoder=decoder, device=args.device,
-                          amp=args.amp, batch_size=cfg["batch_size"], workers=args.workers, num_levels=num_levels,
-                          cache=False, progress=False)
+    evaluation = evaluate(
+        model,
+        config,
+        benchmark=bench_path,
+        name=cfg["model"],
+        decoder=decoder,
+        device=args.device,
+        amp=args.amp,
+        batch_size=cfg["batch_size"],
+        workers=args.workers,
+        num_levels=num_levels,
+        cache=False,
+        progress=False,
+    )
     wall = time.perf_counter() - start
     timings = evaluation.records[0]["timings"]
     images = sum(timings[f"{split}_images"] for split in EVAL_SPLITS)
     seconds = sum(timings[f"{split}_s"] for split in EVAL_SPLITS)
     startups = [timings[f"{split}_first_batch_s"] for split in EVAL_SPLITS]
     first = sum(min(cfg["batch_size"], timings[f"{split}_images"]) for split in EVAL_SPLITS)
-    rates = {"img_s": images / seconds, "overall_img_s": images / wall,
-             "after_first_batch_img_s": (images - first) / (seconds - sum(startups)), "first_batch_s": startups}
+    rates = {
+        "img_s": images / seconds,
+        "overall_img_s": images / wall,
+        "after_first_batch_img_s": (images - first) / (seconds - sum(startups)),
+        "first_batch_s": startups,
+    }
     return evaluation, images, rates
 
 
@@ -251,11 +312,39 @@ def submission_file(folder: Path, template: str, config: dict, cfg: dict, classe
 
 def cli_run(path: Path, bench_path: Path, args, cfg: dict, num_levels: int, trusted: bool, out: Path) -> dict:
     """(e), (f) one ``cood-harness submit`` command: img/s over the split passes and from the command to its exit."""
-    command = [sys.executable, "-m", "harness.cli", "submit", str(path), "--benchmark", str(bench_path), "--device",
-               args.device, "--amp", args.amp, "--batch-size", str(cfg["batch_size"]), "--levels", str(num_levels),
-               "--no-cache", "--no-progress", "--out", str(out), "-k", "softmax", "-k", "entropy", "-k", "max_logit",
-               "-k", "energy"] + (["--trust-submission"] if trusted else []) + \
-              ([] if args.workers is None else ["--workers", str(args.workers)])
+    command = (
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "submit",
+            str(path),
+            "--benchmark",
+            str(bench_path),
+            "--device",
+            args.device,
+            "--amp",
+            args.amp,
+            "--batch-size",
+            str(cfg["batch_size"]),
+            "--levels",
+            str(num_levels),
+            "--no-cache",
+            "--no-progress",
+            "--out",
+            str(out),
+            "-k",
+            "softmax",
+            "-k",
+            "entropy",
+            "-k",
+            "max_logit",
+            "-k",
+            "energy",
+        ]
+        + (["--trust-submission"] if trusted else [])
+        + ([] if args.workers is None else ["--workers", str(args.workers)])
+    )
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -263,8 +352,13 @@ def cli_run(path: Path, bench_path: Path, args, cfg: dict, num_levels: int, trus
         raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
     timings = json.loads(next((out / "records").glob("*.json")).read_text())["timings"]
     images = sum(timings[f"{split}_images"] for split in EVAL_SPLITS)
-    return {"images": images, "img_s": images / sum(timings[f"{split}_s"] for split in EVAL_SPLITS),
-            "command_img_s": images / wall, "command_s": wall, "total_s": timings["total_s"]}
+    return {
+        "images": images,
+        "img_s": images / sum(timings[f"{split}_s"] for split in EVAL_SPLITS),
+        "command_img_s": images / wall,
+        "command_s": wall,
+        "total_s": timings["total_s"],
+    }
 
 
 class NullModel(torch.nn.Module):
@@ -294,15 +388,20 @@ def stability(runs: int, run) -> dict:
     for n in range(runs):
         try:
             arrays = all_scores(run())
-        except Exception as exc:  # noqa: BLE001 -- a failed run (NaN logits, say) is counted and named
+        except Exception as exc:
             failures.append(f"run {n + 1}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             continue
         nan += sum(int(np.sum(~np.isfinite(v))) for v in arrays.values() if v.dtype.kind == "f")
         if first is None:
             first = arrays
         differing |= {k for k, v in arrays.items() if v.tobytes() != first[k].tobytes()}
-    return {"runs": runs, "failed": failures, "identical": first is not None and not differing and not failures,
-            "differing": sorted(differing)[:8], "nan": nan}
+    return {
+        "runs": runs,
+        "failed": failures,
+        "identical": first is not None and not differing and not failures,
+        "differing": sorted(differing)[:8],
+        "nan": nan,
+    }
 
 
 def decoder_differences(evaluations: dict) -> dict:
@@ -321,24 +420,41 @@ def decoder_differences(evaluations: dict) -> dict:
         x, y = pil.scores[split], tv.scores[split]
         assert list(x.keys) == list(y.keys), f"{split}: the decoders scored different samples"
         for kappa in x.scores:
-            scores = max(scores, float(np.abs(x.scores[kappa].astype(np.float64) - y.scores[kappa].astype(np.float64)).max()))
+            scores = max(
+                scores, float(np.abs(x.scores[kappa].astype(np.float64) - y.scores[kappa].astype(np.float64)).max())
+            )
     agree = float(np.mean([np.mean(pil.scores[s].preds == tv.scores[s].preds) for s in EVAL_SPLITS]))
-    return {"max_level_auroc_diff": auroc, "levels_compared": levels, "max_score_diff": scores, "same_prediction": agree}
+    return {
+        "max_level_auroc_diff": auroc,
+        "levels_compared": levels,
+        "max_score_diff": scores,
+        "same_prediction": agree,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "cood-bench" / "imagenet-shaped-gpu",
-                        help="where the ImageNet-shaped benchmark is built (reused when there)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path.home() / ".cache" / "cood-bench" / "imagenet-shaped-gpu",
+        help="where the ImageNet-shaped benchmark is built (reused when there)",
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--amp", default="bf16", help="none | bf16 | fp16 (the CPU smoke run: none)")
     parser.add_argument("--workers", type=int, default=None, help="the harness's loader workers (default: its own)")
     parser.add_argument("--repeats", type=int, default=2, help="harness runs per decoder, interleaved, best kept")
     parser.add_argument("--stability", type=int, default=10, help="GPU-decoding runs compared bit for bit (0: none)")
-    parser.add_argument("--default-shards", action="store_true",
-                        help="OOD shards of the ImageNet builder's default sizes (200 images per OOD class, 50 test)")
-    parser.add_argument("--cpu-smoke", action="store_true",
-                        help="everything on the CPU, resnet18 on a benchmark of a few dozen images; no nvJPEG")
+    parser.add_argument(
+        "--default-shards",
+        action="store_true",
+        help="OOD shards of the ImageNet builder's default sizes (200 images per OOD class, 50 test)",
+    )
+    parser.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="everything on the CPU, resnet18 on a benchmark of a few dozen images; no nvJPEG",
+    )
     args = parser.parse_args()
     cfg = dict(SMOKE if args.cpu_smoke else FULL)
     if args.cpu_smoke:
@@ -348,13 +464,18 @@ def main() -> None:
         args.work = args.work / "default-shards"
     started = time.perf_counter()
     errors: list[str] = []
-    figures: dict = {"mode": "cpu-smoke" if args.cpu_smoke else "full", "model": cfg["model"], "device": args.device,
-                     "amp": args.amp, "batch_size": cfg["batch_size"]}
+    figures: dict = {
+        "mode": "cpu-smoke" if args.cpu_smoke else "full",
+        "model": cfg["model"],
+        "device": args.device,
+        "amp": args.amp,
+        "batch_size": cfg["batch_size"],
+    }
 
     def report(what: str, fn):
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 -- a failed part is reported in one line; the others still run
+        except Exception as exc:
             line = f"{what} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             print(f"FAILED {line}", flush=True)
             traceback.print_exc(file=sys.stderr)
@@ -366,8 +487,11 @@ def main() -> None:
 
     execution = Execution.resolve(args.device, args.amp)
     figures["gpu"] = execution.gpu_name()
-    print(f"{execution.summary()}, channels_last {execution.channels_last}; torch {torch.__version__}, "
-          f"timm {timm.__version__}", flush=True)
+    print(
+        f"{execution.summary()}, channels_last {execution.channels_last}; torch {torch.__version__}, "
+        f"timm {timm.__version__}",
+        flush=True,
+    )
     torch.manual_seed(0)
     num_classes = cfg["id_classes"] or 1000
     model = timm.create_model(cfg["model"], pretrained=False, num_classes=num_classes).eval()
@@ -377,22 +501,40 @@ def main() -> None:
     transform = timm_transform(config)
 
     workers = args.workers or min(16, os.cpu_count() or 1)
-    bench_path = report("building the benchmark", lambda: build(
-        args.work, id_per_class=cfg["id_per_class"], ood_classes=cfg["ood_classes"], ood_per_class=cfg["ood_per_class"],
-        workers=workers, id_classes=cfg["id_classes"], test_fraction=cfg.get("test_fraction", 0.5)))
+    bench_path = report(
+        "building the benchmark",
+        lambda: build(
+            args.work,
+            id_per_class=cfg["id_per_class"],
+            ood_classes=cfg["ood_classes"],
+            ood_per_class=cfg["ood_per_class"],
+            workers=workers,
+            id_classes=cfg["id_classes"],
+            test_fraction=cfg.get("test_fraction", 0.5),
+        ),
+    )
     bench = report("opening the benchmark", lambda: Benchmark.open(bench_path)) if bench_path else None
     if bench is not None:
-        figures["benchmark"] = {"id_classes": len(bench.id_classes), "ood_classes": len(bench.ood_classes),
-                                "images": sum(s["num_samples"] for split in EVAL_SPLITS for s in bench.shards(split))}
-        print(f"benchmark: {figures['benchmark']['id_classes']} ID and {figures['benchmark']['ood_classes']} OOD "
-              f"classes, {figures['benchmark']['images']} images in the evaluation splits "
-              f"({time.perf_counter() - started:.0f} s so far)", flush=True)
+        figures["benchmark"] = {
+            "id_classes": len(bench.id_classes),
+            "ood_classes": len(bench.ood_classes),
+            "images": sum(s["num_samples"] for split in EVAL_SPLITS for s in bench.shards(split)),
+        }
+        print(
+            f"benchmark: {figures['benchmark']['id_classes']} ID and {figures['benchmark']['ood_classes']} OOD "
+            f"classes, {figures['benchmark']['images']} images in the evaluation splits "
+            f"({time.perf_counter() - started:.0f} s so far)",
+            flush=True,
+        )
 
     def ceiling() -> None:
         prepared = execution.prepare(model)
         figures["forward_img_s"] = forward_ceiling(prepared, execution, config["input_size"], cfg)
-        print(f"(a) forward ceiling, {cfg['model']} at {tuple(config['input_size'])}, batch {cfg['batch_size']}: "
-              f"{figures['forward_img_s']:.0f} img/s", flush=True)
+        print(
+            f"(a) forward ceiling, {cfg['model']} at {tuple(config['input_size'])}, batch {cfg['batch_size']}: "
+            f"{figures['forward_img_s']:.0f} img/s",
+            flush=True,
+        )
 
     report("forward ceiling", ceiling)
     if bench is not None:
@@ -405,8 +547,10 @@ def main() -> None:
     evaluations, harness = {}, {}
     for repeat in range(args.repeats if bench is not None else 0):
         for decoder in DECODERS:
-            ran = report(f"harness run, decoder {decoder}",
-                         lambda: harness_run(model, config, bench_path, decoder, args, cfg, num_levels))
+            ran = report(
+                f"harness run, decoder {decoder}",
+                lambda: harness_run(model, config, bench_path, decoder, args, cfg, num_levels),
+            )
             if ran is None:
                 continue
             evaluation, images, rates = ran
@@ -415,68 +559,94 @@ def main() -> None:
             for key, value in rates.items():
                 best[key] = value if key == "first_batch_s" else max(best.get(key, 0.0), value)
             best["runs"] += 1
-            print(f"    harness run {repeat + 1}, decoder {decoder:11s}: {images} images, "
-                  f"{rates['img_s']:.0f} img/s over the splits' passes, "
-                  f"{rates['overall_img_s']:.0f} over the whole call, "
-                  f"{rates['after_first_batch_img_s']:.0f} after each split's first batch "
-                  f"(which came after {', '.join(f'{s:.2f}' for s in rates['first_batch_s'])} s)",
-                  flush=True)
+            print(
+                f"    harness run {repeat + 1}, decoder {decoder:11s}: {images} images, "
+                f"{rates['img_s']:.0f} img/s over the splits' passes, "
+                f"{rates['overall_img_s']:.0f} over the whole call, "
+                f"{rates['after_first_batch_img_s']:.0f} after each split's first batch "
+                f"(which came after {', '.join(f'{s:.2f}' for s in rates['first_batch_s'])} s)",
+                flush=True,
+            )
     for decoder, best in harness.items():
         if "forward_img_s" in figures:
             best["ratio_to_forward"] = best["img_s"] / figures["forward_img_s"]
         ratio = f", {best['ratio_to_forward']:.2f} x the forward ceiling" if "ratio_to_forward" in best else ""
-        print(f"(c) harness end to end, decoder {decoder:11s}: {best['img_s']:.0f} img/s "
-              f"(best of {best['runs']}){ratio}; "
-              f"{best['after_first_batch_img_s']:.0f} img/s after each split's first batch")
+        print(
+            f"(c) harness end to end, decoder {decoder:11s}: {best['img_s']:.0f} img/s "
+            f"(best of {best['runs']}){ratio}; "
+            f"{best['after_first_batch_img_s']:.0f} img/s after each split's first batch"
+        )
     figures["harness"] = harness
     if len(evaluations) == len(DECODERS):
         differences = report("comparing the decoders", lambda: decoder_differences(evaluations))
         if differences:
             figures.update(differences)
-            print(f"(d) largest per-level ood-AUROC difference between the decoders: "
-                  f"{differences['max_level_auroc_diff']:.3g} "
-                  f"({differences['levels_compared']} kappa levels); largest confidence-score difference "
-                  f"{differences['max_score_diff']:.3g}; "
-                  f"same top-1 prediction for {differences['same_prediction']:.2%} of images")
+            print(
+                f"(d) largest per-level ood-AUROC difference between the decoders: "
+                f"{differences['max_level_auroc_diff']:.3g} "
+                f"({differences['levels_compared']} kappa levels); largest confidence-score difference "
+                f"{differences['max_score_diff']:.3g}; "
+                f"same top-1 prediction for {differences['same_prediction']:.2%} of images"
+            )
     else:
         print("(d) decoder comparison: skipped (a harness run failed)")
     if bench is not None:
         cli = figures.setdefault("cli", {})
         resnet = submission_file(args.work / f"{cfg['model']}_random", SUBMISSION, config, cfg, num_classes)
         null = submission_file(args.work / "null_model", NULL, config, cfg, num_classes)
-        for what, path, trusted in (("sandboxed", resnet, False), ("trusted", resnet, True), ("null_sandboxed", null, False)):
+        for what, path, trusted in (
+            ("sandboxed", resnet, False),
+            ("trusted", resnet, True),
+            ("null_sandboxed", null, False),
+        ):
             for repeat in range(args.repeats):
-                ran = report(f"the command, {what}", lambda: cli_run(path, bench_path, args, cfg, num_levels, trusted,
-                                                                     args.work / "out" / f"{what}-{repeat}"))
+                ran = report(
+                    f"the command, {what}",
+                    lambda: cli_run(
+                        path, bench_path, args, cfg, num_levels, trusted, args.work / "out" / f"{what}-{repeat}"
+                    ),
+                )
                 if ran is not None and ran["img_s"] > cli.get(what, {}).get("img_s", 0.0):
                     cli[what] = ran
             if what in cli:
                 run = cli[what]
-                print(f"(e) cood-harness submit, {what:14s}: {run['img_s']:.0f} img/s over the split passes, "
-                      f"{run['command_img_s']:.0f} img/s command to exit ({run['command_s']:.1f} s, total_s "
-                      f"{run['total_s']:.1f})", flush=True)
+                print(
+                    f"(e) cood-harness submit, {what:14s}: {run['img_s']:.0f} img/s over the split passes, "
+                    f"{run['command_img_s']:.0f} img/s command to exit ({run['command_s']:.1f} s, total_s "
+                    f"{run['total_s']:.1f})",
+                    flush=True,
+                )
 
         def null_in_process() -> None:
             best = 0.0
             for _ in range(args.repeats):
-                _, images, rates = harness_run(NullModel(num_classes), config, bench_path, "torchvision", args, cfg,
-                                               num_levels)
+                _, images, rates = harness_run(
+                    NullModel(num_classes), config, bench_path, "torchvision", args, cfg, num_levels
+                )
                 best = max(best, rates["img_s"])
             figures["null_in_process_img_s"] = best
             sandboxed = cli.get("null_sandboxed", {}).get("img_s")
             beside = f"; sandboxed {1e6 / sandboxed:.0f} us/image ({sandboxed:.0f} img/s)" if sandboxed else ""
-            print(f"(f) null model (constant logits), the harness's own cost: in-process {1e6 / best:.0f} us/image "
-                  f"({best:.0f} img/s){beside}", flush=True)
+            print(
+                f"(f) null model (constant logits), the harness's own cost: in-process {1e6 / best:.0f} us/image "
+                f"({best:.0f} img/s){beside}",
+                flush=True,
+            )
 
         report("null model", null_in_process)
         if args.stability:
-            stable = stability(args.stability, lambda: harness_run(model, config, bench_path, "torchvision", args, cfg,
-                                                                   num_levels)[0])
+            stable = stability(
+                args.stability, lambda: harness_run(model, config, bench_path, "torchvision", args, cfg, num_levels)[0]
+            )
             figures["stability"] = stable
-            print(f"(g) stability, {stable['runs']} runs with the torchvision decoder on {args.device}: "
-                  f"{'identical scores' if stable['identical'] else 'scores DIFFER'} ({len(stable['failed'])} failed, "
-                  f"{stable['nan']} NaN)" + (f"; differing: {', '.join(stable['differing'])}" if stable['differing'] else "")
-                  + (f"; {'; '.join(stable['failed'])}" if stable["failed"] else ""), flush=True)
+            print(
+                f"(g) stability, {stable['runs']} runs with the torchvision decoder on {args.device}: "
+                f"{'identical scores' if stable['identical'] else 'scores DIFFER'} ({len(stable['failed'])} failed, "
+                f"{stable['nan']} NaN)"
+                + (f"; differing: {', '.join(stable['differing'])}" if stable["differing"] else "")
+                + (f"; {'; '.join(stable['failed'])}" if stable["failed"] else ""),
+                flush=True,
+            )
             if not stable["identical"]:
                 errors.append("stability: the runs' scores differ or a run failed")
     figures["errors"] = errors

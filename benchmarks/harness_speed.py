@@ -24,23 +24,32 @@ from sklearn.metrics import roc_auc_score
 
 from dataset_builder.shards import iter_samples
 from harness.config import EvalConfig
+from harness.method.metrics import auroc
+from harness.run import Scorer, open_benchmark
 from harness.runtime.decoding import make_decoder
 from harness.runtime.distributed import Ranks
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward, resolve_kappas
-from harness.method.metrics import auroc
-from harness.run import Scorer, open_benchmark
 from harness.submission import load_file
 
 KAPPAS = ["softmax", "entropy", "max_logit", "energy"]
 
 
-def harness_pass(submission, forward, bench, kappas, execution, split, batch_size, workers, decoder="auto",
-                 decoded=None) -> float:
+def harness_pass(
+    submission, forward, bench, kappas, execution, split, batch_size, workers, decoder="auto", decoded=None
+) -> float:
     images = make_decoder(decoder, submission.transform, submission.channels, bench.max_image_pixels, execution.device)
     config = EvalConfig(batch_size=batch_size, workers=workers, keep_logits=False, progress=False)
-    scorer = Scorer(forward=forward, decoder=images, benchmark=bench, kappas=resolve_kappas(kappas), execution=execution,
-                    ranks=Ranks(), config=config, decoded=decoded)
+    scorer = Scorer(
+        forward=forward,
+        decoder=images,
+        benchmark=bench,
+        kappas=resolve_kappas(kappas),
+        execution=execution,
+        ranks=Ranks(),
+        config=config,
+        decoded=decoded,
+    )
     start = time.perf_counter()
     scorer.split(split)
     return time.perf_counter() - start
@@ -71,7 +80,9 @@ def main() -> None:
     parser.add_argument("--split", default="ood_test")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--workers", type=int, default=0, help="0: a background thread reads and decodes (the CPU default)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="0: a background thread reads and decodes (the CPU default)"
+    )
     args = parser.parse_args()
 
     bench = open_benchmark(args.benchmark)
@@ -79,19 +90,31 @@ def main() -> None:
     execution = Execution.resolve(args.device)
     model = execution.prepare(submission.model)
     shards = bench.shards(args.split)
-    images = torch.stack([submission.transform(Image.open(io.BytesIO(s[bench.image_ext])).convert("L" if submission.channels == 1 else "RGB"))
-                          for shard in shards for s in iter_samples(bench.shard_path(shard))])
+    images = torch.stack(
+        [
+            submission.transform(
+                Image.open(io.BytesIO(s[bench.image_ext])).convert("L" if submission.channels == 1 else "RGB")
+            )
+            for shard in shards
+            for s in iter_samples(bench.shard_path(shard))
+        ]
+    )
     n = len(images)
-    print(f"{submission.name} on {bench.name} {args.split}: {n} images, device {execution.device}, amp {execution.amp}, "
-          f"batch {args.batch_size}, {args.workers} loader workers, "
-          f"{torch.get_num_threads()} torch threads for the pure pass")
+    print(
+        f"{submission.name} on {bench.name} {args.split}: {n} images, device {execution.device}, amp {execution.amp}, "
+        f"batch {args.batch_size}, {args.workers} loader workers, "
+        f"{torch.get_num_threads()} torch threads for the pure pass"
+    )
 
     pure_forward(model, images[: args.batch_size], execution, args.batch_size)  # warm-up
     forward_s = pure_forward(model, images, execution, args.batch_size)  # all cores to torch
     execution.share_cpu(args.workers)  # as the harness runs: the loader workers keep their cores
     local = LocalForward(model, execution, len(bench.id_classes), seed=0)
     one_pass_s = harness_pass(submission, local, bench, KAPPAS, execution, args.split, args.batch_size, args.workers)
-    separate_s = sum(harness_pass(submission, local, bench, [k], execution, args.split, args.batch_size, args.workers) for k in KAPPAS)
+    separate_s = sum(
+        harness_pass(submission, local, bench, [k], execution, args.split, args.batch_size, args.workers)
+        for k in KAPPAS
+    )
     print("\n1. harness overhead")
     print(f"   pure forward on decoded tensors  {forward_s:8.2f} s  {n / forward_s:9.0f} img/s")
     print(f"   harness, 4 kappas, one pass      {one_pass_s:8.2f} s  {n / one_pass_s:9.0f} img/s")
@@ -104,8 +127,11 @@ def main() -> None:
     rng = np.random.default_rng(0)
     pos, neg = rng.normal(0.5, 1.0, 50_000).round(3), rng.normal(0.0, 1.0, 50_000).round(3)  # rounded: many ties
     timings = {}
-    for name, fn in {"project (average ranks)": auroc, "scikit-learn roc_auc_score": lambda p, q: roc_auc_score(
-            np.r_[np.ones(len(p)), np.zeros(len(q))], np.r_[p, q]), "straightforward pairwise": pairwise_auroc}.items():
+    for name, fn in {
+        "project (average ranks)": auroc,
+        "scikit-learn roc_auc_score": lambda p, q: roc_auc_score(np.r_[np.ones(len(p)), np.zeros(len(q))], np.r_[p, q]),
+        "straightforward pairwise": pairwise_auroc,
+    }.items():
         start = time.perf_counter()
         value = fn(pos, neg)
         timings[name] = (time.perf_counter() - start, value)
@@ -114,9 +140,19 @@ def main() -> None:
         print(f"   {name:32s} {seconds * 1000:10.1f} ms   auroc {value:.10f}")
     base = timings["project (average ranks)"][0]
     print(f"   pairwise / project               {timings['straightforward pairwise'][0] / base:8.0f} x")
-    print(json.dumps({"images": n, "forward_img_s": n / forward_s, "harness_img_s": n / one_pass_s,
-                      "overhead_ratio": one_pass_s / forward_s, "one_pass_speedup": separate_s / one_pass_s,
-                      "auroc_ms": base * 1000, "pairwise_ms": timings["straightforward pairwise"][0] * 1000}))
+    print(
+        json.dumps(
+            {
+                "images": n,
+                "forward_img_s": n / forward_s,
+                "harness_img_s": n / one_pass_s,
+                "overhead_ratio": one_pass_s / forward_s,
+                "one_pass_speedup": separate_s / one_pass_s,
+                "auroc_ms": base * 1000,
+                "pairwise_ms": timings["straightforward pairwise"][0] * 1000,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

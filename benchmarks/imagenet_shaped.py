@@ -24,8 +24,23 @@ from PIL import Image
 from dataset_builder.imagenet import build_imagenet
 from dataset_builder.imagenet_classes import ID_CLASSES, imagenet_ood_classes, read_synsets
 
-PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry", "retina",
-          "colorwheel", "camera", "coins", "brick", "grass", "gravel", "moon", "clock")
+PHOTOS = (
+    "astronaut",
+    "coffee",
+    "chelsea",
+    "rocket",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "retina",
+    "colorwheel",
+    "camera",
+    "coins",
+    "brick",
+    "grass",
+    "gravel",
+    "moon",
+    "clock",
+)
 SIZES = ((500, 375), (500, 333), (375, 500), (500, 400), (333, 500), (500, 500), (400, 300), (500, 357))
 QUALITY = 90
 GRAIN = 12.0
@@ -66,16 +81,19 @@ def _write_jpegs(paths: list[Path]) -> None:
         path.write_bytes(photo_jpeg(photos, f"{path.parent.name}/{path.stem.rsplit('_', 1)[1]}"))
 
 
-def write_trees(root: Path, id_per_class: int, ood_classes: int, ood_per_class: int, id_classes: int | None = None,
-                workers: int = 2) -> tuple[Path, Path]:
+def write_trees(
+    root: Path, id_per_class: int, ood_classes: int, ood_per_class: int, id_classes: int | None = None, workers: int = 2
+) -> tuple[Path, Path]:
     """``(imagenet21k, val)`` folders of real-size JPEGs: the first ``id_classes`` ImageNet-1K classes (all when
     None), and ``ood_classes`` 21K classes that survive the WordNet rules; written by ``workers`` processes."""
     val, pool = root / "val", root / "imagenet21k"
     table = imagenet_ood_classes()
     survivors = table.loc[table["status"] == "ood", "id"].tolist()[:ood_classes]
     paths = []
-    for folder, classes, count in ((val, read_synsets(ID_CLASSES)[:id_classes], id_per_class),
-                                   (pool, survivors, ood_per_class)):
+    for folder, classes, count in (
+        (val, read_synsets(ID_CLASSES)[:id_classes], id_per_class),
+        (pool, survivors, ood_per_class),
+    ):
         for wnid in classes:
             (folder / wnid).mkdir(parents=True, exist_ok=True)
             paths += [folder / wnid / f"{wnid}_{i}.JPEG" for i in range(count)]
@@ -85,8 +103,15 @@ def write_trees(root: Path, id_per_class: int, ood_classes: int, ood_per_class: 
     return pool, val
 
 
-def build(out: Path, id_per_class: int = 1, ood_classes: int = 1000, ood_per_class: int = 2, workers: int = 2,
-          id_classes: int | None = None, test_fraction: float = 0.5) -> Path:
+def build(
+    out: Path,
+    id_per_class: int = 1,
+    ood_classes: int = 1000,
+    ood_per_class: int = 2,
+    workers: int = 2,
+    id_classes: int | None = None,
+    test_fraction: float = 0.5,
+) -> Path:
     """The benchmark in ``out`` (its source trees in ``out/source``); an existing one is reused. ``id_classes``: the
     first so many ImageNet-1K classes (all 1,000 when None, so real classifiers' logits line up); ``test_fraction``: of
     each OOD class's images, the share in its test shard (the ImageNet builder's default is 0.25)."""
@@ -95,8 +120,17 @@ def build(out: Path, id_per_class: int = 1, ood_classes: int = 1000, ood_per_cla
         return bench
     pool, val = write_trees(out / "source", id_per_class, ood_classes, ood_per_class, id_classes, workers)
     ids = None if id_classes is None else read_synsets(ID_CLASSES)[:id_classes]
-    build_imagenet(bench, pool, val, min_images=ood_per_class, images_per_class=ood_per_class, test_fraction=test_fraction,
-                   id_classes=ids, workers=workers, progress=False)
+    build_imagenet(
+        bench,
+        pool,
+        val,
+        min_images=ood_per_class,
+        images_per_class=ood_per_class,
+        test_fraction=test_fraction,
+        id_classes=ids,
+        workers=workers,
+        progress=False,
+    )
     return bench
 
 

@@ -30,7 +30,9 @@ ID_CLASSES = ["n01440764", "n01443537"]
 def photo(rng: random.Random) -> bytes:
     """A 500x375 JPEG with smooth content (about 57 KB), from a random 60x45 image."""
     buffer = io.BytesIO()
-    Image.frombytes("RGB", (60, 45), rng.randbytes(60 * 45 * 3)).resize((500, 375), Image.BICUBIC).save(buffer, "JPEG", quality=90)
+    Image.frombytes("RGB", (60, 45), rng.randbytes(60 * 45 * 3)).resize((500, 375), Image.BICUBIC).save(
+        buffer, "JPEG", quality=90
+    )
     return buffer.getvalue()
 
 
@@ -97,7 +99,9 @@ def main() -> None:
                 written = sum(s["num_samples"] for s in json.loads((out / "manifest.json").read_text())["shards"])
                 best[form] = max(best.get(form, 0.0), written / seconds)
                 hashes[form] = tree_hash(out)
-    print(f"{args.classes} classes x {args.images} images of 500x375 px, {args.workers} workers, best of {args.repeats}:")
+    print(
+        f"{args.classes} classes x {args.images} images of 500x375 px, {args.workers} workers, best of {args.repeats}:"
+    )
     for form, rate in best.items():
         print(f"  {form:12s} {rate:8.0f} images/s")
     print(f"  ratio tar of tars / folders: {best['tar of tars'] / best['folders']:.2f}")

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import hub_server  # noqa: E402  - before datasets and huggingface_hub are imported: they read HF_ENDPOINT once
+import hub_server
 
 HUB = hub_server.start_for_session()
 
@@ -45,8 +45,8 @@ from dataset_builder.benchmark import Benchmark  # noqa: E402
 from dataset_builder.card import add_levels, card_text  # noqa: E402
 from dataset_builder.embedded import embedded_benchmark  # noqa: E402
 from dataset_builder.levels import level_split, level_table  # noqa: E402
-from dataset_builder.manifest import FORMAT_VERSION, MANIFEST  # noqa: E402
 from dataset_builder.loading import load_level  # noqa: E402
+from dataset_builder.manifest import FORMAT_VERSION, MANIFEST  # noqa: E402
 from dataset_builder.publish import publish  # noqa: E402
 
 MODEL, KAPPA, LEVELS, REPO = "glyph_cnn", "softmax", 11, "cood/level-loading"
@@ -60,8 +60,13 @@ def seeded_levels(ood_ids: list[str], width: int, folder: Path) -> Path:
     scores[order] = np.arange(len(ood_ids)) / len(ood_ids)
     n = len(ood_ids) - width + 1
     starts = [(level * n) // (LEVELS - 1) for level in range(LEVELS - 1)] + [n - 1]
-    table = level_table([order[s:s + width].tolist() for s in starts], scores.tolist(), [float(scores[order[s]]) for s in starts],
-                        [level / (LEVELS - 1) for level in range(LEVELS)], ood_ids)
+    table = level_table(
+        [order[s : s + width].tolist() for s in starts],
+        scores.tolist(),
+        [float(scores[order[s]]) for s in starts],
+        [level / (LEVELS - 1) for level in range(LEVELS)],
+        ood_ids,
+    )
     table.to_parquet(folder / "levels.parquet")
     return folder / "levels.parquet"
 
@@ -81,10 +86,17 @@ def imagenet_shaped(folder: Path, num_id: int = 1000, num_ood: int = 10450) -> P
     (root / "classes").mkdir(parents=True)
     id_ids, ood_ids = [f"n{i:08d}" for i in range(num_id)], [f"n{i:08d}" for i in range(num_id, num_id + num_ood)]
     shards = [{"path": f"id/test/{i:05d}.tar", "split": "id_test"} for i in range(50)]
-    shards += [{"path": f"ood/test/{i // 1000:03d}/{c}.tar", "split": "ood_test", "class_id": c} for i, c in enumerate(ood_ids)]
-    manifest = {"format_version": FORMAT_VERSION, "image_ext": "jpg", "shards": shards, "source": {"kind": "imagenet"},
-                "benchmark": {"id": "imagenet-shaped", "version": "1.0.0", "description": "shape only"},
-                "classes": {"id": num_id, "ood": num_ood}}
+    shards += [
+        {"path": f"ood/test/{i // 1000:03d}/{c}.tar", "split": "ood_test", "class_id": c} for i, c in enumerate(ood_ids)
+    ]
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "image_ext": "jpg",
+        "shards": shards,
+        "source": {"kind": "imagenet"},
+        "benchmark": {"id": "imagenet-shaped", "version": "1.0.0", "description": "shape only"},
+        "classes": {"id": num_id, "ood": num_ood},
+    }
     (root / MANIFEST).write_text(json.dumps(manifest))
     pd.DataFrame({"index": range(num_id), "id": id_ids, "name": id_ids}).to_parquet(root / "classes" / "id.parquet")
     pd.DataFrame({"id": ood_ids, "status": "ood", "index": range(num_ood)}).to_parquet(root / "classes" / "ood.parquet")
@@ -95,20 +107,28 @@ def imagenet_shaped(folder: Path, num_id: int = 1000, num_ood: int = 10450) -> P
 def card_yaml(meta: dict, per_level: bool, class_label: bool) -> str:
     """The card's YAML, without the per-level configs or with the class id a string when asked."""
     keep = [c["config_name"] for c in meta["configs"] if per_level or "__level_" not in c["config_name"]]
-    meta = {**meta, "configs": [c for c in meta["configs"] if c["config_name"] in keep],
-            "dataset_info": [i for i in meta["dataset_info"] if i["config_name"] in keep]}
+    meta = {
+        **meta,
+        "configs": [c for c in meta["configs"] if c["config_name"] in keep],
+        "dataset_info": [i for i in meta["dataset_info"] if i["config_name"] in keep],
+    }
     if not class_label:
         for info in meta["dataset_info"]:
-            info["features"] = [{"name": "json", "struct": [{"name": "class_id", "dtype": "string"}]} if f["name"] == "json" else f
-                                for f in info["features"]]
+            info["features"] = [
+                {"name": "json", "struct": [{"name": "class_id", "dtype": "string"}]} if f["name"] == "json" else f
+                for f in info["features"]
+            ]
     return yaml.dump(meta, sort_keys=False, allow_unicode=True)
 
 
 def yaml_figures(root: Path) -> None:
     meta = yaml.safe_load(card_text(root).split("---\n")[1])
     print(f"\ncard YAML, {root.name}          lines  parse s")
-    for name, per_level, class_label in (("as written", True, True), ("no per-level configs", False, True),
-                                         ("neither (before)", False, False)):
+    for name, per_level, class_label in (
+        ("as written", True, True),
+        ("no per-level configs", False, True),
+        ("neither (before)", False, False),
+    ):
         text = card_yaml(meta, per_level, class_label)
         start = time.perf_counter()
         yaml.safe_load(text)
@@ -145,7 +165,9 @@ def main() -> None:
         for where, source, rev in (("folder", str(root), {}), ("hub", REPO, {"revision": "1.0.0"})):
             calls = {
                 "whole config": lambda: datasets.load_dataset(source, PAIR, split=split, cache_dir=fresh(), **rev),
-                "level config": lambda: datasets.load_dataset(source, f"{PAIR}__{split}", split=split, cache_dir=fresh(), **rev),
+                "level config": lambda: datasets.load_dataset(
+                    source, f"{PAIR}__{split}", split=split, cache_dir=fresh(), **rev
+                ),
                 "streaming": lambda: datasets.load_dataset(source, PAIR, split=split, streaming=True, **rev),
                 "load_level": lambda: load_level(source, MODEL, KAPPA, args.level, cache_dir=fresh(), **rev),
             }

@@ -23,14 +23,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from gpu_check import NULL  # the same null model as the GPU check's (this folder is on the path)
 
-from harness.runtime.data import Loader, shard_batches, shard_groups
-from harness.runtime.decoding import make_decoder
 from harness.method.scores import SplitScores
 from harness.run import EVAL_SPLITS, evaluate, open_benchmark
+from harness.runtime.data import Loader, shard_batches, shard_groups
+from harness.runtime.decoding import make_decoder
 from harness.submission import timm_transform
-
-from gpu_check import NULL  # the same null model as the GPU check's (this folder is on the path)
 
 GLYPH_CONFIG = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}
 KAPPAS = ["softmax", "entropy", "max_logit", "energy"]
@@ -38,8 +37,9 @@ KAPPAS = ["softmax", "entropy", "max_logit", "energy"]
 
 def null_pass(path: Path, benchmark: str, trusted: bool) -> tuple[float, int]:
     """Seconds over the evaluation splits' passes, and their images, of the null model."""
-    evaluation = evaluate(path, benchmark=benchmark, kappas=KAPPAS, device="cpu", trust_submission=trusted, cache=False,
-                          progress=False)
+    evaluation = evaluate(
+        path, benchmark=benchmark, kappas=KAPPAS, device="cpu", trust_submission=trusted, cache=False, progress=False
+    )
     timings = evaluation.records[0]["timings"]
     return sum(timings[f"{s}_s"] for s in EVAL_SPLITS), sum(timings[f"{s}_images"] for s in EVAL_SPLITS)
 
@@ -58,8 +58,14 @@ def bookkeeping(repeats: int) -> dict:
     counts, batches = [8] * 32, 40
     keys = np.array([f"n{c:08d}_{i}" for c in range(32) for i in range(8)])
     logits = rng.normal(size=(256, 1000)).astype(np.float32)
-    batch = SplitScores(keys, rng.integers(0, 1000, 256), logits.argmax(1), {k: rng.normal(size=256) for k in KAPPAS},
-                        {k: rng.normal(size=256) for k in KAPPAS}, logits)
+    batch = SplitScores(
+        keys,
+        rng.integers(0, 1000, 256),
+        logits.argmax(1),
+        {k: rng.normal(size=256) for k in KAPPAS},
+        {k: rng.normal(size=256) for k in KAPPAS},
+        logits,
+    )
     best = {"per_shard": float("inf"), "per_batch": float("inf")}
     for _ in range(repeats):
         for name, fn in (("per_shard", per_shard_joins), ("per_batch", lambda b, c: b.pieces(c))):
@@ -77,8 +83,11 @@ def loader_passes(bench, decoder, label_of: dict, workers: int, persistent: bool
     try:
         for split in EVAL_SPLITS:
             groups = shard_groups(bench.shards(split), batch_size)
-            passes = loader.batches(groups, label_of[split]) if persistent else \
-                shard_batches(bench, groups, decoder, label_of[split], batch_size, workers)
+            passes = (
+                loader.batches(groups, label_of[split])
+                if persistent
+                else shard_batches(bench, groups, decoder, label_of[split], batch_size, workers)
+            )
             for _ in passes:
                 pass
     finally:
@@ -105,28 +114,41 @@ def main() -> None:
                 seconds, images = null_pass(path, args.benchmark, trusted)
                 best[mode] = min(best[mode], seconds / images)
     figures["null_model_us_per_image"] = {k: round(v * 1e6, 1) for k, v in best.items()}
-    print(f"1. null model, {images:,} images of {args.benchmark}, 4 kappas (best of {args.repeats}): "
-          f"{best['sandboxed'] * 1e6:.1f} us/image sandboxed ({1 / best['sandboxed']:,.0f} img/s), "
-          f"{best['in_process'] * 1e6:.1f} us/image in-process ({1 / best['in_process']:,.0f} img/s)", flush=True)
+    print(
+        f"1. null model, {images:,} images of {args.benchmark}, 4 kappas (best of {args.repeats}): "
+        f"{best['sandboxed'] * 1e6:.1f} us/image sandboxed ({1 / best['sandboxed']:,.0f} img/s), "
+        f"{best['in_process'] * 1e6:.1f} us/image in-process ({1 / best['in_process']:,.0f} img/s)",
+        flush=True,
+    )
 
     cost = bookkeeping(args.repeats)
     figures["bookkeeping_us_per_image"] = {k: round(v * 1e6, 2) for k, v in cost.items()}
-    print(f"2. bookkeeping, batches of 256 from 32 shards of 8, logits kept: {cost['per_shard'] * 1e6:.2f} us/image "
-          f"with a join per shard, {cost['per_batch'] * 1e6:.2f} us/image with one sort per batch "
-          f"({cost['per_shard'] / cost['per_batch']:.1f}x)", flush=True)
+    print(
+        f"2. bookkeeping, batches of 256 from 32 shards of 8, logits kept: {cost['per_shard'] * 1e6:.2f} us/image "
+        f"with a join per shard, {cost['per_batch'] * 1e6:.2f} us/image with one sort per batch "
+        f"({cost['per_shard'] / cost['per_batch']:.1f}x)",
+        flush=True,
+    )
 
     decoder = make_decoder("torchvision", timm_transform(GLYPH_CONFIG), 1, bench.max_image_pixels)
-    label_of = {split: dict(zip(*(lambda c: (c["id"], c["index"]))(bench.id_classes if split.startswith("id")
-                                                                     else bench.ood_classes))) for split in EVAL_SPLITS}
+    label_of = {
+        split: dict(
+            zip(*(lambda c: (c["id"], c["index"]))(bench.id_classes if split.startswith("id") else bench.ood_classes))
+        )
+        for split in EVAL_SPLITS
+    }
     images = sum(s["num_samples"] for split in EVAL_SPLITS for s in bench.shards(split))
     reads = {"per_pass": float("inf"), "persistent": float("inf")}
     for _ in range(args.repeats):
         for mode in reads:
             reads[mode] = min(reads[mode], loader_passes(bench, decoder, label_of, args.workers, mode == "persistent"))
     figures["loader_s"] = {k: round(v, 3) for k, v in reads.items()}
-    print(f"3. reading the 3 evaluation splits ({images:,} images) with {args.workers} loader workers: "
-          f"{reads['per_pass']:.2f} s started per pass, {reads['persistent']:.2f} s kept across passes "
-          f"({reads['per_pass'] - reads['persistent']:+.2f} s)", flush=True)
+    print(
+        f"3. reading the 3 evaluation splits ({images:,} images) with {args.workers} loader workers: "
+        f"{reads['per_pass']:.2f} s started per pass, {reads['persistent']:.2f} s kept across passes "
+        f"({reads['per_pass'] - reads['persistent']:+.2f} s)",
+        flush=True,
+    )
     print(json.dumps(figures))
 
 

@@ -31,8 +31,24 @@ def worktree(revision: str, folder: Path) -> Path:
 def run(tree: Path, out: Path, extra: list[str]) -> float:
     """Images per second over the evaluation splits of one submit at ``tree``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    subprocess.run([sys.executable, "-m", "harness.cli", "submit", "examples/glyph_cnn.py", "--no-cache", "--out", str(out),
-                    "--no-progress", *extra], cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "submit",
+            "examples/glyph_cnn.py",
+            "--no-cache",
+            "--out",
+            str(out),
+            "--no-progress",
+            *extra,
+        ],
+        cwd=tree,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     records = (json.loads(path.read_text()) for path in out.rglob("*.json"))
     timings = next(record["timings"] for record in records if isinstance(record, dict) and "timings" in record)
     return sum(timings[f"{s}_images"] for s in SPLITS) / sum(timings[f"{s}_s"] for s in SPLITS)
@@ -57,10 +73,21 @@ def main() -> None:
             for tree in trees.values():
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
     for rev in trees:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True, text=True
+        ).stdout.strip()
         print(f"{rev:>12s} ({commit}): {best[rev]:8.0f} img/s over the evaluation splits, best of {args.repeats}")
     print(f"after / before: {best[args.after] / best[args.before]:.2f} x")
-    print(json.dumps({"before": args.before, "after": args.after, "before_img_s": best[args.before], "after_img_s": best[args.after]}))
+    print(
+        json.dumps(
+            {
+                "before": args.before,
+                "after": args.after,
+                "before_img_s": best[args.before],
+                "after_img_s": best[args.after],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

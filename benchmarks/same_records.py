@@ -40,20 +40,36 @@ def run_quick_start(tree: Path, work: Path) -> Path:
     """Run the quick start with ``tree``'s code into fresh folders under ``work``; return the output folder."""
     work.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(tree), "COOD_BENCH_CACHE": str(work / "cache")}
-    found = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"], cwd=tree, env=env,
-                           check=True, capture_output=True, text=True).stdout.strip()
+    found = subprocess.run(
+        [sys.executable, "-c", "import harness; print(harness.__file__)"],
+        cwd=tree,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if not Path(found).resolve().is_relative_to(tree.resolve()):
         raise SystemExit(f"the harness imports from {found}, not from {tree}")
     out, log = work / "out", work / "run.log"
-    command = [sys.executable, "-c", "from harness.cli import main; main()", *QUICK_START,
-               "--out", str(out), "--cache-dir", str(work / "scores")]
+    command = [
+        sys.executable,
+        "-c",
+        "from harness.cli import main; main()",
+        *QUICK_START,
+        "--out",
+        str(out),
+        "--cache-dir",
+        str(work / "scores"),
+    ]
     started = time.perf_counter()
     with log.open("w") as stream:
         done = subprocess.run(command, cwd=tree, env=env, stdout=stream, stderr=subprocess.STDOUT)
     print(f"ran the quick start from {tree} in {time.perf_counter() - started:.0f} s (log: {log})", flush=True)
     if done.returncode != 0:
-        raise SystemExit(f"the quick start failed (exit {done.returncode}); the last lines of {log}:\n"
-                         + "\n".join(log.read_text().splitlines()[-15:]))
+        raise SystemExit(
+            f"the quick start failed (exit {done.returncode}); the last lines of {log}:\n"
+            + "\n".join(log.read_text().splitlines()[-15:])
+        )
     return out
 
 
@@ -103,8 +119,10 @@ def main() -> int:
     for name, result in results.items():
         print(f"{result:<8} {name}")
     differ = sum(result != "same" for result in results.values())
-    print(f"{len(results)} files: {len(results) - differ} the same, {differ} not; masked in the records: "
-          + "; ".join(f"{key} ({why})" for key, why in MASKED.items()))
+    print(
+        f"{len(results)} files: {len(results) - differ} the same, {differ} not; masked in the records: "
+        + "; ".join(f"{key} ({why})" for key, why in MASKED.items())
+    )
     return 1 if differ else 0
 
 

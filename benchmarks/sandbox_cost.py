@@ -28,10 +28,10 @@ from pathlib import Path
 from harness_speed import KAPPAS, harness_pass
 
 from dataset_builder.glyphs.build import build
+from harness.run import open_benchmark
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward
 from harness.runtime.isolation import Limits, load_isolated
-from harness.run import open_benchmark
 from harness.submission import check_output, load_file
 
 
@@ -47,13 +47,39 @@ def main() -> None:
     commands = {"sandbox": [], "trusted": []}
     with tempfile.TemporaryDirectory() as tmp:
         tiny = Path(tmp) / "tiny"
-        build(tiny, progress=False, seed=0, pool_size=48, images_per_class=24, n_test=8, id_test_per_class=8, id_train_per_class=0)
+        build(
+            tiny,
+            progress=False,
+            seed=0,
+            pool_size=48,
+            images_per_class=24,
+            n_test=8,
+            id_test_per_class=8,
+            id_train_per_class=0,
+        )
         for _ in range(args.repeats):
             for mode, extra in (("sandbox", []), ("trusted", ["--trust-submission"])):
                 start = time.perf_counter()
-                subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "submit", args.model, "--benchmark",
-                                str(tiny), "--out", str(Path(tmp) / mode), "--no-cache", "--no-progress", "--device", "cpu", *extra],
-                               check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-c",
+                        "from harness.cli import main; main()",
+                        "submit",
+                        args.model,
+                        "--benchmark",
+                        str(tiny),
+                        "--out",
+                        str(Path(tmp) / mode),
+                        "--no-cache",
+                        "--no-progress",
+                        "--device",
+                        "cpu",
+                        *extra,
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
                 commands[mode].append(time.perf_counter() - start)
     command_s = {mode: statistics.median(times) for mode, times in commands.items()}
 
@@ -85,8 +111,10 @@ def main() -> None:
         child.close()
     n = sum(s["num_samples"] for s in bench.shards(args.split))
     sandbox_s, process_s = min(in_sandbox), min(in_process)
-    print(f"{trusted.name} on {bench.name} {args.split} ({n} images), CPU, batch {args.batch_size}, "
-          f"{args.repeats} interleaved runs")
+    print(
+        f"{trusted.name} on {bench.name} {args.split} ({n} images), CPU, batch {args.batch_size}, "
+        f"{args.repeats} interleaved runs"
+    )
     print("\n1. command to exit, tiny benchmark (median)")
     print(f"   sandbox (default)                   {command_s['sandbox']:8.2f} s")
     print(f"   in process (--trust-submission)     {command_s['trusted']:8.2f} s")
@@ -97,15 +125,32 @@ def main() -> None:
     print(f"   in process: import, build, trial    {load_s:8.2f} s")
     print(f"   the sandbox's extra start + close   {start_s + close_s - load_s:8.2f} s")
     print("\n3. per image (best pass, 4 kappas)")
-    print(f"   in process (--trust-submission)     {process_s:8.2f} s  {n / process_s:9.0f} img/s  "
-          f"{process_s / n * 1e6:7.1f} us/img")
-    print(f"   sandbox (default)                   {sandbox_s:8.2f} s  {n / sandbox_s:9.0f} img/s  "
-          f"{sandbox_s / n * 1e6:7.1f} us/img")
+    print(
+        f"   in process (--trust-submission)     {process_s:8.2f} s  {n / process_s:9.0f} img/s  "
+        f"{process_s / n * 1e6:7.1f} us/img"
+    )
+    print(
+        f"   sandbox (default)                   {sandbox_s:8.2f} s  {n / sandbox_s:9.0f} img/s  "
+        f"{sandbox_s / n * 1e6:7.1f} us/img"
+    )
     print(f"   cost ratio (sandbox / in process)   {sandbox_s / process_s:8.2f} x")
-    print(json.dumps({"command_sandbox_s": command_s["sandbox"], "command_trusted_s": command_s["trusted"],
-                      "command_extra_s": command_s["sandbox"] - command_s["trusted"], "images": n, "sandbox_start_s": start_s, "sandbox_close_s": close_s, "in_process_load_s": load_s,
-                      "sandbox_extra_start_close_s": start_s + close_s - load_s, "sandbox_img_s": n / sandbox_s,
-                      "in_process_img_s": n / process_s, "per_image_ratio": sandbox_s / process_s}))
+    print(
+        json.dumps(
+            {
+                "command_sandbox_s": command_s["sandbox"],
+                "command_trusted_s": command_s["trusted"],
+                "command_extra_s": command_s["sandbox"] - command_s["trusted"],
+                "images": n,
+                "sandbox_start_s": start_s,
+                "sandbox_close_s": close_s,
+                "in_process_load_s": load_s,
+                "sandbox_extra_start_close_s": start_s + close_s - load_s,
+                "sandbox_img_s": n / sandbox_s,
+                "in_process_img_s": n / process_s,
+                "per_image_ratio": sandbox_s / process_s,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -22,18 +22,23 @@ def load_times(index: Path, runs: int) -> list[dict]:
     """Per run, in ms from navigation: the first rows drawn, the first paint, every row drawn, DOMContentLoaded and
     the load event; and the rows shown and the page's width."""
     from playwright.sync_api import sync_playwright
+
     out = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"])
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"]
+        )
         for _ in range(runs):
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(index.as_uri())
             page.wait_for_function("!document.getElementById('leaderboard').dataset.pending")
-            timing = page.evaluate("(() => { const n = performance.getEntriesByType('navigation')[0];"
-                                   " const mark = name => performance.getEntriesByName(name)[0].startTime;"
-                                   " const paint = performance.getEntriesByName('first-contentful-paint')[0];"
-                                   " return {dom: n.domContentLoadedEventEnd, load: n.loadEventEnd, first: mark('rows-first'),"
-                                   " all: mark('rows-all'), paint: paint ? paint.startTime : NaN}; })()")
+            timing = page.evaluate(
+                "(() => { const n = performance.getEntriesByType('navigation')[0];"
+                " const mark = name => performance.getEntriesByName(name)[0].startTime;"
+                " const paint = performance.getEntriesByName('first-contentful-paint')[0];"
+                " return {dom: n.domContentLoadedEventEnd, load: n.loadEventEnd, first: mark('rows-first'),"
+                " all: mark('rows-all'), paint: paint ? paint.startTime : NaN}; })()"
+            )
             timing["rows"] = page.locator("#leaderboard tbody tr").count()
             timing["scroll_width"] = page.evaluate("document.documentElement.scrollWidth")
             out.append(timing)
@@ -56,21 +61,31 @@ def main() -> None:
         pages = build_site(table, out, "v1", board=board)
         seconds = time.perf_counter() - start
         files = [p for p in out.rglob("*") if p.is_file()]
-        print(f"entries {len(table)}, models {table['model'].nunique()} "
-              f"({table[table['flag'] == '']['model'].nunique()} valid)")
-        print(f"build {seconds:.2f} s: {len(pages)} pages, {len(files)} files, "
-              f"{sum(p.stat().st_size for p in files) / 1e6:.1f} MB")
-        print(f"index.html {(out / 'index.html').stat().st_size / 1e3:.0f} kB, "
-              f"site.js {(out / 'static' / 'site.js').stat().st_size / 1e3:.0f} kB, "
-              f"site.css {(out / 'static' / 'site.css').stat().st_size / 1e3:.0f} kB")
+        print(
+            f"entries {len(table)}, models {table['model'].nunique()} "
+            f"({table[table['flag'] == '']['model'].nunique()} valid)"
+        )
+        print(
+            f"build {seconds:.2f} s: {len(pages)} pages, {len(files)} files, "
+            f"{sum(p.stat().st_size for p in files) / 1e6:.1f} MB"
+        )
+        print(
+            f"index.html {(out / 'index.html').stat().st_size / 1e3:.0f} kB, "
+            f"site.js {(out / 'static' / 'site.js').stat().st_size / 1e3:.0f} kB, "
+            f"site.css {(out / 'static' / 'site.css').stat().st_size / 1e3:.0f} kB"
+        )
         if shutil.which("chromium"):
             runs = load_times(out / "index.html", args.runs)
+
             def median(key: str) -> float:
                 return sorted(r[key] for r in runs)[len(runs) // 2]
-            print(f"index load (1280x900, medians of {len(runs)} runs): first {median('first'):.0f} ms, first paint "
-                  f"{median('paint'):.0f} ms, all rows {median('all'):.0f} ms, DOMContentLoaded {median('dom'):.0f} ms, "
-                  f"load event {median('load'):.0f} ms; rows shown {runs[0]['rows']}, "
-                  f"page width {runs[0]['scroll_width']} px")
+
+            print(
+                f"index load (1280x900, medians of {len(runs)} runs): first {median('first'):.0f} ms, first paint "
+                f"{median('paint'):.0f} ms, all rows {median('all'):.0f} ms, DOMContentLoaded {median('dom'):.0f} ms, "
+                f"load event {median('load'):.0f} ms; rows shown {runs[0]['rows']}, "
+                f"page width {runs[0]['scroll_width']} px"
+            )
 
 
 if __name__ == "__main__":

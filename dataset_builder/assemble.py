@@ -40,8 +40,12 @@ def write_class_tables(folder: Path, id_table: pd.DataFrame, ood_table: pd.DataF
 def class_counts(id_table: pd.DataFrame, ood_table: pd.DataFrame) -> dict:
     """The manifest's ``classes`` entry: ID, pool and removed counts, removals by rule."""
     removed = ood_table[ood_table["status"] != "ood"]
-    return {"id": len(id_table), "ood": len(ood_table) - len(removed), "removed": len(removed),
-            "removed_by_rule": {k: int(v) for k, v in removed["rule"].value_counts().sort_index().items()}}
+    return {
+        "id": len(id_table),
+        "ood": len(ood_table) - len(removed),
+        "removed": len(removed),
+        "removed_by_rule": {k: int(v) for k, v in removed["rule"].value_counts().sort_index().items()},
+    }
 
 
 def partial_of(root: Path) -> Path:
@@ -98,7 +102,9 @@ def check_target(root: Path, overwrite: bool) -> None:
     if not _present(root) or _is_empty_folder(root):
         return
     if not is_benchmark(root):
-        raise BenchmarkError(f"{root} exists and is not a benchmark folder (no readable manifest.json); refusing to replace it")
+        raise BenchmarkError(
+            f"{root} exists and is not a benchmark folder (no readable manifest.json); refusing to replace it"
+        )
     if not overwrite:
         raise BenchmarkError(f"{root} already holds a benchmark; pass --overwrite to replace it")
 

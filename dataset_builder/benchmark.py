@@ -32,13 +32,13 @@ class Benchmark:
     hub: tuple[str, str] | None = None  # (repo id, commit sha) of a Hub benchmark
 
     @classmethod
-    def open(cls, root: str | Path) -> "Benchmark":
+    def open(cls, root: str | Path) -> Benchmark:
         if str(root).startswith(HUB_PREFIX):
             return cls._open_hub(str(root))
         return cls._open_folder(Path(root), local=True)
 
     @classmethod
-    def _open_folder(cls, root: Path, local: bool) -> "Benchmark":
+    def _open_folder(cls, root: Path, local: bool) -> Benchmark:
         manifest, sha256 = load_manifest(root, local=local)
         try:
             id_classes = pd.read_parquet(root / "classes" / "id.parquet").sort_values("index", ignore_index=True)
@@ -49,14 +49,16 @@ class Benchmark:
         return cls(root, manifest, sha256, id_classes, ood_classes)
 
     @classmethod
-    def _open_hub(cls, url: str) -> "Benchmark":
+    def _open_hub(cls, url: str) -> Benchmark:
         from huggingface_hub import HfApi, snapshot_download
         from huggingface_hub.errors import HfHubHTTPError
 
-        repo_id, _, revision = url[len(HUB_PREFIX):].partition("@")
+        repo_id, _, revision = url[len(HUB_PREFIX) :].partition("@")
         try:
             commit = HfApi().dataset_info(repo_id, revision=revision or None).sha
-            root = snapshot_download(repo_id, repo_type="dataset", revision=commit, allow_patterns=["manifest.json", "classes/*"])
+            root = snapshot_download(
+                repo_id, repo_type="dataset", revision=commit, allow_patterns=["manifest.json", "classes/*"]
+            )
         except (HfHubHTTPError, OSError, ValueError) as exc:
             raise BenchmarkError(f"cannot open {url}: {str(exc).splitlines()[0]}") from exc
         local = cls._open_folder(Path(root), local=False)
@@ -100,14 +102,18 @@ class Benchmark:
         try:
             return Path(hf_hub_download(repo_id, shard["path"], repo_type="dataset", revision=commit))
         except Exception as exc:  # any download failure is reported as the shard's
-            raise BenchmarkError(f"cannot fetch shard {shard['path']} from {repo_id}@{commit[:12]}: {str(exc).splitlines()[0]}") from exc
+            raise BenchmarkError(
+                f"cannot fetch shard {shard['path']} from {repo_id}@{commit[:12]}: {str(exc).splitlines()[0]}"
+            ) from exc
 
     def check_shard(self, shard: dict, path: Path, deep: bool = True) -> None:
         """Raise BenchmarkError unless ``path`` has the manifest's size (and sha256 when ``deep``) for ``shard``."""
         if not path.is_file():
             raise BenchmarkError(f"shard {shard['path']} listed in the manifest is missing")
         if path.stat().st_size != shard["num_bytes"]:
-            raise BenchmarkError(f"corrupt shard {shard['path']}: {path.stat().st_size} bytes, manifest says {shard['num_bytes']}")
+            raise BenchmarkError(
+                f"corrupt shard {shard['path']}: {path.stat().st_size} bytes, manifest says {shard['num_bytes']}"
+            )
         if deep and file_sha256(path) != shard["sha256"]:
             raise BenchmarkError(f"corrupt shard {shard['path']}: sha256 differs from the manifest")
 

@@ -35,8 +35,13 @@ from dataset_builder.manifest import load_manifest
 
 REFERENCE = "levels/reference.txt"
 CARD_TAG = "cood-bench"  # marks a card this module wrote; publish rewrites only such cards
-SPLIT_FOLDERS = {"id_test": "id/test/*.tar", "id_fit": "id/fit/*.tar", "id_train": "id/train/*.tar", "ood_estimation": "ood/estimation/*.tar",
-                 "ood_test": "ood/test/*/*.tar"}
+SPLIT_FOLDERS = {
+    "id_test": "id/test/*.tar",
+    "id_fit": "id/fit/*.tar",
+    "id_train": "id/train/*.tar",
+    "ood_estimation": "ood/estimation/*.tar",
+    "ood_test": "ood/test/*/*.tar",
+}
 LOCAL_PATH = "path/to/benchmark"
 EXAMPLE_LEVEL = 7
 
@@ -121,19 +126,27 @@ def licence(manifest: dict) -> tuple[dict[str, str], str]:
     """The YAML licence fields and the body's licence paragraph of a benchmark."""
     kind = benchmark_kind(manifest)
     if kind == "imagenet":
-        return ({"license": "other", "license_name": "imagenet-terms-of-access", "license_link": IMAGENET_TERMS},
-                LICENCE_TEXT["imagenet"].format(link=IMAGENET_TERMS))
+        return (
+            {"license": "other", "license_name": "imagenet-terms-of-access", "license_link": IMAGENET_TERMS},
+            LICENCE_TEXT["imagenet"].format(link=IMAGENET_TERMS),
+        )
     if kind == "glyphs":
-        return ({"license": "other", "license_name": "dejavu-fonts-license", "license_link": DEJAVU_LICENSE},
-                LICENCE_TEXT["glyphs"].format(link=DEJAVU_LICENSE))
+        return (
+            {"license": "other", "license_name": "dejavu-fonts-license", "license_link": DEJAVU_LICENSE},
+            LICENCE_TEXT["glyphs"].format(link=DEJAVU_LICENSE),
+        )
     recorded = (manifest.get("source") or {}).get("license")
     fields = licence_fields(recorded)
     if recorded:
-        text = (f"The images keep their sources' licences; the licence recorded for them is `{recorded}`. "
-                "Check the source for the terms of each image.")
+        text = (
+            f"The images keep their sources' licences; the licence recorded for them is `{recorded}`. "
+            "Check the source for the terms of each image."
+        )
     else:
-        text = ("The images keep their sources' licences, which the builder cannot know: unknown, see the source "
-                "(`license: unknown`).")
+        text = (
+            "The images keep their sources' licences, which the builder cannot know: unknown, see the source "
+            "(`license: unknown`)."
+        )
     return fields, text
 
 
@@ -147,25 +160,43 @@ def card_data(root: Path) -> DatasetCardData:
     bench = Benchmark.open(root)
     manifest = bench.manifest
     splits = sorted({s["split"] for s in manifest["shards"]}, key=list(SPLIT_FOLDERS).index)
-    configs = [{"config_name": "pool", "default": True,
-                "data_files": [{"split": split, "path": SPLIT_FOLDERS[split]} for split in splits]}]
+    configs = [
+        {
+            "config_name": "pool",
+            "default": True,
+            "data_files": [{"split": split, "path": SPLIT_FOLDERS[split]} for split in splits],
+        }
+    ]
     names = {"pool": label_names(bench)}
     shards = test_shards(manifest)
     for name in reference_configs(root):
         table = read_level_table(root / "levels" / f"{name}.parquet")
         files = level_data_files(table, shards)
-        configs.append({"config_name": name, "data_files": [{"split": "id_test", "path": SPLIT_FOLDERS["id_test"]}]
-                        + [{"split": split, "path": paths} for split, paths in files.items()]})
+        configs.append(
+            {
+                "config_name": name,
+                "data_files": [{"split": "id_test", "path": SPLIT_FOLDERS["id_test"]}]
+                + [{"split": split, "path": paths} for split, paths in files.items()],
+            }
+        )
         names[name] = label_names(bench, table["class_id"])
         held = {level_split(int(level)): group["class_id"] for level, group in table.groupby("level")}
         for split, paths in files.items():
-            configs.append({"config_name": level_config(name, split), "data_files": [{"split": split, "path": list(paths)}]})
+            configs.append(
+                {"config_name": level_config(name, split), "data_files": [{"split": split, "path": list(paths)}]}
+            )
             names[level_config(name, split)] = label_names(bench, held[split], with_id=False)
     fields, _ = licence(manifest)
-    data = DatasetCardData(**fields, pretty_name=f"{manifest['benchmark']['id']} C-OOD benchmark",
-                           task_categories=["image-classification"],
-                           tags=["out-of-distribution-detection", CARD_TAG, "arxiv:2302.11893"], configs=configs)
-    DatasetInfosDict({c: DatasetInfo(features=sample_features(bench.image_ext, n)) for c, n in names.items()}).to_dataset_card_data(data)
+    data = DatasetCardData(
+        **fields,
+        pretty_name=f"{manifest['benchmark']['id']} C-OOD benchmark",
+        task_categories=["image-classification"],
+        tags=["out-of-distribution-detection", CARD_TAG, "arxiv:2302.11893"],
+        configs=configs,
+    )
+    DatasetInfosDict(
+        {c: DatasetInfo(features=sample_features(bench.image_ext, n)) for c, n in names.items()}
+    ).to_dataset_card_data(data)
     return data
 
 
@@ -198,38 +229,51 @@ def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, rev
     splits = sorted({s["split"] for s in manifest["shards"]}, key=list(SPLIT_FOLDERS).index)
     source = _q(repo_id or LOCAL_PATH)
     rev = f", revision={_q(revision)}" if repo_id and revision else ""
-    blocks = [] if repo_id else [
-        "This card was written for the local folder; `cood-dataset publish` uploads it with these examples "
-        f"rewritten for the Hub repo. Replace `{LOCAL_PATH}` by this folder's path."]
-    blocks.append(f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}; `streaming=True` reads only the "
-                  "shards you iterate over:\n\n```python\nfrom datasets import load_dataset\n\n"
-                  f"pool = load_dataset({source}, \"pool\", split=\"ood_estimation\"{rev}, streaming=True)\n"
-                  "label = next(iter(pool))[\"json\"][\"class_id\"]\n"
-                  "class_id = pool.features[\"json\"][\"class_id\"].int2str(label)\n```")
+    blocks = (
+        []
+        if repo_id
+        else [
+            "This card was written for the local folder; `cood-dataset publish` uploads it with these examples "
+            f"rewritten for the Hub repo. Replace `{LOCAL_PATH}` by this folder's path."
+        ]
+    )
+    blocks.append(
+        f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}; `streaming=True` reads only the "
+        "shards you iterate over:\n\n```python\nfrom datasets import load_dataset\n\n"
+        f'pool = load_dataset({source}, "pool", split="ood_estimation"{rev}, streaming=True)\n'
+        'label = next(iter(pool))["json"]["class_id"]\n'
+        'class_id = pool.features["json"]["class_id"].int2str(label)\n```'
+    )
     num_id = manifest["classes"]["id"]
-    blocks.append(f"`json.class_id` is an integer `ClassLabel` whose names are the ids of the classes a config holds: in `pool`, "
-                  f"the {num_id} ID classes by index (label = the ID class index, what a classifier predicts), then the OOD pool "
-                  f"by index (label = {num_id} + pool index); in `<model>__<kappa>`, the ID classes, then the OOD classes of its "
-                  "levels by pool index; in `<model>__<kappa>__level_NN`, the level's classes by pool index. `int2str` gives "
-                  "the id back; `classes/id.parquet` and `classes/ood.parquet` name each id.")
+    blocks.append(
+        f"`json.class_id` is an integer `ClassLabel` whose names are the ids of the classes a config holds: in `pool`, "
+        f"the {num_id} ID classes by index (label = the ID class index, what a classifier predicts), then the OOD pool "
+        f"by index (label = {num_id} + pool index); in `<model>__<kappa>`, the ID classes, then the OOD classes of its "
+        "levels by pool index; in `<model>__<kappa>__level_NN`, the level's classes by pool index. `int2str` gives "
+        "the id back; `classes/id.parquet` and `classes/ood.parquet` name each id."
+    )
     for name in reference_configs(root):
         last, level = _example_level(root, name)
         split = level_split(level)
-        blocks.append(f"Config `{name}`: `id_test` and the OOD test images of each severity level of this (model, kappa) "
-                      f"pair, `level_00` (easiest) to `{last}` (hardest). Without streaming, `datasets` prepares every split "
-                      f"of the config it loads, so one level loads from its own config `{level_config(name, 'level_NN')}` "
-                      "(that split alone); streaming reads only the level's shards from either:\n\n"
-                      "```python\nfrom datasets import load_dataset\n\n"
-                      f"level = load_dataset({source}, {_q(level_config(name, split))}, split={_q(split)}{rev})\n"
-                      f"stream = load_dataset({source}, {_q(name)}, split={_q(split)}{rev}, streaming=True)\n```")
+        blocks.append(
+            f"Config `{name}`: `id_test` and the OOD test images of each severity level of this (model, kappa) "
+            f"pair, `level_00` (easiest) to `{last}` (hardest). Without streaming, `datasets` prepares every split "
+            f"of the config it loads, so one level loads from its own config `{level_config(name, 'level_NN')}` "
+            "(that split alone); streaming reads only the level's shards from either:\n\n"
+            "```python\nfrom datasets import load_dataset\n\n"
+            f"level = load_dataset({source}, {_q(level_config(name, split))}, split={_q(split)}{rev})\n"
+            f"stream = load_dataset({source}, {_q(name)}, split={_q(split)}{rev}, streaming=True)\n```"
+        )
     pairs = level_pairs(root)
     if pairs:
         model, kappa = _split_config(pairs[0])
         _, level = _example_level(root, pairs[0])
-        blocks.append("A level of any (model, kappa) pair with a level manifest in `levels/`, also those without a config, "
-                      "reading only that level's shards (with cood-bench installed):\n\n"
-                      "```python\nfrom dataset_builder.loading import load_level\n\n"
-                      f"level = load_level({source}, {_q(model)}, {_q(kappa)}, {level}{rev})\n```")
+        blocks.append(
+            "A level of any (model, kappa) pair with a level manifest in `levels/`, also those without a config, "
+            "reading only that level's shards (with cood-bench installed):\n\n"
+            "```python\nfrom dataset_builder.loading import load_level\n\n"
+            f"level = load_level({source}, {_q(model)}, {_q(kappa)}, {level}{rev})\n```"
+        )
     return "\n\n".join(blocks)
 
 
@@ -240,9 +284,16 @@ def card_text(root: str | Path, *, repo_id: str | None = None, revision: str | N
     manifest, _ = load_manifest(root)
     bench = manifest["benchmark"]
     _, licence_text = licence(manifest)
-    body = BODY.format(name=bench["id"], version=bench["version"], description=bench["description"],
-                       num_id=manifest["classes"]["id"], num_ood=manifest["classes"]["ood"],
-                       loading=loading_examples(root, manifest, repo_id, revision), licence=licence_text, citation=CITATION)
+    body = BODY.format(
+        name=bench["id"],
+        version=bench["version"],
+        description=bench["description"],
+        num_id=manifest["classes"]["id"],
+        num_ood=manifest["classes"]["ood"],
+        loading=loading_examples(root, manifest, repo_id, revision),
+        licence=licence_text,
+        citation=CITATION,
+    )
     return str(DatasetCard(f"---\n{card_data(root).to_yaml()}\n---\n{body}"))
 
 
@@ -261,7 +312,7 @@ def published_card(root: str | Path, repo_id: str, revision: str | None = None) 
         return None
     try:
         tags = DatasetCard.load(path).data.tags or []
-    except Exception:  # noqa: BLE001 - not a card with valid YAML: leave it alone
+    except Exception:
         return None
     if CARD_TAG not in tags:
         return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -20,7 +19,9 @@ app = make_app("Build C-OOD benchmarks as WebDataset shards.", f"cood-dataset {_
 
 @app.command()
 def glyphs(
-    out: Optional[Path] = typer.Argument(None, show_default="the embedded benchmark's cache folder", help="Output folder."),
+    out: Path | None = typer.Argument(
+        None, show_default="the embedded benchmark's cache folder", help="Output folder."
+    ),
     seed: int = typer.Option(0, help="Seed of the split, the pool sampling and the image styles."),
     pool_size: int = typer.Option(400, help="OOD classes to keep (seeded sample of the survivors); 0 keeps all."),
     images_per_class: int = typer.Option(200, help="Images per OOD class."),
@@ -36,8 +37,14 @@ def glyphs(
     from dataset_builder.glyphs.build import build
     from dataset_builder.manifest import load_manifest
 
-    options = dict(seed=seed, pool_size=pool_size or None, images_per_class=images_per_class, n_test=n_test,
-                   id_test_per_class=id_test_per_class, id_train_per_class=id_train_per_class)
+    options = dict(
+        seed=seed,
+        pool_size=pool_size or None,
+        images_per_class=images_per_class,
+        n_test=n_test,
+        id_test_per_class=id_test_per_class,
+        id_train_per_class=id_train_per_class,
+    )
     rule_sets = {"visually_ambiguous": visually_ambiguous}
     if out is None and overwrite:
         raise BenchmarkError("--overwrite needs an OUT folder (the cache is built once per set of options)")
@@ -51,24 +58,45 @@ def glyphs(
 @app.command()
 def imagenet(
     out: Path = typer.Argument(..., help="Output folder."),
-    imagenet21k: str = typer.Option(..., "--imagenet21k", help="ImageNet-21K (fall11 or winter21): the release tar of per-class tars, "
-                                    "its folder of <wnid>.tar files, class folders <wnid>/<images>, "
-                                    "or hf://datasets/<repo>[@<revision>][/<shard glob>]."),
-    val: str = typer.Option(..., "--val", help="ImageNet-1K validation: class folders <wnid>/<images>, the official tar "
-                            "ILSVRC2012_img_val.tar (with --val-labels), or hf://datasets/<repo>[@<revision>][/<shard glob>]."),
-    val_labels: Optional[Path] = typer.Option(None, "--val-labels", help="Labels of the validation tar: the devkit "
-                                              "ILSVRC2012_devkit_t12.tar.gz or Kaggle's LOC_val_solution.csv."),
-    pool: str = typer.Option("imagenet21k", help="Class list of the source: imagenet21k (21,843 ids) or imagenet22k (fall11, 21,841)."),
-    rule_set: list[str] = typer.Option(list(DEFAULT_RULE_SETS), help="Rule sets to switch on (repeat): visually_ambiguous, biologically_distinct."),
+    imagenet21k: str = typer.Option(
+        ...,
+        "--imagenet21k",
+        help="ImageNet-21K (fall11 or winter21): the release tar of per-class tars, "
+        "its folder of <wnid>.tar files, class folders <wnid>/<images>, "
+        "or hf://datasets/<repo>[@<revision>][/<shard glob>].",
+    ),
+    val: str = typer.Option(
+        ...,
+        "--val",
+        help="ImageNet-1K validation: class folders <wnid>/<images>, the official tar "
+        "ILSVRC2012_img_val.tar (with --val-labels), or hf://datasets/<repo>[@<revision>][/<shard glob>].",
+    ),
+    val_labels: Path | None = typer.Option(
+        None,
+        "--val-labels",
+        help="Labels of the validation tar: the devkit ILSVRC2012_devkit_t12.tar.gz or Kaggle's LOC_val_solution.csv.",
+    ),
+    pool: str = typer.Option(
+        "imagenet21k", help="Class list of the source: imagenet21k (21,843 ids) or imagenet22k (fall11, 21,841)."
+    ),
+    rule_set: list[str] = typer.Option(
+        list(DEFAULT_RULE_SETS), help="Rule sets to switch on (repeat): visually_ambiguous, biologically_distinct."
+    ),
     no_rule_sets: bool = typer.Option(False, "--no-rule-sets", help="Switch every optional rule set off."),
     min_images: int = typer.Option(200, help="Classes with fewer readable images are removed."),
     images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
     test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
     seed: int = typer.Option(0, help="Seed of the split."),
-    train: Optional[str] = typer.Option(None, "--train", help="ImageNet-1K training images (<wnid>/ folders, ILSVRC2012_img_train.tar, "
-                                         "or hf://datasets/...): a seeded id_fit split for detectors that fit."),
-    fit_per_class: int = typer.Option(DEFAULT_FIT_PER_CLASS, help="id_fit images per ID class (with --train; docs/benchmark-format.md: "
-                                                                        "why this default)."),
+    train: str | None = typer.Option(
+        None,
+        "--train",
+        help="ImageNet-1K training images (<wnid>/ folders, ILSVRC2012_img_train.tar, "
+        "or hf://datasets/...): a seeded id_fit split for detectors that fit.",
+    ),
+    fit_per_class: int = typer.Option(
+        DEFAULT_FIT_PER_CLASS,
+        help="id_fit images per ID class (with --train; docs/benchmark-format.md: why this default).",
+    ),
     workers: int = typer.Option(2, help="Processes reading images (and indexing Hub shards)."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
 ) -> None:
@@ -76,9 +104,22 @@ def imagenet(
     shards; rerun to resume an interrupted build."""
     from dataset_builder.imagenet import build_imagenet
 
-    sha = build_imagenet(out, imagenet21k, val, val_labels=val_labels, pool=pool, rule_sets=() if no_rule_sets else rule_set, min_images=min_images,
-                         images_per_class=images_per_class, test_fraction=test_fraction, seed=seed, workers=workers, overwrite=overwrite,
-                         train=train, fit_per_class=fit_per_class)
+    sha = build_imagenet(
+        out,
+        imagenet21k,
+        val,
+        val_labels=val_labels,
+        pool=pool,
+        rule_sets=() if no_rule_sets else rule_set,
+        min_images=min_images,
+        images_per_class=images_per_class,
+        test_fraction=test_fraction,
+        seed=seed,
+        workers=workers,
+        overwrite=overwrite,
+        train=train,
+        fit_per_class=fit_per_class,
+    )
     _summary(out, sha)
 
 
@@ -89,34 +130,57 @@ def folder(
     ood_dir: Path = typer.Option(..., "--ood", help="OOD candidate classes: <class>/<image>."),
     name: str = typer.Option("custom", help="Benchmark id."),
     version: str = typer.Option("1.0.0", help="Benchmark version (the publish tag)."),
-    exclude: Optional[Path] = typer.Option(None, help="CSV ood_class,id_class,why of OOD classes to remove."),
+    exclude: Path | None = typer.Option(None, help="CSV ood_class,id_class,why of OOD classes to remove."),
     min_images: int = typer.Option(200, help="Classes with fewer readable images are removed."),
     images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
     test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
     image_ext: str = typer.Option("jpg", help="The image field of every sample (bytes are stored as they are)."),
     seed: int = typer.Option(0, help="Seed of the split."),
-    train: Optional[Path] = typer.Option(None, "--train", help="ID training images in <class>/ folders: a seeded id_fit split for detectors that fit."),
+    train: Path | None = typer.Option(
+        None, "--train", help="ID training images in <class>/ folders: a seeded id_fit split for detectors that fit."
+    ),
     fit_per_class: int = typer.Option(DEFAULT_FIT_PER_CLASS, help="id_fit images per ID class (with --train)."),
     workers: int = typer.Option(2, help="Processes reading images."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
-    license: Optional[str] = typer.Option(None, help="The images' licence: a Hub licence id such as cc-by-4.0, or a URL (unknown when not given)."),
+    license: str | None = typer.Option(
+        None, help="The images' licence: a Hub licence id such as cc-by-4.0, or a URL (unknown when not given)."
+    ),
 ) -> None:
     """Build a C-OOD benchmark from any pair of image folders; rerun to resume an interrupted build."""
     from dataset_builder.folder import build_folder, read_exclusions
     from dataset_builder.imagenet import n_test_of
     from dataset_builder.images import ImageSettings
 
-    settings = ImageSettings(seed=seed, images_per_class=images_per_class, n_test=n_test_of(images_per_class, test_fraction),
-                             min_images=min_images, image_ext=image_ext, fit_per_class=fit_per_class)
-    sha = build_folder(out, id_dir, ood_dir, name=name, version=version, exclusions=read_exclusions(exclude) if exclude else None,
-                       settings=settings, workers=workers, overwrite=overwrite, license=license, train=train)
+    settings = ImageSettings(
+        seed=seed,
+        images_per_class=images_per_class,
+        n_test=n_test_of(images_per_class, test_fraction),
+        min_images=min_images,
+        image_ext=image_ext,
+        fit_per_class=fit_per_class,
+    )
+    sha = build_folder(
+        out,
+        id_dir,
+        ood_dir,
+        name=name,
+        version=version,
+        exclusions=read_exclusions(exclude) if exclude else None,
+        settings=settings,
+        workers=workers,
+        overwrite=overwrite,
+        license=license,
+        train=train,
+    )
     _summary(out, sha)
 
 
 @app.command()
 def levels(
     benchmark: Path = typer.Argument(..., help="Benchmark folder."),
-    level_file: Path = typer.Argument(..., help="A level manifest written by the harness (levels/<model>__<kappa>.parquet)."),
+    level_file: Path = typer.Argument(
+        ..., help="A level manifest written by the harness (levels/<model>__<kappa>.parquet)."
+    ),
     model: str = typer.Option(..., help="Model name."),
     kappa: str = typer.Option(..., help="Confidence function."),
     reference: bool = typer.Option(True, help="Give the pair a config of its own in the dataset card."),
@@ -139,7 +203,7 @@ def card(benchmark: Path = typer.Argument(..., help="Benchmark folder.")) -> Non
 def publish(
     benchmark: Path = typer.Argument(..., help="Benchmark folder."),
     repo_id: str = typer.Argument(..., help="Hub dataset repo, namespace/name."),
-    tag: Optional[str] = typer.Option(None, show_default="the benchmark version", help="Tag."),
+    tag: str | None = typer.Option(None, show_default="the benchmark version", help="Tag."),
     private: bool = typer.Option(False, help="Create the repo private."),
 ) -> None:
     """Upload a benchmark folder to the Hub (resumable: rerun after an interruption) and tag it."""
@@ -156,8 +220,10 @@ def _summary(out: Path, sha: str) -> None:
 
     manifest, _ = load_manifest(out)
     skipped = manifest.get("skipped_images", {}).get("count", 0)
-    typer.echo(f"{out}: {manifest['classes']['id']} ID classes, {manifest['classes']['ood']} OOD classes, "
-               f"{skipped} unreadable or oversized images skipped, {len(manifest['shards'])} shards, revision {sha}")
+    typer.echo(
+        f"{out}: {manifest['classes']['id']} ID classes, {manifest['classes']['ood']} OOD classes, "
+        f"{skipped} unreadable or oversized images skipped, {len(manifest['shards'])} shards, revision {sha}"
+    )
 
 
 def main() -> None:

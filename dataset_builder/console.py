@@ -11,9 +11,19 @@ import typer
 
 from dataset_builder.errors import describe_os_error, fail, one_line
 
-
 HELP = {"help_option_names": ["-h", "--help"]}
-TORCH_EXTRA = ("torch", "torchvision", "timm", "pytorch_ood", "scipy", "PIL", "datasets", "webdataset", "sklearn", "tqdm")
+TORCH_EXTRA = (
+    "torch",
+    "torchvision",
+    "timm",
+    "pytorch_ood",
+    "scipy",
+    "PIL",
+    "datasets",
+    "webdataset",
+    "sklearn",
+    "tqdm",
+)
 
 
 def _importable(name: str) -> bool:
@@ -28,14 +38,18 @@ def require_torch_extra(command: str) -> None:
     install, ``pip install cood-bench``, has the leaderboard only)."""
     missing = [name for name in TORCH_EXTRA if not _importable(name)]
     if missing:
-        print(f"error: {command} needs the torch extra (missing: {', '.join(missing)}): pip install 'cood-bench[torch]'",
-              file=sys.stderr)
+        print(
+            f"error: {command} needs the torch extra (missing: {', '.join(missing)}): pip install 'cood-bench[torch]'",
+            file=sys.stderr,
+        )
         sys.exit(2)
 
 
 def make_app(help: str, version: str) -> typer.Typer:
     """A typer app with the project's help settings and a ``--version`` option."""
-    app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, context_settings=HELP, help=help)
+    app = typer.Typer(
+        add_completion=False, no_args_is_help=True, rich_markup_mode=None, context_settings=HELP, help=help
+    )
 
     def show_version(value: bool) -> None:
         if value:
@@ -43,8 +57,11 @@ def make_app(help: str, version: str) -> typer.Typer:
             raise typer.Exit()
 
     @app.callback()
-    def _main(_version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
-                                            help="Print the version and exit.")) -> None:
+    def _main(
+        _version: bool = typer.Option(
+            False, "--version", callback=show_version, is_eager=True, help="Print the version and exit."
+        ),
+    ) -> None:
         pass
 
     return app

@@ -28,7 +28,11 @@ def embedded_benchmark(name: str = "glyphs", *, progress: bool = True, workers: 
     use."""
     builder = EMBEDDED[name]
     changed = {k: v for k, v in settings.items() if builder.DEFAULTS.get(k, object()) != v}
-    tag = "default" if not changed else "custom-" + hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
+    tag = (
+        "default"
+        if not changed
+        else "custom-" + hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
+    )
     folder = cache_root() / f"{name}-{builder.BENCHMARK_VERSION}" / tag
     if (folder / MANIFEST).is_file():  # built: reading takes no lock, so a read-only cache works
         return folder

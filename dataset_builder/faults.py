@@ -11,9 +11,21 @@ import errno
 import os
 
 ENV = "COOD_FAULT"
-POINTS = ("shard-done", "block-done", "swap-before", "swap-aside", "swap-in",  # the builder
-          "add:after-stage", "add:before-commit", "add:after-commit", "table:after-csv",  # the leaderboard
-          "publish:after-upload", "publish:after-tag", "publish:after-space-upload", "publish:after-space-tag")
+POINTS = (
+    "shard-done",
+    "block-done",
+    "swap-before",
+    "swap-aside",
+    "swap-in",  # the builder
+    "add:after-stage",
+    "add:before-commit",
+    "add:after-commit",
+    "table:after-csv",  # the leaderboard
+    "publish:after-upload",
+    "publish:after-tag",
+    "publish:after-space-upload",
+    "publish:after-space-tag",
+)
 
 
 def point(name: str, path: object = None) -> None:

@@ -37,7 +37,9 @@ def read_exclusions(path: Path) -> dict[str, tuple[str, str]]:
         return {row["ood_class"]: (row["id_class"], row["why"]) for row in reader}
 
 
-def classify_folders(id_classes: list[str], ood_classes: list[str], exclusions: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
+def classify_folders(
+    id_classes: list[str], ood_classes: list[str], exclusions: Mapping[str, tuple[str, str]]
+) -> pd.DataFrame:
     """One row per OOD folder (columns ``id``, ``name``, ``status``, ``rule``, ``collides_with``, ``why``)."""
     unknown = sorted({id_class for id_class, _ in exclusions.values()} - set(id_classes))
     if unknown:
@@ -53,10 +55,21 @@ def classify_folders(id_classes: list[str], ood_classes: list[str], exclusions: 
     return pd.DataFrame(rows, columns=["id", "name", "status", "rule", "collides_with", "why"])
 
 
-def build_folder(root: str | Path, id_dir: str | Path, ood_dir: str | Path, *, name: str = "custom", version: str = "1.0.0",
-                 exclusions: Mapping[str, tuple[str, str]] | None = None, settings: ImageSettings = ImageSettings(),
-                 workers: int = 2, progress: bool = True, overwrite: bool = False, license: str | None = None,
-                 train: str | Path | None = None) -> str:
+def build_folder(
+    root: str | Path,
+    id_dir: str | Path,
+    ood_dir: str | Path,
+    *,
+    name: str = "custom",
+    version: str = "1.0.0",
+    exclusions: Mapping[str, tuple[str, str]] | None = None,
+    settings: ImageSettings = ImageSettings(),
+    workers: int = 2,
+    progress: bool = True,
+    overwrite: bool = False,
+    license: str | None = None,
+    train: str | Path | None = None,
+) -> str:
     """Build a C-OOD benchmark from two ImageFolder trees under ``root``; return its manifest sha256. ``train``: ID
     training images in ``<class>/`` folders, for the seeded ``id_fit`` split (``settings.fit_per_class`` per class)."""
     check_target(Path(root), overwrite)  # before the folder scans: a refusal comes at once
@@ -66,11 +79,27 @@ def build_folder(root: str | Path, id_dir: str | Path, ood_dir: str | Path, *, n
         raise BenchmarkError(f"{id_dir if not id_classes else ood_dir} has no class folders")
     id_table = pd.DataFrame({"index": range(len(id_classes)), "id": id_classes, "name": id_classes})
     description = {
-        "benchmark": {"id": name, "version": version, "description": f"Custom C-OOD benchmark {name} built from two image folders."},
+        "benchmark": {
+            "id": name,
+            "version": version,
+            "description": f"Custom C-OOD benchmark {name} built from two image folders.",
+        },
         "source": {"kind": "folder", **({"license": license} if license else {})},
-        "rules": {"class_rules": CLASS_RULES, "exclusions": {k: list(v) for k, v in sorted((exclusions or {}).items())}},
+        "rules": {
+            "class_rules": CLASS_RULES,
+            "exclusions": {k: list(v) for k, v in sorted((exclusions or {}).items())},
+        },
     }
-    return build_from_folders(root, id_source=Path(id_dir), id_table=id_table, ood_source=Path(ood_dir),
-                             ood_table=classify_folders(id_classes, ood_classes, exclusions or {}), settings=settings,
-                             description=description, workers=workers, progress=progress, overwrite=overwrite,
-                             fit_source=None if train is None else Path(train))
+    return build_from_folders(
+        root,
+        id_source=Path(id_dir),
+        id_table=id_table,
+        ood_source=Path(ood_dir),
+        ood_table=classify_folders(id_classes, ood_classes, exclusions or {}),
+        settings=settings,
+        description=description,
+        workers=workers,
+        progress=progress,
+        overwrite=overwrite,
+        fit_source=None if train is None else Path(train),
+    )

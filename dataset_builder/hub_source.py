@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import multiprocessing
 import re
 import tarfile
 from concurrent.futures import ProcessPoolExecutor
-import multiprocessing
 
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.sources import Member, MemberSource
@@ -83,7 +83,9 @@ def index_shard(task: tuple[str, str, str, frozenset | None]) -> tuple[list[str]
     seen, kept = set(), {}
     for key, sample in samples.items():
         if "json" not in sample or "image" not in sample:
-            raise BenchmarkError(f"{where}: sample {key} lacks its {'json' if 'json' not in sample else 'image'} member")
+            raise BenchmarkError(
+                f"{where}: sample {key} lacks its {'json' if 'json' not in sample else 'image'} member"
+            )
         class_id, name = sample_class(sample["json"], key, where)
         seen.add(class_id)
         if keep is None or class_id in keep:
@@ -103,7 +105,9 @@ def hub_source(url: str, keep: set[str] | None, workers: int = 2) -> MemberSourc
     api = HfApi()
     try:
         sha = api.dataset_info(repo, revision=revision).sha
-        files = sorted(f for f in api.list_repo_files(repo, repo_type="dataset", revision=sha) if fnmatch.fnmatch(f, pattern))
+        files = sorted(
+            f for f in api.list_repo_files(repo, repo_type="dataset", revision=sha) if fnmatch.fnmatch(f, pattern)
+        )
     except HfHubHTTPError as exc:
         raise BenchmarkError(f"{url}: {str(exc).splitlines()[0]}") from exc
     if not files:
@@ -112,7 +116,7 @@ def hub_source(url: str, keep: set[str] | None, workers: int = 2) -> MemberSourc
     members: dict[str, dict[str, Member]] = {}
     seen: set[str] = set()
     with ProcessPoolExecutor(max(1, min(workers, len(tasks))), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for classes, kept in (pool.map(index_shard, tasks) if workers > 1 else map(index_shard, tasks)):
+        for classes, kept in pool.map(index_shard, tasks) if workers > 1 else map(index_shard, tasks):
             seen.update(classes)
             for class_id, images in kept.items():
                 both = members.setdefault(class_id, {})

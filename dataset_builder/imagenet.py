@@ -24,7 +24,14 @@ import pandas as pd
 
 from dataset_builder.assemble import check_target
 from dataset_builder.errors import BenchmarkError
-from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS, ID_CLASSES, imagenet_ood_classes, read_descriptions, read_synsets, rules_record
+from dataset_builder.imagenet_classes import (
+    DEFAULT_RULE_SETS,
+    ID_CLASSES,
+    imagenet_ood_classes,
+    read_descriptions,
+    read_synsets,
+    rules_record,
+)
 from dataset_builder.images import ImageSettings, build_from_folders
 from dataset_builder.sources import ImageSource, open_source
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS
@@ -57,21 +64,38 @@ def id_class_table(val: ImageSource, id_classes: Iterable[str] | None = None) ->
     all_ids, wanted = read_synsets(ID_CLASSES), wanted_id_classes(id_classes)
     folders = set(val.classes())
     if not folders:
-        raise BenchmarkError(f"{val} has no class folders: sort the validation images into <wnid>/ folders, "
-                             "or give the official tar with its labels (--val-labels)")
+        raise BenchmarkError(
+            f"{val} has no class folders: sort the validation images into <wnid>/ folders, "
+            "or give the official tar with its labels (--val-labels)"
+        )
     missing = [c for c in wanted if c not in folders]
     if missing:
         raise BenchmarkError(f"{val} lacks {len(missing)} ImageNet-1K class folders, e.g. {missing[0]}")
     names, _ = read_descriptions()
-    return pd.DataFrame({"index": [all_ids.index(c) for c in wanted], "id": wanted, "name": [names.get(c, "") for c in wanted]})
+    return pd.DataFrame(
+        {"index": [all_ids.index(c) for c in wanted], "id": wanted, "name": [names.get(c, "") for c in wanted]}
+    )
 
 
-def build_imagenet(root: str | Path, imagenet21k: str | Path, val: str | Path, *, val_labels: str | Path | None = None,
-                   pool: str = "imagenet21k",
-                   rule_sets: Iterable[str] = DEFAULT_RULE_SETS, min_images: int = 200, images_per_class: int = 200,
-                   test_fraction: float = 0.25, seed: int = 0, id_classes: Iterable[str] | None = None,
-                   workers: int = 2, progress: bool = True, overwrite: bool = False, train: str | Path | None = None,
-                   fit_per_class: int = DEFAULT_FIT_PER_CLASS) -> str:
+def build_imagenet(
+    root: str | Path,
+    imagenet21k: str | Path,
+    val: str | Path,
+    *,
+    val_labels: str | Path | None = None,
+    pool: str = "imagenet21k",
+    rule_sets: Iterable[str] = DEFAULT_RULE_SETS,
+    min_images: int = 200,
+    images_per_class: int = 200,
+    test_fraction: float = 0.25,
+    seed: int = 0,
+    id_classes: Iterable[str] | None = None,
+    workers: int = 2,
+    progress: bool = True,
+    overwrite: bool = False,
+    train: str | Path | None = None,
+    fit_per_class: int = DEFAULT_FIT_PER_CLASS,
+) -> str:
     """Build the ImageNet C-OOD benchmark under ``root``; return its manifest sha256.
 
     ``imagenet21k``, ``val`` and ``train``: a folder, a tar, or an ``hf://datasets/`` URL (module docstring);
@@ -84,23 +108,46 @@ def build_imagenet(root: str | Path, imagenet21k: str | Path, val: str | Path, *
     """
     check_target(Path(root), overwrite)  # before the class rules and the folder scans: a refusal comes at once
     ood_table = imagenet_ood_classes(rule_sets, pool)
-    ood_source = open_source(imagenet21k, "--imagenet21k", keep=set(ood_table.loc[ood_table["status"] == "ood", "id"]), workers=workers)
+    ood_source = open_source(
+        imagenet21k, "--imagenet21k", keep=set(ood_table.loc[ood_table["status"] == "ood", "id"]), workers=workers
+    )
     unknown = sorted(set(ood_source.classes()) - set(ood_table["id"]))
     if unknown:
-        raise BenchmarkError(f"{imagenet21k} has {len(unknown)} classes that are not {pool} classes, e.g. {unknown[0]!r}")
+        raise BenchmarkError(
+            f"{imagenet21k} has {len(unknown)} classes that are not {pool} classes, e.g. {unknown[0]!r}"
+        )
     wanted = set(wanted_id_classes(id_classes))
     val_source = open_source(val, "--val", labels=val_labels, keep=wanted, workers=workers)
     fit_source = None if train is None else open_source(train, "--train", keep=wanted, workers=workers)
     rule_sets = tuple(rule_sets)
-    settings = ImageSettings(seed=seed, images_per_class=images_per_class, n_test=n_test_of(images_per_class, test_fraction),
-                             min_images=min_images, image_ext="jpg", fit_per_class=fit_per_class)
+    settings = ImageSettings(
+        seed=seed,
+        images_per_class=images_per_class,
+        n_test=n_test_of(images_per_class, test_fraction),
+        min_images=min_images,
+        image_ext="jpg",
+        fit_per_class=fit_per_class,
+    )
     description = {
-        "benchmark": {"id": BENCHMARK_ID, "version": BENCHMARK_VERSION,
-                      "description": "ImageNet-1K validation (ID) vs. ImageNet-21K classes outside ImageNet-1K's "
-                                     "WordNet is-a closure (OOD)."},
+        "benchmark": {
+            "id": BENCHMARK_ID,
+            "version": BENCHMARK_VERSION,
+            "description": "ImageNet-1K validation (ID) vs. ImageNet-21K classes outside ImageNet-1K's "
+            "WordNet is-a closure (OOD).",
+        },
         "source": {"kind": "imagenet", "pool": pool, "id": "ImageNet-1K validation", "test_fraction": test_fraction},
         "rules": rules_record(rule_sets),
     }
-    return build_from_folders(root, id_source=val_source, id_table=id_class_table(val_source, id_classes),
-                             ood_source=ood_source, ood_table=ood_table, settings=settings, description=description,
-                             workers=workers, progress=progress, overwrite=overwrite, fit_source=fit_source)
+    return build_from_folders(
+        root,
+        id_source=val_source,
+        id_table=id_class_table(val_source, id_classes),
+        ood_source=ood_source,
+        ood_table=ood_table,
+        settings=settings,
+        description=description,
+        workers=workers,
+        progress=progress,
+        overwrite=overwrite,
+        fit_source=fit_source,
+    )

@@ -30,10 +30,11 @@ import multiprocessing
 import re
 import shutil
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable, Iterator, TypeVar
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 from PIL import Image
@@ -78,7 +79,9 @@ class ImageSettings:
         if self.fit_per_class < 1:
             raise BenchmarkError(f"fit_per_class must be at least 1, got {self.fit_per_class}")
         if not 0 < self.n_test < self.images_per_class:
-            raise BenchmarkError(f"n_test must be between 1 and images_per_class - 1, got {self.n_test} of {self.images_per_class}")
+            raise BenchmarkError(
+                f"n_test must be between 1 and images_per_class - 1, got {self.n_test} of {self.images_per_class}"
+            )
         if self.min_images < 1:
             raise BenchmarkError(f"min_images must be at least 1, got {self.min_images}")
         if self.image_ext not in IMAGE_EXTS:
@@ -150,11 +153,21 @@ def image_format(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> str:
 def check_class_ids(ids: list[str], what: str) -> None:
     bad = [c for c in ids if not CLASS_ID.match(c)]
     if bad:
-        raise BenchmarkError(f"{what} class name {bad[0]!r} is not [A-Za-z0-9_-]+ (class names become shard names and sample keys)")
+        raise BenchmarkError(
+            f"{what} class name {bad[0]!r} is not [A-Za-z0-9_-]+ (class names become shard names and sample keys)"
+        )
 
 
-def _read_good(source: ImageSource, names: list[str], class_id: str, wanted: int | None, skipped: list[dict],
-               max_pixels: int, exclude: set[str] = frozenset(), excluded: list[dict] | None = None) -> dict[str, tuple[bytes, str]]:
+def _read_good(
+    source: ImageSource,
+    names: list[str],
+    class_id: str,
+    wanted: int | None,
+    skipped: list[dict],
+    max_pixels: int,
+    exclude: set[str] = frozenset(),
+    excluded: list[dict] | None = None,
+) -> dict[str, tuple[bytes, str]]:
     """``name -> (bytes, format)`` of the first ``wanted`` (all when None) readable images of ``names`` of at most
     ``max_pixels`` pixels, in order; an image whose sha256 is in ``exclude`` is passed over and listed in ``excluded``."""
     good: dict[str, tuple[bytes, str]] = {}
@@ -167,23 +180,37 @@ def _read_good(source: ImageSource, names: list[str], class_id: str, wanted: int
                 excluded.append({"class_id": class_id, "file": name})
                 continue
             good[name] = (data, image_format(data, max_pixels))
-        except Exception as exc:  # noqa: BLE001 - any failure to read or decode makes the image unreadable
-            error = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the file", f"{type(exc).__name__}: {exc}")  # no addresses: rebuilds are identical
+        except Exception as exc:
+            error = re.sub(
+                r"<[^>]* at 0x[0-9a-f]+>", "the file", f"{type(exc).__name__}: {exc}"
+            )  # no addresses: rebuilds are identical
             skipped.append({"class_id": class_id, "file": name, "error": error[:200]})
     return good
 
 
-def _samples(class_id: str, names: list[str], good: dict[str, tuple[bytes, str]], ext: str, formats: Counter) -> list[dict]:
+def _samples(
+    class_id: str, names: list[str], good: dict[str, tuple[bytes, str]], ext: str, formats: Counter
+) -> list[dict]:
     keys = [sample_key(class_id, name) for name in names]
     if len(set(keys)) != len(keys):
         clash = next(k for k in keys if keys.count(k) > 1)
-        raise BenchmarkError(f"class {class_id}: two images map to the sample key {clash} (file names differing only in dots or extension)")
+        raise BenchmarkError(
+            f"class {class_id}: two images map to the sample key {clash} (file names differing only in dots or extension)"
+        )
     formats.update(good[name][1] for name in names)
     return [make_sample(key, ext, good[name][0], class_id) for key, name in zip(keys, names)]
 
 
-def _id_shard(partial: Path, relpath: str, split: str, block: Block, s: ImageSettings, formats: Counter, what: str,
-              read: Callable[[str], dict]) -> tuple[ShardInfo | None, dict[str, int]]:
+def _id_shard(
+    partial: Path,
+    relpath: str,
+    split: str,
+    block: Block,
+    s: ImageSettings,
+    formats: Counter,
+    what: str,
+    read: Callable[[str], dict],
+) -> tuple[ShardInfo | None, dict[str, int]]:
     """One shard of a block's ID classes, each class's images from ``read(class id)``; returns it and the counts."""
     writer, counts = ShardWriter(partial, relpath, split), {}
     for cid in _each_class(block.classes):
@@ -202,20 +229,34 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
     source = block.source
     shards, classes, skipped, formats, fit, duplicates, unreadable = [], [], [], Counter(), [], [], []
     if block.kind == "id":
+
         def read_test(cid: str) -> dict:
             return _read_good(source, source.names(cid), cid, None, skipped, s.max_image_pixels)
 
-        shard, counts = _id_shard(partial, f"id/test/{block.number:06d}.tar", "id_test", block, s, formats, "", read_test)
+        shard, counts = _id_shard(
+            partial, f"id/test/{block.number:06d}.tar", "id_test", block, s, formats, "", read_test
+        )
         shards.append(shard)
         classes += [{"id": cid, "num_images": n} for cid, n in counts.items()]
     elif block.kind == "fit":
+
         def read_fit(cid: str) -> dict:
             test = block.test_source
             tests = {hashlib.sha256(test.read(cid, n)).hexdigest() for n in test.names(cid)}
-            return _read_good(source, split_order(source.names(cid), cid, s.seed), cid, s.fit_per_class,
-                              skipped, s.max_image_pixels, tests, duplicates)
+            return _read_good(
+                source,
+                split_order(source.names(cid), cid, s.seed),
+                cid,
+                s.fit_per_class,
+                skipped,
+                s.max_image_pixels,
+                tests,
+                duplicates,
+            )
 
-        shard, counts = _id_shard(partial, f"id/fit/{block.number:06d}.tar", "id_fit", block, s, formats, "training ", read_fit)
+        shard, counts = _id_shard(
+            partial, f"id/fit/{block.number:06d}.tar", "id_fit", block, s, formats, "training ", read_fit
+        )
         shards.append(shard)
         fit += [{"id": cid, "num_fit_images": n} for cid, n in counts.items()]
     else:
@@ -229,21 +270,39 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
                 continue
             good = {}
             if len(names) >= s.min_images:
-                good = _read_good(source, split_order(names, cid, s.seed), cid, max(s.images_per_class, s.min_images), skipped,
-                                  s.max_image_pixels)
+                good = _read_good(
+                    source,
+                    split_order(names, cid, s.seed),
+                    cid,
+                    max(s.images_per_class, s.min_images),
+                    skipped,
+                    s.max_image_pixels,
+                )
             if len(good) < s.min_images:
                 classes.append({"id": cid, "num_images": 0, "rule": "too_few_images"})
                 continue
             split = split_class(good, cid, s.seed, s.n_test, s.images_per_class)
             relpath = f"ood/test/{position // TEST_GROUP_SIZE:03d}/{cid}.tar"
-            shards.append(write_shard(partial, relpath, "ood_test", _samples(cid, split.test, good, s.image_ext, formats), class_id=cid))
+            shards.append(
+                write_shard(
+                    partial, relpath, "ood_test", _samples(cid, split.test, good, s.image_ext, formats), class_id=cid
+                )
+            )
             for sample in _samples(cid, split.estimation, good, s.image_ext, formats):
                 estimation.write(sample)
             classes.append({"id": cid, "num_images": len(split.test) + len(split.estimation), "rule": None})
         shards.insert(0, estimation.close())
     source.close()
-    result = {"block": block.name, "shards": [i.to_dict() for i in shards if i is not None], "classes": classes, "skipped": skipped,
-              "formats": dict(formats), "fit": fit, "duplicates": duplicates, "unreadable": unreadable}
+    result = {
+        "block": block.name,
+        "shards": [i.to_dict() for i in shards if i is not None],
+        "classes": classes,
+        "skipped": skipped,
+        "formats": dict(formats),
+        "fit": fit,
+        "duplicates": duplicates,
+        "unreadable": unreadable,
+    }
     marker = partial / STATE / f"{block.name}.json"
     write_atomic(marker, json.dumps(result, sort_keys=True).encode())
     faults.point("block-done", marker)
@@ -255,7 +314,9 @@ def check_fit_source(fit_source: ImageSource, id_ids: list[str]) -> None:
     folders = fit_source.classes()
     missing = [c for c in id_ids if c not in folders]
     if missing:
-        raise BenchmarkError(f"{len(missing)} ID classes have no folder in the training images {fit_source}, e.g. {missing[0]}")
+        raise BenchmarkError(
+            f"{len(missing)} ID classes have no folder in the training images {fit_source}, e.g. {missing[0]}"
+        )
     extra = sorted(set(folders) - set(id_ids))
     if extra:
         raise BenchmarkError(f"{fit_source} has {len(extra)} folders that are not ID classes, e.g. {extra[0]!r}")
@@ -264,13 +325,18 @@ def check_fit_source(fit_source: ImageSource, id_ids: list[str]) -> None:
 def fit_entry(settings: ImageSettings, fitted: dict[str, int], ordered: list[dict]) -> dict:
     """The manifest's ``fit``: how the ``id_fit`` split was drawn, the classes that had fewer images, the copies skipped."""
     duplicates = sorted((d for r in ordered for d in r.get("duplicates", [])), key=lambda d: (d["class_id"], d["file"]))
-    return {"split": "id_fit", "source": "ID training images", "per_class": settings.fit_per_class, "seed": settings.seed,
-            "rule": "per class, the first fit_per_class readable images in the seeded split order, skipping byte-identical "
-                    "copies of the class's ID test images",
-            "num_images": sum(fitted.values()),
-            "shards": [sh["path"] for r in ordered for sh in r["shards"] if sh["split"] == "id_fit"],
-            "short_classes": {c: n for c, n in sorted(fitted.items()) if n < settings.fit_per_class},
-            "duplicates_of_test": {"count": len(duplicates), "images": duplicates}}
+    return {
+        "split": "id_fit",
+        "source": "ID training images",
+        "per_class": settings.fit_per_class,
+        "seed": settings.seed,
+        "rule": "per class, the first fit_per_class readable images in the seeded split order, skipping byte-identical "
+        "copies of the class's ID test images",
+        "num_images": sum(fitted.values()),
+        "shards": [sh["path"] for r in ordered for sh in r["shards"] if sh["split"] == "id_fit"],
+        "short_classes": {c: n for c, n in sorted(fitted.items()) if n < settings.fit_per_class},
+        "duplicates_of_test": {"count": len(duplicates), "images": duplicates},
+    }
 
 
 def finished_block(partial: Path, block: Block) -> dict | None:
@@ -286,12 +352,22 @@ def finished_block(partial: Path, block: Block) -> dict | None:
     return result
 
 
-def _blocks(kind: str, source: ImageSource, ids: list[str], size: int, test_source: ImageSource | None = None) -> list[Block]:
+def _blocks(
+    kind: str, source: ImageSource, ids: list[str], size: int, test_source: ImageSource | None = None
+) -> list[Block]:
     blocks = []
     for n, start in enumerate(range(0, len(ids), size)):
-        classes = tuple(ids[start:start + size])
-        blocks.append(Block(kind, n, source.subset(classes), classes, tuple(range(start, start + len(classes))),
-                            None if test_source is None else test_source.subset(classes)))
+        classes = tuple(ids[start : start + size])
+        blocks.append(
+            Block(
+                kind,
+                n,
+                source.subset(classes),
+                classes,
+                tuple(range(start, start + len(classes))),
+                None if test_source is None else test_source.subset(classes),
+            )
+        )
     return blocks
 
 
@@ -305,7 +381,9 @@ def _open_partial(root: Path, config: dict, overwrite: bool) -> Path:
         shutil.rmtree(partial)
     if partial.exists():
         if not saved.is_file() or saved.read_text() != wanted:
-            raise BenchmarkError(f"{partial} holds an interrupted build with other inputs or options; delete it, or rerun with the same ones")
+            raise BenchmarkError(
+                f"{partial} holds an interrupted build with other inputs or options; delete it, or rerun with the same ones"
+            )
         return partial
     (partial / STATE).mkdir(parents=True)
     saved.write_text(wanted)
@@ -354,10 +432,20 @@ def _run(tasks: list[tuple[Path, Block, ImageSettings]], workers: int, bar: tqdm
     return results
 
 
-def build_from_folders(root: str | Path, *, id_source: ImageSource | Path, id_table: pd.DataFrame, ood_source: ImageSource | Path,
-                       ood_table: pd.DataFrame,
-                       settings: ImageSettings, description: dict, workers: int = 2, progress: bool = True,
-                       overwrite: bool = False, fit_source: ImageSource | Path | None = None) -> str:
+def build_from_folders(
+    root: str | Path,
+    *,
+    id_source: ImageSource | Path,
+    id_table: pd.DataFrame,
+    ood_source: ImageSource | Path,
+    ood_table: pd.DataFrame,
+    settings: ImageSettings,
+    description: dict,
+    workers: int = 2,
+    progress: bool = True,
+    overwrite: bool = False,
+    fit_source: ImageSource | Path | None = None,
+) -> str:
     """Build a benchmark under ``root``; return its manifest sha256.
 
     Each source is an :class:`dataset_builder.sources.ImageSource` or a folder of class folders.
@@ -385,8 +473,14 @@ def build_from_folders(root: str | Path, *, id_source: ImageSource | Path, id_ta
         check_fit_source(fit_source, id_ids)
     ood_present = set(ood_source.classes())
     in_source = [c for c in candidates if c in ood_present]
-    config = {"settings": asdict(settings), "description": description, "id": id_ids, "ood": in_source,
-              "sources": [id_source.identity(), ood_source.identity()] + ([fit_source.identity()] if fit_source is not None else [])}
+    config = {
+        "settings": asdict(settings),
+        "description": description,
+        "id": id_ids,
+        "ood": in_source,
+        "sources": [id_source.identity(), ood_source.identity()]
+        + ([fit_source.identity()] if fit_source is not None else []),
+    }
     partial = _open_partial(root, config, overwrite)
 
     blocks = _blocks("id", id_source, id_ids, settings.id_classes_per_shard)
@@ -395,8 +489,13 @@ def build_from_folders(root: str | Path, *, id_source: ImageSource | Path, id_ta
     blocks += _blocks("ood", ood_source, in_source, settings.ood_classes_per_shard)
     results = {b.name: r for b in blocks if (r := finished_block(partial, b)) is not None}
     todo = [(partial, b, settings) for b in blocks if b.name not in results]
-    with tqdm(total=sum(len(b.classes) for b in blocks), initial=sum(len(b.classes) for b in blocks if b.name in results),
-              desc="building", unit="class", disable=not progress) as bar:
+    with tqdm(
+        total=sum(len(b.classes) for b in blocks),
+        initial=sum(len(b.classes) for b in blocks if b.name in results),
+        desc="building",
+        unit="class",
+        disable=not progress,
+    ) as bar:
         results.update(_run(todo, workers, bar))
     ordered = [results[b.name] for b in blocks]
 
@@ -409,7 +508,10 @@ def build_from_folders(root: str | Path, *, id_source: ImageSource | Path, id_ta
         id_table = id_table.assign(num_fit_images=[fitted[c] for c in id_table["id"]])
     ood_table = ood_table.reset_index(drop=True).copy()
     ood_table["num_images"] = [outcome[c]["num_images"] if c in outcome else 0 for c in ood_table["id"]]
-    ood_table.loc[ood_table["id"].isin(set(candidates) - set(in_source)), ["status", "rule"]] = ["removed", "not_in_source"]
+    ood_table.loc[ood_table["id"].isin(set(candidates) - set(in_source)), ["status", "rule"]] = [
+        "removed",
+        "not_in_source",
+    ]
     for rule in ("too_few_images", "unreadable_source"):
         removed = ood_table["id"].map(lambda c: c in outcome and outcome[c].get("rule") == rule)
         ood_table.loc[removed, ["status", "rule"]] = ["removed", rule]
@@ -424,8 +526,12 @@ def build_from_folders(root: str | Path, *, id_source: ImageSource | Path, id_ta
         **description,
         "rules": {**description.get("rules", {}), "image_rules": IMAGE_RULES},
         "seed": settings.seed,
-        "split": {"rule": SPLIT_RULE, "images_per_class": settings.images_per_class, "n_test": settings.n_test,
-                  "min_images": settings.min_images},
+        "split": {
+            "rule": SPLIT_RULE,
+            "images_per_class": settings.images_per_class,
+            "n_test": settings.n_test,
+            "min_images": settings.min_images,
+        },
         "image_ext": settings.image_ext,
         "max_image_pixels": settings.max_image_pixels,
         "image_formats": dict(sorted(formats.items())),

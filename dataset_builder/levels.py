@@ -18,13 +18,25 @@ def level_file_name(model: str, kappa: str) -> str:
     return f"{safe(model)}__{safe(kappa)}.parquet"
 
 
-def level_table(level_classes: list[list[int]], class_scores: list[float], level_scores: list[float],
-                percentiles: list[float], class_ids: list[str]) -> pd.DataFrame:
+def level_table(
+    level_classes: list[list[int]],
+    class_scores: list[float],
+    level_scores: list[float],
+    percentiles: list[float],
+    class_ids: list[str],
+) -> pd.DataFrame:
     """One row per (level, class), classes in ascending score order within each level."""
     rows = [
-        {"level": level, "class_id": class_ids[c], "class_index": int(c), "class_score": float(class_scores[c]),
-         "level_score": float(level_scores[level]), "percentile": float(percentiles[level])}
-        for level, classes in enumerate(level_classes) for c in classes
+        {
+            "level": level,
+            "class_id": class_ids[c],
+            "class_index": int(c),
+            "class_score": float(class_scores[c]),
+            "level_score": float(level_scores[level]),
+            "percentile": float(percentiles[level]),
+        }
+        for level, classes in enumerate(level_classes)
+        for c in classes
     ]
     return pd.DataFrame(rows, columns=LEVEL_COLUMNS)
 
@@ -45,9 +57,14 @@ def level_data_files(table: pd.DataFrame, test_shards: dict[str, str]) -> dict[s
     """``level split -> OOD test shard paths`` of a level table, given ``class_id -> shard path``."""
     missing = sorted(set(table["class_id"]) - set(test_shards))
     if missing:
-        raise BenchmarkError(f"the level manifest names {len(missing)} classes without an OOD test shard, e.g. {missing[0]} "
-                             "(made on another benchmark?)")
-    return {level_split(int(level)): [test_shards[c] for c in group["class_id"]] for level, group in table.groupby("level", sort=True)}
+        raise BenchmarkError(
+            f"the level manifest names {len(missing)} classes without an OOD test shard, e.g. {missing[0]} "
+            "(made on another benchmark?)"
+        )
+    return {
+        level_split(int(level)): [test_shards[c] for c in group["class_id"]]
+        for level, group in table.groupby("level", sort=True)
+    }
 
 
 def read_level_table(path: Path) -> pd.DataFrame:

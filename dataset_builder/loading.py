@@ -16,8 +16,8 @@ benchmark's identity); naming only the classes held keeps each config's names sh
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import datasets
 from huggingface_hub import HfApi, hf_hub_download
@@ -39,12 +39,14 @@ def label_names(bench: Benchmark, ood: Iterable[str] | None = None, *, with_id: 
 def sample_features(image_ext: str, names: list[str] | None = None) -> datasets.Features:
     """The features of every sample: key, source shard, the image, and its class id (a ``ClassLabel`` over
     ``names`` when given, else the string)."""
-    return datasets.Features({
-        "__key__": datasets.Value("string"),
-        "__url__": datasets.Value("string"),
-        image_ext: datasets.Image(),
-        "json": {"class_id": datasets.ClassLabel(names=names) if names is not None else datasets.Value("string")},
-    })
+    return datasets.Features(
+        {
+            "__key__": datasets.Value("string"),
+            "__url__": datasets.Value("string"),
+            image_ext: datasets.Image(),
+            "json": {"class_id": datasets.ClassLabel(names=names) if names is not None else datasets.Value("string")},
+        }
+    )
 
 
 def test_shards(manifest: dict) -> dict[str, str]:
@@ -71,19 +73,35 @@ def _level_file(source: str | Path, commit: str | None, relpath: str) -> Path:
         return Path(source) / relpath
 
 
-def load_level(source: str | Path, model: str, kappa: str, level: int, *, revision: str | None = None,
-               streaming: bool = False, **kwargs) -> datasets.Dataset | datasets.IterableDataset:
+def load_level(
+    source: str | Path,
+    model: str,
+    kappa: str,
+    level: int,
+    *,
+    revision: str | None = None,
+    streaming: bool = False,
+    **kwargs,
+) -> datasets.Dataset | datasets.IterableDataset:
     """The OOD test images of one severity level of ``(model, kappa)`` (split name ``level_NN``); ``kwargs`` go to
     ``datasets.load_dataset`` (``cache_dir``, ``num_proc``, ...)."""
     bench, prefix, commit = _open(source, revision)
     level_path = _level_file(source, commit, f"levels/{level_file_name(model, kappa)}")
     if not level_path.is_file():
-        raise BenchmarkError(f"{source} has no level manifest for model {model!r} and kappa {kappa!r} ({level_file_name(model, kappa)})")
+        raise BenchmarkError(
+            f"{source} has no level manifest for model {model!r} and kappa {kappa!r} ({level_file_name(model, kappa)})"
+        )
     table = read_level_table(level_path)
     files = level_data_files(table, test_shards(bench.manifest))
     split = level_split(level)
     if split not in files:
         raise BenchmarkError(f"level {level} does not exist; the levels are 0..{len(files) - 1}")
     names = label_names(bench, table.loc[table["level"] == level, "class_id"], with_id=False)
-    return datasets.load_dataset("webdataset", data_files={split: [prefix + p for p in files[split]]}, split=split,
-                                 features=sample_features(bench.image_ext, names), streaming=streaming, **kwargs)
+    return datasets.load_dataset(
+        "webdataset",
+        data_files={split: [prefix + p for p in files[split]]},
+        split=split,
+        features=sample_features(bench.image_ext, names),
+        streaming=streaming,
+        **kwargs,
+    )

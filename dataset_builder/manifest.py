@@ -45,7 +45,9 @@ def load_manifest(root: Path, *, local: bool = True) -> tuple[dict, str]:
     if not isinstance(manifest, dict):
         raise BenchmarkError(f"{path} is not a manifest: not a JSON object")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise BenchmarkError(f"{path} has format_version {manifest.get('format_version')!r}, this version reads {FORMAT_VERSION}")
+        raise BenchmarkError(
+            f"{path} has format_version {manifest.get('format_version')!r}, this version reads {FORMAT_VERSION}"
+        )
     _check_fields(Path(root), manifest, path, local)
     return manifest, hashlib.sha256(data).hexdigest()
 

@@ -11,9 +11,9 @@ import json
 import mmap
 import os
 import tarfile
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 import webdataset as wds
@@ -87,10 +87,14 @@ class ShardWriter:
         self._tar = None
         commit(self.partial, self.target)
         faults.point("shard-done", self.target)
-        return ShardInfo(self.relpath, self.split, file_sha256(self.target), self.count, self.target.stat().st_size, self.class_id)
+        return ShardInfo(
+            self.relpath, self.split, file_sha256(self.target), self.count, self.target.stat().st_size, self.class_id
+        )
 
 
-def write_shard(root: Path, relpath: str, split: str, samples: Iterable[dict], class_id: str | None = None) -> ShardInfo:
+def write_shard(
+    root: Path, relpath: str, split: str, samples: Iterable[dict], class_id: str | None = None
+) -> ShardInfo:
     """Write ``samples`` (in the given order, at least one) to ``root/relpath`` atomically; return its manifest entry."""
     writer = ShardWriter(root, relpath, split, class_id)
     for sample in samples:

@@ -70,7 +70,7 @@ class ImageSource:
         raise NotImplementedError
 
     def __str__(self) -> str:
-        return str(getattr(self, "root", None) or getattr(self, "origin"))
+        return str(getattr(self, "root", None) or self.origin)
 
 
 def _check_tar(path: str) -> tarfile.TarFile:
@@ -120,7 +120,7 @@ class _Window(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         data = os.pread(self.fd, max(0, min(len(buffer), self.size - self.pos)), self.start + self.pos)
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         self.pos += len(data)
         return len(data)
 
@@ -165,7 +165,9 @@ class ClassTarSource(ImageSource):
     origin: str
     tars: dict[str, Member]
     form = "class_tars"
-    _open: tuple = field(default=(), repr=False, compare=False)  # (class, fd, {name: (offset, size)}) of the class read last
+    _open: tuple = field(
+        default=(), repr=False, compare=False
+    )  # (class, fd, {name: (offset, size)}) of the class read last
 
     @classmethod
     def from_outer_tar(cls, path: str) -> ClassTarSource:
@@ -174,7 +176,10 @@ class ClassTarSource(ImageSource):
     @classmethod
     def from_folder(cls, folder: str) -> ClassTarSource:
         with os.scandir(folder) as entries:
-            return cls._checked(folder, {e.name: (e.path, 0, e.stat().st_size) for e in entries if e.is_file() and e.name.endswith(".tar")})
+            return cls._checked(
+                folder,
+                {e.name: (e.path, 0, e.stat().st_size) for e in entries if e.is_file() and e.name.endswith(".tar")},
+            )
 
     @classmethod
     def _checked(cls, origin: str, members: dict[str, Member]) -> ClassTarSource:
@@ -211,7 +216,7 @@ class ClassTarSource(ImageSource):
         self._open = (class_id, fd, members)
         return members
 
-    def close(self) -> None:  # noqa: D102
+    def close(self) -> None:
         if self._open:
             os.close(self._open[1])
             self._open = ()
@@ -260,7 +265,9 @@ class MemberSource(ImageSource):
             return f.read(size)
 
     def subset(self, class_ids: tuple[str, ...]) -> MemberSource:
-        return MemberSource(self.origin, {c: self.members[c] for c in class_ids if c in self.members}, self.form, self.revision)
+        return MemberSource(
+            self.origin, {c: self.members[c] for c in class_ids if c in self.members}, self.form, self.revision
+        )
 
     def identity(self) -> str:
         return f"{self.form}:{self.origin if self.origin.startswith('hf://') else Path(self.origin).resolve()}"
@@ -285,7 +292,9 @@ def read_val_labels(path: str | Path) -> dict[str, str]:
 
         table = pd.read_csv(path, dtype=str)
         if list(table.columns[:2]) != ["ImageId", "PredictionString"]:
-            raise BenchmarkError(f"{path} must have the header ImageId,PredictionString (Kaggle's LOC_val_solution.csv)")
+            raise BenchmarkError(
+                f"{path} must have the header ImageId,PredictionString (Kaggle's LOC_val_solution.csv)"
+            )
         return {f"{i}.JPEG": p.split()[0] for i, p in zip(table["ImageId"], table["PredictionString"])}
     try:
         with tarfile.open(path) as tar:
@@ -318,8 +327,9 @@ def val_tar_source(path: str, labels: dict[str, str]) -> MemberSource:
     return MemberSource(path, dict(members), "val_tar")
 
 
-def open_source(spec: str | Path, what: str, labels: str | Path | None = None, keep: set[str] | None = None,
-                workers: int = 2) -> ImageSource:
+def open_source(
+    spec: str | Path, what: str, labels: str | Path | None = None, keep: set[str] | None = None, workers: int = 2
+) -> ImageSource:
     """The source ``spec`` names: ``hf://datasets/...``, a ``.tar`` file (a tar of per-class tars, or with ``labels`` a
     flat tar of images), a folder of ``<class>.tar`` files, or a folder of class folders. ``keep``: the classes whose
     images are wanted (an index holds only those); ``what`` names the source in messages."""

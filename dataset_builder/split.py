@@ -8,13 +8,15 @@ a class never depends on other classes.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 DEFAULT_FIT_PER_CLASS = 100  # id_fit images per ID class; docs/benchmark-format.md "The ID fit split" says why
 
-SPLIT_RULE = ("order images by sha256(f'{seed}/{class_id}/{image_key}'); keep the first images_per_class; "
-              "the first n_test of those are test")
+SPLIT_RULE = (
+    "order images by sha256(f'{seed}/{class_id}/{image_key}'); keep the first images_per_class; "
+    "the first n_test of those are test"
+)
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,9 @@ def split_order(keys: Iterable[str], class_id: str, seed: int) -> list[str]:
     return sorted(keys, key=lambda key: hashlib.sha256(f"{seed}/{class_id}/{key}".encode()).digest())
 
 
-def split_class(keys: Iterable[str], class_id: str, seed: int, n_test: int, images_per_class: int | None = None) -> ClassSplit:
+def split_class(
+    keys: Iterable[str], class_id: str, seed: int, n_test: int, images_per_class: int | None = None
+) -> ClassSplit:
     """Split one class's image keys into estimation and test (see module docstring)."""
     ordered = split_order(keys, class_id, seed)
     if len(set(ordered)) != len(ordered):

@@ -8,8 +8,15 @@ from importlib import import_module
 from importlib.metadata import version
 
 __version__ = version("cood-bench")
-_EXPORTS = {"evaluate": "harness.run", "submit": "harness.run", "save": "harness.run", "Evaluation": "harness.run",
-            "EvalConfig": "harness.config", "user_kappa": "harness.submission", "HarnessError": "harness.errors"}
+_EXPORTS = {
+    "evaluate": "harness.run",
+    "submit": "harness.run",
+    "save": "harness.run",
+    "Evaluation": "harness.run",
+    "EvalConfig": "harness.config",
+    "user_kappa": "harness.submission",
+    "HarnessError": "harness.errors",
+}
 __all__ = [*_EXPORTS, "__version__"]
 
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 import os
 import textwrap
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from dataset_builder.console import make_app, require_torch_extra, run_app
 from dataset_builder.errors import BenchmarkError
 from harness import __version__, phases
-from harness.phases import plural
-from harness.errors import HarnessError
 from harness.config import SUBMIT_DEFAULTS as DEFAULTS
 from harness.config import EvalConfig, Limits
+from harness.errors import HarnessError
 from harness.options import check_target
+from harness.phases import plural
 from harness.zoo import weights_kinds, zoo_usage
 
 # Nothing above imports torch: --help, and the options and targets that cannot work, answer at once (and help works
@@ -28,62 +27,142 @@ app = make_app("Evaluate classifiers on a C-OOD benchmark.", f"cood-harness {__v
 
 @app.command()
 def submit(
-    target: str = typer.Argument(..., help="A submission file (README: the contract) or a model-zoo target: "
-                                            f"{zoo_usage()}."),
-    name: Optional[str] = typer.Option(None, show_default="the file's NAME, else its stem; a target's own",
-                                       help="The model's name in records and output paths."),
-    weights: Optional[Path] = typer.Option(None, help="Weights file (.safetensors/.pt/.pth/.bin) for "
-                                                      f"{weights_kinds()} targets."),
-    benchmark: str = typer.Option(DEFAULTS.benchmark, help="'glyphs' (embedded, built on first use), a benchmark folder, or "
-                                                 "hf://datasets/OWNER/NAME@REVISION."),
-    kappa: Optional[List[str]] = typer.Option(None, "--kappa", "-k", show_default="softmax entropy max_logit energy, then the submission's own",
-                                              help="Confidence function, with parameters as NAME:KEY=VALUE[,KEY=VALUE] (e.g. knn:k=200); repeat for several."),
-    out: Optional[Path] = typer.Option(None, show_default="cood-results/MODEL", help="Output folder; earlier outputs there are moved aside."),
-    levels: int = typer.Option(DEFAULTS.num_levels, help="Number of severity levels: at least 2, at most the OOD classes less the ID classes plus 1."),
+    target: str = typer.Argument(
+        ..., help=f"A submission file (README: the contract) or a model-zoo target: {zoo_usage()}."
+    ),
+    name: str | None = typer.Option(
+        None,
+        show_default="the file's NAME, else its stem; a target's own",
+        help="The model's name in records and output paths.",
+    ),
+    weights: Path | None = typer.Option(
+        None, help=f"Weights file (.safetensors/.pt/.pth/.bin) for {weights_kinds()} targets."
+    ),
+    benchmark: str = typer.Option(
+        DEFAULTS.benchmark,
+        help="'glyphs' (embedded, built on first use), a benchmark folder, or hf://datasets/OWNER/NAME@REVISION.",
+    ),
+    kappa: list[str] | None = typer.Option(
+        None,
+        "--kappa",
+        "-k",
+        show_default="softmax entropy max_logit energy, then the submission's own",
+        help="Confidence function, with parameters as NAME:KEY=VALUE[,KEY=VALUE] (e.g. knn:k=200); repeat for several.",
+    ),
+    out: Path | None = typer.Option(
+        None, show_default="cood-results/MODEL", help="Output folder; earlier outputs there are moved aside."
+    ),
+    levels: int = typer.Option(
+        DEFAULTS.num_levels,
+        help="Number of severity levels: at least 2, at most the OOD classes less the ID classes plus 1.",
+    ),
     batch_size: int = typer.Option(DEFAULTS.batch_size, help="Images per batch."),
-    workers: Optional[int] = typer.Option(None, help="Data-loading worker processes; 0: a background thread of the main process. "
-                                         "Default: 0 on the CPU (the model keeps every core); beside a GPU, all cores but one (shared among torchrun's ranks on a host)."),
-    decoder: str = typer.Option(DEFAULTS.decoder, help="Image decoder: pil (the model's transform on each Pillow image), torchvision (batched decoding, "
-                                "nvJPEG on a GPU, Pillow's resize reproduced as tensor ops; timm-style transforms only), or auto "
-                                "(torchvision where the transform allows it). The record names it."),
-    device: str = typer.Option(DEFAULTS.device, help="auto (CUDA when available, else cpu), cpu, cuda or cuda:N (under torchrun: each rank's own GPU)."),
+    workers: int | None = typer.Option(
+        None,
+        help="Data-loading worker processes; 0: a background thread of the main process. "
+        "Default: 0 on the CPU (the model keeps every core); beside a GPU, all cores but one (shared among torchrun's ranks on a host).",
+    ),
+    decoder: str = typer.Option(
+        DEFAULTS.decoder,
+        help="Image decoder: pil (the model's transform on each Pillow image), torchvision (batched decoding, "
+        "nvJPEG on a GPU, Pillow's resize reproduced as tensor ops; timm-style transforms only), or auto "
+        "(torchvision where the transform allows it). The record names it.",
+    ),
+    device: str = typer.Option(
+        DEFAULTS.device,
+        help="auto (CUDA when available, else cpu), cpu, cuda or cuda:N (under torchrun: each rank's own GPU).",
+    ),
     amp: str = typer.Option(DEFAULTS.amp, help="Autocast: auto (bf16 on CUDA, none on CPU), bf16, fp16 or none."),
-    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last", show_default="on for CUDA",
-                                                 help="Channels-last memory format."),
+    channels_last: bool | None = typer.Option(
+        None, "--channels-last/--no-channels-last", show_default="on for CUDA", help="Channels-last memory format."
+    ),
     compile: bool = typer.Option(DEFAULTS.compile, "--compile", help="torch.compile the model."),
     seed: int = typer.Option(DEFAULTS.seed, help="Seed for stochastic kappas (MC-dropout)."),
-    odin_preset: Optional[str] = typer.Option(None, show_default="paper",
-                                              help="ODIN preset (with -k odin): paper (T=2, eps=1e-5) or original (T=1000, eps=0.0014)."),
-    mc_passes: Optional[int] = typer.Option(None, show_default="30", help="Stochastic passes for mc_dropout (with -k mc_dropout)."),
-    verify: bool = typer.Option(DEFAULTS.verify, help="Check every shard's sha256 against the manifest before reading it."),
-    cache: bool = typer.Option(DEFAULTS.cache, help="Keep per-shard scores so that an interrupted run resumes where it stopped."),
-    cache_dir: Optional[Path] = typer.Option(None, show_default="$COOD_BENCH_CACHE/scores", help="Score cache folder."),
-    keep_logits: bool = typer.Option(DEFAULTS.keep_logits, help="Also cache the logits and features, so that new kappas need no new pass."),
-    decoded_cache_gb: float = typer.Option(DEFAULTS.decoded_cache_gb, "--decoded-cache-gb", help="Keep decoded images (torchvision decoder, CPU) in the cache, up to this many GB, so the next model with the same preprocessing skips decoding; 0: none."),
-    feature_dtype: str = typer.Option(DEFAULTS.feature_dtype, help="Precision of the cached features: float32, or float16 for half the disk (kappas read the same values in every run)."),
-    progress: bool = typer.Option(DEFAULTS.progress, help="Show progress bars (a line as each phase starts or ends is shown either way)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the results, warnings and errors: no phase lines, no progress bars."),
-    leaderboard: Optional[Path] = typer.Option(None, help="Also add the records to this local leaderboard folder."),
-    trust_submission: bool = typer.Option(DEFAULTS.trust_submission, "--trust-submission",
-                                          help="Run a submission file in the harness's own process (no sandbox); needed for a file's transform()."),
-    timeout: float = typer.Option(Limits.batch_timeout_s, help="Seconds a sandboxed submission may take to load or to score one batch."),
+    odin_preset: str | None = typer.Option(
+        None,
+        show_default="paper",
+        help="ODIN preset (with -k odin): paper (T=2, eps=1e-5) or original (T=1000, eps=0.0014).",
+    ),
+    mc_passes: int | None = typer.Option(
+        None, show_default="30", help="Stochastic passes for mc_dropout (with -k mc_dropout)."
+    ),
+    verify: bool = typer.Option(
+        DEFAULTS.verify, help="Check every shard's sha256 against the manifest before reading it."
+    ),
+    cache: bool = typer.Option(
+        DEFAULTS.cache, help="Keep per-shard scores so that an interrupted run resumes where it stopped."
+    ),
+    cache_dir: Path | None = typer.Option(None, show_default="$COOD_BENCH_CACHE/scores", help="Score cache folder."),
+    keep_logits: bool = typer.Option(
+        DEFAULTS.keep_logits, help="Also cache the logits and features, so that new kappas need no new pass."
+    ),
+    decoded_cache_gb: float = typer.Option(
+        DEFAULTS.decoded_cache_gb,
+        "--decoded-cache-gb",
+        help="Keep decoded images (torchvision decoder, CPU) in the cache, up to this many GB, so the next model with the same preprocessing skips decoding; 0: none.",
+    ),
+    feature_dtype: str = typer.Option(
+        DEFAULTS.feature_dtype,
+        help="Precision of the cached features: float32, or float16 for half the disk (kappas read the same values in every run).",
+    ),
+    progress: bool = typer.Option(
+        DEFAULTS.progress, help="Show progress bars (a line as each phase starts or ends is shown either way)."
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Print only the results, warnings and errors: no phase lines, no progress bars."
+    ),
+    leaderboard: Path | None = typer.Option(None, help="Also add the records to this local leaderboard folder."),
+    trust_submission: bool = typer.Option(
+        DEFAULTS.trust_submission,
+        "--trust-submission",
+        help="Run a submission file in the harness's own process (no sandbox); needed for a file's transform().",
+    ),
+    timeout: float = typer.Option(
+        Limits.batch_timeout_s, help="Seconds a sandboxed submission may take to load or to score one batch."
+    ),
     run_timeout: float = typer.Option(Limits.run_timeout_s, help="Seconds a sandboxed submission may run in all."),
-    memory_limit: Optional[float] = typer.Option(None, show_default="the machine's memory", help="GiB of memory a sandboxed submission may use."),
+    memory_limit: float | None = typer.Option(
+        None, show_default="the machine's memory", help="GiB of memory a sandboxed submission may use."
+    ),
 ) -> None:
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
-    config = EvalConfig(benchmark=benchmark, kappas=kappa or None, name=name, weights=weights, num_levels=levels,
-                        batch_size=batch_size, workers=workers, decoder=decoder, device=device, amp=amp,
-                        channels_last=channels_last, compile=compile, seed=seed, odin_preset=odin_preset, mc_passes=mc_passes,
-                        verify=verify, cache=cache, cache_dir=cache_dir, keep_logits=keep_logits, progress=progress and not quiet,
-                        trust_submission=trust_submission, limits=Limits(timeout, run_timeout, *_bytes(memory_limit)),
-                        feature_dtype=feature_dtype, decoded_cache_gb=decoded_cache_gb)
+    config = EvalConfig(
+        benchmark=benchmark,
+        kappas=kappa or None,
+        name=name,
+        weights=weights,
+        num_levels=levels,
+        batch_size=batch_size,
+        workers=workers,
+        decoder=decoder,
+        device=device,
+        amp=amp,
+        channels_last=channels_last,
+        compile=compile,
+        seed=seed,
+        odin_preset=odin_preset,
+        mc_passes=mc_passes,
+        verify=verify,
+        cache=cache,
+        cache_dir=cache_dir,
+        keep_logits=keep_logits,
+        progress=progress and not quiet,
+        trust_submission=trust_submission,
+        limits=Limits(timeout, run_timeout, *_bytes(memory_limit)),
+        feature_dtype=feature_dtype,
+        decoded_cache_gb=decoded_cache_gb,
+    )
     check_target(target, weights)
     require_torch_extra("cood-harness submit")
     with phases.shown(not quiet and int(os.environ.get("RANK", "0")) == 0):  # under torchrun, rank 0 speaks for all
-        phases.say(f"cood-harness {__version__}: {target} on {benchmark}; starting"
-                   + ("" if trust_submission or weights is not None or not Path(target).is_file() else " its sandbox and")
-                   + " PyTorch")
-        if not trust_submission and weights is None and Path(target).is_file():  # a file: its sandbox starts beside our imports
+        phases.say(
+            f"cood-harness {__version__}: {target} on {benchmark}; starting"
+            + ("" if trust_submission or weights is not None or not Path(target).is_file() else " its sandbox and")
+            + " PyTorch"
+        )
+        if (
+            not trust_submission and weights is None and Path(target).is_file()
+        ):  # a file: its sandbox starts beside our imports
             from harness.runtime import sandbox
 
             sandbox.prestart(target, device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices()))
@@ -93,21 +172,27 @@ def submit(
     if result is None:  # a torchrun rank other than 0
         return
     bench = result.benchmark.identity()
-    typer.echo(f"{result.submission.name} on {bench['id']} {bench['version']} ({bench['num_id_classes']} ID classes, "
-               f"{bench['num_ood_classes']} OOD classes, revision {bench['manifest_sha256'][:12]})")
+    typer.echo(
+        f"{result.submission.name} on {bench['id']} {bench['version']} ({bench['num_id_classes']} ID classes, "
+        f"{bench['num_ood_classes']} OOD classes, revision {bench['manifest_sha256'][:12]})"
+    )
     typer.echo(result.table)
     typer.echo(forwarded_line(result.stats, cache))
     if result.paths.get("previous"):
-        typer.echo(f"moved the earlier outputs in {result.paths['records'][0].parents[1]} to {result.paths['previous']}")
-    typer.echo(f"wrote {len(result.paths['records'])} records, {result.paths['csv']} and {result.paths['plot']} "
-               f"in {result.records[0]['timings']['total_s']:.1f} s")
+        typer.echo(
+            f"moved the earlier outputs in {result.paths['records'][0].parents[1]} to {result.paths['previous']}"
+        )
+    typer.echo(
+        f"wrote {len(result.paths['records'])} records, {result.paths['csv']} and {result.paths['plot']} "
+        f"in {result.records[0]['timings']['total_s']:.1f} s"
+    )
     if leaderboard is not None:
         typer.echo(f"added {len(result.records)} entries to the leaderboard in {leaderboard}")
 
 
 @app.command()
 def kappas(
-    needs: Optional[str] = typer.Option(None, help="Only kappas that need this: logits, features, head, fit or model."),
+    needs: str | None = typer.Option(None, help="Only kappas that need this: logits, features, head, fit or model."),
 ) -> None:
     """List every registered kappa: its name, what it needs, its parameters, its source and reference."""
     require_torch_extra("cood-harness kappas")  # the registry reads pytorch-ood's detector classes (torch)
@@ -136,14 +221,18 @@ def kappa_table(defs, every, needs_order, width: int = LISTING_WIDTH) -> list[st
         params = ", ".join(f"{k}={v}" for k, v in d.defaults.items())
         detail = " -- ".join(filter(None, [params and f"[{params}]", d.reference]))
         if detail:
-            lines += textwrap.wrap(detail, width, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False)
+            lines += textwrap.wrap(
+                detail, width, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False
+            )
     return lines
 
 
 def forwarded_line(stats: dict, cache: bool = True) -> str:
     """What the run forwarded and what it took from the score cache, e.g. ``scored 12 shards (8,000 images forwarded);
     38 shards from the score cache``."""
-    line = f"scored {plural(stats['shards_scored'], 'shard')} ({plural(stats['images_forwarded'], 'image')} forwarded); "
+    line = (
+        f"scored {plural(stats['shards_scored'], 'shard')} ({plural(stats['images_forwarded'], 'image')} forwarded); "
+    )
     if not cache:
         return line + "no score cache (--no-cache)"
     line += f"{plural(stats['shards_from_cache'], 'shard')} from the score cache"

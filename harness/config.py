@@ -78,11 +78,15 @@ class EvalConfig:
         if self.kappas is not None:
             object.__setattr__(self, "kappas", tuple(self.kappas))
         if self.feature_dtype not in FEATURE_DTYPES:
-            raise HarnessError(f"--feature-dtype must be one of {', '.join(FEATURE_DTYPES)}, got '{self.feature_dtype}'")
+            raise HarnessError(
+                f"--feature-dtype must be one of {', '.join(FEATURE_DTYPES)}, got '{self.feature_dtype}'"
+            )
         if self.name is not None:
             check_name(self.name)
         if self.num_levels < 2:
-            raise HarnessError(f"--levels must be at least 2 (the method needs a first and a last level), got {self.num_levels}")
+            raise HarnessError(
+                f"--levels must be at least 2 (the method needs a first and a last level), got {self.num_levels}"
+            )
         if self.batch_size < 1:
             raise HarnessError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.workers is not None and self.workers < 0:

@@ -55,8 +55,13 @@ def per_class(results: list[KappaResult], id_test: SplitScores, ood_test: SplitS
     names = [str(n) if isinstance(n, str) and n else i for i, n in zip(ids, classes.get("name", classes["id"]))]
     frames, metrics = [], {}
     for result in results:
-        metrics[result.kappa] = class_metrics(id_test.scores[result.kappa], ood_test.scores[result.kappa],
-                                              ood_test.confs[result.kappa], ood_test.labels, len(ids))
+        metrics[result.kappa] = class_metrics(
+            id_test.scores[result.kappa],
+            ood_test.scores[result.kappa],
+            ood_test.confs[result.kappa],
+            ood_test.labels,
+            len(ids),
+        )
         rows = pd.DataFrame(class_rows(result.levels.classes, metrics[result.kappa]))
         rows.insert(0, "kappa", result.kappa)
         rows["class_id"] = [ids[c] for c in rows["class_index"]]
@@ -66,13 +71,21 @@ def per_class(results: list[KappaResult], id_test: SplitScores, ood_test: SplitS
     listed = sorted(set().union(*(hardest_indices(r.levels.classes, metrics[r.kappa]) for r in results)))
     images = thumbnails(bench, [ids[c] for c in listed])
     files = {c: {f"{THUMBNAILS}/{c}-{k}.{ext}": data for k, (ext, data) in enumerate(images[ids[c]])} for c in listed}
-    summaries = {r.kappa: {"file": SIDECAR, "levels": level_summaries(r.levels.classes, metrics[r.kappa], ids, names,
-                                                                      {c: list(files[c]) for c in listed})}
-                 for r in results}
+    summaries = {
+        r.kappa: {
+            "file": SIDECAR,
+            "levels": level_summaries(
+                r.levels.classes, metrics[r.kappa], ids, names, {c: list(files[c]) for c in listed}
+            ),
+        }
+        for r in results
+    }
     return PerClass(table, summaries, {path: data for paths in files.values() for path, data in paths.items()})
 
 
-def thumbnails(bench: Benchmark, class_ids: list[str], count: int = THUMBNAILS_PER_CLASS) -> dict[str, list[tuple[str, bytes]]]:
+def thumbnails(
+    bench: Benchmark, class_ids: list[str], count: int = THUMBNAILS_PER_CLASS
+) -> dict[str, list[tuple[str, bytes]]]:
     """The first ``count`` test images of each class as ``(extension, bytes)``; none for a class without its own test
     shard (the benchmark then gives no image access by class)."""
     shards = {s["class_id"]: s for s in bench.shards("ood_test") if s.get("class_id") is not None}
@@ -84,7 +97,9 @@ def thumbnails(bench: Benchmark, class_ids: list[str], count: int = THUMBNAILS_P
             continue
         try:
             samples = list(islice(iter_samples(bench.shard_path(shard)), count))
-            out[class_id] = [_small(sample[bench.image_ext], bench.image_ext, bench.max_image_pixels) for sample in samples]
+            out[class_id] = [
+                _small(sample[bench.image_ext], bench.image_ext, bench.max_image_pixels) for sample in samples
+            ]
         except (BenchmarkError, KeyError, OSError, ValueError) as exc:
             raise HarnessError(f"cannot read thumbnails of class {class_id} from {shard['path']}: {exc}") from exc
     return out

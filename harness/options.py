@@ -61,4 +61,6 @@ def check_name(name: str) -> None:
     if any(unicodedata.category(c) in LINE_BREAKING for c in name):
         raise HarnessError(f"the model name {shown} contains a control character")
     if len(name.encode()) > MAX_NAME_BYTES:
-        raise HarnessError(f"the model name {shown} is {len(name.encode())} UTF-8 bytes long, more than {MAX_NAME_BYTES}")
+        raise HarnessError(
+            f"the model name {shown} is {len(name.encode())} UTF-8 bytes long, more than {MAX_NAME_BYTES}"
+        )

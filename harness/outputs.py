@@ -14,15 +14,20 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from dataset_builder.levels import level_table, write_level_table  # noqa: E402
-from harness.errors import HarnessError  # noqa: E402
-from harness.method.evaluation import KappaResult  # noqa: E402
-from leaderboard.record import make_record  # noqa: E402
+from dataset_builder.levels import level_table, write_level_table
+from harness.errors import HarnessError
+from harness.method.evaluation import KappaResult
+from leaderboard.record import make_record
 
-PAPER_COLUMNS = {"level": "severity level", "percentile": "percentile", "ood_auroc": "ood-auroc", "ood_avg_conf": "ood_avg_conf"}
+PAPER_COLUMNS = {
+    "level": "severity level",
+    "percentile": "percentile",
+    "ood_auroc": "ood-auroc",
+    "ood_avg_conf": "ood_avg_conf",
+}
 EXTRA_COLUMNS = {"fpr_at_95_tpr": "fpr@95", "aupr_in": "aupr-in", "aupr_out": "aupr-out", "level_score": "level score"}
 
 
@@ -37,15 +42,38 @@ def _clean(value):
     return value
 
 
-def record(result: KappaResult, *, benchmark: dict, model: dict, kappa_params: dict, seed: int, version: str,
-           created: str, timings: dict, metric_definitions: dict, per_class: dict | None = None) -> dict:
+def record(
+    result: KappaResult,
+    *,
+    benchmark: dict,
+    model: dict,
+    kappa_params: dict,
+    seed: int,
+    version: str,
+    created: str,
+    timings: dict,
+    metric_definitions: dict,
+    per_class: dict | None = None,
+) -> dict:
     """The result record of one (model, kappa) pair (:mod:`leaderboard.record`); ``per_class`` summarises the
     drill-down."""
-    return _clean(make_record(
-        provenance="harness", benchmark=benchmark, model=model, kappa={"name": result.kappa, "params": kappa_params},
-        levels=result.rows, id=result.id, summary={"mean_ood_auroc": result.mean_ood_auroc},
-        metric_definitions=metric_definitions, seed=seed, harness_version=version, created=created, timings=timings,
-        per_class=per_class))
+    return _clean(
+        make_record(
+            provenance="harness",
+            benchmark=benchmark,
+            model=model,
+            kappa={"name": result.kappa, "params": kappa_params},
+            levels=result.rows,
+            id=result.id,
+            summary={"mean_ood_auroc": result.mean_ood_auroc},
+            metric_definitions=metric_definitions,
+            seed=seed,
+            harness_version=version,
+            created=created,
+            timings=timings,
+            per_class=per_class,
+        )
+    )
 
 
 def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame:
@@ -54,9 +82,16 @@ def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame
     for result in results:
         for row in result.rows:
             out = {PAPER_COLUMNS[k]: row[k] for k in PAPER_COLUMNS}
-            out.update({"id-acc": result.id["acc"], "id-auroc": result.id["auroc"], "id_avg_conf": result.id["avg_conf"],
-                        "model name": model_name, "confidence function": result.kappa,
-                        "model name - confidence function": f"{model_name}-{result.kappa}"})
+            out.update(
+                {
+                    "id-acc": result.id["acc"],
+                    "id-auroc": result.id["auroc"],
+                    "id_avg_conf": result.id["avg_conf"],
+                    "model name": model_name,
+                    "confidence function": result.kappa,
+                    "model name - confidence function": f"{model_name}-{result.kappa}",
+                }
+            )
             out.update({EXTRA_COLUMNS[k]: row[k] for k in EXTRA_COLUMNS})
             rows.append(out)
     return pd.DataFrame(rows)
@@ -64,15 +99,21 @@ def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame
 
 def summary_table(results: list[KappaResult]) -> str:
     """The per-level table printed at the end of a run: ood-auroc (and fpr@95) per kappa."""
-    frame = pd.DataFrame({"level": [row["level"] for row in results[0].rows],
-                          "pct": [f"{row['percentile']:.1f}" for row in results[0].rows]})
+    frame = pd.DataFrame(
+        {
+            "level": [row["level"] for row in results[0].rows],
+            "pct": [f"{row['percentile']:.1f}" for row in results[0].rows],
+        }
+    )
     for result in results:
         frame[f"{result.kappa} auroc"] = [f"{row['ood_auroc']:.4f}" for row in result.rows]
         frame[f"{result.kappa} fpr95"] = [f"{row['fpr_at_95_tpr']:.3f}" for row in result.rows]
     lines = [frame.to_string(index=False), ""]
     for result in results:
         auroc = "n/a" if result.id["auroc"] is None else f"{result.id['auroc']:.4f}"
-        lines.append(f"{result.kappa:>12}: mean ood-auroc {result.mean_ood_auroc:.4f}   id-acc {result.id['acc']:.4f}   id-auroc {auroc}")
+        lines.append(
+            f"{result.kappa:>12}: mean ood-auroc {result.mean_ood_auroc:.4f}   id-acc {result.id['acc']:.4f}   id-auroc {auroc}"
+        )
     return "\n".join(lines)
 
 
@@ -87,13 +128,18 @@ def plot_curves(model_name: str, results: list[KappaResult], path: Path, benchma
         right.plot(levels, [(row["ood_avg_conf"] - base) / span for row in result.rows], marker="o", label=result.kappa)
     left.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
     left.set(xlabel="severity level", ylabel="ood-auroc", title="C-OOD detection (ood-auroc) per severity level")
-    right.set(xlabel="severity level", ylabel="(OOD mean - level 0 mean) / (ID mean - level 0 mean)",
-              title="mean OOD confidence per level, relative to ID")
+    right.set(
+        xlabel="severity level",
+        ylabel="(OOD mean - level 0 mean) / (ID mean - level 0 mean)",
+        title="mean OOD confidence per level, relative to ID",
+    )
     for ax in (left, right):
         ax.grid(alpha=0.3)
         ax.set_xticks(levels)
     left.legend()
-    fig.suptitle(f"{model_name} on {benchmark['id']} {benchmark['version']} (revision {benchmark['manifest_sha256'][:12]})")
+    fig.suptitle(
+        f"{model_name} on {benchmark['id']} {benchmark['version']} (revision {benchmark['manifest_sha256'][:12]})"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -113,8 +159,15 @@ def check_out(out: Path) -> None:
         raise HarnessError(f"--out {out} cannot be written: {exc.strerror or exc}") from exc
 
 
-def write_outputs(out: Path, model_name: str, results: list[KappaResult], records: list[dict], ood_class_ids: list[str],
-                  benchmark: dict, per_class=None) -> dict:
+def write_outputs(
+    out: Path,
+    model_name: str,
+    results: list[KappaResult],
+    records: list[dict],
+    ood_class_ids: list[str],
+    benchmark: dict,
+    per_class=None,
+) -> dict:
     """Write every output of a run as one set (with ``per_class``, a :class:`harness.drilldown.PerClass`, its files): into a new folder beside ``out``, then swapped in whole. Outputs already
     in ``out`` are moved aside (``paths["previous"]``), never mixed with the new ones. Return the paths."""
     check_out(out)
@@ -127,8 +180,13 @@ def write_outputs(out: Path, model_name: str, results: list[KappaResult], record
             path.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
             names["records"].append(path.relative_to(staging))
             levels = result.levels
-            table = level_table(levels.classes.tolist(), levels.class_scores.tolist(), levels.level_scores.tolist(),
-                                levels.percentiles.tolist(), ood_class_ids)
+            table = level_table(
+                levels.classes.tolist(),
+                levels.class_scores.tolist(),
+                levels.level_scores.tolist(),
+                levels.percentiles.tolist(),
+                ood_class_ids,
+            )
             write_level_table(table, staging / "levels", model_name, result.kappa)
         per_level_frame(model_name, results).to_csv(staging / names["csv"], index=False)
         plot_curves(model_name, results, staging / names["plot"], benchmark)
@@ -146,8 +204,12 @@ def write_outputs(out: Path, model_name: str, results: list[KappaResult], record
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"records": [out / p for p in names["records"]], "csv": out / names["csv"], "plot": out / names["plot"],
-            "previous": previous}
+    return {
+        "records": [out / p for p in names["records"]],
+        "csv": out / names["csv"],
+        "plot": out / names["plot"],
+        "previous": previous,
+    }
 
 
 def sync_tree(folder: Path) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 log = logging.getLogger("cood")
 
@@ -23,7 +23,7 @@ class _Lines(logging.Handler):
         try:
             tqdm.write(self.format(record), file=sys.stderr)
             sys.stderr.flush()
-        except Exception:  # noqa: BLE001 (logging's own contract: a failing handler reports and goes on)
+        except Exception:
             self.handleError(record)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -16,35 +16,49 @@ import torch
 from tqdm import tqdm
 
 from dataset_builder.benchmark import Benchmark
-from dataset_builder.embedded import EMBEDDED, cache_root, embedded_benchmark, embedded_num_id_classes, embedded_num_ood_classes
+from dataset_builder.embedded import (
+    EMBEDDED,
+    cache_root,
+    embedded_benchmark,
+    embedded_num_id_classes,
+    embedded_num_ood_classes,
+)
 from dataset_builder.errors import BenchmarkError
-from harness import __version__
+from harness import __version__, phases
+from harness.adapters import ClassCountMismatch, load_target
 from harness.config import SUBMIT_DEFAULTS, EvalConfig, Limits
+from harness.drilldown import PerClass, per_class
+from harness.errors import HarnessError
+from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
+from harness.kappas.features import require_exposed
+from harness.kappas.fitting import with_fit
+from harness.kappas.registry import split_request
+from harness.method.evaluation import KappaResult, evaluate_kappa
+from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
+from harness.method.scores import SplitScores
+from harness.method.severity import SEVERITY_CONVENTION, num_windows
+from harness.options import is_zoo_target, misplaced_weights
+from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
+from harness.phases import plural
 from harness.runtime.data import Loader, default_workers, shard_groups
 from harness.runtime.decoded_cache import DecodedCache
 from harness.runtime.decoded_cache import cache_key as decoded_key
 from harness.runtime.decoding import PilDecoder, TensorDecoder, make_decoder
 from harness.runtime.distributed import Ranks, close, init_ranks
-from harness.drilldown import PerClass, per_class
-from harness.errors import HarnessError
-from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.runtime.execution import Execution, auto_device
-from harness.runtime.inference import (KappaSpec, LocalForward, fit_kappas, fit_on_layers, from_outputs,
-                               gives_features, named, resolve_kappas, score_shards)
-from harness.kappas.features import require_exposed
+from harness.runtime.inference import (
+    KappaSpec,
+    LocalForward,
+    fit_kappas,
+    fit_on_layers,
+    from_outputs,
+    gives_features,
+    named,
+    resolve_kappas,
+    score_shards,
+)
 from harness.runtime.isolation import ChildForward, load_isolated
-from harness.method.scores import SplitScores
-from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
-from harness.kappas.fitting import with_fit
-from harness.kappas.registry import split_request
-from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
-from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
 from harness.runtime.score_cache import ScoreCache, kappa_id, run_key
-from harness.method.severity import SEVERITY_CONVENTION, num_windows
-from harness.adapters import ClassCountMismatch, load_target
-from harness.options import is_zoo_target, misplaced_weights
-from harness import phases
-from harness.phases import plural
 from harness.submission import Submission, in_memory
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records
@@ -52,8 +66,12 @@ from leaderboard.store import add_records
 EVAL_SPLITS = ("id_test", "ood_estimation", "ood_test")
 
 
-METRIC_DEFINITIONS = {"ood_auroc": AUROC_CONVENTION, "fpr_at_95_tpr": FPR_CONVENTION, "aupr": AUPR_CONVENTION,
-                      "severity_levels": SEVERITY_CONVENTION}
+METRIC_DEFINITIONS = {
+    "ood_auroc": AUROC_CONVENTION,
+    "fpr_at_95_tpr": FPR_CONVENTION,
+    "aupr": AUPR_CONVENTION,
+    "severity_levels": SEVERITY_CONVENTION,
+}
 
 
 @dataclass
@@ -101,16 +119,26 @@ class Scorer:
     config: EvalConfig
     cache: ScoreCache | None = None
     decoded: DecodedCache | None = None
-    stats: dict = field(default_factory=lambda: dict.fromkeys(
-        ["images_forwarded", "shards_scored", "shards_from_cache", "shards_from_logits"], 0))
+    stats: dict = field(
+        default_factory=lambda: dict.fromkeys(
+            ["images_forwarded", "shards_scored", "shards_from_cache", "shards_from_logits"], 0
+        )
+    )
     first_batch_s: dict = field(default_factory=dict)  # split -> seconds until its first batch reached the model
     _loader: Loader | None = field(default=None, init=False, repr=False)
 
     def batches(self, split: str, groups: list[list[dict]]) -> Iterator[dict]:
         """One pass over ``groups`` of a split's shards, by the run's loader (its workers live across passes)."""
         if self._loader is None:
-            self._loader = Loader(self.benchmark, self.decoder, self.config.batch_size, self.config.workers, self.config.verify,
-                                  self.execution.device.type == "cuda", self.decoded)
+            self._loader = Loader(
+                self.benchmark,
+                self.decoder,
+                self.config.batch_size,
+                self.config.workers,
+                self.config.verify,
+                self.execution.device.type == "cuda",
+                self.decoded,
+            )
         return self._loader.batches(groups, self.labels(split))
 
     def close(self) -> None:
@@ -122,8 +150,9 @@ class Scorer:
         classes = self.benchmark.id_classes if split.startswith("id") else self.benchmark.ood_classes
         return dict(zip(classes["id"], classes["index"]))
 
-    def _from_cache(self, split: str, shard: dict, kappas: list[KappaSpec],
-                    outputs: bool) -> tuple[SplitScores | None, list[KappaSpec] | None]:
+    def _from_cache(
+        self, split: str, shard: dict, kappas: list[KappaSpec], outputs: bool
+    ) -> tuple[SplitScores | None, list[KappaSpec] | None]:
         """Cached scores of a shard (completed from kept logits and features when possible) and the kappas still
         missing (None: the shard needs a pass although no kappa is missing, for its logits and features)."""
         hit = self.cache.load(split, shard) if self.cache else None
@@ -167,10 +196,26 @@ class Scorer:
         manifest = {shard["path"]: shard for group in todo for shard in group}
         sizes = {path: shard["num_samples"] for path, shard in manifest.items()}
         batches = self._timed(split, self.batches(split, todo))
-        with closing(batches), tqdm(total=sum(sizes.values()), desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
-                  unit="img", disable=not self.config.progress or not sizes, leave=False) as bar:
-            for path, scored in score_shards(self.forward, batches, sizes, len(self.benchmark.id_classes), kappas,
-                                             self.config.keep_logits or outputs, bar, self.config.feature_dtype):
+        with (
+            closing(batches),
+            tqdm(
+                total=sum(sizes.values()),
+                desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
+                unit="img",
+                disable=not self.config.progress or not sizes,
+                leave=False,
+            ) as bar,
+        ):
+            for path, scored in score_shards(
+                self.forward,
+                batches,
+                sizes,
+                len(self.benchmark.id_classes),
+                kappas,
+                self.config.keep_logits or outputs,
+                bar,
+                self.config.feature_dtype,
+            ):
                 self.stats["images_forwarded"] += len(scored)
                 if path not in scoring:  # scored again beside a shard of its batch: the same values as its cache entry
                     parts.append(hits[path].only(names, keep_logits=outputs))
@@ -198,28 +243,44 @@ class Scorer:
         fits need, batch by batch (in key order, on every rank alike); returns the split's labels."""
         groups = self.ranks.mine(shard_groups(self.benchmark.shards(split), self.config.batch_size))
         mine = []
-        with closing(self.batches(split, groups)) as batches, tqdm(total=sum(s["num_samples"] for group in groups for s in group), desc=f"{split} (layers)", unit="img",
-                  disable=not self.config.progress, leave=False) as bar:
+        with (
+            closing(self.batches(split, groups)) as batches,
+            tqdm(
+                total=sum(s["num_samples"] for group in groups for s in group),
+                desc=f"{split} (layers)",
+                unit="img",
+                disable=not self.config.progress,
+                leave=False,
+            ) as bar,
+        ):
             for batch in batches:
                 if "error" in batch:
                     raise HarnessError(batch["error"])
                 try:
-                    mine.append((batch["keys"][0], self.forward.extract(batch["images"], kappas), batch["labels"].numpy()))
+                    mine.append(
+                        (batch["keys"][0], self.forward.extract(batch["images"], kappas), batch["labels"].numpy())
+                    )
                 except HarnessError as exc:
                     raise HarnessError(f"shard {named(batch)}: {exc}") from exc
                 self.stats["images_forwarded"] += len(batch["keys"])
                 bar.update(len(batch["keys"]))
         everyone = sorted(self.ranks.gather(mine), key=lambda part: part[0])
         labels = np.concatenate([labels for _, _, labels in everyone])
-        fit_on_layers(kappas, {k.name: [parts[k.name] for _, parts, _ in everyone] for k in kappas}, labels, self.config.seed)
+        fit_on_layers(
+            kappas, {k.name: [parts[k.name] for _, parts, _ in everyone] for k in kappas}, labels, self.config.seed
+        )
         return labels
 
 
 def cache_cost(cache: ScoreCache, head, images: int) -> str:
     """One line: what the run's cache takes on disk, and the features' share of it per image."""
     on_disk = sum(p.stat().st_size for p in cache.folder.rglob("*.scores"))
-    dims = f"{head[0].shape[1]} features in {cache.feature_dtype} ({head[0].shape[1] * np.dtype(cache.feature_dtype).itemsize:,} " \
-           "bytes per image) and " if head is not None else ""
+    dims = (
+        f"{head[0].shape[1]} features in {cache.feature_dtype} ({head[0].shape[1] * np.dtype(cache.feature_dtype).itemsize:,} "
+        "bytes per image) and "
+        if head is not None
+        else ""
+    )
     return f"score cache: {dims}scores of {images:,} images take {on_disk / 1e6:,.1f} MB in {cache.folder}"
 
 
@@ -231,8 +292,10 @@ def _model_kappa_options(kappas: list[str] | None, odin_preset: str | None, mc_p
         raise HarnessError("--odin-preset applies to the odin kappa, which is not requested (-k odin)")
     if mc_passes is not None and "mc_dropout" not in requested:
         raise HarnessError("--mc-passes applies to the mc_dropout kappa, which is not requested (-k mc_dropout)")
-    return (DEFAULT_ODIN_PRESET if odin_preset is None else odin_preset,
-            MC_DROPOUT_PASSES if mc_passes is None else mc_passes)
+    return (
+        DEFAULT_ODIN_PRESET if odin_preset is None else odin_preset,
+        MC_DROPOUT_PASSES if mc_passes is None else mc_passes,
+    )
 
 
 def _open(benchmark: str | Path, progress: bool, num_levels: int) -> Benchmark:
@@ -249,8 +312,10 @@ def _check_levels(num_levels: int, num_ood: int, window: int, benchmark) -> None
     """Refuse more levels than the benchmark has distinct windows of |ID| classes."""
     windows = num_windows(num_ood, window)
     if num_levels > windows:
-        raise HarnessError(f"--levels {num_levels} is more than the benchmark {benchmark} allows: its {num_ood} OOD classes in windows "
-                           f"of {window} (its ID classes) give {windows} distinct levels at most")
+        raise HarnessError(
+            f"--levels {num_levels} is more than the benchmark {benchmark} allows: its {num_ood} OOD classes in windows "
+            f"of {window} (its ID classes) give {windows} distinct levels at most"
+        )
 
 
 def _loading_line(target, trust_submission: bool) -> str:
@@ -272,8 +337,18 @@ def _split_line(split: str, stats: dict, seconds: float) -> str:
     return f"{split}: done in {seconds:.1f} s ({', '.join(parts)})"
 
 
-def _load(target, transform, name: str | None, weights, channels: int, num_id: int, execution: Execution, seed: int,
-          trust_submission: bool, limits: Limits) -> tuple[Submission, LocalForward | ChildForward]:
+def _load(
+    target,
+    transform,
+    name: str | None,
+    weights,
+    channels: int,
+    num_id: int,
+    execution: Execution,
+    seed: int,
+    trust_submission: bool,
+    limits: Limits,
+) -> tuple[Submission, LocalForward | ChildForward]:
     """The submission and its forward pass, checked by a trial forward pass: a submission file in a child process
     (unless trusted); a zoo target (our code) or an in-memory model (the caller's own) in this one."""
     if isinstance(target, torch.nn.Module):
@@ -283,7 +358,9 @@ def _load(target, transform, name: str | None, weights, channels: int, num_id: i
     elif transform is not None:
         raise HarnessError("transform= applies to an in-memory model; a target brings its own preprocessing")
     elif is_zoo_target(target) or trust_submission:
-        submission = load_target(str(target), weights=None if weights is None else str(weights), num_classes_expected=num_id)
+        submission = load_target(
+            str(target), weights=None if weights is None else str(weights), num_classes_expected=num_id
+        )
     elif weights is not None:
         raise HarnessError(misplaced_weights(f"the file {target}"))
     else:
@@ -295,9 +372,15 @@ def _load(target, transform, name: str | None, weights, channels: int, num_id: i
     return submission, LocalForward(execution.prepare(submission.model), execution, num_id, seed)
 
 
-def evaluate(model, transform=None, config: EvalConfig | None = None, *,
-             out: str | Path | Callable[[str], Path] | None = None, leaderboard: str | Path | None = None,
-             **overrides) -> Evaluation | None:
+def evaluate(
+    model,
+    transform=None,
+    config: EvalConfig | None = None,
+    *,
+    out: str | Path | Callable[[str], Path] | None = None,
+    leaderboard: str | Path | None = None,
+    **overrides,
+) -> Evaluation | None:
     """Evaluate a classifier on a C-OOD benchmark and return the results; nothing is written unless asked.
 
     ``model`` is an ``nn.Module`` (logits, or ``(logits, features)``) with ``transform`` a callable
@@ -371,24 +454,40 @@ def _benchmark_before_loading(config: EvalConfig) -> tuple[Benchmark | None, int
     return None, num_id
 
 
-def _load_submission(model, transform, config: EvalConfig, execution: Execution, num_id: int,
-                     bench: Benchmark | None) -> tuple[Submission, LocalForward | ChildForward]:
+def _load_submission(
+    model, transform, config: EvalConfig, execution: Execution, num_id: int, bench: Benchmark | None
+) -> tuple[Submission, LocalForward | ChildForward]:
     """The loading phase: the submission and its forward pass (see :func:`_load`) between its two phase lines."""
     loading = time.perf_counter()
     phases.say(_loading_line(model, config.trust_submission))
     try:
-        submission, forward = _load(model, transform, config.name, config.weights, config.channels, num_id, execution,
-                                    config.seed, config.trust_submission, config.limits)
+        submission, forward = _load(
+            model,
+            transform,
+            config.name,
+            config.weights,
+            config.channels,
+            num_id,
+            execution,
+            config.seed,
+            config.trust_submission,
+            config.limits,
+        )
     except ClassCountMismatch as exc:
-        raise exc.on(str(config.benchmark) if bench is None else bench.manifest.get("id", str(config.benchmark))) from exc
-    phases.say(f"loaded {submission.name}: {plural(num_id, 'class')}"
-               + (f", {submission.num_parameters:,} parameters" if submission.num_parameters else "")
-               + f" ({time.perf_counter() - loading:.1f} s)")
+        raise exc.on(
+            str(config.benchmark) if bench is None else bench.manifest.get("id", str(config.benchmark))
+        ) from exc
+    phases.say(
+        f"loaded {submission.name}: {plural(num_id, 'class')}"
+        + (f", {submission.num_parameters:,} parameters" if submission.num_parameters else "")
+        + f" ({time.perf_counter() - loading:.1f} s)"
+    )
     return submission, forward
 
 
-def _kappa_specs(config: EvalConfig, submission: Submission, forward: LocalForward | ChildForward, odin_preset: str,
-                 mc_passes: int) -> list[KappaSpec]:
+def _kappa_specs(
+    config: EvalConfig, submission: Submission, forward: LocalForward | ChildForward, odin_preset: str, mc_passes: int
+) -> list[KappaSpec]:
     """The requested kappas (default: the default kappas, then the submission's own), refused unless the model exposes
     what they need."""
     kappas = [*DEFAULT_KAPPAS, *submission.user_kappas] if config.kappas is None else config.kappas
@@ -402,8 +501,15 @@ def _preprocessing(submission: Submission, images: PilDecoder | TensorDecoder) -
     return {**submission.preprocessing, "decoder": images.name, "decoded_on": images.device.type}
 
 
-def _scorer(config: EvalConfig, execution: Execution, ranks: Ranks, forward: LocalForward | ChildForward,
-            submission: Submission, bench: Benchmark, specs: list[KappaSpec]) -> Scorer:
+def _scorer(
+    config: EvalConfig,
+    execution: Execution,
+    ranks: Ranks,
+    forward: LocalForward | ChildForward,
+    submission: Submission,
+    bench: Benchmark,
+    specs: list[KappaSpec],
+) -> Scorer:
     """The run's scorer: its decoder, and with ``cache`` its score cache and decoded-image cache."""
     try:
         # a sandboxed submission's images cross to its process through shared memory: decoded on the CPU
@@ -414,17 +520,41 @@ def _scorer(config: EvalConfig, execution: Execution, ranks: Ranks, forward: Loc
     score_cache = decoded = None
     root = Path(config.cache_dir) if config.cache_dir is not None else None
     if config.cache:
-        key = run_key(bench.sha256, submission.weights_sha256, submission.bundle_sha256 or submission.source,
-                      _preprocessing(submission, images),
-                      {**execution.numerics(), "feature_dtype": config.feature_dtype, "batches": "shard groups"})
-        score_cache = ScoreCache((root or cache_root() / "scores") / key,
-                                 {k.name: kappa_id(k, config.seed, config.batch_size) for k in specs}, config.feature_dtype)
-    if config.cache and config.decoded_cache_gb > 0 and isinstance(images, TensorDecoder) and images.device.type == "cpu":
-        decoded = DecodedCache((root or cache_root()) / "decoded", decoded_key(bench.sha256, images.plan, submission.channels),
-                               int(config.decoded_cache_gb * 1e9))
+        key = run_key(
+            bench.sha256,
+            submission.weights_sha256,
+            submission.bundle_sha256 or submission.source,
+            _preprocessing(submission, images),
+            {**execution.numerics(), "feature_dtype": config.feature_dtype, "batches": "shard groups"},
+        )
+        score_cache = ScoreCache(
+            (root or cache_root() / "scores") / key,
+            {k.name: kappa_id(k, config.seed, config.batch_size) for k in specs},
+            config.feature_dtype,
+        )
+    if (
+        config.cache
+        and config.decoded_cache_gb > 0
+        and isinstance(images, TensorDecoder)
+        and images.device.type == "cpu"
+    ):
+        decoded = DecodedCache(
+            (root or cache_root()) / "decoded",
+            decoded_key(bench.sha256, images.plan, submission.channels),
+            int(config.decoded_cache_gb * 1e9),
+        )
     torch.manual_seed(config.seed)
-    return Scorer(forward=forward, decoder=images, benchmark=bench, kappas=specs, execution=execution, ranks=ranks,
-                  config=config, cache=score_cache, decoded=decoded)
+    return Scorer(
+        forward=forward,
+        decoder=images,
+        benchmark=bench,
+        kappas=specs,
+        execution=execution,
+        ranks=ranks,
+        config=config,
+        cache=score_cache,
+        decoded=decoded,
+    )
 
 
 def _fit(scorer: Scorer) -> dict:
@@ -453,7 +583,9 @@ def _score_splits(scorer: Scorer) -> tuple[dict[str, SplitScores], dict]:
         size = sum(shard["num_samples"] for shard in scorer.benchmark.shards(split))
         phases.say(f"{split}: {plural(len(scorer.kappas), 'kappa')} on {plural(size, 'image')}")
         scores[split] = scorer.split(split)
-        phases.say(_split_line(split, {k: scorer.stats[k] - before[k] for k in before}, time.perf_counter() - split_start))
+        phases.say(
+            _split_line(split, {k: scorer.stats[k] - before[k] for k in before}, time.perf_counter() - split_start)
+        )
         timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
         timings[f"{split}_images"] = len(scores[split])
         timings[f"{split}_first_batch_s"] = scorer.first_batch_s.get(split)
@@ -481,26 +613,67 @@ def _levels_and_metrics(scorer: Scorer, scores: dict[str, SplitScores]) -> tuple
     bench, specs = scorer.benchmark, scorer.kappas
     num_id, num_ood = len(bench.id_classes), len(bench.ood_classes)
     phases.say(f"severity levels and metrics of {plural(len(specs), 'kappa')}")
-    results = [evaluate_kappa(spec.name, scores["id_test"], scores["ood_estimation"], scores["ood_test"], num_id, num_ood,
-                              scorer.config.num_levels)
-               for spec in specs]
+    results = [
+        evaluate_kappa(
+            spec.name,
+            scores["id_test"],
+            scores["ood_estimation"],
+            scores["ood_test"],
+            num_id,
+            num_ood,
+            scorer.config.num_levels,
+        )
+        for spec in specs
+    ]
     return results, per_class(results, scores["id_test"], scores["ood_test"], bench)
 
 
-def _records(scorer: Scorer, submission: Submission, results: list[KappaResult], drilldown: PerClass, timings: dict,
-             stats: dict, created: str) -> list[dict]:
+def _records(
+    scorer: Scorer,
+    submission: Submission,
+    results: list[KappaResult],
+    drilldown: PerClass,
+    timings: dict,
+    stats: dict,
+    created: str,
+) -> list[dict]:
     """A record per kappa: its results, the benchmark, the model, and the run's timings, statistics and execution."""
     config, forward, bench = scorer.config, scorer.forward, scorer.benchmark
-    run_info = {**timings, **stats, **scorer.execution.describe(), "batch_size": config.batch_size, "workers": config.workers,
-                "world_size": scorer.ranks.world, "feature_dtype": config.feature_dtype,
-                "isolation": {**forward.isolation, "bundle_sha256": submission.bundle_sha256} if submission.bundle_sha256 else forward.isolation}
-    model_info = {"name": submission.name, "source": submission.source, "file_sha256": submission.file_sha256,
-                  "weights_sha256": submission.weights_sha256, "num_parameters": submission.num_parameters,
-                  "preprocessing": _preprocessing(submission, scorer.decoder)}
-    return [record(result, benchmark=bench.identity(), model=model_info, kappa_params=spec.params, seed=config.seed,
-                   version=__version__, created=created, timings=run_info, metric_definitions=METRIC_DEFINITIONS,
-                   per_class=drilldown.summaries[spec.name])
-            for spec, result in zip(scorer.kappas, results)]
+    run_info = {
+        **timings,
+        **stats,
+        **scorer.execution.describe(),
+        "batch_size": config.batch_size,
+        "workers": config.workers,
+        "world_size": scorer.ranks.world,
+        "feature_dtype": config.feature_dtype,
+        "isolation": {**forward.isolation, "bundle_sha256": submission.bundle_sha256}
+        if submission.bundle_sha256
+        else forward.isolation,
+    }
+    model_info = {
+        "name": submission.name,
+        "source": submission.source,
+        "file_sha256": submission.file_sha256,
+        "weights_sha256": submission.weights_sha256,
+        "num_parameters": submission.num_parameters,
+        "preprocessing": _preprocessing(submission, scorer.decoder),
+    }
+    return [
+        record(
+            result,
+            benchmark=bench.identity(),
+            model=model_info,
+            kappa_params=spec.params,
+            seed=config.seed,
+            version=__version__,
+            created=created,
+            timings=run_info,
+            metric_definitions=METRIC_DEFINITIONS,
+            per_class=drilldown.summaries[spec.name],
+        )
+        for spec, result in zip(scorer.kappas, results)
+    ]
 
 
 def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path | None = None) -> None:
@@ -508,8 +681,15 @@ def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path
     bench = evaluation.benchmark
     if out is not None:
         phases.say(f"writing the outputs to {out}")
-        evaluation.paths = write_outputs(Path(out), evaluation.submission.name, evaluation.results, evaluation.records,
-                                         list(bench.ood_classes["id"]), bench.identity(), per_class=evaluation.per_class)
+        evaluation.paths = write_outputs(
+            Path(out),
+            evaluation.submission.name,
+            evaluation.results,
+            evaluation.records,
+            list(bench.ood_classes["id"]),
+            bench.identity(),
+            per_class=evaluation.per_class,
+        )
     if leaderboard is not None:
         try:
             with _run_folder(evaluation, out) as folder:
@@ -530,10 +710,20 @@ def _run_folder(evaluation: Evaluation, out: str | Path | None):
         yield Path(folder)
 
 
-def submit(target: str | Path, config: EvalConfig | None = None, *, out: str | Path | None = None,
-           leaderboard: str | Path | None = None, **overrides) -> Evaluation | None:
+def submit(
+    target: str | Path,
+    config: EvalConfig | None = None,
+    *,
+    out: str | Path | None = None,
+    leaderboard: str | Path | None = None,
+    **overrides,
+) -> Evaluation | None:
     """:func:`evaluate` a target (a submission file or a zoo target, see :mod:`harness.adapters`) by ``config`` (default
     :data:`SUBMIT_DEFAULTS`: the resumable score cache on) with ``overrides``, and write its outputs to ``out``
     (default ``cood-results/<model name>``)."""
-    return evaluate(target, replace(SUBMIT_DEFAULTS if config is None else config, **overrides),
-                    out=out if out is not None else lambda name: Path("cood-results") / name, leaderboard=leaderboard)
+    return evaluate(
+        target,
+        replace(SUBMIT_DEFAULTS if config is None else config, **overrides),
+        out=out if out is not None else lambda name: Path("cood-results") / name,
+        leaderboard=leaderboard,
+    )

@@ -20,18 +20,19 @@ import hashlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 from PIL import Image
 
-from harness.runtime.bundle import Bundle
 from harness.errors import HarnessError
 from harness.kappas import LogitKappa, registry, split_output
 from harness.options import MAX_NAME_BYTES, check_name  # noqa: F401 (re-exported)
+from harness.runtime.bundle import Bundle
+
 
 @dataclass
 class Submission:
@@ -58,7 +59,10 @@ class Submission:
 
 def weights_sha256(model: torch.nn.Module) -> str:
     """A hash of the model's weights: names, dtypes, shapes and bytes of its state dict, in name order."""
-    return state_sha256((name, str(tensor.dtype), tuple(tensor.shape), raw_bytes(tensor)) for name, tensor in sorted(model.state_dict().items()))
+    return state_sha256(
+        (name, str(tensor.dtype), tuple(tensor.shape), raw_bytes(tensor))
+        for name, tensor in sorted(model.state_dict().items())
+    )
 
 
 def raw_bytes(tensor: torch.Tensor) -> np.ndarray:
@@ -79,9 +83,11 @@ def state_sha256(entries) -> str:
 
 def user_kappa(features: bool = False):
     """Decorator for a submission's kappa that also takes the model's features: ``fn(logits, features)``."""
+
     def mark(fn):
         fn.wants_features = features
         return fn
+
     return mark
 
 
@@ -151,7 +157,9 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
     kappas = {}
     for name, fn in (getattr(module, "KAPPAS", None) or {}).items():
         if name in registry():
-            raise HarnessError(f"submission {path}: kappa '{name}' clashes with a registered kappa (see cood-harness kappas)")
+            raise HarnessError(
+                f"submission {path}: kappa '{name}' clashes with a registered kappa (see cood-harness kappas)"
+            )
         if not callable(fn):
             raise HarnessError(f"submission {path}: KAPPAS['{name}'] is not callable")
         params = {"source": "submission", "code_sha256": hashlib.sha256(_code_of(fn).encode()).hexdigest()}
@@ -172,17 +180,24 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
     )
 
 
-
-def in_memory(model: torch.nn.Module, transform: Callable | dict | None = None, *, name: str | None = None, channels: int = 3,
-              num_classes: int | None = None) -> Submission:
+def in_memory(
+    model: torch.nn.Module,
+    transform: Callable | dict | None = None,
+    *,
+    name: str | None = None,
+    channels: int = 3,
+    num_classes: int | None = None,
+) -> Submission:
     """A model held in memory as a submission. ``transform``: a callable ``PIL.Image -> Tensor`` (images are converted
     to ``channels`` planes first), a timm data config, or None for a timm model (its own data config)."""
     if not isinstance(model, torch.nn.Module):
         raise HarnessError(f"the model must be a torch.nn.Module, got {type(model).__name__}")
     if transform is None:
         if getattr(model, "pretrained_cfg", None) is None:
-            raise HarnessError("pass transform=: a callable PIL.Image -> Tensor, or a timm data config "
-                               "(only a timm model brings its own)")
+            raise HarnessError(
+                "pass transform=: a callable PIL.Image -> Tensor, or a timm data config "
+                "(only a timm model brings its own)"
+            )
         from timm.data import resolve_data_config
 
         transform = resolve_data_config({}, model=model)
@@ -196,9 +211,15 @@ def in_memory(model: torch.nn.Module, transform: Callable | dict | None = None, 
         raise HarnessError(f"transform must be callable or a timm data config, got {type(transform).__name__}")
     if channels not in (1, 3):
         raise HarnessError(f"channels must be 1 or 3, got {channels}")
-    submission = Submission(name=name or type(model).__name__, model=model.eval(), transform=transform, channels=channels,
-                            preprocessing=preprocessing, source=f"python:{type(model).__module__}.{type(model).__qualname__}",
-                            file_sha256=None)
+    submission = Submission(
+        name=name or type(model).__name__,
+        model=model.eval(),
+        transform=transform,
+        channels=channels,
+        preprocessing=preprocessing,
+        source=f"python:{type(model).__module__}.{type(model).__qualname__}",
+        file_sha256=None,
+    )
     if num_classes is not None:
         check_output(submission, num_classes)
     return submission
@@ -209,10 +230,12 @@ def check_output(submission: Submission, num_classes: int) -> None:
     mode = "L" if submission.channels == 1 else "RGB"
     try:
         image = submission.transform(Image.new(mode, (320, 240)))
-    except Exception as exc:  # noqa: BLE001 -- any failure of the transform on a plain image
+    except Exception as exc:
         raise HarnessError(f"{submission.source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from exc
     if image.shape[0] != submission.channels:
-        raise HarnessError(f"{submission.source}: the transform gives {image.shape[0]} channels, expected {submission.channels}")
+        raise HarnessError(
+            f"{submission.source}: the transform gives {image.shape[0]} channels, expected {submission.channels}"
+        )
     trial_forward(submission.model, image, num_classes, submission.source)
 
 
@@ -221,12 +244,14 @@ def trial_forward(model: torch.nn.Module, image: torch.Tensor, num_classes: int,
     try:
         with torch.no_grad():
             output = model.eval()(image.unsqueeze(0))
-    except Exception as exc:  # noqa: BLE001 -- any failure of the model on a plain image
+    except Exception as exc:
         raise HarnessError(f"{source}: a trial forward pass failed: {type(exc).__name__}: {exc}") from exc
     try:
         logits = split_output(output)[0]
     except HarnessError as exc:
         raise HarnessError(f"{source}: {exc}") from exc
     if logits.ndim != 2 or logits.shape[1] != num_classes:
-        raise HarnessError(f"{source}: the model gives logits of shape {tuple(logits.shape)} for one image; "
-                           f"the benchmark has {num_classes} ID classes")
+        raise HarnessError(
+            f"{source}: the model gives logits of shape {tuple(logits.shape)} for one image; "
+            f"the benchmark has {num_classes} ID classes"
+        )

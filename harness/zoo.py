@@ -10,7 +10,7 @@ module is imported only to build its kind. Standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
 from harness.errors import HarnessError
@@ -27,15 +27,16 @@ class ZooKind:
     adapter: EntryPoint
 
 
-@lru_cache(maxsize=None)
+@cache
 def zoo_kinds() -> dict[str, ZooKind]:
     """Every registered kind by name, in name order; a kind registered twice is an error."""
     kinds: dict[str, ZooKind] = {}
     for group, folder in GROUPS.items():
         for entry in entry_points(group=group):
             if entry.name in kinds:
-                raise HarnessError(f"zoo kind '{entry.name}' is registered twice ({kinds[entry.name].adapter.value} "
-                                   f"and {entry.value})")
+                raise HarnessError(
+                    f"zoo kind '{entry.name}' is registered twice ({kinds[entry.name].adapter.value} and {entry.value})"
+                )
             kinds[entry.name] = ZooKind(entry.name, folder, entry)
     return dict(sorted(kinds.items()))
 

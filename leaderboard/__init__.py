@@ -8,10 +8,18 @@ from importlib import import_module
 from importlib.metadata import version
 
 __version__ = version("cood-bench")
-_EXPORTS = {"add_records": "leaderboard.store", "add_files": "leaderboard.store", "init_leaderboard": "leaderboard.store",
-            "current_table": "leaderboard.store", "validate_record": "leaderboard.schema", "entry_id": "leaderboard.schema",
-            "release_table": "leaderboard.release", "build_site": "leaderboard.site", "paper_records": "leaderboard.paper",
-            "LeaderboardError": "leaderboard.errors"}
+_EXPORTS = {
+    "add_records": "leaderboard.store",
+    "add_files": "leaderboard.store",
+    "init_leaderboard": "leaderboard.store",
+    "current_table": "leaderboard.store",
+    "validate_record": "leaderboard.schema",
+    "entry_id": "leaderboard.schema",
+    "release_table": "leaderboard.release",
+    "build_site": "leaderboard.site",
+    "paper_records": "leaderboard.paper",
+    "LeaderboardError": "leaderboard.errors",
+}
 __all__ = [*_EXPORTS, "__version__"]
 
 

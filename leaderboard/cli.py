@@ -5,21 +5,51 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from dataset_builder.errors import describe_os_error, fail
-from leaderboard import __version__, jsonio, paper, publish as hub, release as releases, report as reports, requests, site as sites, store, views
+from leaderboard import (
+    __version__,
+    jsonio,
+    paper,
+    requests,
+    store,
+    views,
+)
+from leaderboard import (
+    publish as hub,
+)
+from leaderboard import (
+    release as releases,
+)
+from leaderboard import (
+    report as reports,
+)
+from leaderboard import (
+    site as sites,
+)
 from leaderboard import worker as workers
 from leaderboard.errors import LeaderboardError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Validated, versioned C-OOD results: add records, release versions, view and publish them.")
-DIR = typer.Option(Path("cood-leaderboard"), "--dir", "-d", envvar="COOD_LEADERBOARD",
-                   help="Leaderboard directory (env COOD_LEADERBOARD).")
-VERSION = typer.Option(None, "--version", "-v", show_default="the current, unreleased table", help="A released version N.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Validated, versioned C-OOD results: add records, release versions, view and publish them.",
+)
+DIR = typer.Option(
+    Path("cood-leaderboard"),
+    "--dir",
+    "-d",
+    envvar="COOD_LEADERBOARD",
+    help="Leaderboard directory (env COOD_LEADERBOARD).",
+)
+VERSION = typer.Option(
+    None, "--version", "-v", show_default="the current, unreleased table", help="A released version N."
+)
 
 
 def _show_version(value: bool) -> None:
@@ -29,28 +59,31 @@ def _show_version(value: bool) -> None:
 
 
 @app.callback()
-def _main(_version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
-                                        help="Print the version and exit.")) -> None:
+def _main(
+    _version: bool = typer.Option(
+        False, "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     pass
 
 
-def _table(directory: Path, version: Optional[int]):
+def _table(directory: Path, version: int | None):
     return store.current_table(directory) if version is None else releases.release_table(directory, version)
 
 
-def _label(version: Optional[int]) -> str:
+def _label(version: int | None) -> str:
     return "current (unreleased)" if version is None else f"v{version}"
 
 
 @app.command()
 def init(
     directory: Path = DIR,
-    record: Optional[Path] = typer.Option(None, help="Take the benchmark revision and level count from this record."),
-    benchmark_id: Optional[str] = typer.Option(None),
-    benchmark_version: Optional[str] = typer.Option(None),
-    manifest_sha256: Optional[str] = typer.Option(None),
-    num_id_classes: Optional[int] = typer.Option(None),
-    num_ood_classes: Optional[int] = typer.Option(None),
+    record: Path | None = typer.Option(None, help="Take the benchmark revision and level count from this record."),
+    benchmark_id: str | None = typer.Option(None),
+    benchmark_version: str | None = typer.Option(None),
+    manifest_sha256: str | None = typer.Option(None),
+    num_id_classes: int | None = typer.Option(None),
+    num_ood_classes: int | None = typer.Option(None),
     num_levels: int = typer.Option(11, help="Severity levels every record must have."),
 ) -> None:
     """Create a leaderboard tied to one benchmark revision."""
@@ -61,14 +94,23 @@ def init(
             raise LeaderboardError(f"{record}: no benchmark block")
         benchmark, num_levels = data["benchmark"], data.get("num_levels", num_levels)
     else:
-        benchmark = {"id": benchmark_id, "version": benchmark_version, "manifest_sha256": manifest_sha256,
-                     "num_id_classes": num_id_classes, "num_ood_classes": num_ood_classes}
-        unset = [k for k in ("id", "version", "manifest_sha256", "num_id_classes", "num_ood_classes") if benchmark[k] is None]
+        benchmark = {
+            "id": benchmark_id,
+            "version": benchmark_version,
+            "manifest_sha256": manifest_sha256,
+            "num_id_classes": num_id_classes,
+            "num_ood_classes": num_ood_classes,
+        }
+        unset = [
+            k for k in ("id", "version", "manifest_sha256", "num_id_classes", "num_ood_classes") if benchmark[k] is None
+        ]
         if unset:
             raise LeaderboardError(f"give --record or every benchmark option (missing --{unset[0].replace('_', '-')})")
     config = store.init_leaderboard(directory, benchmark, num_levels)
     bench = config["benchmark"]
-    typer.echo(f"created {directory} for {bench['id']} {bench['version']} (manifest {bench['manifest_sha256']}), {num_levels} levels")
+    typer.echo(
+        f"created {directory} for {bench['id']} {bench['version']} (manifest {bench['manifest_sha256']}), {num_levels} levels"
+    )
 
 
 @app.command()
@@ -84,15 +126,22 @@ def add(
 
 
 @app.command("import-paper")
-def import_paper(csv: Path = typer.Argument(paper.PAPER_TABLE, show_default="the copy shipped with cood-bench",
-                                            help="The paper's all_paper_results.csv (or .csv.gz)."),
-                 directory: Path = DIR) -> None:
+def import_paper(
+    csv: Path = typer.Argument(
+        paper.PAPER_TABLE,
+        show_default="the copy shipped with cood-bench",
+        help="The paper's all_paper_results.csv (or .csv.gz).",
+    ),
+    directory: Path = DIR,
+) -> None:
     """Import the paper's published results (provenance "paper") into a leaderboard of their own."""
     records = paper.paper_records(paper.read_paper_table(csv))
     store.add_records(directory, records, create=True)
     table = store.current_table(directory)
     flagged = table[table["flag"] != ""]
-    typer.echo(f"imported {len(records)} entries ({len({r['model']['name'] for r in records})} models) into {directory}")
+    typer.echo(
+        f"imported {len(records)} entries ({len({r['model']['name'] for r in records})} models) into {directory}"
+    )
     typer.echo(f"flagged {len(flagged)} entries of {flagged['model'].nunique()} models:")
     for row in flagged.itertuples():
         typer.echo(f"  {row.model} / {row.kappa}: {row.flag}")
@@ -109,7 +158,7 @@ def release(directory: Path = DIR, note: str = typer.Option("", help="A line for
 @app.command()
 def show(
     directory: Path = DIR,
-    version: Optional[int] = VERSION,
+    version: int | None = VERSION,
     kappa: list[str] = typer.Option([], "--kappa", "-k", help="Only these kappas (name or label); repeatable."),
     model: str = typer.Option("", "--model", "-m", help="Only models whose name contains this (case-insensitive)."),
     sort: str = typer.Option("mean", "--sort", "-s", help="mean, id_acc, or a level number 0..L-1."),
@@ -127,7 +176,7 @@ def show(
 @app.command()
 def report(
     directory: Path = DIR,
-    version: Optional[int] = VERSION,
+    version: int | None = VERSION,
     focus: str = typer.Option(reports.DEFAULT_FOCUS, help="Regex of the model group whose rank to report."),
     baseline: str = typer.Option(reports.DEFAULT_BASELINE, help="Kappa to compare the focus entry against."),
     top: int = typer.Option(10, help="Number of top models to list."),
@@ -138,7 +187,9 @@ def report(
 
 
 @app.command()
-def site(out: Path = typer.Argument(..., help="Output folder."), directory: Path = DIR, version: Optional[int] = VERSION) -> None:
+def site(
+    out: Path = typer.Argument(..., help="Output folder."), directory: Path = DIR, version: int | None = VERSION
+) -> None:
     """Write a static HTML site (a row per model, filters, charts, downloads, a page per model, the raw records)."""
 
     pages = sites.build_site(_table(directory, version), out, _label(version), board=directory)
@@ -149,10 +200,16 @@ def site(out: Path = typer.Argument(..., help="Output folder."), directory: Path
 def publish(
     repo_id: str = typer.Argument(..., help="Hub dataset repo, e.g. org/cood-leaderboard."),
     directory: Path = DIR,
-    version: Optional[int] = typer.Option(None, "--version", "-v", show_default="the latest", help="Release to publish."),
-    endpoint: Optional[str] = typer.Option(None, envvar="HF_ENDPOINT", help="Hub URL (env HF_ENDPOINT)."),
-    space: Optional[str] = typer.Option(None, "--space", show_default="the dataset's repo id",
-                                        help="Hub Space (sdk: static) that gets the release's site, tagged v<N> too."),
+    version: int | None = typer.Option(
+        None, "--version", "-v", show_default="the latest", help="Release to publish."
+    ),
+    endpoint: str | None = typer.Option(None, envvar="HF_ENDPOINT", help="Hub URL (env HF_ENDPOINT)."),
+    space: str | None = typer.Option(
+        None,
+        "--space",
+        show_default="the dataset's repo id",
+        help="Hub Space (sdk: static) that gets the release's site, tagged v<N> too.",
+    ),
     no_space: bool = typer.Option(False, "--no-space", help="Publish the dataset repo only."),
 ) -> None:
     """Upload a release to a Hub dataset repo (config "results") and its site to a static Space; tag both v<N>."""
@@ -166,7 +223,9 @@ def publish(
         if item["uploaded"]:
             typer.echo(f"published {item['tag']} to {kind}{item['repo_id']} (commit {item['commit']})")
         else:
-            typer.echo(f"{item['tag']} was already published to {kind}{item['repo_id']} (commit {item['commit']}); nothing to upload")
+            typer.echo(
+                f"{item['tag']} was already published to {kind}{item['repo_id']} (commit {item['commit']}); nothing to upload"
+            )
 
 
 QUEUE = typer.Argument(..., help="Hub dataset repo of the request queue, e.g. org/cood-requests.")
@@ -174,67 +233,90 @@ ENDPOINT = typer.Option(None, envvar="HF_ENDPOINT", help="Hub URL (env HF_ENDPOI
 
 
 @app.command("queue-init")
-def queue_init(requests_repo: str = QUEUE, directory: Path = DIR, endpoint: Optional[str] = ENDPOINT) -> None:
+def queue_init(requests_repo: str = QUEUE, directory: Path = DIR, endpoint: str | None = ENDPOINT) -> None:
     """Create the request queue (a Hub dataset repo) tied to this leaderboard's benchmark revision."""
 
     config = requests.init_queue(requests_repo, directory, requests.hub_api(endpoint))
-    typer.echo(f"{requests_repo} takes requests for {config['benchmark']['id']} {config['benchmark']['version']} "
-               f"(manifest {config['benchmark']['manifest_sha256']})")
+    typer.echo(
+        f"{requests_repo} takes requests for {config['benchmark']['id']} {config['benchmark']['version']} "
+        f"(manifest {config['benchmark']['manifest_sha256']})"
+    )
 
 
 @app.command()
 def request(
     target: str = typer.Argument(..., help=f"{requests.target_usage()}."),
     requests_repo: str = typer.Option(..., "--queue", "-q", help="The request queue's Hub dataset repo."),
-    weights: Optional[str] = typer.Option(None, help="Hub model repo holding the weights file, <owner>/<name>."),
-    file: Optional[str] = typer.Option(None, help="The weights file in that repo (.safetensors, .pt, .pth, .bin, .ckpt)."),
+    weights: str | None = typer.Option(None, help="Hub model repo holding the weights file, <owner>/<name>."),
+    file: str | None = typer.Option(
+        None, help="The weights file in that repo (.safetensors, .pt, .pth, .bin, .ckpt)."
+    ),
     revision: str = typer.Option("main", help="Branch, tag or commit of the model repo; pinned to its commit now."),
-    name: Optional[str] = typer.Option(None, show_default="the model repo's name", help="Model name on the board."),
-    kappa: list[str] = typer.Option([], "--kappa", "-k", help="Kappas to evaluate (none given: the harness's own set); repeatable."),
-    endpoint: Optional[str] = ENDPOINT,
+    name: str | None = typer.Option(None, show_default="the model repo's name", help="Model name on the board."),
+    kappa: list[str] = typer.Option(
+        [], "--kappa", "-k", help="Kappas to evaluate (none given: the harness's own set); repeatable."
+    ),
+    endpoint: str | None = ENDPOINT,
 ) -> None:
     """Ask the leaderboard to evaluate a model: validated now, evaluated by a worker, its records marked verified."""
 
-    made = requests.make_request(requests.hub_api(endpoint), requests_repo, target, weights, file, revision, name, kappa)
+    made = requests.make_request(
+        requests.hub_api(endpoint), requests_repo, target, weights, file, revision, name, kappa
+    )
     model = made["model"]
-    typer.echo(f"requested {made['id']}: {target} from {model['repo']}@{model['revision'][:12]} "
-               f"({model['weights_format']} weights, sha256 {model['weights_sha256'][:12]}), pending in {requests_repo}")
+    typer.echo(
+        f"requested {made['id']}: {target} from {model['repo']}@{model['revision'][:12]} "
+        f"({model['weights_format']} weights, sha256 {model['weights_sha256'][:12]}), pending in {requests_repo}"
+    )
 
 
 @app.command("requests")
-def list_requests(requests_repo: str = QUEUE, endpoint: Optional[str] = ENDPOINT) -> None:
+def list_requests(requests_repo: str = QUEUE, endpoint: str | None = ENDPOINT) -> None:
     """List the queue's requests, oldest first, with their status (and a failure's reason)."""
 
     _, items = requests.list_requests(requests.hub_api(endpoint), requests_repo)
     typer.echo(f"{requests_repo}: {len(items)} request{'' if len(items) == 1 else 's'}")
     for item in items:
         detail = item.get("reason") or (f"v{item['release']}" if item.get("release") else item.get("worker", ""))
-        typer.echo(f"  {item['id']}  {item['status']:<8} {item['name']:<24} {item['model']['target']:<28} {detail}".rstrip())
+        typer.echo(
+            f"  {item['id']}  {item['status']:<8} {item['name']:<24} {item['model']['target']:<28} {detail}".rstrip()
+        )
 
 
 @app.command()
 def worker(
     requests_repo: str = QUEUE,
     directory: Path = DIR,
-    benchmark: str = typer.Option("glyphs", help="The benchmark the leaderboard is tied to: an embedded name or a folder."),
-    publish_repo: Optional[str] = typer.Option(None, "--publish", help="Hub dataset repo to republish to after each request."),
-    space: Optional[str] = typer.Option(None, "--space", show_default="the --publish repo id", help="Space for the site."),
+    benchmark: str = typer.Option(
+        "glyphs", help="The benchmark the leaderboard is tied to: an embedded name or a folder."
+    ),
+    publish_repo: str | None = typer.Option(
+        None, "--publish", help="Hub dataset repo to republish to after each request."
+    ),
+    space: str | None = typer.Option(
+        None, "--space", show_default="the --publish repo id", help="Space for the site."
+    ),
     device: str = typer.Option("auto", help="cuda, cpu, cuda:N or auto."),
     batch_size: int = typer.Option(256, help="Images per forward pass."),
     work_dir: Path = typer.Option(Path("cood-worker"), help="Where each request's run folder goes."),
-    max_requests: Optional[int] = typer.Option(None, "--max", help="Stop after this many requests."),
+    max_requests: int | None = typer.Option(None, "--max", help="Stop after this many requests."),
     poll: float = typer.Option(0.0, help="Seconds between looks at an empty queue; 0: stop when it is empty."),
-    name: str = typer.Option(f"{socket.gethostname()}-{os.getpid()}", show_default="host-pid", help="This worker's name."),
-    endpoint: Optional[str] = ENDPOINT,
+    name: str = typer.Option(
+        f"{socket.gethostname()}-{os.getpid()}", show_default="host-pid", help="This worker's name."
+    ),
+    endpoint: str | None = ENDPOINT,
 ) -> None:
     """Claim pending requests one at a time, evaluate each, add its records as verified, release, republish."""
 
     evaluator = workers.load_evaluator()(benchmark, device=device, work_dir=work_dir, batch_size=batch_size)
     api = requests.hub_api(endpoint)
-    served = workers.Worker(api, requests_repo, directory, evaluator, publish_repo, space or publish_repo, name,
-                            log=typer.echo).run(max_requests, poll)
+    served = workers.Worker(
+        api, requests_repo, directory, evaluator, publish_repo, space or publish_repo, name, log=typer.echo
+    ).run(max_requests, poll)
     done = sum(r["status"] == "done" for r in served)
-    typer.echo(f"{name}: served {len(served)} request{'' if len(served) == 1 else 's'}, {done} done, {len(served) - done} failed")
+    typer.echo(
+        f"{name}: served {len(served)} request{'' if len(served) == 1 else 's'}, {done} done, {len(served) - done} failed"
+    )
 
 
 def main() -> None:

@@ -72,7 +72,9 @@ def level_classes(record: dict, level: int, folder: str | Path | None = None) ->
     hardest classes (``n`` None). Thumbnails are relative to the folder (:func:`thumbnail_paths` resolves them)."""
     per_class = record.get("per_class")
     if per_class is None:
-        raise LeaderboardError(f"{record['model']['name']} / {record['kappa']['name']}: the record has no per-class drill-down")
+        raise LeaderboardError(
+            f"{record['model']['name']} / {record['kappa']['name']}: the record has no per-class drill-down"
+        )
     levels = per_class["levels"]
     if not 0 <= level < len(levels):
         raise LeaderboardError(f"no level {level}: the record has levels 0 to {len(levels) - 1}")
@@ -85,9 +87,17 @@ def level_classes(record: dict, level: int, folder: str | Path | None = None) ->
     except (OSError, ValueError) as exc:
         raise LeaderboardError(f"cannot read the per-class table {path}: {exc}") from exc
     table = table.sort_values(["ood_auroc", "class_index"], kind="stable")
-    return [{"id": row.class_id, "name": row.name, "ood_auroc": float(row.ood_auroc),
-             "mean_confidence": float(row.mean_confidence), "n": int(row.n),
-             "thumbnails": listed.get(row.class_id, {}).get("thumbnails", [])} for row in table.itertuples()]
+    return [
+        {
+            "id": row.class_id,
+            "name": row.name,
+            "ood_auroc": float(row.ood_auroc),
+            "mean_confidence": float(row.mean_confidence),
+            "n": int(row.n),
+            "thumbnails": listed.get(row.class_id, {}).get("thumbnails", []),
+        }
+        for row in table.itertuples()
+    ]
 
 
 def thumbnail_paths(record: dict, folder: str | Path) -> dict[str, Path]:

@@ -34,11 +34,20 @@ KAPPAS = {
 SOURCE = "Galil, Dabbah & El-Yaniv, ICLR 2023 (arXiv 2302.11893): all_paper_results.csv"
 DEFINITIONS = {
     "ood_auroc": "AUROC of kappa separating ImageNet-1K validation images (positive) from the level's OOD "
-                 "test images, as published by the paper (ties ordered by an unseeded shuffle)",
+    "test images, as published by the paper (ties ordered by an unseeded shuffle)",
     "id_auroc": "AUROC of kappa separating correctly from wrongly classified ID images, as published",
 }
-COLUMNS = ["severity level", "percentile", "ood-auroc", "ood_avg_conf", "id-acc", "id-auroc", "id_avg_conf",
-           "model name", "confidence function"]
+COLUMNS = [
+    "severity level",
+    "percentile",
+    "ood-auroc",
+    "ood_avg_conf",
+    "id-acc",
+    "id-auroc",
+    "id_avg_conf",
+    "model name",
+    "confidence function",
+]
 
 
 PAPER_TABLE = Path(__file__).with_name("data") / "all_paper_results.csv.gz"  # MIT, see data/PAPER_RESULTS_LICENSE.txt
@@ -69,17 +78,31 @@ def paper_records(table: pd.DataFrame) -> list[dict]:
         name, params = KAPPAS[kappa]
         levels = [_level(row) for row in rows]
         first = rows[0]
-        records.append(make_record(
-            provenance="paper", benchmark=BENCHMARK, model={"name": model, "source": SOURCE, "preprocessing": {}},
-            kappa={"name": name, "params": params}, levels=levels,
-            id={"acc": first["id-acc"], "auroc": first["id-auroc"], "avg_conf": first["id_avg_conf"],
-                "num": NUM_ID_IMAGES},
-            summary={"mean_ood_auroc": math.fsum(level["ood_auroc"] for level in levels) / len(levels)},
-            metric_definitions=DEFINITIONS))
+        records.append(
+            make_record(
+                provenance="paper",
+                benchmark=BENCHMARK,
+                model={"name": model, "source": SOURCE, "preprocessing": {}},
+                kappa={"name": name, "params": params},
+                levels=levels,
+                id={
+                    "acc": first["id-acc"],
+                    "auroc": first["id-auroc"],
+                    "avg_conf": first["id_avg_conf"],
+                    "num": NUM_ID_IMAGES,
+                },
+                summary={"mean_ood_auroc": math.fsum(level["ood_auroc"] for level in levels) / len(levels)},
+                metric_definitions=DEFINITIONS,
+            )
+        )
     return records
 
 
 def _level(row: dict) -> dict:
     """A level as the paper reports it; what it does not report (the level score, fpr@95, AUPRs, counts) is null."""
-    return {"level": row["severity level"], "percentile": row["percentile"], "ood_auroc": row["ood-auroc"],
-            "ood_avg_conf": row["ood_avg_conf"]}
+    return {
+        "level": row["severity level"],
+        "percentile": row["percentile"],
+        "ood_auroc": row["ood-auroc"],
+        "ood_avg_conf": row["ood_avg_conf"],
+    }

@@ -25,7 +25,15 @@ from huggingface_hub.hf_api import RepoFile
 from dataset_builder import faults
 from dataset_builder.errors import one_line
 from leaderboard.errors import LeaderboardError
-from leaderboard.release import CHANGELOG, RELEASE_JSON, changelog, list_releases, release_dir, release_info, release_table
+from leaderboard.release import (
+    CHANGELOG,
+    RELEASE_JSON,
+    changelog,
+    list_releases,
+    release_dir,
+    release_info,
+    release_table,
+)
 from leaderboard.site import build_site
 from leaderboard.table import CSV, PARQUET
 
@@ -81,8 +89,14 @@ The static site of version **v{version}** of the class-out-of-distribution detec
 """
 
 
-def publish(directory: str | Path, repo_id: str, version: int | None = None, endpoint: str | None = None,
-            token: str | None = None, space_id: str | None = None) -> dict:
+def publish(
+    directory: str | Path,
+    repo_id: str,
+    version: int | None = None,
+    endpoint: str | None = None,
+    token: str | None = None,
+    space_id: str | None = None,
+) -> dict:
     """Upload release ``version`` (default: the latest) to dataset repo ``repo_id`` and tag it ``v<N>``; given
     ``space_id``, also its site to that static Space, tagged ``v<N>`` too, and the dataset card links the Space.
 
@@ -103,7 +117,11 @@ def publish(directory: str | Path, repo_id: str, version: int | None = None, end
         with tempfile.TemporaryDirectory() as staging:
             data, site = Path(staging) / "dataset", Path(staging) / "space"
             data.mkdir()
-            link = SITE_LINK.format(space_id=space_id, url=f"{base}/spaces/{space_id}", version=version) if space_id else ""
+            link = (
+                SITE_LINK.format(space_id=space_id, url=f"{base}/spaces/{space_id}", version=version)
+                if space_id
+                else ""
+            )
             _stage(Path(directory), source, version, repo_id, data, link)
             targets = [(repo_id, "dataset", data, "")]
             if space_id:
@@ -111,17 +129,29 @@ def publish(directory: str | Path, repo_id: str, version: int | None = None, end
                 targets.append((space_id, "space", site, "space-"))
             done = []
             for current, repo_type, folder, _ in targets:  # check both before writing either
-                api.create_repo(current, repo_type=repo_type, exist_ok=True, **({"space_sdk": "static"} if repo_type == "space" else {}))
+                api.create_repo(
+                    current,
+                    repo_type=repo_type,
+                    exist_ok=True,
+                    **({"space_sdk": "static"} if repo_type == "space" else {}),
+                )
                 done.append(_published(api, current, repo_type, tag, version, folder))
             for (current, repo_type, folder, point), commit in zip(targets, done):
                 uploaded = commit is None
                 if uploaded:  # the Space's tree is exactly the site: files of an earlier site go
                     with warnings.catch_warnings():  # the site's downloads are data files in a Space, by design
                         warnings.filterwarnings("ignore", "It seems that you are about to commit a data file")
-                        commit = api.upload_folder(folder_path=folder, repo_id=current, repo_type=repo_type, commit_message=f"leaderboard {tag}",
-                                                   delete_patterns="*" if repo_type == "space" else None).oid
+                        commit = api.upload_folder(
+                            folder_path=folder,
+                            repo_id=current,
+                            repo_type=repo_type,
+                            commit_message=f"leaderboard {tag}",
+                            delete_patterns="*" if repo_type == "space" else None,
+                        ).oid
                     faults.point(f"publish:after-{point}upload")
-                    api.create_tag(current, tag=tag, repo_type=repo_type, revision=commit, tag_message=f"leaderboard {tag}")
+                    api.create_tag(
+                        current, tag=tag, repo_type=repo_type, revision=commit, tag_message=f"leaderboard {tag}"
+                    )
                     faults.point(f"publish:after-{point}tag")
                 results[repo_type] = {"repo_id": current, "tag": tag, "commit": commit, "uploaded": uploaded}
     except LeaderboardError:
@@ -138,11 +168,15 @@ def _published(api: HfApi, repo_id: str, repo_type: str, tag: str, version: int,
     if tag in published:
         differ = _differences(api, repo_id, published[tag], staging, repo_type)
         if differ:
-            raise LeaderboardError(f"{repo_id} already has {tag} with other content ({differ[0]} differs); "
-                                   "a published version is never overwritten")
+            raise LeaderboardError(
+                f"{repo_id} already has {tag} with other content ({differ[0]} differs); "
+                "a published version is never overwritten"
+            )
         return published[tag]
-    later = sorted((t for t in published if t.startswith("v") and t[1:].isdigit() and int(t[1:]) > version),
-                   key=lambda t: int(t[1:]))
+    later = sorted(
+        (t for t in published if t.startswith("v") and t[1:].isdigit() and int(t[1:]) > version),
+        key=lambda t: int(t[1:]),
+    )
     if later:
         raise LeaderboardError(f"{repo_id} already has {later[-1]}; versions are published once and in order")
     return None
@@ -150,14 +184,20 @@ def _published(api: HfApi, repo_id: str, repo_type: str, tag: str, version: int,
 
 def _differences(api: HfApi, repo_id: str, revision: str, staging: Path, repo_type: str = "dataset") -> list[str]:
     """The staged files that ``revision`` of the repo lacks or holds with other bytes."""
-    remote = {entry.path: entry for entry in api.list_repo_tree(repo_id, repo_type=repo_type, revision=revision, recursive=True)
-              if isinstance(entry, RepoFile)}
+    remote = {
+        entry.path: entry
+        for entry in api.list_repo_tree(repo_id, repo_type=repo_type, revision=revision, recursive=True)
+        if isinstance(entry, RepoFile)
+    }
     differ = []
     for path in sorted(p for p in staging.rglob("*") if p.is_file()):
         name, data = path.relative_to(staging).as_posix(), path.read_bytes()
         entry = remote.get(name)
-        if entry is None or (entry.lfs.sha256 != hashlib.sha256(data).hexdigest() if entry.lfs else
-                             entry.blob_id != hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()):
+        if entry is None or (
+            entry.lfs.sha256 != hashlib.sha256(data).hexdigest()
+            if entry.lfs
+            else entry.blob_id != hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        ):
             differ.append(name)
     return differ
 
@@ -175,15 +215,33 @@ def _stage(directory: Path, source: Path, version: int, repo_id: str, staging: P
     (staging / RELEASE_JSON).write_bytes((source / RELEASE_JSON).read_bytes())
     (staging / CHANGELOG).write_text(changelog(directory, up_to=version))
     bench = info["benchmark"]
-    (staging / "README.md").write_text(CARD.format(
-        pretty_name=json.dumps(f"C-OOD leaderboard: {bench['id']} {bench['version']}"), bench_id=bench["id"], bench_version=bench["version"], manifest=bench["manifest_sha256"] or "none",
-        version=version, num_entries=info["num_entries"], num_levels=info["num_levels"], repo_id=repo_id, site=site))
+    (staging / "README.md").write_text(
+        CARD.format(
+            pretty_name=json.dumps(f"C-OOD leaderboard: {bench['id']} {bench['version']}"),
+            bench_id=bench["id"],
+            bench_version=bench["version"],
+            manifest=bench["manifest_sha256"] or "none",
+            version=version,
+            num_entries=info["num_entries"],
+            num_levels=info["num_levels"],
+            repo_id=repo_id,
+            site=site,
+        )
+    )
 
 
 def _stage_space(directory: Path, version: int, repo_id: str, staging: Path, dataset_url: str) -> None:
     """The Space of release ``version``: its site (with the raw records and downloads) and the Space's card."""
     build_site(release_table(directory, version), staging, f"v{version}", board=directory)
     info = release_info(directory, version)
-    (staging / "README.md").write_text(SPACE_CARD.format(
-        repo_id=repo_id, url=dataset_url, bench_id=info["benchmark"]["id"], bench_version=info["benchmark"]["version"],
-        version=version, num_entries=info["num_entries"]), encoding="utf-8")
+    (staging / "README.md").write_text(
+        SPACE_CARD.format(
+            repo_id=repo_id,
+            url=dataset_url,
+            bench_id=info["benchmark"]["id"],
+            bench_version=info["benchmark"]["version"],
+            version=version,
+            num_entries=info["num_entries"],
+        ),
+        encoding="utf-8",
+    )

@@ -37,16 +37,38 @@ FORMATS = {
 _NAME_CHARS = "^[^/\\\\\\u0000-\\u001f\\u007f-\\u009f]+$"  # JSON Schema's half of the name rule
 
 
-def spec(*, unit: bool = False, minimum: int | None = None, format: str | None = None, reported: bool = False,
-         const=None, enum: tuple | None = None, items: tuple[int, int | None] | None = None, keys: tuple = (),
-         optional: bool = False, column: str | None = None, doc: str | None = None):
+def spec(
+    *,
+    unit: bool = False,
+    minimum: int | None = None,
+    format: str | None = None,
+    reported: bool = False,
+    const=None,
+    enum: tuple | None = None,
+    items: tuple[int, int | None] | None = None,
+    keys: tuple = (),
+    optional: bool = False,
+    column: str | None = None,
+    doc: str | None = None,
+):
     """A record field: ``unit`` in [0, 1]; ``minimum`` for an integer; a ``format`` of :data:`FORMATS`; ``reported``:
     null allowed in a paper record only; ``const``/``enum``: the allowed values; ``items``: (min, max) list length;
     ``keys``: keys an open object must hold; ``optional``: left out of the record when None; ``column``: its table
     column; ``doc``: a description for the JSON Schema."""
     assert format is None or format in FORMATS, format
-    meta = {"unit": unit, "minimum": minimum, "format": format, "reported": reported, "const": const, "enum": enum,
-            "items": items, "keys": keys, "optional": optional, "column": column, "doc": doc}
+    meta = {
+        "unit": unit,
+        "minimum": minimum,
+        "format": format,
+        "reported": reported,
+        "const": const,
+        "enum": enum,
+        "items": items,
+        "keys": keys,
+        "optional": optional,
+        "column": column,
+        "doc": doc,
+    }
     return dataclasses.field(default=None, metadata=meta) if optional else dataclasses.field(metadata=meta)
 
 
@@ -167,17 +189,21 @@ class Record:
     created: str | None = spec(format="date-time", reported=True, column="created")
     timings: dict | None = spec(reported=True)
     provenance: str = spec(
-        enum=PROVENANCES, column="provenance",
+        enum=PROVENANCES,
+        column="provenance",
         doc="harness: computed by cood-bench, every field required; paper: reported by a publication, unreported "
-            "metrics, hashes and run details may be null")
+        "metrics, hashes and run details may be null",
+    )
     per_class: PerClass | None = spec(
         optional=True,
         doc="optional: the per-OOD-class drill-down (the validator also checks levels == num_levels, quantiles not "
-            "decreasing, the hardest classes in order within the level's range)")
+        "decreasing, the hardest classes in order within the level's range)",
+    )
     verification: Verification | None = spec(
         optional=True,
         doc="optional: present only on records the leaderboard's own worker produced from a request (the store "
-            "refuses it on records added by hand, which are self-reported)")
+        "refuses it on records added by hand, which are self-reported)",
+    )
 
 
 @dataclass(frozen=True)
@@ -264,8 +290,11 @@ def _to_json(value):
     if isinstance(value, dict):
         return {k: _to_json(v) for k, v in value.items()}
     if is_part(type(value)):
-        return {f.name: _to_json(getattr(value, f.name)) for f in shape_fields(type(value))
-                if not (f.meta["optional"] and getattr(value, f.name) is None)}
+        return {
+            f.name: _to_json(getattr(value, f.name))
+            for f in shape_fields(type(value))
+            if not (f.meta["optional"] and getattr(value, f.name) is None)
+        }
     return value
 
 
@@ -292,25 +321,35 @@ def json_schema() -> dict:
         "$id": "https://github.com/cood-bench/cood-bench/leaderboard/record.schema.json",
         "title": f"cood-bench result record, schema version {SCHEMA_VERSION}",
         "description": "One (model, kappa) run on one benchmark revision. leaderboard.schema.validate_record is the "
-                       "reference; it also checks what JSON Schema cannot say: len(levels) == num_levels, level i has "
-                       "level == i, percentiles rise, level scores do not decrease, summary.mean_ood_auroc is the mean "
-                       "of the levels' ood_auroc, names are at most 200 UTF-8 bytes, created parses as ISO-8601. "
-                       "Generated from leaderboard/record.py (python -m leaderboard.record).",
+        "reference; it also checks what JSON Schema cannot say: len(levels) == num_levels, level i has "
+        "level == i, percentiles rise, level scores do not decrease, summary.mean_ood_auroc is the mean "
+        "of the levels' ood_auroc, names are at most 200 UTF-8 bytes, created parses as ISO-8601. "
+        "Generated from leaderboard/record.py (python -m leaderboard.record).",
         **_object_schema(Record),
-        "allOf": [{"if": {"properties": {"provenance": {"const": "harness"}}, "required": ["provenance"]},
-                   "then": conditional}],
+        "allOf": [
+            {
+                "if": {"properties": {"provenance": {"const": "harness"}}, "required": ["provenance"]},
+                "then": conditional,
+            }
+        ],
         "$defs": {
             "sha256": {"type": "string", "pattern": FORMATS["sha256"][0].pattern},
-            "name": {"type": "string", "minLength": 1, "pattern": _NAME_CHARS,
-                     "description": f"at most {MAX_NAME_BYTES} UTF-8 bytes (the validator checks bytes), no path "
-                                    "separator or control character"},
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "pattern": _NAME_CHARS,
+                "description": f"at most {MAX_NAME_BYTES} UTF-8 bytes (the validator checks bytes), no path "
+                "separator or control character",
+            },
             "relative_path": {"type": "string", "pattern": FORMATS["relative_path"][0].pattern},
             "scalar": {"anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, {"type": "number"}]},
             "params0": _params_schema({"$ref": "#/$defs/scalar"}),
             "params1": _params_schema({"anyOf": [{"$ref": "#/$defs/scalar"}, {"$ref": "#/$defs/params0"}]}),
-            "params2": {**_params_schema({"anyOf": [{"$ref": "#/$defs/scalar"}, {"$ref": "#/$defs/params1"}]}),
-                        "description": "a kappa's parameters: scalars, or objects of them two levels deep at most "
-                                       "(a fitted kappa's fit: split, size, seed, sample)"},
+            "params2": {
+                **_params_schema({"anyOf": [{"$ref": "#/$defs/scalar"}, {"$ref": "#/$defs/params1"}]}),
+                "description": "a kappa's parameters: scalars, or objects of them two levels deep at most "
+                "(a fitted kappa's fit: split, size, seed, sample)",
+            },
         },
     }
 
@@ -321,8 +360,12 @@ def _params_schema(values: dict) -> dict:
 
 def _object_schema(cls: type) -> dict:
     fields = shape_fields(cls)
-    return {"type": "object", "additionalProperties": False, "required": list(required_keys(cls)),
-            "properties": {f.name: _field_schema(f) for f in fields}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": list(required_keys(cls)),
+        "properties": {f.name: _field_schema(f) for f in fields},
+    }
 
 
 def _field_schema(f: Field) -> dict:
@@ -342,8 +385,12 @@ def _value_schema(f: Field, kind=None) -> dict:
         return _object_schema(kind)
     if kind is list:
         low, high = meta["items"] or (None, None)
-        return {"type": "array", **({"minItems": low} if low else {}), **({"maxItems": high} if high else {}),
-                "items": _value_schema(f, f.item)}
+        return {
+            "type": "array",
+            **({"minItems": low} if low else {}),
+            **({"maxItems": high} if high else {}),
+            "items": _value_schema(f, f.item),
+        }
     if kind is dict:
         if meta["format"] == "params":
             return {"$ref": "#/$defs/params2"}

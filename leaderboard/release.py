@@ -78,7 +78,11 @@ def release(directory: str | Path, note: str = "") -> dict:
         before = set(release_table(directory, versions[-1])["entry_id"]) if versions else set()
         added = table[~table["entry_id"].isin(before)]
         if added.empty:
-            raise LeaderboardError(f"nothing to release: no entries since v{versions[-1]}" if versions else "nothing to release: the leaderboard is empty")
+            raise LeaderboardError(
+                f"nothing to release: no entries since v{versions[-1]}"
+                if versions
+                else "nothing to release: the leaderboard is empty"
+            )
         version = versions[-1] + 1 if versions else 1
         info = {
             "version": version,
@@ -126,8 +130,10 @@ def changes(info: dict, added: pd.DataFrame) -> str:
     if info["note"]:
         lines += ["", info["note"]]
     lines += ["", "Entered:"]
-    lines += [f"- {r.model} / {r.kappa} ({r.provenance}): mean ood-auroc {r.mean_ood_auroc:.4f} [{r.entry_id}]"
-              for r in added.itertuples()]
+    lines += [
+        f"- {r.model} / {r.kappa} ({r.provenance}): mean ood-auroc {r.mean_ood_auroc:.4f} [{r.entry_id}]"
+        for r in added.itertuples()
+    ]
     flagged = added[added["flag"] != ""]
     if not flagged.empty:
         lines += ["", "Flagged:"]

@@ -15,8 +15,12 @@ from leaderboard.errors import LeaderboardError
 
 DEFAULT_FOCUS = r"^CLIP_(?!finetuned)"  # the paper's zero-shot CLIP models
 DEFAULT_BASELINE = "softmax"
-DISTILLED = re.compile(r"_(?:distilled|dist)(?=_|$)")  # timm's names: deit_base_distilled_patch16_224, xcit_tiny_12_p8_224_dist
-COUNTERPARTS = {"resnetv2_50x1_bit_distilled": "resnetv2_50x1_bitm"}  # BiT R50x1 distilled from a 152x2 teacher vs BiT-M R50x1
+DISTILLED = re.compile(
+    r"_(?:distilled|dist)(?=_|$)"
+)  # timm's names: deit_base_distilled_patch16_224, xcit_tiny_12_p8_224_dist
+COUNTERPARTS = {
+    "resnetv2_50x1_bit_distilled": "resnetv2_50x1_bitm"
+}  # BiT R50x1 distilled from a 152x2 teacher vs BiT-M R50x1
 
 
 @dataclass(frozen=True)
@@ -26,9 +30,9 @@ class FocusRank:
     model: str
     kappa: str
     mean_ood_auroc: float
-    rank: int              # among models, each by its best kappa
+    rank: int  # among models, each by its best kappa
     num_models: int
-    beats_models: float    # share of the other models (each by its best kappa) it beats
+    beats_models: float  # share of the other models (each by its best kappa) it beats
     beats_baseline: float  # share of the other models' baseline-kappa entries it beats
     num_baseline: int
 
@@ -50,7 +54,9 @@ def best_per_kappa(table: pd.DataFrame, top: int = 3) -> dict[str, pd.DataFrame]
 
 def best_per_model(table: pd.DataFrame) -> pd.DataFrame:
     """Each model's best entry (over kappas), best model first."""
-    ranked = valid(table).sort_values(["mean_ood_auroc", "model", "kappa"], ascending=[False, True, True], kind="stable")
+    ranked = valid(table).sort_values(
+        ["mean_ood_auroc", "model", "kappa"], ascending=[False, True, True], kind="stable"
+    )
     return ranked.drop_duplicates("model").reset_index(drop=True)
 
 
@@ -69,8 +75,11 @@ def focus_rank(table: pd.DataFrame, pattern: str = DEFAULT_FOCUS, baseline: str 
     base = valid(table)
     base = base[(base["kappa"] == baseline) & (base["model"] != best["model"])]
     return FocusRank(
-        model=best["model"], kappa=best["kappa"], mean_ood_auroc=float(best["mean_ood_auroc"]),
-        rank=int(hits.index[0]) + 1, num_models=len(models),
+        model=best["model"],
+        kappa=best["kappa"],
+        mean_ood_auroc=float(best["mean_ood_auroc"]),
+        rank=int(hits.index[0]) + 1,
+        num_models=len(models),
         beats_models=float((others["mean_ood_auroc"] < best["mean_ood_auroc"]).mean()) if len(others) else float("nan"),
         beats_baseline=float((base["mean_ood_auroc"] < best["mean_ood_auroc"]).mean()) if len(base) else float("nan"),
         num_baseline=len(base),
@@ -87,8 +96,16 @@ def distillation_pairs(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> tu
     for model in sorted(m for m in entries["model"].unique() if DISTILLED.search(m)):
         base = COUNTERPARTS.get(model, DISTILLED.sub("", model))
         if model in means.index and base in means.index:
-            rows.append({"distilled": model, "base": base, "family": family(model),
-                         "distilled_auroc": means[model], "base_auroc": means[base], "gain": means[model] - means[base]})
+            rows.append(
+                {
+                    "distilled": model,
+                    "base": base,
+                    "family": family(model),
+                    "distilled_auroc": means[model],
+                    "base_auroc": means[base],
+                    "gain": means[model] - means[base],
+                }
+            )
         else:
             alone.append(model)
     columns = ["distilled", "base", "family", "distilled_auroc", "base_auroc", "gain"]
@@ -101,8 +118,9 @@ def correlations(table: pd.DataFrame) -> pd.DataFrame:
     groups = [("all entries", valid(table))] + list(valid(table).groupby("kappa", sort=True))
     for name, group in groups:
         acc, auroc = group["id_acc"], group["mean_ood_auroc"]
-        rows.append({"kappa": name, "n": len(group), "pearson": acc.corr(auroc),
-                     "spearman": acc.rank().corr(auroc.rank())})
+        rows.append(
+            {"kappa": name, "n": len(group), "pearson": acc.corr(auroc), "spearman": acc.rank().corr(auroc.rank())}
+        )
     return pd.DataFrame(rows)
 
 
@@ -139,13 +157,17 @@ def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFA
     out += ["", "Best models per kappa (mean ood-auroc over levels):"]
     for kappa, rows in best_per_kappa(table).items():
         n = valid(table)["kappa"].eq(kappa).sum()
-        out.append(f"  {kappa} ({n} models): " + ", ".join(f"{r.model} {r.mean_ood_auroc:.4f}" for r in rows.itertuples()))
+        out.append(
+            f"  {kappa} ({n} models): " + ", ".join(f"{r.model} {r.mean_ood_auroc:.4f}" for r in rows.itertuples())
+        )
 
     models = best_per_model(table)
     leaders = models.head(top)
     out += ["", f"Top {len(leaders)} of {len(models)} models, each by its best kappa:"]
-    out += [f"  {i:>3}. {r.model:<40} {r.kappa:<12} {r.mean_ood_auroc:.4f}  (id-acc {r.id_acc:.4f})"
-            for i, r in enumerate(leaders.itertuples(), start=1)]
+    out += [
+        f"  {i:>3}. {r.model:<40} {r.kappa:<12} {r.mean_ood_auroc:.4f}  (id-acc {r.id_acc:.4f})"
+        for i, r in enumerate(leaders.itertuples(), start=1)
+    ]
     families = leaders["model"].map(family).value_counts()
     out.append("  families: " + ", ".join(f"{name} {count}" for name, count in families.items()))
 
@@ -166,8 +188,10 @@ def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFA
     corr = correlations(table)
     width = max(map(len, corr["kappa"]))
     out += ["", "ID accuracy vs. mean ood-auroc:"]
-    out += [f"  {r.kappa:<{width}}  n={r.n:<5} Pearson r={r.pearson:+.3f}  Spearman rho={r.spearman:+.3f}"
-            for r in corr.itertuples()]
+    out += [
+        f"  {r.kappa:<{width}}  n={r.n:<5} Pearson r={r.pearson:+.3f}  Spearman rho={r.spearman:+.3f}"
+        for r in corr.itertuples()
+    ]
 
     rates, counts = win_rates(table)
     names = {kappa: f"[{i}]" for i, kappa in enumerate(rates.index, start=1)}
@@ -175,8 +199,10 @@ def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFA
     out += ["", "Kappa win rates (row beats column, over models with both; n in brackets):"]
     out.append("  " + " " * width + "".join(f"{names[k]:>11}" for k in rates.columns))
     for a in rates.index:
-        cells = ["-".rjust(11) if pd.isna(rates.loc[a, b]) else f"{rates.loc[a, b]:.0%} ({counts.loc[a, b]})".rjust(11)
-                 for b in rates.columns]
+        cells = [
+            "-".rjust(11) if pd.isna(rates.loc[a, b]) else f"{rates.loc[a, b]:.0%} ({counts.loc[a, b]})".rjust(11)
+            for b in rates.columns
+        ]
         out.append(f"  {names[a] + ' ' + a:<{width}}" + "".join(cells))
     return "\n".join(out)
 
@@ -185,16 +211,24 @@ def distillation_lines(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> li
     """The report's section on knowledge distillation: pairs won per family, the exceptions; or why there is none."""
     pairs, alone = distillation_pairs(table, kappa)
     if pairs.empty:
-        return [f"Knowledge distillation: not shown; no distilled model ('distilled' or 'dist' in its name) has its "
-                f"non-distilled counterpart (the same name without it) in the table with a valid {kappa} entry."]
+        return [
+            f"Knowledge distillation: not shown; no distilled model ('distilled' or 'dist' in its name) has its "
+            f"non-distilled counterpart (the same name without it) in the table with a valid {kappa} entry."
+        ]
     won = pairs["gain"] > 0
-    out = [f"Knowledge distillation (distilled models vs. the same architecture without it, {kappa} mean ood-auroc):",
-           f"  distilled better in {won.sum()} of {len(pairs)} pairs, mean gain {pairs['gain'].mean():+.4f} "
-           f"(median {pairs['gain'].median():+.4f})"]
+    out = [
+        f"Knowledge distillation (distilled models vs. the same architecture without it, {kappa} mean ood-auroc):",
+        f"  distilled better in {won.sum()} of {len(pairs)} pairs, mean gain {pairs['gain'].mean():+.4f} "
+        f"(median {pairs['gain'].median():+.4f})",
+    ]
     for name, group in pairs.groupby("family", sort=True):
         out.append(f"  {name}: {(group['gain'] > 0).sum()} of {len(group)}, mean gain {group['gain'].mean():+.4f}")
-    out += [f"  not better: {r.distilled} {r.distilled_auroc:.4f} vs {r.base} {r.base_auroc:.4f} ({r.gain:+.4f})"
-            for r in pairs[~won].itertuples()]
+    out += [
+        f"  not better: {r.distilled} {r.distilled_auroc:.4f} vs {r.base} {r.base_auroc:.4f} ({r.gain:+.4f})"
+        for r in pairs[~won].itertuples()
+    ]
     if alone:
-        out.append(f"  not paired (no counterpart, or no {kappa} entry for one of the two): {len(alone)} ({', '.join(alone[:3])}{', ...' if len(alone) > 3 else ''})")
+        out.append(
+            f"  not paired (no counterpart, or no {kappa} entry for one of the two): {len(alone)} ({', '.join(alone[:3])}{', ...' if len(alone) > 3 else ''})"
+        )
     return out

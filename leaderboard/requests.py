@@ -67,8 +67,10 @@ def _head(api: HfApi, repo_id: str) -> tuple[str, list[str]]:
 
 def _commit_if(api: HfApi, repo_id: str, parent: str, files: dict[str, dict], message: str) -> bool:
     """Commit ``files`` (path -> JSON) on top of ``parent``; False when the Hub refused it because the head moved."""
-    operations = [CommitOperationAdd(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
-                  for path, data in files.items()]
+    operations = [
+        CommitOperationAdd(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        for path, data in files.items()
+    ]
     try:
         api.create_commit(repo_id, operations, commit_message=message, repo_type="dataset", parent_commit=parent)
     except HfHubHTTPError as exc:
@@ -89,9 +91,11 @@ def init_queue(repo_id: str, board: str | Path, api: HfApi) -> dict:
             if QUEUE_JSON in files:
                 there = _read_json(api, repo_id, QUEUE_JSON, head)
                 if there != queue:
-                    raise LeaderboardError(f"{repo_id} is the queue of another leaderboard (benchmark "
-                                           f"{there['benchmark']['id']} {there['benchmark']['version']}, manifest "
-                                           f"{there['benchmark']['manifest_sha256']})")
+                    raise LeaderboardError(
+                        f"{repo_id} is the queue of another leaderboard (benchmark "
+                        f"{there['benchmark']['id']} {there['benchmark']['version']}, manifest "
+                        f"{there['benchmark']['manifest_sha256']})"
+                    )
                 return there
             if _commit_if(api, repo_id, head, {QUEUE_JSON: queue}, "request queue"):
                 return queue
@@ -105,8 +109,9 @@ def read_queue(api: HfApi, repo_id: str) -> dict:
     try:
         return _read_json(api, repo_id, QUEUE_JSON, "main")
     except HfHubHTTPError as exc:
-        raise LeaderboardError(f"{repo_id} is no request queue (run `cood-leaderboard queue-init` first): "
-                               f"{one_line(exc)}") from exc
+        raise LeaderboardError(
+            f"{repo_id} is no request queue (run `cood-leaderboard queue-init` first): {one_line(exc)}"
+        ) from exc
 
 
 def zoo_kinds() -> dict[str, bool]:
@@ -121,8 +126,9 @@ def target_usage() -> str:
     kinds = zoo_kinds()
     with_file = ", ".join(f"{kind}:<name>" for kind, own_repo in kinds.items() if not own_repo)
     own = ", ".join(f"{kind}:<owner>/<name>" for kind, own_repo in kinds.items() if own_repo)
-    return " or ".join(filter(None, [with_file and f"{with_file} (with --weights and --file)",
-                                     own and f"{own} (a model repo)"]))
+    return " or ".join(
+        filter(None, [with_file and f"{with_file} (with --weights and --file)", own and f"{own} (a model repo)"])
+    )
 
 
 def parse_target(target: str, weights: str | None, file: str | None) -> dict:
@@ -130,18 +136,22 @@ def parse_target(target: str, weights: str | None, file: str | None) -> dict:
     kind, sep, name = target.partition(":")
     kinds = zoo_kinds()
     if not sep or kind not in kinds or not name:
-        raise LeaderboardError(f"target {target!r}: give {target_usage()}; a submission file is never run from a "
-                               "request")
+        raise LeaderboardError(
+            f"target {target!r}: give {target_usage()}; a submission file is never run from a request"
+        )
     if kinds[kind]:
         if weights is not None or file is not None:
-            raise LeaderboardError(f"target {target!r} is its own Hub repo ({kind}:<owner>/<name>); drop --weights "
-                                   "and --file")
+            raise LeaderboardError(
+                f"target {target!r} is its own Hub repo ({kind}:<owner>/<name>); drop --weights and --file"
+            )
         if not REPO_ID.match(name):
             raise LeaderboardError(f"target {target!r}: {kind}: takes a Hub model repo id, {kind}:<owner>/<name>")
         return {"target": target, "repo": name, "file": None}
     if weights is None or file is None:
-        raise LeaderboardError(f"{kind}: targets need --weights <owner>/<name> (a Hub model repo) and --file "
-                               f"(the weights file in it, {' or '.join(WEIGHT_SUFFIXES)})")
+        raise LeaderboardError(
+            f"{kind}: targets need --weights <owner>/<name> (a Hub model repo) and --file "
+            f"(the weights file in it, {' or '.join(WEIGHT_SUFFIXES)})"
+        )
     if not REPO_ID.match(weights):
         raise LeaderboardError(f"--weights {weights!r}: not a Hub model repo id (<owner>/<name>)")
     if not file.endswith(WEIGHT_SUFFIXES) or file.startswith("/") or ".." in file.split("/"):
@@ -161,13 +171,23 @@ def fetch_weights(api: HfApi, request: dict) -> Path:
         path = Path(api.hf_hub_download(model["repo"], model["file"], revision=model["revision"]))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != model["weights_sha256"]:
-        raise LeaderboardError(f"{model['repo']}@{model['revision']}: the weights' sha256 {digest[:12]} is not the "
-                               f"requested {model['weights_sha256'][:12]}")
+        raise LeaderboardError(
+            f"{model['repo']}@{model['revision']}: the weights' sha256 {digest[:12]} is not the "
+            f"requested {model['weights_sha256'][:12]}"
+        )
     return folder if folder is not None else path
 
 
-def make_request(api: HfApi, repo_id: str, target: str, weights: str | None = None, file: str | None = None,
-                 rev: str = "main", name: str | None = None, kappas: list[str] | None = None) -> dict:
+def make_request(
+    api: HfApi,
+    repo_id: str,
+    target: str,
+    weights: str | None = None,
+    file: str | None = None,
+    rev: str = "main",
+    name: str | None = None,
+    kappas: list[str] | None = None,
+) -> dict:
     """Validate a request at once (target kind, repo and revision, weights format, the queue's benchmark revision) and
     add it as ``pending``; return it. The same model at the same commit with the same kappas is requested once."""
     model = parse_target(target, weights, file)
@@ -180,8 +200,10 @@ def make_request(api: HfApi, repo_id: str, target: str, weights: str | None = No
     if model["file"] is None:
         found = [f for f in HF_WEIGHTS if f in files]
         if "config.json" not in files or not found:
-            raise LeaderboardError(f"{model['repo']}@{info.sha[:12]} is no transformers model repo (needs config.json "
-                                   f"and {' or '.join(HF_WEIGHTS)})")
+            raise LeaderboardError(
+                f"{model['repo']}@{info.sha[:12]} is no transformers model repo (needs config.json "
+                f"and {' or '.join(HF_WEIGHTS)})"
+            )
         model["weights_file"] = found[0]
     elif model["file"] not in files:
         raise LeaderboardError(f"{model['repo']}@{info.sha[:12]} has no file {model['file']}")
@@ -193,11 +215,20 @@ def make_request(api: HfApi, repo_id: str, target: str, weights: str | None = No
     model["weights_format"] = check_weights_file(path)
     model["weights_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     default_name = model["repo"].split("/")[1]
-    request = {"model": model, "name": name or default_name, "kappas": sorted(set(kappas or [])),
-               "benchmark": queue["benchmark"], "num_levels": queue["num_levels"]}
+    request = {
+        "model": model,
+        "name": name or default_name,
+        "kappas": sorted(set(kappas or [])),
+        "benchmark": queue["benchmark"],
+        "num_levels": queue["num_levels"],
+    }
     identity = json.dumps({k: request[k] for k in ("model", "kappas", "benchmark")}, sort_keys=True)
-    request = {"id": hashlib.sha256(identity.encode()).hexdigest()[:12], **request, "status": "pending",
-               "requested": _now()}
+    request = {
+        "id": hashlib.sha256(identity.encode()).hexdigest()[:12],
+        **request,
+        "status": "pending",
+        "requested": _now(),
+    }
     path = f"{FOLDER}/{request['id']}.json"
     for _ in range(MAX_TRIES):
         head, present = _head(api, repo_id)

@@ -16,8 +16,21 @@ import unicodedata
 from datetime import datetime
 
 from leaderboard.errors import LeaderboardError
-from leaderboard.record import (FORMATS, MAX_NAME_BYTES, PROVENANCES, SCHEMA_VERSION, VERIFIED, Benchmark, Field,
-                                PerClass, Record, Verification, optional_keys, required_keys, shape_fields)
+from leaderboard.record import (
+    FORMATS,
+    MAX_NAME_BYTES,
+    PROVENANCES,
+    SCHEMA_VERSION,
+    VERIFIED,
+    Benchmark,
+    Field,
+    PerClass,
+    Record,
+    Verification,
+    optional_keys,
+    required_keys,
+    shape_fields,
+)
 
 NEAR_CHANCE_FACTOR = 2  # id-acc below twice chance (2 / num_id_classes) marks a broken run
 
@@ -149,7 +162,9 @@ def validate_record(record) -> None:
     """Raise :class:`LeaderboardError` naming the first problem of ``record``; return if it is valid."""
     _object(record, "record")
     if record.get("schema_version") != SCHEMA_VERSION:
-        raise _fail("schema_version", f"unsupported {record.get('schema_version')!r} (this leaderboard reads {SCHEMA_VERSION})")
+        raise _fail(
+            "schema_version", f"unsupported {record.get('schema_version')!r} (this leaderboard reads {SCHEMA_VERSION})"
+        )
     _object({k: v for k, v in record.items() if k not in optional_keys(Record)}, "record", required_keys(Record))
     if record["provenance"] not in PROVENANCES:
         raise _fail("provenance", f"must be one of {', '.join(PROVENANCES)}, got {record['provenance']!r}")
@@ -190,7 +205,9 @@ def validate_config(config, format_version: int) -> None:
     """Check a leaderboard's configuration (``leaderboard.json``): format version, benchmark revision, level count."""
     _object(config, "leaderboard", ("format_version", "benchmark", "num_levels"))
     if config["format_version"] != format_version:
-        raise _fail("format_version", f"unsupported {config['format_version']!r} (this leaderboard reads {format_version})")
+        raise _fail(
+            "format_version", f"unsupported {config['format_version']!r} (this leaderboard reads {format_version})"
+        )
     validate_benchmark(config["benchmark"], reported=True)
     _integer(config["num_levels"], "num_levels", 2)
 
@@ -214,13 +231,17 @@ def _validate_levels(record: dict) -> None:
         if level["level"] != index:
             raise _fail(f"{path}.level", f"must be {index}, got {level['level']}")
         if level["percentile"] <= last_percentile:
-            raise _fail(f"{path}.percentile",
-                        f"does not rise ({level['percentile']} after {last_percentile}); levels must be ordered easiest first")
+            raise _fail(
+                f"{path}.percentile",
+                f"does not rise ({level['percentile']} after {last_percentile}); levels must be ordered easiest first",
+            )
         last_percentile = level["percentile"]
         score = level["level_score"]
         if score is not None:
             if score < previous - 1e-9 * max(1.0, abs(previous)):
-                raise _fail(f"{path}.level_score", f"decreases ({score} after {previous}); levels must be ordered easiest first")
+                raise _fail(
+                    f"{path}.level_score", f"decreases ({score} after {previous}); levels must be ordered easiest first"
+                )
             previous = score
     mean = record["summary"]["mean_ood_auroc"]
     actual = math.fsum(level["ood_auroc"] for level in levels) / count
@@ -253,7 +274,9 @@ def _validate_per_class(per_class, num_levels: int) -> None:
             where = f"{path}.hardest[{rank}]"
             auroc = entry["ood_auroc"]
             if not previous <= auroc <= values[-1]:
-                raise _fail(f"{where}.ood_auroc", f"{auroc} is out of order (hardest first, within the level's min and max)")
+                raise _fail(
+                    f"{where}.ood_auroc", f"{auroc} is out of order (hardest first, within the level's min and max)"
+                )
             previous = auroc
             if not isinstance(entry["thumbnails"], list):
                 raise _fail(f"{where}.thumbnails", "must be a list of relative paths")
@@ -263,8 +286,14 @@ def _validate_per_class(per_class, num_levels: int) -> None:
 
 def canonical_params(params: dict) -> dict:
     """Kappa params with integers as floats (nested ones too), so ``{"temperature": 2}`` and ``2.0`` are the same kappa."""
-    return {k: canonical_params(v) if isinstance(v, dict) else float(v) if isinstance(v, int) and not isinstance(v, bool) else v
-            for k, v in sorted(params.items())}
+    return {
+        k: canonical_params(v)
+        if isinstance(v, dict)
+        else float(v)
+        if isinstance(v, int) and not isinstance(v, bool)
+        else v
+        for k, v in sorted(params.items())
+    }
 
 
 def kappa_label(name: str, params: dict) -> str:

@@ -36,13 +36,29 @@ PAPER_URL = "https://arxiv.org/abs/2302.11893"
 STATIC = ("site.js", "site.css")
 DOWNLOADS = ("leaderboard.csv", "leaderboard.parquet")
 MAX_CLASSES = 100  # classes listed per level on a model page (lowest ood-auroc first); the sidecar has them all
-ENTRY_METRICS = (("acc", "id-acc"), ("idauroc", "id-auroc"), ("idconf", "id avg conf"), ("mean", "mean ood-auroc"),
-                 ("fpr", "mean fpr@95"))  # a model page's metrics table; a column no entry has is left out
-OPTIONAL_COLUMNS = {"idauroc": "id_auroc", "fpr": "mean_fpr_at_95_tpr", "n": "num_parameters"}  # index columns shown when filled
+ENTRY_METRICS = (
+    ("acc", "id-acc"),
+    ("idauroc", "id-auroc"),
+    ("idconf", "id avg conf"),
+    ("mean", "mean ood-auroc"),
+    ("fpr", "mean fpr@95"),
+)  # a model page's metrics table; a column no entry has is left out
+OPTIONAL_COLUMNS = {
+    "idauroc": "id_auroc",
+    "fpr": "mean_fpr_at_95_tpr",
+    "n": "num_parameters",
+}  # index columns shown when filled
 SYMBOLS = {"temperature": "T", "epsilon": "\u03b5"}  # parameter names in a kappa's short form
-LEVEL_METRICS = (("ood_auroc", "ood-auroc"), ("fpr_at_95_tpr", "fpr@95"), ("aupr_in", "AUPR-in"),
-                 ("aupr_out", "AUPR-out"), ("ood_avg_conf", "ood avg conf"), ("percentile", "percentile"),
-                 ("num_id", "# id"), ("num_ood", "# ood"))
+LEVEL_METRICS = (
+    ("ood_auroc", "ood-auroc"),
+    ("fpr_at_95_tpr", "fpr@95"),
+    ("aupr_in", "AUPR-in"),
+    ("aupr_out", "AUPR-out"),
+    ("ood_avg_conf", "ood avg conf"),
+    ("percentile", "percentile"),
+    ("num_id", "# id"),
+    ("num_ood", "# ood"),
+)
 
 
 def page_name(model: str) -> str:
@@ -55,8 +71,10 @@ def short_kappa(name: str, params: dict) -> str:
     """A kappa's narrow label: ``odin \u03b5=1e-5 T=2`` for ``odin(epsilon=1e-05,temperature=2)``; a kappa without
     parameters keeps its name."""
     flat = {k: v for k, v in canonical_params(params).items() if not isinstance(v, dict)}
-    values = (re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{v:g}").replace("e+", "e") if isinstance(v, float) else str(v)
-              for v in flat.values())
+    values = (
+        re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{v:g}").replace("e+", "e") if isinstance(v, float) else str(v)
+        for v in flat.values()
+    )
     return " ".join([name] + [f"{SYMBOLS.get(k, k)}={v}" for k, v in zip(flat, values)])
 
 
@@ -65,8 +83,9 @@ def status(verification: str, provenance: str) -> str:
     return "paper" if provenance == "paper" and verification != VERIFIED else verification
 
 
-def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: str | Path | None = None,
-               paper_url: str = PAPER_URL) -> list[Path]:
+def build_site(
+    table: pd.DataFrame, out_dir: str | Path, version: str, board: str | Path | None = None, paper_url: str = PAPER_URL
+) -> list[Path]:
     """Write the site of ``table`` (labelled ``version``, e.g. ``v3``) into ``out_dir``; return its HTML pages.
 
     ``board``: the leaderboard folder the table comes from; its raw records (and their per-class files) are copied
@@ -85,26 +104,47 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
     models = _models(table, levels)
     first = table.iloc[0] if len(table) else None
     common = {
-        "bench": {"id": first["benchmark_id"] if first is not None else "(empty)",
-                  "version": first["benchmark_version"] if first is not None else "",
-                  "manifest": first["manifest_sha256"] if first is not None else None},
-        "num_levels": len(levels), "version": version, "paper_url": paper_url, "has_records": bool(records),
+        "bench": {
+            "id": first["benchmark_id"] if first is not None else "(empty)",
+            "version": first["benchmark_version"] if first is not None else "",
+            "manifest": first["manifest_sha256"] if first is not None else None,
+        },
+        "num_levels": len(levels),
+        "version": version,
+        "paper_url": paper_url,
+        "has_records": bool(records),
     }
     rates, counts = win_rates(table) if len(table) else (pd.DataFrame(), pd.DataFrame())
     kappas = sorted(table["kappa"].unique().tolist())
     labels = table.drop_duplicates("kappa")
-    short = {k: s for k, n, p in zip(labels["kappa"], labels["kappa_name"], labels["kappa_params"])
-             if (s := short_kappa(n, json.loads(p))) != k}  # only the kappas whose narrow form differs
-    data = {"levels": len(levels), "kappas": kappas, "short": short, "families": sorted({m["f"] for m in models}),
-            "provenances": sorted(table["provenance"].unique().tolist()),
-            "cols": [key for key, column in OPTIONAL_COLUMNS.items() if table[column].notna().any()],
-            "models": [{**m, "e": [_compact(e) for e in m["e"]]} for m in models]}
+    short = {
+        k: s
+        for k, n, p in zip(labels["kappa"], labels["kappa_name"], labels["kappa_params"])
+        if (s := short_kappa(n, json.loads(p))) != k
+    }  # only the kappas whose narrow form differs
+    data = {
+        "levels": len(levels),
+        "kappas": kappas,
+        "short": short,
+        "families": sorted({m["f"] for m in models}),
+        "provenances": sorted(table["provenance"].unique().tolist()),
+        "cols": [key for key, column in OPTIONAL_COLUMNS.items() if table[column].notna().any()],
+        "models": [{**m, "e": [_compact(e) for e in m["e"]]} for m in models],
+    }
     index = env.get_template("index.html").render(
-        data=_json(data), num_models=len(models), num_valid=sum(any(not e["flag"] for e in m["e"]) for m in models),
-        num_entries=len(table), definition=first["ood_auroc_definition"] if first is not None else "",
-        kappas=[(k, short.get(k, k)) for k in kappas], cols=data["cols"],
+        data=_json(data),
+        num_models=len(models),
+        num_valid=sum(any(not e["flag"] for e in m["e"]) for m in models),
+        num_entries=len(table),
+        definition=first["ood_auroc_definition"] if first is not None else "",
+        kappas=[(k, short.get(k, k)) for k in kappas],
+        cols=data["cols"],
         statuses=sorted({e["ver"] for m in models for e in m["e"]}),
-        rate_kappas=[(k, short.get(k, k)) for k in rates.columns], rates=_win_rate_rows(rates, counts, short), root="", **common)
+        rate_kappas=[(k, short.get(k, k)) for k in rates.columns],
+        rates=_win_rate_rows(rates, counts, short),
+        root="",
+        **common,
+    )
     pages = [out / "index.html"]
     write_atomic(pages[0], index.encode())
     template = env.get_template("model.html")
@@ -114,8 +154,12 @@ def build_site(table: pd.DataFrame, out_dir: str | Path, version: str, board: st
         entries = [_entry_page(e, details.loc[e["rec"]], records.get(e["rec"]), board, out) for e in model["e"]]
         metrics = [(key, label) for key, label in ENTRY_METRICS if any(e[key] is not None for e in entries)]
         plot = {"levels": len(levels), "curves": [{"label": e["k"], "values": e["l"]} for e in model["e"]]}
-        write_atomic(page, template.render(model=model, entries=entries, metrics=metrics, plot=_json(plot),
-                                           root="../", **common).encode())
+        write_atomic(
+            page,
+            template.render(
+                model=model, entries=entries, metrics=metrics, plot=_json(plot), root="../", **common
+            ).encode(),
+        )
         pages.append(page)
     if records:
         pages.append(_copy_records(env, out, board, records, common))
@@ -150,21 +194,40 @@ def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
         entries = [_entry(r, levels) for _, r in group.iterrows()]
         entries.sort(key=lambda e: bool(e["flag"]))  # stable: the best valid entry first
         params = group["num_parameters"].dropna()
-        models.append({"m": model, "f": family(model), "p": page_name(model),
-                       "n": int(params.iloc[0]) if len(params) else None, "e": entries})
+        models.append(
+            {
+                "m": model,
+                "f": family(model),
+                "p": page_name(model),
+                "n": int(params.iloc[0]) if len(params) else None,
+                "e": entries,
+            }
+        )
     return models
 
 
 def _entry(r: pd.Series, levels: list[str]) -> dict:
-    return {"k": r["kappa"], "prov": r["provenance"], "flag": r["flag"], "ver": status(r["verification"], r["provenance"]),
-            "acc": _num(r["id_acc"]), "idauroc": _num(r["id_auroc"]), "mean": _num(r["mean_ood_auroc"]),
-            "fpr": _num(r["mean_fpr_at_95_tpr"]), "l": [_num(r[c]) for c in levels], "rec": r["record_file"]}
+    return {
+        "k": r["kappa"],
+        "prov": r["provenance"],
+        "flag": r["flag"],
+        "ver": status(r["verification"], r["provenance"]),
+        "acc": _num(r["id_acc"]),
+        "idauroc": _num(r["id_auroc"]),
+        "mean": _num(r["mean_ood_auroc"]),
+        "fpr": _num(r["mean_fpr_at_95_tpr"]),
+        "l": [_num(r[c]) for c in levels],
+        "rec": r["record_file"],
+    }
 
 
 def _compact(entry: dict) -> dict:
     """An entry as the index embeds it: no record path, no empty flag, the status only when not self-reported."""
-    return {k: v for k, v in entry.items() if k != "rec" and not (k == "flag" and not v)
-            and not (k == "ver" and v == "self-reported")}
+    return {
+        k: v
+        for k, v in entry.items()
+        if k != "rec" and not (k == "flag" and not v) and not (k == "ver" and v == "self-reported")
+    }
 
 
 def _num(value) -> float | None:
@@ -187,20 +250,42 @@ def _json(data) -> Markup:
 
 
 def _win_rate_rows(rates: pd.DataFrame, counts: pd.DataFrame, short: dict[str, str]) -> list[dict]:
-    return [{"kappa": a, "short": short.get(a, a), "cells": [{"rate": None if pd.isna(rates.loc[a, b]) else float(rates.loc[a, b]),
-                                    "n": int(counts.loc[a, b]), "vs": b} for b in rates.columns]}
-            for a in rates.index]
+    return [
+        {
+            "kappa": a,
+            "short": short.get(a, a),
+            "cells": [
+                {
+                    "rate": None if pd.isna(rates.loc[a, b]) else float(rates.loc[a, b]),
+                    "n": int(counts.loc[a, b]),
+                    "vs": b,
+                }
+                for b in rates.columns
+            ],
+        }
+        for a in rates.index
+    ]
 
 
 def _entry_page(entry: dict, row: pd.Series, record: dict | None, board, out: Path) -> dict:
     """A model page's view of one entry: its per-level metrics (every one the record has) and per-class drill-down."""
     levels = record["levels"] if record else [{"level": i, "ood_auroc": v} for i, v in enumerate(entry["l"])]
     metrics = [(key, label) for key, label in LEVEL_METRICS if any(level.get(key) is not None for level in levels)]
-    return {**entry, "entry": row["entry_id"], "source": row["model_source"], "weights": row["weights_sha256"],
-            "idconf": _num(row["id_avg_conf"]), "definition": row["ood_auroc_definition"], "created": row["created"],
-            "harness": row["harness_version"], "seed": None if pd.isna(row["seed"]) else int(row["seed"]),
-            "verification": (record or {}).get("verification"), "levels": levels, "metrics": metrics,
-            "per_class": _per_class(entry, record, board, out) if record and record.get("per_class") else None}
+    return {
+        **entry,
+        "entry": row["entry_id"],
+        "source": row["model_source"],
+        "weights": row["weights_sha256"],
+        "idconf": _num(row["id_avg_conf"]),
+        "definition": row["ood_auroc_definition"],
+        "created": row["created"],
+        "harness": row["harness_version"],
+        "seed": None if pd.isna(row["seed"]) else int(row["seed"]),
+        "verification": (record or {}).get("verification"),
+        "levels": levels,
+        "metrics": metrics,
+        "per_class": _per_class(entry, record, board, out) if record and record.get("per_class") else None,
+    }
 
 
 def _per_class(entry: dict, record: dict, board, out: Path) -> dict:
@@ -218,9 +303,19 @@ def _per_class(entry: dict, record: dict, board, out: Path) -> dict:
         for item in classes[:MAX_CLASSES]:
             item["thumbnails"] = [_thumbnail(source, out, target, t) for t in item["thumbnails"]]
             item["thumbnails"] = [t for t in item["thumbnails"] if t]
-        levels.append({**summary, "classes": classes[:MAX_CLASSES], "more": max(0, summary["n_classes"] - MAX_CLASSES)
-                       if folder is not None else summary["n_classes"] - len(classes)})
-    return {"levels": levels, "sidecar": (target / record["per_class"]["file"]).as_posix() if folder is not None else None}
+        levels.append(
+            {
+                **summary,
+                "classes": classes[:MAX_CLASSES],
+                "more": max(0, summary["n_classes"] - MAX_CLASSES)
+                if folder is not None
+                else summary["n_classes"] - len(classes),
+            }
+        )
+    return {
+        "levels": levels,
+        "sidecar": (target / record["per_class"]["file"]).as_posix() if folder is not None else None,
+    }
 
 
 def _thumbnail(source: Path, out: Path, target: Path, relative: str) -> str | None:

@@ -34,7 +34,15 @@ from dataset_builder.files import fsync_dir, write_atomic, written_for
 from leaderboard import jsonio
 from leaderboard.drilldown import ATTACHMENTS, read_files, stored_folder
 from leaderboard.errors import LeaderboardError
-from leaderboard.schema import VERIFIED, entry_id, kappa_label, revision, validate_benchmark, validate_config, validate_record
+from leaderboard.schema import (
+    VERIFIED,
+    entry_id,
+    kappa_label,
+    revision,
+    validate_benchmark,
+    validate_config,
+    validate_record,
+)
 from leaderboard.table import PARQUET, build_table, read_table, record_row, write_table
 
 CONFIG = "leaderboard.json"
@@ -83,7 +91,9 @@ def _write_config(directory: Path, config: dict) -> None:
     """An empty store, then its configuration last: a directory with ``leaderboard.json`` is a whole leaderboard."""
     (directory / RECORDS).mkdir(exist_ok=True)
     if any((directory / RECORDS).iterdir()):
-        raise LeaderboardError(f"{directory / RECORDS} already holds files; create the leaderboard in an empty directory")
+        raise LeaderboardError(
+            f"{directory / RECORDS} already holds files; create the leaderboard in an empty directory"
+        )
     _write_index(directory, [])
     write_table(directory, build_table([], config["num_levels"]))
     write_atomic(directory / CONFIG, (json.dumps(config, indent=1) + "\n").encode())
@@ -93,7 +103,9 @@ def load_config(directory: str | Path) -> dict:
     """The checked ``leaderboard.json``; a one-line error naming the file and field when it is damaged."""
     path = Path(directory) / CONFIG
     if not path.is_file():
-        raise LeaderboardError(f"{directory} is not a leaderboard (no {CONFIG}); create it with `cood-leaderboard init`")
+        raise LeaderboardError(
+            f"{directory} is not a leaderboard (no {CONFIG}); create it with `cood-leaderboard init`"
+        )
     config = jsonio.load(path)
     try:
         validate_config(config, FORMAT_VERSION)
@@ -138,8 +150,13 @@ def current_table(directory: str | Path):
     return table
 
 
-def add_records(directory: str | Path, records: list[dict], create: bool = False, folder: str | Path | None = None,
-                verified: dict | None = None) -> list[str]:
+def add_records(
+    directory: str | Path,
+    records: list[dict],
+    create: bool = False,
+    folder: str | Path | None = None,
+    verified: dict | None = None,
+) -> list[str]:
     """Validate and append result records (dicts); return their entry ids.
 
     All or nothing: if any record is rejected, nothing is written and the error names it; an
@@ -180,7 +197,9 @@ def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool, fo
         raise LeaderboardError("no records given")
     for source, record, data in items:
         _checked(source, record, data)
-    attached = [read_files(source, record, folder) for (source, record, _), folder in zip(items, folders or [None] * len(items))]
+    attached = [
+        read_files(source, record, folder) for (source, record, _), folder in zip(items, folders or [None] * len(items))
+    ]
     if create:
         directory.mkdir(parents=True, exist_ok=True)
     else:
@@ -198,7 +217,8 @@ def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool, fo
             if key in known:
                 raise LeaderboardError(
                     f"{source}: duplicate entry {key} (model {record['model']['name']!r}, kappa "
-                    f"{kappa_label(record['kappa']['name'], record['kappa']['params'])}) already in {known[key]}")
+                    f"{kappa_label(record['kappa']['name'], record['kappa']['params'])}) already in {known[key]}"
+                )
             known[key] = source
             accepted.append((f"{len(names) + len(accepted) + 1:06d}-{key}.json", data))
         if fresh:
@@ -208,8 +228,10 @@ def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool, fo
             faults.point("add:after-commit", directory / PARQUET)
             write_table(directory, records_table(directory, config["num_levels"]))
         except OSError as exc:
-            raise LeaderboardError(f"the records are added, but the table could not be written ({exc.strerror or exc}); "
-                                   "the next add rewrites it") from exc
+            raise LeaderboardError(
+                f"the records are added, but the table could not be written ({exc.strerror or exc}); "
+                "the next add rewrites it"
+            ) from exc
         return [_RECORD_FILE.match(name).group(2) for name, _ in accepted]
 
 
@@ -262,8 +284,10 @@ def _commit(directory: Path, names: list[str], batch: list[tuple[str, bytes]], a
 
 def _refuse_claimed(source: str, record) -> None:
     if isinstance(record, dict) and "verification" in record:
-        raise LeaderboardError(f"{source}: carries a 'verification' block; only the leaderboard's worker marks records "
-                               "verified (remove the block to add the record as self-reported)")
+        raise LeaderboardError(
+            f"{source}: carries a 'verification' block; only the leaderboard's worker marks records "
+            "verified (remove the block to add the record as self-reported)"
+        )
 
 
 def _checked(source: str, record: dict, data: bytes) -> None:
@@ -282,9 +306,12 @@ def _check_belongs(source: str, record: dict, config: dict) -> None:
     for key in ("version", "manifest_sha256", "num_id_classes", "num_ood_classes"):
         if theirs[key] != mine[key]:
             raise LeaderboardError(
-                f"{source}: benchmark revision mismatch: benchmark.{key} is {theirs[key]!r}, this leaderboard holds {mine[key]!r}")
+                f"{source}: benchmark revision mismatch: benchmark.{key} is {theirs[key]!r}, this leaderboard holds {mine[key]!r}"
+            )
     if record["num_levels"] != config["num_levels"]:
-        raise LeaderboardError(f"{source}: wrong number of levels: {record['num_levels']}, this leaderboard uses {config['num_levels']}")
+        raise LeaderboardError(
+            f"{source}: wrong number of levels: {record['num_levels']}, this leaderboard uses {config['num_levels']}"
+        )
 
 
 def records_table(directory: Path, num_levels: int):

@@ -18,11 +18,37 @@ PARQUET = "table.parquet"
 CSV = "table.csv"
 LEVEL_PREFIX = "ood_auroc_l"
 # the presentation order; a record field declared with a table column (leaderboard.record) not named here comes last
-FRONT = ["seq", "entry_id", "model", "kappa", "kappa_name", "kappa_params", "provenance", "verification", "flag",
-         "id_acc", "id_auroc", "id_avg_conf", "mean_ood_auroc"]
-BACK = ["mean_fpr_at_95_tpr", "num_parameters", "model_source", "weights_sha256", "benchmark_id",
-        "benchmark_version", "manifest_sha256", "num_levels", "ood_auroc_definition", "harness_version",
-        "seed", "created", "record_file", "record_sha256"]
+FRONT = [
+    "seq",
+    "entry_id",
+    "model",
+    "kappa",
+    "kappa_name",
+    "kappa_params",
+    "provenance",
+    "verification",
+    "flag",
+    "id_acc",
+    "id_auroc",
+    "id_avg_conf",
+    "mean_ood_auroc",
+]
+BACK = [
+    "mean_fpr_at_95_tpr",
+    "num_parameters",
+    "model_source",
+    "weights_sha256",
+    "benchmark_id",
+    "benchmark_version",
+    "manifest_sha256",
+    "num_levels",
+    "ood_auroc_definition",
+    "harness_version",
+    "seed",
+    "created",
+    "record_file",
+    "record_sha256",
+]
 
 
 def level_columns(num_levels: int) -> list[str]:

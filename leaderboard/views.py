@@ -23,8 +23,9 @@ def sort_column(table: pd.DataFrame, key: str) -> str:
     raise LeaderboardError(f"unknown sort key {key!r}: use mean, id_acc or a level 0..{len(table_levels(table)) - 1}")
 
 
-def select(table: pd.DataFrame, kappas: Sequence[str] = (), model: str = "", sort: str = "mean",
-           include_flagged: bool = True) -> pd.DataFrame:
+def select(
+    table: pd.DataFrame, kappas: Sequence[str] = (), model: str = "", sort: str = "mean", include_flagged: bool = True
+) -> pd.DataFrame:
     """Rows whose kappa name (or label) is one of ``kappas`` and whose model name contains ``model``
     (case-insensitive), best first by ``sort``, with a ``rank`` column."""
     column = sort_column(table, sort)
@@ -35,7 +36,9 @@ def select(table: pd.DataFrame, kappas: Sequence[str] = (), model: str = "", sor
         rows = rows[rows["model"].str.contains(model, case=False, regex=False)]
     if not include_flagged:
         rows = rows[rows["flag"] == ""]
-    rows = rows.sort_values([column, "model", "kappa"], ascending=[False, True, True], kind="stable", na_position="last")
+    rows = rows.sort_values(
+        [column, "model", "kappa"], ascending=[False, True, True], kind="stable", na_position="last"
+    )
     return rows.assign(rank=range(1, len(rows) + 1))
 
 
@@ -50,8 +53,12 @@ def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None
     body = [[_cell(r[c]) for c in columns] + [r["flag"]] for _, r in shown.iterrows()]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
     numeric = {i for i, c in enumerate(columns) if c not in ("model", "kappa")}
+
     def line(cells):
-        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
+
     out = [line(header), line(["-" * w for w in widths])] + [line(b) for b in body]
     if len(shown) < len(rows):
         out.append(f"... {len(rows) - len(shown)} more (use --limit 0 for all)")
@@ -67,19 +74,54 @@ def _cell(value) -> str:
 # Architecture families, first match wins; a name is matched lowercased, after its weight-source prefix
 # (tf_, gluon_, legacy_, ssl_, swsl_, ig_, adv_, ens_adv_, dm_, jx_, new_timm_) is dropped.
 FAMILIES: tuple[tuple[str, str], ...] = (
-    ("CLIP", r"^clip_"), ("MobileViT", r"^mobilevit"), ("DeiT", r"^deit"), ("BEiT", r"^beit"), ("CaiT", r"^cait"),
-    ("XCiT", r"^xcit"), ("Swin", r"^swin"), ("PiT", r"^pit_"), ("CrossViT", r"^crossvit"), ("LeViT", r"^levit"),
-    ("Twins", r"^twins"), ("CoaT", r"^coat"), ("ConViT", r"^convit"), ("NesT", r"^nest"), ("TNT", r"^tnt"),
-    ("Visformer", r"^visformer"), ("ViT", r"^vit_"), ("ConvNeXt", r"^convnext"), ("EdgeNeXt", r"^edgenext"),
-    ("MLP-Mixer", r"^(g?mixer|gmlp|resmlp)"), ("PoolFormer", r"^poolformer"), ("Sequencer", r"^sequencer"),
-    ("NFNet", r"^(nfnet|eca_nfnet|nf_)"), ("EfficientNet", r"efficientnet|^tinynet"),
+    ("CLIP", r"^clip_"),
+    ("MobileViT", r"^mobilevit"),
+    ("DeiT", r"^deit"),
+    ("BEiT", r"^beit"),
+    ("CaiT", r"^cait"),
+    ("XCiT", r"^xcit"),
+    ("Swin", r"^swin"),
+    ("PiT", r"^pit_"),
+    ("CrossViT", r"^crossvit"),
+    ("LeViT", r"^levit"),
+    ("Twins", r"^twins"),
+    ("CoaT", r"^coat"),
+    ("ConViT", r"^convit"),
+    ("NesT", r"^nest"),
+    ("TNT", r"^tnt"),
+    ("Visformer", r"^visformer"),
+    ("ViT", r"^vit_"),
+    ("ConvNeXt", r"^convnext"),
+    ("EdgeNeXt", r"^edgenext"),
+    ("MLP-Mixer", r"^(g?mixer|gmlp|resmlp)"),
+    ("PoolFormer", r"^poolformer"),
+    ("Sequencer", r"^sequencer"),
+    ("NFNet", r"^(nfnet|eca_nfnet|nf_)"),
+    ("EfficientNet", r"efficientnet|^tinynet"),
     ("MobileNet/NAS", r"^(mobilenet|mnasnet|semnasnet|spnasnet|fbnet|lcnet|hardcorenas|ghostnet|mixnet)"),
-    ("RegNet", r"regnet"), ("HaloNet/BoTNet", r"halo|botnet"), ("DLA", r"^dla"), ("Res2Net", r"^res2ne"),
-    ("ResNeSt", r"^resnest"), ("ResNeXt", r"resnext"), ("SENet", r"^senet"), ("DenseNet", r"^densenet"),
-    ("TResNet", r"^tresnet"), ("RepVGG", r"^repvgg"), ("VGG", r"^vgg"), ("DPN", r"^dpn"), ("HRNet", r"^hrnet"),
-    ("CSP/DarkNet", r"^(cs3|csp|darknet)"), ("Inception/Xception", r"inception|xception|googlenet"),
-    ("NASNet", r"nasnet"), ("ReXNet", r"^rexnet"), ("SelecSLS", r"^selecsls"), ("VoVNet", r"vovnet"),
-    ("GENet", r"^gernet"), ("ShuffleNet", r"^shufflenet"), ("SqueezeNet", r"^squeezenet"), ("AlexNet", r"^alexnet"),
+    ("RegNet", r"regnet"),
+    ("HaloNet/BoTNet", r"halo|botnet"),
+    ("DLA", r"^dla"),
+    ("Res2Net", r"^res2ne"),
+    ("ResNeSt", r"^resnest"),
+    ("ResNeXt", r"resnext"),
+    ("SENet", r"^senet"),
+    ("DenseNet", r"^densenet"),
+    ("TResNet", r"^tresnet"),
+    ("RepVGG", r"^repvgg"),
+    ("VGG", r"^vgg"),
+    ("DPN", r"^dpn"),
+    ("HRNet", r"^hrnet"),
+    ("CSP/DarkNet", r"^(cs3|csp|darknet)"),
+    ("Inception/Xception", r"inception|xception|googlenet"),
+    ("NASNet", r"nasnet"),
+    ("ReXNet", r"^rexnet"),
+    ("SelecSLS", r"^selecsls"),
+    ("VoVNet", r"vovnet"),
+    ("GENet", r"^gernet"),
+    ("ShuffleNet", r"^shufflenet"),
+    ("SqueezeNet", r"^squeezenet"),
+    ("AlexNet", r"^alexnet"),
     ("ResNet", r"resnet"),
 )
 _FAMILY_PATTERNS = [(name, re.compile(pattern)) for name, pattern in FAMILIES]

@@ -18,9 +18,11 @@ from leaderboard.errors import LeaderboardError
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 WEIGHT_SUFFIXES = (".safetensors", *TORCH_SUFFIXES)
 # the globals a torch state dict's pickle names: tensor and parameter rebuilders, storage types, dtypes, OrderedDict
-_ALLOWED = re.compile(r"^(torch\._utils _rebuild_[a-z0-9_]+|torch\._tensor _rebuild_from_type_v2|"
-                      r"torch [A-Za-z0-9]+Storage|torch (u?int\d+|float\d+|bfloat16|complex\d+|bool|half|float|double|long)|"
-                      r"collections OrderedDict|torch Size)$")
+_ALLOWED = re.compile(
+    r"^(torch\._utils _rebuild_[a-z0-9_]+|torch\._tensor _rebuild_from_type_v2|"
+    r"torch [A-Za-z0-9]+Storage|torch (u?int\d+|float\d+|bfloat16|complex\d+|bool|half|float|double|long)|"
+    r"collections OrderedDict|torch Size)$"
+)
 
 
 def check_weights_file(path: str | Path) -> str:
@@ -36,8 +38,9 @@ def check_weights_file(path: str | Path) -> str:
         except LeaderboardError:
             raise
         except Exception as exc:  # SafetensorError, OSError: the header or a tensor's range is broken
-            raise LeaderboardError(f"weights file {path.name} is not a valid safetensors file: "
-                                   f"{one_line(exc)}") from exc
+            raise LeaderboardError(
+                f"weights file {path.name} is not a valid safetensors file: {one_line(exc)}"
+            ) from exc
         return "safetensors"
     if path.suffix not in TORCH_SUFFIXES:
         raise LeaderboardError(f"weights file {path.name}: unknown format; use {' or '.join(WEIGHT_SUFFIXES)}")
@@ -53,15 +56,21 @@ def _scan_pickle(path: Path) -> None:
                 raise LeaderboardError(f"weights file {path.name} is no torch.save archive (no data.pkl)")
             data = archive.read(pickles[0])
     except zipfile.BadZipFile as exc:
-        raise LeaderboardError(f"weights file {path.name} is no torch.save zip archive (legacy or broken); "
-                               "save it with torch.save, or as safetensors") from exc
+        raise LeaderboardError(
+            f"weights file {path.name} is no torch.save zip archive (legacy or broken); "
+            "save it with torch.save, or as safetensors"
+        ) from exc
     try:
         for opcode, arg, _ in pickletools.genops(data):
             if opcode.name in ("GLOBAL", "INST") and not _ALLOWED.match(str(arg)):
-                raise LeaderboardError(f"weights file {path.name} would call {str(arg).replace(' ', '.')} when loaded; "
-                                       "only tensors are accepted")
+                raise LeaderboardError(
+                    f"weights file {path.name} would call {str(arg).replace(' ', '.')} when loaded; "
+                    "only tensors are accepted"
+                )
             if opcode.name == "STACK_GLOBAL":
-                raise LeaderboardError(f"weights file {path.name} uses pickle protocol 4 globals, which only torch can "
-                                       "check: install cood-bench[torch], or save it as safetensors")
+                raise LeaderboardError(
+                    f"weights file {path.name} uses pickle protocol 4 globals, which only torch can "
+                    "check: install cood-bench[torch], or save it as safetensors"
+                )
     except ValueError as exc:
         raise LeaderboardError(f"weights file {path.name} holds a broken pickle: {exc}") from exc

@@ -19,7 +19,10 @@ from filelock import FileLock
 from huggingface_hub import HfApi
 
 from dataset_builder.errors import one_line
-from leaderboard import publish as hub, release as releases, requests as queue, store
+from leaderboard import publish as hub
+from leaderboard import release as releases
+from leaderboard import requests as queue
+from leaderboard import store
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import revision
 
@@ -31,13 +34,13 @@ def load_evaluator(name: str = "harness"):
     """The evaluator class registered under ``name``; a one-line error when it (or torch under it) is missing."""
     found = [e for e in entry_points(group=EVALUATORS) if e.name == name]
     if not found:
-        raise LeaderboardError(f"no evaluator {name!r} is installed (entry point group {EVALUATORS}); "
-                               "pip install 'cood-bench[torch]'")
+        raise LeaderboardError(
+            f"no evaluator {name!r} is installed (entry point group {EVALUATORS}); pip install 'cood-bench[torch]'"
+        )
     try:
         return found[0].load()
     except ImportError as exc:
-        raise LeaderboardError(f"the worker needs the torch extra ({exc}): "
-                               "pip install 'cood-bench[torch]'") from exc
+        raise LeaderboardError(f"the worker needs the torch extra ({exc}): pip install 'cood-bench[torch]'") from exc
 
 
 @dataclass
@@ -59,8 +62,10 @@ class Worker:
         board = revision(store.load_config(self.board)["benchmark"])
         for what, have in (("the leaderboard", board), ("the worker's benchmark", self.evaluator.identity)):
             if have != wanted:
-                raise LeaderboardError(f"{what} is {have['id']} {have['version']} (manifest {have['manifest_sha256']}), "
-                                       f"but {self.requests_repo} takes requests for manifest {wanted['manifest_sha256']}")
+                raise LeaderboardError(
+                    f"{what} is {have['id']} {have['version']} (manifest {have['manifest_sha256']}), "
+                    f"but {self.requests_repo} takes requests for manifest {wanted['manifest_sha256']}"
+                )
 
     def serve_one(self) -> dict | None:
         """Claim and run one request; return it as finally written, or None when none is pending."""
@@ -85,17 +90,33 @@ class Worker:
             published = None
             if self.publish_repo is not None:
                 try:
-                    published = hub.publish(self.board, self.publish_repo, endpoint=self.api.endpoint,
-                                            token=self.api.token, space_id=self.space_id)["tag"]
+                    published = hub.publish(
+                        self.board,
+                        self.publish_repo,
+                        endpoint=self.api.endpoint,
+                        token=self.api.token,
+                        space_id=self.space_id,
+                    )["tag"]
                 except LeaderboardError as exc:
-                    return self._finish(request, "failed", entries=entries, release=info["version"],
-                                        reason=f"added as v{info['version']}, but publishing failed: {exc}")
+                    return self._finish(
+                        request,
+                        "failed",
+                        entries=entries,
+                        release=info["version"],
+                        reason=f"added as v{info['version']}, but publishing failed: {exc}",
+                    )
         return self._finish(request, "done", entries=entries, release=info["version"], published=published)
 
     def _finish(self, request: dict, status: str, **fields) -> dict:
         written = queue.finish(self.api, self.requests_repo, request, status, **fields)
-        self.log(f"{status} {request['id']}" + (f": {fields['reason']}" if "reason" in fields else
-                                                 f": {len(fields.get('entries', []))} entries in v{fields.get('release')}"))
+        self.log(
+            f"{status} {request['id']}"
+            + (
+                f": {fields['reason']}"
+                if "reason" in fields
+                else f": {len(fields.get('entries', []))} entries in v{fields.get('release')}"
+            )
+        )
         return written
 
     def run(self, max_requests: int | None = None, poll_s: float = 0.0) -> list[dict]:

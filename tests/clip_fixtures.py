@@ -5,8 +5,11 @@ from pathlib import Path
 
 import torch
 
-CONFIG = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
-          "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
+CONFIG = {
+    "embed_dim": 16,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
 
 
 def tiny_open_clip(folder: Path, classnames: list[str]):
@@ -21,6 +24,10 @@ def tiny_open_clip(folder: Path, classnames: list[str]):
     torch.manual_seed(0)
     clip = open_clip.create_model("cood-tiny-clip", pretrained=None).eval()
     torch.save(clip.state_dict(), folder / "clip.pt")
-    submission = load_target("open_clip:cood-tiny-clip", weights=str(folder / "clip.pt"), num_classes_expected=len(classnames),
-                             classnames=classnames)
+    submission = load_target(
+        "open_clip:cood-tiny-clip",
+        weights=str(folder / "clip.pt"),
+        num_classes_expected=len(classnames),
+        classnames=classnames,
+    )
     return clip, submission

@@ -5,8 +5,9 @@ pointed at it) before any test module imports ``huggingface_hub`` or ``datasets`
 it when a test first asks.
 """
 
-import hub_server as _hub
 import pytest
+
+import hub_server as _hub
 
 _LOCAL_HUB = _hub.reserve_for_session()
 

@@ -42,7 +42,9 @@ def benchmark_cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_glyphs(tmp_path_factory) -> Path:
     """The tiny glyph benchmark, built once per session (shared by the xdist workers; tests must not write to it)."""
-    return built_once(session_folder(tmp_path_factory) / "tiny" / "glyphs", lambda folder: build(folder, progress=False, **TINY))
+    return built_once(
+        session_folder(tmp_path_factory) / "tiny" / "glyphs", lambda folder: build(folder, progress=False, **TINY)
+    )
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +65,9 @@ def load_example(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-CNN_PREAMBLE = f"""
+
+
+CNN_PREAMBLE = """
 import importlib.util
 import numpy as np
 import torch

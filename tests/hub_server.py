@@ -256,7 +256,7 @@ class HubHandler(BaseHTTPRequestHandler):
             if exc.code:
                 headers["X-Error-Code"] = exc.code
             self._send(exc.status, {"error": exc.message, **exc.extra}, headers, head=method == "HEAD")
-        except Exception as exc:  # noqa: BLE001 - a bug here, or a request it cannot handle: say so instead of hanging up
+        except Exception as exc:
             self._send(500, {"error": f"local Hub failed: {exc!r}"}, head=method == "HEAD")
 
     def _read_body(self) -> bytes:

@@ -34,7 +34,9 @@ def jpeg(seed: str, size: int = 16) -> bytes:
 
 def png(seed: str, size: int = 16) -> bytes:
     buffer = io.BytesIO()
-    Image.frombytes("L", (size, size), (hashlib.sha256(seed.encode()).digest() * size)[: size * size]).save(buffer, "PNG")
+    Image.frombytes("L", (size, size), (hashlib.sha256(seed.encode()).digest() * size)[: size * size]).save(
+        buffer, "PNG"
+    )
     return buffer.getvalue()
 
 
@@ -136,8 +138,14 @@ def wds_shards(images: dict[str, dict[str, bytes]], prefix: str, n_shards: int, 
         for name, data in images[cid].items():
             record = {"label": label, "width": 16, "height": 16}
             record.update({"class_name": cid} if layout == "22k" else {"filename": f"{cid}/{name}"})
-            samples.append({"__key__": name.rsplit(".", 1)[0], "jpg": data, "cls": str(label).encode(),
-                            "json": json.dumps(record).encode()})
+            samples.append(
+                {
+                    "__key__": name.rsplit(".", 1)[0],
+                    "jpg": data,
+                    "cls": str(label).encode(),
+                    "json": json.dumps(record).encode(),
+                }
+            )
     random.Random(0).shuffle(samples)
     shards = {}
     for n in range(n_shards):

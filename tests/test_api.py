@@ -25,8 +25,14 @@ def test_evaluate_an_in_memory_module_writes_nothing(tiny_glyphs, tmp_path, monk
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COOD_BENCH_CACHE", str(tmp_path / "cache"))
     cnn = load_example(CNN)
-    result = evaluate(cnn.build_model(), cnn.DATA_CONFIG, benchmark=tiny_glyphs, kappas=["softmax", "energy"], device="cpu",
-                      progress=False)  # on the CPU: a GPU decodes an in-memory model's images itself, within 2 levels
+    result = evaluate(
+        cnn.build_model(),
+        cnn.DATA_CONFIG,
+        benchmark=tiny_glyphs,
+        kappas=["softmax", "energy"],
+        device="cpu",
+        progress=False,
+    )  # on the CPU: a GPU decodes an in-memory model's images itself, within 2 levels
     assert files_under(tmp_path) == []
     assert isinstance(result.per_level, pd.DataFrame)
     assert len(result.per_level) == 22 and list(result.per_level["severity level"][:11]) == list(range(11))
@@ -43,14 +49,28 @@ def test_evaluate_with_a_callable_transform_and_outputs_on_request(tiny_glyphs, 
     from torchvision.transforms import v2
 
     mlp = load_example(MLP)
-    transform = v2.Compose([v2.Resize((32, 32)), v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5], [0.5])])
-    result = evaluate(mlp.build_model(), transform, channels=1, name="mlp_in_memory", benchmark=tiny_glyphs,
-                      kappas=["max_logit"], progress=False, out=tmp_path / "out")
+    transform = v2.Compose(
+        [v2.Resize((32, 32)), v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5], [0.5])]
+    )
+    result = evaluate(
+        mlp.build_model(),
+        transform,
+        channels=1,
+        name="mlp_in_memory",
+        benchmark=tiny_glyphs,
+        kappas=["max_logit"],
+        progress=False,
+        out=tmp_path / "out",
+    )
     same = evaluate(MLP, benchmark=tiny_glyphs, kappas=["max_logit"], progress=False)
     for ours, theirs in zip(result.records[0]["levels"], same.records[0]["levels"]):  # same pixels up to float rounding
         assert ours == pytest.approx(theirs, rel=1e-5)
-    assert result.records[0]["model"]["preprocessing"] == {"transform": "custom", "channels": 1, "decoder": "pil",
-                                                           "decoded_on": "cpu"}
+    assert result.records[0]["model"]["preprocessing"] == {
+        "transform": "custom",
+        "channels": 1,
+        "decoder": "pil",
+        "decoded_on": "cpu",
+    }
     assert sorted(p.name for p in (tmp_path / "out" / "records").iterdir()) == ["max_logit.json"]
     assert (tmp_path / "out" / "levels" / "mlp_in_memory__max_logit.parquet").is_file()
 
@@ -73,7 +93,9 @@ def test_in_memory_errors(tiny_glyphs):
     with pytest.raises(HarnessError, match="pass transform="):
         evaluate(cnn.build_model(), benchmark=tiny_glyphs, progress=False)
     with pytest.raises(HarnessError, match=r"logits of shape \(1, 10\).*36 ID classes"):
-        evaluate(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 10)), cnn.DATA_CONFIG, benchmark=tiny_glyphs)
+        evaluate(
+            torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 10)), cnn.DATA_CONFIG, benchmark=tiny_glyphs
+        )
     with pytest.raises(HarnessError, match="transform= applies to an in-memory model"):
         evaluate(CNN, cnn.DATA_CONFIG, benchmark=tiny_glyphs)
 
@@ -91,14 +113,24 @@ def test_device_auto_and_the_record_names_its_environment(tiny_glyphs, tmp_path)
     assert run["gpu"] == (torch.cuda.get_device_name(0) if expected == "cuda" else None)
     from importlib.metadata import version
 
-    assert run["versions"] == {"torch": torch.__version__, "torchvision": version("torchvision"), "timm": version("timm"),
-                               "cuda": torch.version.cuda}
+    assert run["versions"] == {
+        "torch": torch.__version__,
+        "torchvision": version("torchvision"),
+        "timm": version("timm"),
+        "cuda": torch.version.cuda,
+    }
 
 
 def test_a_missing_submission_fails_before_any_benchmark_is_built(tmp_path):
     env = {**os.environ, "COOD_BENCH_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "submit", str(tmp_path / "nope.py")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", "submit", str(tmp_path / "nope.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert done.stderr == f"error: submission file {tmp_path / 'nope.py'} not found\n"
     assert not (tmp_path / "cache").exists() and not (tmp_path / "cood-results").exists()
@@ -114,8 +146,11 @@ def test_an_unknown_kappa_fails_before_any_benchmark_is_built(tmp_path, monkeypa
 def test_impossible_levels_fail_before_the_embedded_benchmark_is_built(tmp_path, monkeypatch):
     monkeypatch.setenv("COOD_BENCH_CACHE", str(tmp_path / "cache"))
     cnn = load_example(CNN)
-    with pytest.raises(HarnessError, match=r"--levels 500 is more than the benchmark glyphs allows: its 400 OOD classes "
-                                           r"in windows of 36 \(its ID classes\) give 365 distinct levels at most"):
+    with pytest.raises(
+        HarnessError,
+        match=r"--levels 500 is more than the benchmark glyphs allows: its 400 OOD classes "
+        r"in windows of 36 \(its ID classes\) give 365 distinct levels at most",
+    ):
         evaluate(cnn.build_model(), cnn.DATA_CONFIG, num_levels=500, progress=False)
     assert not (tmp_path / "cache").exists()
 
@@ -141,5 +176,6 @@ def test_a_new_severity_rule_is_one_file(tiny_glyphs, monkeypatch):
     assert scores == sorted(scores) and changed["levels"][0] == even["levels"][0]
     assert changed["levels"][-1] == even["levels"][-1]  # both rules start the last level at the last window
     middle = slice(1, -1)
-    assert all(a["level_score"] < b["level_score"]
-               for a, b in zip(changed["levels"][middle], even["levels"][middle]))  # squared spacing: easier levels
+    assert all(
+        a["level_score"] < b["level_score"] for a, b in zip(changed["levels"][middle], even["levels"][middle])
+    )  # squared spacing: easier levels

@@ -14,23 +14,30 @@ from pytorch_ood.detector import OpenMax
 from dataset_builder.glyphs import render
 from dataset_builder.glyphs.classes import ID_CHARS, class_id
 from glyph_fixtures import CNN, load_example
-from harness.runtime.execution import Execution
-from harness.runtime.inference import LocalForward, fit_kappas, fit_on_layers, kappa_scores
 from harness.kappas import registry, resolve_kappas
 from harness.kappas.openmax import unknown_probability
 from harness.method.scores import SplitScores
+from harness.runtime.execution import Execution
+from harness.runtime.inference import LocalForward, fit_kappas, fit_on_layers, kappa_scores
 
 EVAL_CHARS = ID_CHARS[::2] + "#&@¶Жλ"  # one shard each: half the ID classes, and OOD characters
 PER_SHARD, FIT_PER_CLASS = 3, 10
 LAYERS = "features.0,features.1,features.2"
-REQUESTS = {"gram": f"gram:layers={LAYERS}", "multi_mahalanobis": f"multi_mahalanobis:layers={LAYERS}",
-            "nacue": "nacue:layers=features.1,features.2", "mc_dropout": "mc_dropout:passes=2"}
+REQUESTS = {
+    "gram": f"gram:layers={LAYERS}",
+    "multi_mahalanobis": f"multi_mahalanobis:layers={LAYERS}",
+    "nacue": "nacue:layers=features.1,features.2",
+    "mc_dropout": "mc_dropout:passes=2",
+}
 
 
 def glyphs(chars: str, per_char: int, split: str) -> torch.Tensor:
     """Benchmark-style glyph images of ``chars`` (``per_char`` each, in order), normalised as the example CNN's."""
-    images = [np.asarray(Image.open(io.BytesIO(render.render_png(c, render.style_for(0, class_id(c), f"{split}{i}")))))
-              for c in chars for i in range(per_char)]
+    images = [
+        np.asarray(Image.open(io.BytesIO(render.render_png(c, render.style_for(0, class_id(c), f"{split}{i}")))))
+        for c in chars
+        for i in range(per_char)
+    ]
     return (torch.from_numpy(np.stack(images)).float()[:, None] / 255.0 - 0.5) / 0.5
 
 
@@ -61,7 +68,9 @@ def glyph_split():
     fit_x, x = glyphs(ID_CHARS, FIT_PER_CLASS, "fit"), glyphs(EVAL_CHARS, PER_SHARD, "eval")
     fit = forward(fit_x, ["fit"], [])
     labels = np.repeat(np.arange(36), FIT_PER_CLASS)
-    fit_data = SplitScores(np.arange(len(fit_x)).astype(str), labels, fit.logits.argmax(1), {}, {}, fit.logits, fit.features)
+    fit_data = SplitScores(
+        np.arange(len(fit_x)).astype(str), labels, fit.logits.argmax(1), {}, {}, fit.logits, fit.features
+    )
     out = forward(x, ["x"], [])
     return model, forward, fit_x, fit_data, x, out.logits, out.features
 
@@ -70,7 +79,7 @@ def fitted(request: str, glyph_split):
     model, forward, fit_x, fit_data, *_ = glyph_split
     (spec,) = resolve_kappas([request])
     if "layers" in spec.needs:
-        parts = [forward.extract(fit_x[i:i + 64], [spec])[spec.name] for i in range(0, len(fit_x), 64)]
+        parts = [forward.extract(fit_x[i : i + 64], [spec])[spec.name] for i in range(0, len(fit_x), 64)]
         fit_on_layers([spec], {spec.name: parts}, fit_data.labels, seed=0)
     elif "fit" in spec.needs:
         fit_kappas([spec], fit_data, forward.head, seed=0)
@@ -125,14 +134,20 @@ def test_openmax_is_pytorch_oods_with_every_distance_whatever_the_batch(glyph_sp
     np.fill_diagonal(every_class, 10.0)
     detector = spec.impl.detector
     assert isinstance(detector, OpenMax)
-    reference = detector.predict_logits(torch.from_numpy(np.concatenate([logits, every_class]))).numpy()[:len(logits)]
+    reference = detector.predict_logits(torch.from_numpy(np.concatenate([logits, every_class]))).numpy()[: len(logits)]
     whole = unknown_probability(detector, logits)
-    alone = np.concatenate([unknown_probability(detector, logits[i:i + 1]) for i in range(len(logits))])
+    alone = np.concatenate([unknown_probability(detector, logits[i : i + 1]) for i in range(len(logits))])
     # the same float64 operations per sample; numpy's vector loops (exp, log) may round an array's tail elements
     # in the last bit otherwise than its scalar loop
     for ours in (whole, alone):
         np.testing.assert_allclose(ours, reference, rtol=1e-12, atol=1e-15)
-    np.testing.assert_array_equal(kappa_scores(logits, None, None, [spec])[0]["openmax"], -whole)  # the kappa negates it
-    per_shard = np.concatenate([detector.predict_logits(torch.from_numpy(logits[i:i + PER_SHARD])).numpy()
-                                for i in range(0, len(logits), PER_SHARD)])
+    np.testing.assert_array_equal(
+        kappa_scores(logits, None, None, [spec])[0]["openmax"], -whole
+    )  # the kappa negates it
+    per_shard = np.concatenate(
+        [
+            detector.predict_logits(torch.from_numpy(logits[i : i + PER_SHARD])).numpy()
+            for i in range(0, len(logits), PER_SHARD)
+        ]
+    )
     assert np.mean(np.abs(per_shard - whole) > 1e-3) > 0.5  # pytorch-ood's predict, one call per shard: most differ

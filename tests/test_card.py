@@ -33,8 +33,13 @@ def bench(tiny_glyphs, tmp_path_factory) -> Path:
     ids = Benchmark.open(root).ood_classes["id"].tolist()
     n = len(ids) - 36 + 1
     starts = [(level * n) // 10 for level in range(10)] + [n - 1]
-    table = level_table([list(range(s, s + 36)) for s in starts], [0.01 * i for i in range(len(ids))],
-                        [0.01 * s for s in starts], [level / 10 for level in range(11)], ids)
+    table = level_table(
+        [list(range(s, s + 36)) for s in starts],
+        [0.01 * i for i in range(len(ids))],
+        [0.01 * s for s in starts],
+        [level / 10 for level in range(11)],
+        ids,
+    )
     table.to_parquet(root.parent / "levels.parquet")
     add_levels(root, root.parent / "levels.parquet", "tiny/cnn", "softmax")
     return root
@@ -52,7 +57,7 @@ def run_example(code: str, **replace: str) -> dict:
     for old, new in replace.items():
         code = code.replace(old, new)
     namespace: dict = {}
-    exec(compile(code, "<card example>", "exec"), namespace)  # noqa: S102 - the card's own example
+    exec(compile(code, "<card example>", "exec"), namespace)
     return namespace
 
 
@@ -61,7 +66,9 @@ def test_the_card_yaml_parses_with_the_glyph_licence_and_the_configs(bench):
     card = DatasetCard.load(bench / "README.md")
     meta = front_matter(text)
     assert card.data.to_dict()["configs"] == meta["configs"]
-    assert [c["config_name"] for c in meta["configs"]] == ["pool", CONFIG] + [f"{CONFIG}__level_{i:02d}" for i in range(11)]
+    assert [c["config_name"] for c in meta["configs"]] == ["pool", CONFIG] + [
+        f"{CONFIG}__level_{i:02d}" for i in range(11)
+    ]
     assert (meta["license"], meta["license_name"]) == ("other", "dejavu-fonts-license")
     assert meta["license_link"].startswith("https://dejavu-fonts.github.io/")
     assert "cood-bench" in meta["tags"] and "arxiv:2302.11893" in meta["tags"]
@@ -71,8 +78,13 @@ def test_the_card_yaml_parses_with_the_glyph_licence_and_the_configs(bench):
 def test_the_card_cites_the_paper(bench):
     text = (bench / "README.md").read_text()
     assert CITATION in text and "```bibtex\n@inproceedings{galil2023framework," in text
-    assert all(f in CITATION for f in ("Galil, Ido and Dabbah, Mohammed and El-Yaniv, Ran", "year          = {2023}", "2302.11893"))
-    assert re.fullmatch(r"@inproceedings\{galil2023framework,\n(  \w+ += \{[^{}]*\},?\n)+\}\n?", CITATION), CITATION  # one flat entry
+    assert all(
+        f in CITATION
+        for f in ("Galil, Ido and Dabbah, Mohammed and El-Yaniv, Ran", "year          = {2023}", "2302.11893")
+    )
+    assert re.fullmatch(r"@inproceedings\{galil2023framework,\n(  \w+ += \{[^{}]*\},?\n)+\}\n?", CITATION), (
+        CITATION
+    )  # one flat entry
 
 
 def test_licence_fields_per_kind_of_benchmark():
@@ -80,14 +92,21 @@ def test_licence_fields_per_kind_of_benchmark():
         return {"benchmark": {"id": "x"}, "source": source}
 
     fields, text = licence(manifest(kind="imagenet"))
-    assert fields == {"license": "other", "license_name": "imagenet-terms-of-access", "license_link": "https://image-net.org/download.php"}
+    assert fields == {
+        "license": "other",
+        "license_name": "imagenet-terms-of-access",
+        "license_link": "https://image-net.org/download.php",
+    }
     assert "ImageNet terms of access" in text and "non-commercial" in text
     assert licence(manifest(kind="glyphs"))[0]["license_name"] == "dejavu-fonts-license"
     fields, text = licence(manifest(kind="folder"))
     assert fields == {"license": "unknown"} and "unknown, see the source" in text
     assert licence(manifest(kind="folder", license="cc-by-4.0"))[0] == {"license": "cc-by-4.0"}
     assert licence(manifest(kind="folder", license="https://example.org/terms"))[0] == {
-        "license": "other", "license_name": "source-license", "license_link": "https://example.org/terms"}
+        "license": "other",
+        "license_name": "source-license",
+        "license_link": "https://example.org/terms",
+    }
     assert licence({"benchmark": {"id": "glyphs"}})[0]["license_name"] == "dejavu-fonts-license"  # no source: the id
 
 
@@ -96,8 +115,21 @@ def test_a_folder_benchmark_records_the_licence_given_to_the_builder(tmp_path):
         write_class(tmp_path / "id", cid, 2)
     for cid in ("ant", "bee"):
         write_class(tmp_path / "ood", cid, 4)
-    args = ["folder", "--id", str(tmp_path / "id"), "--ood", str(tmp_path / "ood"), "--images-per-class", "4",
-            "--test-fraction", "0.25", "--min-images", "4", "--workers", "1"]
+    args = [
+        "folder",
+        "--id",
+        str(tmp_path / "id"),
+        "--ood",
+        str(tmp_path / "ood"),
+        "--images-per-class",
+        "4",
+        "--test-fraction",
+        "0.25",
+        "--min-images",
+        "4",
+        "--workers",
+        "1",
+    ]
     runner = CliRunner()
     for out, extra in (("with", ["--license", "cc-by-4.0"]), ("without", [])):
         result = runner.invoke(app, [args[0], str(tmp_path / out), *args[1:], *extra])
@@ -111,7 +143,7 @@ def test_a_folder_benchmark_records_the_licence_given_to_the_builder(tmp_path):
 
 def test_the_local_examples_are_plain_load_dataset_calls_and_they_run(bench):
     text = (bench / "README.md").read_text()
-    assert "<repo>" not in text and "<model>__<kappa>\"" not in text
+    assert "<repo>" not in text and '<model>__<kappa>"' not in text
     pool_block, level_block, any_level_block = python_blocks(text)
     assert f'load_dataset("{LOCAL_PATH}", "pool", split="ood_estimation", streaming=True)' in pool_block
     assert f'load_dataset("{LOCAL_PATH}", "{CONFIG}__level_07", split="level_07")' in level_block
@@ -144,7 +176,9 @@ def test_publish_uploads_a_card_that_names_the_repo_and_leaves_the_folder_as_it_
     assert f'load_level("{REPO}", "tiny-cnn", "softmax", 7, revision="1.0.0")' in any_level_block
     assert sum(1 for _ in run_example(pool_block)["pool"]) == POOL_ESTIMATION
     level = run_example(level_block)
-    assert len(level["level"]) == 36 * 8 and sorted(r["__key__"] for r in level["stream"]) == sorted(level["level"]["__key__"])
+    assert len(level["level"]) == 36 * 8 and sorted(r["__key__"] for r in level["stream"]) == sorted(
+        level["level"]["__key__"]
+    )
     assert len(run_example(any_level_block)["level"]) == 36 * 8
 
     api = HfApi(endpoint=hub_server)
@@ -152,4 +186,7 @@ def test_publish_uploads_a_card_that_names_the_repo_and_leaves_the_folder_as_it_
     assert publish(bench, REPO, tag="1.0.0", endpoint=hub_server) == sha  # the rewritten card is what the tag holds
     head = publish(bench, REPO, tag="1.0.1", endpoint=hub_server)  # a new tag: only the card changes
     assert len(api.list_repo_commits(REPO, repo_type="dataset")) == commits + 1 and head != sha
-    assert 'revision="1.0.1"' in Path(hf_hub_download(REPO, "README.md", repo_type="dataset", revision="1.0.1")).read_text()
+    assert (
+        'revision="1.0.1"'
+        in Path(hf_hub_download(REPO, "README.md", repo_type="dataset", revision="1.0.1")).read_text()
+    )

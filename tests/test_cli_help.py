@@ -34,9 +34,14 @@ def test_every_help_exits_0_with_its_defaults(prog, app, path, flag):
     if path:  # a subcommand: every option with a default shows it
         group = typer.main.get_command(app)
         command = group.get_command(click.Context(group), path[0])
-        shown = [p for p in command.params if p.show_default is not False and not getattr(p, "is_eager", False)
-                 and not (getattr(p, "is_flag", False) and not p.secondary_opts)  # a lone flag is off unless given
-                 and (isinstance(p.show_default, str) or p.default not in (None, [], (), ""))]
+        shown = [
+            p
+            for p in command.params
+            if p.show_default is not False
+            and not getattr(p, "is_eager", False)
+            and not (getattr(p, "is_flag", False) and not p.secondary_opts)  # a lone flag is off unless given
+            and (isinstance(p.show_default, str) or p.default not in (None, [], (), ""))
+        ]
         assert " ".join(done.output.split()).count("default: ") == len(shown), [p.name for p in shown]
 
 
@@ -50,8 +55,12 @@ def test_help_text_with_brackets_prints_as_written():
 def test_version_and_help_through_the_real_entry_point(prog):
     from importlib.metadata import version
 
-    run = lambda *args: subprocess.run([sys.executable, "-c", f"from {MODULES[prog]} import main; main()", *args],  # noqa: E731
-                                       capture_output=True, text=True, timeout=120)
+    run = lambda *args: subprocess.run(
+        [sys.executable, "-c", f"from {MODULES[prog]} import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     done = run("--version")
     assert done.returncode == 0 and done.stdout == f"{prog} {version('cood-bench')}\n"
     for args in (["-h"], ["submit", "--help"] if prog == "cood-harness" else ["-h"]):
@@ -64,14 +73,16 @@ def test_version_and_help_through_the_real_entry_point(prog):
 def test_every_help_imports_no_torch(prog):
     """Every command's help, in one process of the real entry point, answers without importing torch."""
     paths = [path for p, _, path in commands() if p == prog]
-    script = (f"import sys\nfrom {MODULES[prog]} import main\n"
-              f"for path in {paths!r}:\n"
-              "    sys.argv = ['prog', *path, '--help']\n"
-              "    try:\n"
-              "        main()\n"
-              "    except SystemExit as exc:\n"
-              "        assert exc.code == 0, (path, exc.code)\n"
-              "print('torch imported:', 'torch' in sys.modules)\n")
+    script = (
+        f"import sys\nfrom {MODULES[prog]} import main\n"
+        f"for path in {paths!r}:\n"
+        "    sys.argv = ['prog', *path, '--help']\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0, (path, exc.code)\n"
+        "print('torch imported:', 'torch' in sys.modules)\n"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout.count("Usage: ") == len(paths)

@@ -14,14 +14,28 @@ from dataset_builder.errors import CoodError, fail
 ROOT = Path(__file__).resolve().parents[1]
 # command line -> (module, arguments that fail fast, exit status, the one line, the error's type); {tmp}: a fresh folder
 FAILING = {
-    "cood-dataset": ("dataset_builder.cli", ["glyphs", "--overwrite"], 2,
-                     "error: --overwrite needs an OUT folder (the cache is built once per set of options)",
-                     "dataset_builder.errors.BenchmarkError"),
-    "cood-harness": ("harness.cli", ["submit", "{tmp}/missing.py"], 2, "error: submission file {tmp}/missing.py not found",
-                     "harness.errors.HarnessError"),
-    "cood-leaderboard": ("leaderboard.cli", ["show", "-d", "{tmp}"], 1,
-                         "cood-leaderboard: error: {tmp} is not a leaderboard (no leaderboard.json); create it with "
-                         "`cood-leaderboard init`", "leaderboard.errors.LeaderboardError"),
+    "cood-dataset": (
+        "dataset_builder.cli",
+        ["glyphs", "--overwrite"],
+        2,
+        "error: --overwrite needs an OUT folder (the cache is built once per set of options)",
+        "dataset_builder.errors.BenchmarkError",
+    ),
+    "cood-harness": (
+        "harness.cli",
+        ["submit", "{tmp}/missing.py"],
+        2,
+        "error: submission file {tmp}/missing.py not found",
+        "harness.errors.HarnessError",
+    ),
+    "cood-leaderboard": (
+        "leaderboard.cli",
+        ["show", "-d", "{tmp}"],
+        1,
+        "cood-leaderboard: error: {tmp} is not a leaderboard (no leaderboard.json); create it with "
+        "`cood-leaderboard init`",
+        "leaderboard.errors.LeaderboardError",
+    ),
 }
 
 
@@ -29,8 +43,13 @@ def run(module: str, args: list[str], debug: str | None) -> subprocess.Completed
     env = {**{k: v for k, v in os.environ.items() if k != "COOD_DEBUG"}, "PYTHONPATH": str(ROOT)}
     if debug is not None:
         env["COOD_DEBUG"] = debug
-    return subprocess.run([sys.executable, "-c", f"from {module} import main; main()", *args], env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", f"from {module} import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("command", list(FAILING))

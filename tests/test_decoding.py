@@ -4,9 +4,7 @@ the tensor resize (the GPU's) is Pillow's within a level; shard groups; the deco
 from __future__ import annotations
 
 import io
-import json
 import platform
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,11 +14,17 @@ from PIL import Image
 
 from dataset_builder.errors import BenchmarkError
 from harness.runtime.data import shard_groups
-from harness.runtime.decoding import Plan, PilDecoder, TensorDecoder, joined, make_decoder, plan_of, resize_crop
+from harness.runtime.decoding import PilDecoder, Plan, TensorDecoder, joined, make_decoder, plan_of, resize_crop
 from harness.runtime.execution import Execution
 from harness.submission import timm_transform
 
-EFFNET = {"input_size": (3, 224, 224), "interpolation": "bicubic", "mean": (0.5,) * 3, "std": (0.5,) * 3, "crop_pct": 0.875}
+EFFNET = {
+    "input_size": (3, 224, 224),
+    "interpolation": "bicubic",
+    "mean": (0.5,) * 3,
+    "std": (0.5,) * 3,
+    "crop_pct": 0.875,
+}
 GLYPH = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}
 PHOTO = Image.fromarray(skimage.data.chelsea())  # a real photo, 451x300
 WHERE = "shard.tar: sample k"
@@ -34,16 +38,30 @@ def encoded(image: Image.Image, fmt: str, **options) -> bytes:
 
 def photos() -> list[bytes]:
     """Real photos as ImageNet has them (landscape, portrait, square, small), plus grey, CMYK and PNG files."""
-    jpegs = [encoded(PHOTO.resize(size), "JPEG", quality=90) for size in ((500, 375), (333, 500), (500, 500), (180, 120))]
-    others = [encoded(PHOTO.convert("L").resize((300, 200)), "JPEG"), encoded(PHOTO.convert("CMYK").resize((300, 200)), "JPEG"),
-              encoded(PHOTO.resize((300, 200)), "PNG"), encoded(PHOTO.convert("P").resize((120, 90)), "PNG")]
+    jpegs = [
+        encoded(PHOTO.resize(size), "JPEG", quality=90) for size in ((500, 375), (333, 500), (500, 500), (180, 120))
+    ]
+    others = [
+        encoded(PHOTO.convert("L").resize((300, 200)), "JPEG"),
+        encoded(PHOTO.convert("CMYK").resize((300, 200)), "JPEG"),
+        encoded(PHOTO.resize((300, 200)), "PNG"),
+        encoded(PHOTO.convert("P").resize((120, 90)), "PNG"),
+    ]
     return jpegs + others
 
 
-@pytest.mark.parametrize("config", [EFFNET, {**EFFNET, "interpolation": "bilinear", "crop_pct": 0.95}, GLYPH], ids=["bicubic", "bilinear", "glyph"])
+@pytest.mark.parametrize(
+    "config",
+    [EFFNET, {**EFFNET, "interpolation": "bilinear", "crop_pct": 0.95}, GLYPH],
+    ids=["bicubic", "bilinear", "glyph"],
+)
 def test_the_torchvision_decoder_gives_timms_pixels(config):
     transform, channels = timm_transform(config), config["input_size"][0]
-    datas = photos() if channels == 3 else [encoded(PHOTO.convert("L").resize((32, 32)), "PNG"), encoded(PHOTO.resize((40, 30)), "JPEG")]
+    datas = (
+        photos()
+        if channels == 3
+        else [encoded(PHOTO.convert("L").resize((32, 32)), "PNG"), encoded(PHOTO.resize((40, 30)), "JPEG")]
+    )
     expected = PilDecoder(transform, channels, 10**8)(datas, [WHERE] * len(datas))
     got = TensorDecoder(plan_of(transform), channels, 10**8)(datas, [WHERE] * len(datas))
     assert got.shape == expected.shape and got.dtype == torch.float32
@@ -57,12 +75,18 @@ def test_the_tensor_resize_is_pillows_within_a_level(filter_name):
     """What the GPU path computes; exact where Pillow resamples along the width first (landscape photos, as most of
     ImageNet), within 2 levels on other shapes."""
     resample = Image.Resampling[filter_name.upper()]
-    for (width, height), (out_w, out_h), crop, tolerance in [((500, 375), (341, 256), (224, 224), 1), ((500, 333), (384, 256), (224, 224), 1),
-                                                              ((333, 500), (256, 384), (224, 224), 2), ((120, 90), (300, 225), (200, 200), 2)]:
+    for (width, height), (out_w, out_h), crop, tolerance in [
+        ((500, 375), (341, 256), (224, 224), 1),
+        ((500, 333), (384, 256), (224, 224), 1),
+        ((333, 500), (256, 384), (224, 224), 2),
+        ((120, 90), (300, 225), (200, 200), 2),
+    ]:
         image = PHOTO.resize((width, height))
         pixels = torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)
         top, left = int(round((out_h - crop[0]) / 2.0)), int(round((out_w - crop[1]) / 2.0))
-        expected = np.asarray(image.resize((out_w, out_h), resample))[top : top + crop[0], left : left + crop[1]].astype(int)
+        expected = np.asarray(image.resize((out_w, out_h), resample))[
+            top : top + crop[0], left : left + crop[1]
+        ].astype(int)
         got = resize_crop(pixels, (out_h, out_w), crop, filter_name).permute(1, 2, 0).numpy().astype(int)
         assert got.shape == expected.shape
         assert np.abs(got - expected).max() <= tolerance, (width, height)
@@ -70,7 +94,9 @@ def test_the_tensor_resize_is_pillows_within_a_level(filter_name):
 
 
 def test_the_tensor_resize_of_a_batch_is_each_images():
-    pixels = torch.from_numpy(np.stack([np.asarray(PHOTO.resize((500, 375)).rotate(angle)) for angle in (0, 90)])).permute(0, 3, 1, 2)
+    pixels = torch.from_numpy(
+        np.stack([np.asarray(PHOTO.resize((500, 375)).rotate(angle)) for angle in (0, 90)])
+    ).permute(0, 3, 1, 2)
     batch = resize_crop(pixels, (256, 341), (224, 224), "bicubic")
     assert torch.equal(batch[1], resize_crop(pixels[1], (256, 341), (224, 224), "bicubic"))
 
@@ -101,25 +127,39 @@ def test_pngs_decode_to_pillows_pixels_with_or_without_libspng(spng, monkeypatch
     elif platform.machine() != "aarch64":
         assert harness.runtime.decoding.pyspng is not None
     grey, rgb = PHOTO.convert("L").resize((61, 47)), PHOTO.resize((61, 47))
-    datas = [encoded(grey, "PNG"), encoded(rgb, "PNG"), encoded(grey, "PNG", transparency=7), encoded(rgb, "PNG", transparency=(1, 2, 3))]
+    datas = [
+        encoded(grey, "PNG"),
+        encoded(rgb, "PNG"),
+        encoded(grey, "PNG", transparency=7),
+        encoded(rgb, "PNG", transparency=(1, 2, 3)),
+    ]
     for channels, mode in ((1, "L"), (3, "RGB")):
         decoder = TensorDecoder(Plan(None, "bilinear", None, None, None), channels, 10**8)
         expected = [np.asarray(Image.open(io.BytesIO(d)).convert(mode)).reshape(47, 61, channels) for d in datas]
         assert np.array_equal(decoder.pixels(datas, [WHERE] * 4).numpy(), np.stack(expected).transpose(0, 3, 1, 2))
         with pytest.raises(BenchmarkError) as error:
             decoder.pixels([datas[0], datas[1][:-40]], ["shard.tar: sample ok", WHERE])
-        assert str(error.value).startswith("corrupt shard shard.tar: sample k cannot be decoded") and "\n" not in str(error.value)
+        assert str(error.value).startswith("corrupt shard shard.tar: sample k cannot be decoded") and "\n" not in str(
+            error.value
+        )
 
 
 def test_batches_reach_the_model_in_the_recorded_memory_format():
     """Decoded images are ``(H, W, C)`` arrays seen as ``(C, H, W)``: joined into contiguous batches as torch would, and
     the model gets contiguous NCHW or channels_last as the run records it (the layout changes the kernels)."""
     parts = [torch.arange(24, dtype=torch.uint8).view(2, 4, 3).permute(2, 0, 1) + i for i in range(3)]
-    for got, expected in [(joined(parts, new_axis=True), torch.stack(parts)), (joined([p[None] for p in parts]), torch.stack(parts))]:
+    for got, expected in [
+        (joined(parts, new_axis=True), torch.stack(parts)),
+        (joined([p[None] for p in parts]), torch.stack(parts)),
+    ]:
         assert torch.equal(got, expected) and got.is_contiguous()
     nhwc = torch.rand(2, 3, 5, 4).contiguous(memory_format=torch.channels_last)
     assert Execution.resolve("cpu").inputs(nhwc).is_contiguous()
-    assert Execution.resolve("cpu", channels_last=True).inputs(nhwc.contiguous()).is_contiguous(memory_format=torch.channels_last)
+    assert (
+        Execution.resolve("cpu", channels_last=True)
+        .inputs(nhwc.contiguous())
+        .is_contiguous(memory_format=torch.channels_last)
+    )
 
 
 def test_a_custom_transform_goes_to_pillow_and_torchvision_says_why():
@@ -139,10 +179,15 @@ def test_a_custom_transform_goes_to_pillow_and_torchvision_says_why():
 def test_a_broken_or_oversized_image_is_one_line_naming_it(name):
     decoder = make_decoder(name, timm_transform(EFFNET), 3, 400 * 300)
     good = encoded(PHOTO.resize((300, 200)), "JPEG")
-    for data, message in [(good[: len(good) // 2], "corrupt shard shard.tar: sample k cannot be decoded"),
-                          (b"\xff\xd8\xff" + b"x" * 64, "corrupt shard shard.tar: sample k cannot be decoded"),
-                          (encoded(PHOTO.resize((500, 375)), "JPEG"), "shard shard.tar: sample k is 500x375 pixels, above the benchmark's max_image_pixels"),
-                          (encoded(PHOTO.convert("L").resize((500, 375)), "PNG"), "shard shard.tar: sample k is 500x375 pixels")]:
+    for data, message in [
+        (good[: len(good) // 2], "corrupt shard shard.tar: sample k cannot be decoded"),
+        (b"\xff\xd8\xff" + b"x" * 64, "corrupt shard shard.tar: sample k cannot be decoded"),
+        (
+            encoded(PHOTO.resize((500, 375)), "JPEG"),
+            "shard shard.tar: sample k is 500x375 pixels, above the benchmark's max_image_pixels",
+        ),
+        (encoded(PHOTO.convert("L").resize((500, 375)), "PNG"), "shard shard.tar: sample k is 500x375 pixels"),
+    ]:
         with pytest.raises(BenchmarkError) as error:
             decoder([good, data], ["shard.tar: sample ok", WHERE])
         assert str(error.value).startswith(message) and "\n" not in str(error.value)
@@ -151,8 +196,13 @@ def test_a_broken_or_oversized_image_is_one_line_naming_it(name):
 def test_shard_groups_fill_batches_in_manifest_order():
     shards = [{"path": f"{i}.tar", "num_samples": n} for i, n in enumerate([50, 50, 50, 50, 50, 50, 300, 10, 250, 6])]
     groups = shard_groups(shards, 256)
-    assert [[s["path"] for s in g] for g in groups] == [["0.tar", "1.tar", "2.tar", "3.tar", "4.tar"], ["5.tar"], ["6.tar"],
-                                                        ["7.tar"], ["8.tar", "9.tar"]]
+    assert [[s["path"] for s in g] for g in groups] == [
+        ["0.tar", "1.tar", "2.tar", "3.tar", "4.tar"],
+        ["5.tar"],
+        ["6.tar"],
+        ["7.tar"],
+        ["8.tar", "9.tar"],
+    ]
     assert [s for g in groups for s in g] == shards
     assert all(sum(s["num_samples"] for s in g) <= 256 for g in groups if len(g) > 1)
 
@@ -166,12 +216,25 @@ def decoder_runs(tiny_glyphs, tmp_path_factory):
 
     cnn = load_example(CNN)
     cache = tmp_path_factory.mktemp("cache")
-    run = lambda decoder, **options: evaluate(cnn.build_model(), cnn.DATA_CONFIG, benchmark=tiny_glyphs, decoder=decoder,  # noqa: E731
-                                              device="cpu", num_levels=3, progress=False, **options)
-    runs = {"pil": run("pil"), "torchvision": run("torchvision"),
-            "filling": run("torchvision", cache=True, cache_dir=cache)}
+    run = lambda decoder, **options: evaluate(
+        cnn.build_model(),
+        cnn.DATA_CONFIG,
+        benchmark=tiny_glyphs,
+        decoder=decoder,
+        device="cpu",
+        num_levels=3,
+        progress=False,
+        **options,
+    )
+    runs = {
+        "pil": run("pil"),
+        "torchvision": run("torchvision"),
+        "filling": run("torchvision", cache=True, cache_dir=cache),
+    }
     entries = sorted((cache / "decoded").rglob("*.decoded"))
-    runs["reading"] = run("auto", cache=True, cache_dir=cache, kappas=["entropy", "max_logit"])  # new kappas: a pass, from decoded images
+    runs["reading"] = run(
+        "auto", cache=True, cache_dir=cache, kappas=["entropy", "max_logit"]
+    )  # new kappas: a pass, from decoded images
     return runs, entries
 
 
@@ -185,7 +248,12 @@ def test_every_decoder_and_the_decoded_cache_give_the_same_levels(decoder_runs):
     reference = levels(runs["pil"], "entropy")
     for name in ("torchvision", "filling", "reading"):
         np.testing.assert_allclose(levels(runs[name], "entropy"), reference, rtol=0, atol=1e-12)
-    assert [r.records[0]["model"]["preprocessing"]["decoder"] for r in runs.values()] == ["pil", "torchvision", "torchvision", "torchvision"]
+    assert [r.records[0]["model"]["preprocessing"]["decoder"] for r in runs.values()] == [
+        "pil",
+        "torchvision",
+        "torchvision",
+        "torchvision",
+    ]
     bench = runs["pil"].benchmark
     assert len(entries) == sum(len(bench.shards(split)) for split in ("id_test", "ood_estimation", "ood_test"))
 
@@ -195,8 +263,17 @@ def test_a_damaged_decoded_entry_is_decoded_again(tiny_glyphs, tmp_path, capfd):
     from harness.run import evaluate
 
     cnn = load_example(CNN)
-    run = lambda: evaluate(cnn.build_model(), cnn.DATA_CONFIG, benchmark=tiny_glyphs, device="cpu", num_levels=3, progress=False,  # noqa: E731
-                           cache=True, cache_dir=tmp_path, kappas=["softmax"])
+    run = lambda: evaluate(
+        cnn.build_model(),
+        cnn.DATA_CONFIG,
+        benchmark=tiny_glyphs,
+        device="cpu",
+        num_levels=3,
+        progress=False,
+        cache=True,
+        cache_dir=tmp_path,
+        kappas=["softmax"],
+    )
     first = run()
     entry = sorted((tmp_path / "decoded").rglob("*.decoded"))[0]
     entry.write_bytes(entry.read_bytes()[:100])

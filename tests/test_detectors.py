@@ -15,9 +15,9 @@ from dataset_builder.glyphs.build import build
 from glyph_fixtures import TINY, load_example
 from harness import __version__
 from harness.errors import HarnessError
+from harness.run import evaluate, submit
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward
-from harness.run import evaluate, submit
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
@@ -45,10 +45,35 @@ def stable(record: dict) -> dict:
 
 def test_detectors_from_one_pass_and_none_for_a_new_one(fit_glyphs, tmp_path):
     cache = tmp_path / "cache"
-    done = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "submit", str(CNN), "--benchmark",
-                           str(fit_glyphs), "-k", "knn", "-k", "vim", "-k", "mahalanobis", "-k", "react", "-k", "ash",
-                           "--out", str(tmp_path / "a"), "--cache-dir", str(cache), "--no-progress"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from harness.cli import main; main()",
+            "submit",
+            str(CNN),
+            "--benchmark",
+            str(fit_glyphs),
+            "-k",
+            "knn",
+            "-k",
+            "vim",
+            "-k",
+            "mahalanobis",
+            "-k",
+            "react",
+            "-k",
+            "ash",
+            "--out",
+            str(tmp_path / "a"),
+            "--cache-dir",
+            str(cache),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     phase_lines(done.stderr.splitlines(), fit_glyphs, tmp_path / "a")
     first = records_in(tmp_path / "a")
@@ -67,11 +92,22 @@ def test_detectors_from_one_pass_and_none_for_a_new_one(fit_glyphs, tmp_path):
 
     add_records(tmp_path / "board", list(first.values()), create=True, folder=tmp_path / "a")
     table = current_table(tmp_path / "board")
-    assert sorted(table["kappa"]) == ["ash(percentile=0.65,variant=ash-s)", "knn(k=50,normalize=True)", "mahalanobis",
-                                      "react(percentile=0.9,threshold=None)", "vim(d=None)"]
+    assert sorted(table["kappa"]) == [
+        "ash(percentile=0.65,variant=ash-s)",
+        "knn(k=50,normalize=True)",
+        "mahalanobis",
+        "react(percentile=0.9,threshold=None)",
+        "vim(d=None)",
+    ]
     # a new detector later: from the kept logits and features, no image forwarded, the same values for the others
-    second = submit(CNN, benchmark=fit_glyphs, kappas=["knn", "vim", "dice", "softmax"], out=tmp_path / "b",
-                    cache_dir=cache, progress=False)
+    second = submit(
+        CNN,
+        benchmark=fit_glyphs,
+        kappas=["knn", "vim", "dice", "softmax"],
+        out=tmp_path / "b",
+        cache_dir=cache,
+        progress=False,
+    )
     assert second.stats["images_forwarded"] == 0
     again = records_in(tmp_path / "b")
     assert stable(again["knn"]) == stable(first["knn"]) and stable(again["vim"]) == stable(first["vim"])
@@ -93,7 +129,8 @@ def phase_lines(lines: list[str], bench: Path, out: Path) -> None:
     assert lines[0] == f"cood-harness {__version__}: {CNN} on {bench}; starting its sandbox and PyTorch"
     assert lines[1].startswith("device: cpu")
     assert lines[2:4] == [f"loading {CNN} in its sandbox", lines[3]] and re.fullmatch(
-        r"loaded glyph_cnn: 36 classes, 25,748 parameters \(\d+\.\d s\)", lines[3])
+        r"loaded glyph_cnn: 36 classes, 25,748 parameters \(\d+\.\d s\)", lines[3]
+    )
     fitted = ["knn", "vim", "mahalanobis", "react"]
     assert lines[4] == f"reading the fit split id_train for {', '.join(fitted)}"
     assert [line for line in lines if line.startswith("fitting ")] == [f"fitting {k} on 1,080 images" for k in fitted]
@@ -141,9 +178,13 @@ class Scaled(torch.nn.Module):
 
 
 def test_a_detector_without_features_or_head_is_one_line(tiny_glyphs):
-    with pytest.raises(HarnessError, match=r"kappa 'ash' needs features, but the model gives none: return \(logits, features\)"):
+    with pytest.raises(
+        HarnessError, match=r"kappa 'ash' needs features, but the model gives none: return \(logits, features\)"
+    ):
         evaluate(NoLinear(), DATA_CONFIG, benchmark=tiny_glyphs, kappas=["ash"], progress=False)
-    with pytest.raises(HarnessError, match=r"kappa 'scale' needs the last layer, but the logits are not the model's last linear"):
+    with pytest.raises(
+        HarnessError, match=r"kappa 'scale' needs the last layer, but the logits are not the model's last linear"
+    ):
         evaluate(Scaled(), DATA_CONFIG, benchmark=tiny_glyphs, kappas=["scale"], progress=False)
 
 
@@ -151,11 +192,16 @@ def test_a_model_without_features_is_refused_before_any_image_pass(tiny_glyphs, 
     model = NoLinear()
     batches = []
     model.register_forward_pre_hook(lambda module, args: batches.append(len(args[0])))
-    with pytest.raises(HarnessError, match=r"^kappa 'knn' needs features, but the model gives none: return \(logits, features\)"):
+    with pytest.raises(
+        HarnessError, match=r"^kappa 'knn' needs features, but the model gives none: return \(logits, features\)"
+    ):
         evaluate(model, DATA_CONFIG, benchmark=tiny_glyphs, kappas=["softmax", "knn"], progress=False)
     assert batches == [1, 1]  # the trial pass on a blank image at load, the one asking for features; no benchmark image
     own = OwnFeatures()
-    with pytest.raises(HarnessError, match=r"^kappa 'vim' needs the last layer that maps the features to the logits, and the model has none"):
+    with pytest.raises(
+        HarnessError,
+        match=r"^kappa 'vim' needs the last layer that maps the features to the logits, and the model has none",
+    ):
         evaluate(own, DATA_CONFIG, benchmark=tiny_glyphs, kappas=["knn", "vim"], progress=False)
     assert own.batches == [1, 1]
     run = evaluate(OwnFeatures(), DATA_CONFIG, benchmark=fit_glyphs, kappas=["knn"], progress=False)
@@ -196,15 +242,24 @@ def test_twenty_detectors_one_pass_half_precision_features_and_one_more_for_free
     detectors = ["softmax", "entropy", "max_logit", "energy", *[n for n in bridged_classes() if n != "gen"]]
     assert len(detectors) >= 20
     cache = tmp_path / "cache"
-    first = submit(CNN, benchmark=fit_glyphs, kappas=detectors, out=tmp_path / "a", cache_dir=cache, feature_dtype="float16")
+    first = submit(
+        CNN, benchmark=fit_glyphs, kappas=detectors, out=tmp_path / "a", cache_dir=cache, feature_dtype="float16"
+    )
     assert first.stats["images_forwarded"] == 36 * FIT_PER_CLASS + EVAL_IMAGES  # each image once
     assert all(len(r["levels"]) == 11 and r["timings"]["feature_dtype"] == "float16" for r in first.records)
     line = [x for x in capfd.readouterr().err.splitlines() if x.startswith("score cache:")]
     assert len(line) == 1 and "features in float16" in line[0] and "bytes per image" in line[0]
     (entry, *_) = sorted(cache.rglob("*.scores"))
     assert decode(entry.read_bytes())["features"].dtype == np.float16
-    second = submit(CNN, benchmark=fit_glyphs, kappas=[*detectors, "gen"], out=tmp_path / "b", cache_dir=cache,
-                    feature_dtype="float16", progress=False)
+    second = submit(
+        CNN,
+        benchmark=fit_glyphs,
+        kappas=[*detectors, "gen"],
+        out=tmp_path / "b",
+        cache_dir=cache,
+        feature_dtype="float16",
+        progress=False,
+    )
     assert second.stats["images_forwarded"] == 0
     before, after = records_in(tmp_path / "a"), records_in(tmp_path / "b")
     assert len(after["gen"]["levels"]) == 11
@@ -222,11 +277,33 @@ LAYERS = "features.0,features.1,features.2"
 def test_detectors_through_the_model_fitted_on_the_fit_split(fit_glyphs, tmp_path):
     """MahalanobisODIN (fitted on the kept features) and the layer readers (fitted from a pass over the fit split in the
     submission's process): their fit travels to the child, 11 levels each, and the leaderboard takes them."""
-    done = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "submit", str(CNN), "--benchmark",
-                           str(fit_glyphs), "-k", "mahalanobis_odin", "-k", f"multi_mahalanobis:layers={LAYERS}",
-                           "-k", f"gram:layers={LAYERS}", "-k", "nacue:layers=features.1,features.2",
-                           "--out", str(tmp_path / "a"), "--cache-dir", str(tmp_path / "cache"), "--no-progress"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from harness.cli import main; main()",
+            "submit",
+            str(CNN),
+            "--benchmark",
+            str(fit_glyphs),
+            "-k",
+            "mahalanobis_odin",
+            "-k",
+            f"multi_mahalanobis:layers={LAYERS}",
+            "-k",
+            f"gram:layers={LAYERS}",
+            "-k",
+            "nacue:layers=features.1,features.2",
+            "--out",
+            str(tmp_path / "a"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     records = records_in(tmp_path / "a")
     assert set(records) == {"mahalanobis_odin", "multi_mahalanobis", "gram", "nacue"}
@@ -238,22 +315,36 @@ def test_detectors_through_the_model_fitted_on_the_fit_split(fit_glyphs, tmp_pat
         # them)
         assert rec["timings"]["images_forwarded"] == 2 * 36 * FIT_PER_CLASS + EVAL_IMAGES
     assert records["gram"]["kappa"]["params"] == {"layers": LAYERS, "num_poles_list": None, "fit": fit}
-    assert 0.5 < records["gram"]["summary"]["mean_ood_auroc"] and 0.5 < records["mahalanobis_odin"]["summary"]["mean_ood_auroc"]
+    assert (
+        0.5 < records["gram"]["summary"]["mean_ood_auroc"]
+        and 0.5 < records["mahalanobis_odin"]["summary"]["mean_ood_auroc"]
+    )
     from leaderboard.store import add_records, current_table
 
     add_records(tmp_path / "board", list(records.values()), create=True, folder=tmp_path / "a")
     assert sorted(current_table(tmp_path / "board")["kappa"]) == [
-        f"gram(layers={LAYERS},num_poles_list=None)", "mahalanobis_odin(eps=0.002)",
-        f"multi_mahalanobis(alpha=None,layers={LAYERS})", "nacue(alpha=100,layers=features.1,features.2,m_bins=50,o_star=50)"]
+        f"gram(layers={LAYERS},num_poles_list=None)",
+        "mahalanobis_odin(eps=0.002)",
+        f"multi_mahalanobis(alpha=None,layers={LAYERS})",
+        "nacue(alpha=100,layers=features.1,features.2,m_bins=50,o_star=50)",
+    ]
 
 
 def test_layers_the_model_lacks_are_one_line(fit_glyphs):
     model = load_example(CNN).build_model()
-    with pytest.raises(HarnessError, match=r"kappa 'gram' reads intermediate layers and this model has no timm feature_info "
-                                           r"to choose them: name them, gram:layers=NAME\[,NAME...\] \(its top-level modules: features, head\)"):
+    with pytest.raises(
+        HarnessError,
+        match=r"kappa 'gram' reads intermediate layers and this model has no timm feature_info "
+        r"to choose them: name them, gram:layers=NAME\[,NAME...\] \(its top-level modules: features, head\)",
+    ):
         evaluate(model, DATA_CONFIG, benchmark=fit_glyphs, kappas=["gram"], progress=False)
-    with pytest.raises(HarnessError, match=r"kappa 'nacue': the model has no layer 'features.9' \(its top-level modules: features, head\)"):
-        evaluate(model, DATA_CONFIG, benchmark=fit_glyphs, kappas=["nacue:layers=features.1,features.9"], progress=False)
+    with pytest.raises(
+        HarnessError,
+        match=r"kappa 'nacue': the model has no layer 'features.9' \(its top-level modules: features, head\)",
+    ):
+        evaluate(
+            model, DATA_CONFIG, benchmark=fit_glyphs, kappas=["nacue:layers=features.1,features.9"], progress=False
+        )
 
 
 SPLIT_CNN = """
@@ -293,29 +384,44 @@ def test_rankfeat_through_the_submissions_process(tiny_glyphs, tmp_path):
     """A submission that exposes forward_features/forward_head: RankFeat runs in its child process, 11 levels."""
     path = tmp_path / "split_cnn.py"
     path.write_text(SPLIT_CNN)
-    run = submit(path, benchmark=tiny_glyphs, kappas=["rankfeat", "energy"], out=tmp_path / "a", cache_dir=tmp_path / "cache",
-                 progress=False)
+    run = submit(
+        path,
+        benchmark=tiny_glyphs,
+        kappas=["rankfeat", "energy"],
+        out=tmp_path / "a",
+        cache_dir=tmp_path / "cache",
+        progress=False,
+    )
     records = records_in(tmp_path / "a")
     assert set(records) == {"rankfeat", "energy"}
     rec = records["rankfeat"]
-    assert len(rec["levels"]) == 11 and rec["kappa"]["params"] == {} and rec["timings"]["isolation"]["mode"] == "sandbox"
+    assert (
+        len(rec["levels"]) == 11 and rec["kappa"]["params"] == {} and rec["timings"]["isolation"]["mode"] == "sandbox"
+    )
     scores = run.scores["id_test"].scores
     assert np.ptp(scores["rankfeat"]) > 0 and not np.allclose(scores["rankfeat"], scores["energy"], rtol=1e-3)
-    with pytest.raises(HarnessError, match=r"^shard .*: kappa 'rankfeat' needs the model split into a backbone and a head"):
+    with pytest.raises(
+        HarnessError, match=r"^shard .*: kappa 'rankfeat' needs the model split into a backbone and a head"
+    ):
         submit(CNN, benchmark=tiny_glyphs, kappas=["rankfeat"], out=tmp_path / "b", cache=False, progress=False)
 
 
 def test_mcm_on_an_open_clip_zero_shot_classifier(tiny_glyphs, tmp_path):
     """MCM on CLIP's image embeddings and the glyph class names' text embeddings, through evaluate: 11 levels."""
     import pandas as pd
+
     from clip_fixtures import tiny_open_clip
 
     names = list(pd.read_parquet(tiny_glyphs / "classes" / "id.parquet").sort_values("index")["name"])
     _, sub = tiny_open_clip(tmp_path / "clip", names)
-    run = evaluate(sub.model, sub.transform, benchmark=tiny_glyphs, kappas=["mcm:temperature=0.01", "softmax"], progress=False)
+    run = evaluate(
+        sub.model, sub.transform, benchmark=tiny_glyphs, kappas=["mcm:temperature=0.01", "softmax"], progress=False
+    )
     rec = next(r for r in run.records if r["kappa"]["name"] == "mcm")
     assert len(rec["levels"]) == 11 and rec["kappa"]["params"] == {"temperature": 0.01}
     mcm = run.scores["id_test"].scores["mcm"]
     assert np.all((mcm > 1 / 36) & (mcm <= 1)) and np.ptp(mcm) > 0
-    with pytest.raises(HarnessError, match=r"kappa 'mcm' needs CLIP image and class-name text embeddings: an open_clip: target"):
+    with pytest.raises(
+        HarnessError, match=r"kappa 'mcm' needs CLIP image and class-name text embeddings: an open_clip: target"
+    ):
         evaluate(load_example(CNN).build_model(), DATA_CONFIG, benchmark=tiny_glyphs, kappas=["mcm"], progress=False)

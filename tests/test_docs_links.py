@@ -31,15 +31,18 @@ def anchors(text: str) -> set[str]:
 
 
 def relative_links(doc: Path) -> list[str]:
-    return [target for target in LINK.findall(prose(doc.read_text()))
-            if not re.match(r"[a-z][a-z0-9+.-]*:", target)]  # http:, https:, mailto: ... are not checked
+    return [
+        target for target in LINK.findall(prose(doc.read_text())) if not re.match(r"[a-z][a-z0-9+.-]*:", target)
+    ]  # http:, https:, mailto: ... are not checked
 
 
 def test_the_helpers():
     text = "# A `code` title\n## The paper's results\n## Twice\n## Twice\n```\n# not a heading [x](nowhere.md)\n```\n"
     assert anchors(text) == {"a-code-title", "the-papers-results", "twice", "twice-1"}
-    assert LINK.findall(prose(text + "see [a](b.md#c), ![img](i.png), `[x](y.md)` and [w](https://x.org)")) == \
-        ["b.md#c", "https://x.org"]
+    assert LINK.findall(prose(text + "see [a](b.md#c), ![img](i.png), `[x](y.md)` and [w](https://x.org)")) == [
+        "b.md#c",
+        "https://x.org",
+    ]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda doc: doc.relative_to(ROOT).as_posix())

@@ -20,7 +20,9 @@ def run(default_glyphs):
     return evaluate(CNN, benchmark=default_glyphs, kappas=KAPPAS, progress=False)
 
 
-def paper_levels(values: np.ndarray, labels: np.ndarray, window: int, num_levels: int = 11) -> tuple[list[set], list[float]]:
+def paper_levels(
+    values: np.ndarray, labels: np.ndarray, window: int, num_levels: int = 11
+) -> tuple[list[set], list[float]]:
     """The levels as the paper's code forms them: per-class mean of the kappa's value, ascending, sliding windows of
     ``window`` classes, window starts ``int(linspace(0, 1, L)[l] * N)`` with the last moved back by one."""
     means = pd.Series(values).groupby(labels).mean()
@@ -28,8 +30,8 @@ def paper_levels(values: np.ndarray, labels: np.ndarray, window: int, num_levels
     num_windows = len(order) - window + 1
     starts = [int(p * num_windows) for p in np.linspace(0, 1, num_levels)]
     starts[-1] -= 1
-    sets = [set(order[s:s + window].tolist()) for s in starts]
-    return sets, [float(means[order[s:s + window]].mean()) for s in starts]
+    sets = [set(order[s : s + window].tolist()) for s in starts]
+    return sets, [float(means[order[s : s + window]].mean()) for s in starts]
 
 
 @pytest.mark.parametrize("kappa", KAPPAS)

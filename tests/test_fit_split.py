@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.card import write_card
 from dataset_builder.errors import BenchmarkError
@@ -19,8 +20,9 @@ from dataset_builder.images import ImageSettings
 from dataset_builder.shards import iter_samples
 from image_fixtures import jpeg, write_class
 
-SETTINGS = ImageSettings(images_per_class=4, n_test=1, min_images=4, ood_classes_per_shard=1, id_classes_per_shard=1,
-                         fit_per_class=3)
+SETTINGS = ImageSettings(
+    images_per_class=4, n_test=1, min_images=4, ood_classes_per_shard=1, id_classes_per_shard=1, fit_per_class=3
+)
 
 
 def folders(root: Path) -> tuple[Path, Path, Path]:
@@ -76,16 +78,23 @@ def test_a_seeded_fit_split_per_class_without_copies_of_test_images(tmp_path):
 def test_the_copy_is_skipped_and_listed_when_reached(tmp_path):
     bench = build(tmp_path, "all", ImageSettings(**{**SETTINGS.__dict__, "fit_per_class": 10}))
     assert {c: len(k) for c, k in fit_samples(bench).items()} == {"cat": 6, "dog": 2}
-    assert bench.manifest["fit"]["duplicates_of_test"] == {"count": 1, "images": [{"class_id": "cat", "file": "copy.JPEG"}]}
+    assert bench.manifest["fit"]["duplicates_of_test"] == {
+        "count": 1,
+        "images": [{"class_id": "cat", "file": "copy.JPEG"}],
+    }
     assert bench.manifest["fit"]["short_classes"] == {"cat": 6, "dog": 2}
 
 
 def test_same_inputs_and_seed_same_bytes_another_seed_another_draw(tmp_path):
     first, second = build(tmp_path, "a"), build(tmp_path, "b")
     assert first.sha256 == second.sha256
-    assert (tmp_path / "a" / "id" / "fit" / "000000.tar").read_bytes() == (tmp_path / "b" / "id" / "fit" / "000000.tar").read_bytes()
-    draws = {tuple(fit_samples(build(tmp_path, f"s{seed}", ImageSettings(**{**SETTINGS.__dict__, "seed": seed})))["cat"])
-             for seed in range(4)}
+    assert (tmp_path / "a" / "id" / "fit" / "000000.tar").read_bytes() == (
+        tmp_path / "b" / "id" / "fit" / "000000.tar"
+    ).read_bytes()
+    draws = {
+        tuple(fit_samples(build(tmp_path, f"s{seed}", ImageSettings(**{**SETTINGS.__dict__, "seed": seed})))["cat"])
+        for seed in range(4)
+    }
     assert len(draws) > 1
 
 
@@ -101,10 +110,29 @@ def test_bad_training_folders_are_one_line_errors(tmp_path):
     with pytest.raises(BenchmarkError, match=r"1 ID classes have no folder in the training images .*, e.g. dog"):
         build_folder(tmp_path / "x", id_dir, ood_dir, settings=SETTINGS, workers=1, progress=False, train=train)
     assert not (tmp_path / "x").exists()
-    done = subprocess.run([sys.executable, "-c", "from dataset_builder.cli import main; main()", "folder", str(tmp_path / "y"),
-                           "--id", str(id_dir), "--ood", str(ood_dir), "--train", str(train), "--fit-per-class", "0"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.strip().splitlines() == ["error: fit_per_class must be at least 1, got 0"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from dataset_builder.cli import main; main()",
+            "folder",
+            str(tmp_path / "y"),
+            "--id",
+            str(id_dir),
+            "--ood",
+            str(ood_dir),
+            "--train",
+            str(train),
+            "--fit-per-class",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "error: fit_per_class must be at least 1, got 0"
+    ]
     assert not (tmp_path / "y").exists()
     (train / "dog").mkdir()
     (train / "dog" / "broken.JPEG").write_bytes(b"not an image")
@@ -117,26 +145,48 @@ def test_a_fitted_kappa_fits_on_id_fit_and_says_so(tmp_path):
 
     bench = build(tmp_path, "a")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2)).eval()
-    config = {"input_size": (3, 8, 8), "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bilinear", "crop_pct": 1.0}
-    result = evaluate(model, config, benchmark=tmp_path / "a", kappas=["knn:k=1", "softmax"], num_levels=2, workers=0,
-                      progress=False)
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2)
+    ).eval()
+    config = {
+        "input_size": (3, 8, 8),
+        "mean": (0.5, 0.5, 0.5),
+        "std": (0.5, 0.5, 0.5),
+        "interpolation": "bilinear",
+        "crop_pct": 1.0,
+    }
+    result = evaluate(
+        model, config, benchmark=tmp_path / "a", kappas=["knn:k=1", "softmax"], num_levels=2, workers=0, progress=False
+    )
     knn = next(r for r in result.records if r["kappa"]["name"] == "knn")
-    assert knn["kappa"]["params"]["fit"] == {"split": "id_fit", "size": 5, "seed": 0, "sample": {"per_class": 3, "seed": 0}}
+    assert knn["kappa"]["params"]["fit"] == {
+        "split": "id_fit",
+        "size": 5,
+        "seed": 0,
+        "sample": {"per_class": 3, "seed": 0},
+    }
     assert knn["timings"]["id_fit_images"] == 5 and len(knn["levels"]) == 2
     assert result.stats["images_forwarded"] == 5 + len(bench.id_classes) * 3 + sum(
-        s["num_samples"] for s in bench.shards("ood_estimation") + bench.shards("ood_test"))
+        s["num_samples"] for s in bench.shards("ood_estimation") + bench.shards("ood_test")
+    )
 
 
 def test_the_manifest_lists_the_fit_shards_and_datasets_loads_them(tmp_path):
     import datasets
+
     from dataset_builder.loading import sample_features
 
     bench = build(tmp_path, "a")
-    assert bench.manifest["fit"]["shards"] == [s["path"] for s in bench.shards("id_fit")] == ["id/fit/000000.tar", "id/fit/000001.tar"]
+    assert (
+        bench.manifest["fit"]["shards"]
+        == [s["path"] for s in bench.shards("id_fit")]
+        == ["id/fit/000000.tar", "id/fit/000001.tar"]
+    )
     bench.verify()
     files = [str(tmp_path / "a" / p) for p in bench.manifest["fit"]["shards"]]
-    loaded = datasets.load_dataset("webdataset", data_files={"id_fit": files}, split="id_fit", features=sample_features("jpg"))
+    loaded = datasets.load_dataset(
+        "webdataset", data_files={"id_fit": files}, split="id_fit", features=sample_features("jpg")
+    )
     assert sorted(row["json"]["class_id"] for row in loaded) == ["cat"] * 3 + ["dog"] * 2
 
 
@@ -149,13 +199,25 @@ def test_imagenet_builder_draws_id_fit_from_wnid_folders(tmp_path):
         (tmp_path / "train" / cid).mkdir(parents=True)
         for i in range(2 if cid == VAL_CLASSES[0] else 6):
             (tmp_path / "train" / cid / f"{cid}_{i}.JPEG").write_bytes(jpeg(f"train/{cid}/{i}"))
-    build_imagenet(tmp_path / "b", pool, val, id_classes=VAL_CLASSES, train=tmp_path / "train", fit_per_class=4, workers=1,
-                   progress=False, **OPTIONS)
+    build_imagenet(
+        tmp_path / "b",
+        pool,
+        val,
+        id_classes=VAL_CLASSES,
+        train=tmp_path / "train",
+        fit_per_class=4,
+        workers=1,
+        progress=False,
+        **OPTIONS,
+    )
     bench = Benchmark.open(tmp_path / "b")
     fit = bench.manifest["fit"]
     assert {c: len(k) for c, k in fit_samples(bench).items()} == {VAL_CLASSES[0]: 2, **{c: 4 for c in VAL_CLASSES[1:]}}
     assert (fit["num_images"], fit["short_classes"]) == (14, {VAL_CLASSES[0]: 2})
-    assert bench.id_classes.set_index("id")["num_fit_images"].to_dict() == {VAL_CLASSES[0]: 2, **{c: 4 for c in VAL_CLASSES[1:]}}
+    assert bench.id_classes.set_index("id")["num_fit_images"].to_dict() == {
+        VAL_CLASSES[0]: 2,
+        **{c: 4 for c in VAL_CLASSES[1:]},
+    }
 
 
 def test_a_refused_train_folder_keeps_the_benchmark_it_would_replace(tmp_path):
@@ -164,9 +226,25 @@ def test_a_refused_train_folder_keeps_the_benchmark_it_would_replace(tmp_path):
     train = tmp_path / "in" / "train"
     (train / "emu").mkdir()
     for folder, message in ((train, "not ID classes, e.g. 'emu'"), (tmp_path / "absent", "absent is not a folder")):
-        done = subprocess.run([sys.executable, "-c", "from dataset_builder.cli import main; main()", "folder", str(tmp_path / "a"),
-                               "--id", str(tmp_path / "in" / "id"), "--ood", str(tmp_path / "in" / "ood"), "--train", str(folder),
-                               "--overwrite"], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from dataset_builder.cli import main; main()",
+                "folder",
+                str(tmp_path / "a"),
+                "--id",
+                str(tmp_path / "in" / "id"),
+                "--ood",
+                str(tmp_path / "in" / "ood"),
+                "--train",
+                str(folder),
+                "--overwrite",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
         assert message in done.stderr
         assert {p: p.read_bytes() for p in sorted((tmp_path / "a").rglob("*")) if p.is_file()} == before

@@ -51,6 +51,7 @@ def test_concurrent_writers_of_one_path_each_write_their_own_file(tmp_path):
             both_open.wait()  # both temporary files exist now
             with open(tmp, "ab") as handle:
                 handle.write(data[1:])
+
         write_atomic(target, write)
 
     threads = [threading.Thread(target=writer, args=(data,)) for data in (b"a" * 1000, b"b" * 1000)]
@@ -63,9 +64,14 @@ def test_concurrent_writers_of_one_path_each_write_their_own_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["entry.scores"]
 
 
-@pytest.mark.parametrize("name,target", [("000003-fedcba9876543210.json.partial", "000003-fedcba9876543210.json"),
-                                         ("000003-fedcba9876543210.json.0123456789ab.partial", "000003-fedcba9876543210.json"),
-                                         ("000003-fedcba9876543210.json", None)])
+@pytest.mark.parametrize(
+    "name,target",
+    [
+        ("000003-fedcba9876543210.json.partial", "000003-fedcba9876543210.json"),
+        ("000003-fedcba9876543210.json.0123456789ab.partial", "000003-fedcba9876543210.json"),
+        ("000003-fedcba9876543210.json", None),
+    ],
+)
 def test_the_file_a_temporary_one_was_for(name, target):
     assert written_for(name) == target
 
@@ -78,8 +84,13 @@ def test_a_fault_point_raises_the_named_error_about_its_file(monkeypatch, tmp_pa
     assert (raised.value.errno, raised.value.filename) == (errno.EACCES, str(tmp_path))
 
 
-@pytest.mark.parametrize("value,message", [("swap-asid", "COOD_FAULT names an unknown point 'swap-asid'; known: shard-done, "),
-                                           ("swap-aside=ENOSPACE", "COOD_FAULT names an unknown error 'ENOSPACE'")])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("swap-asid", "COOD_FAULT names an unknown point 'swap-asid'; known: shard-done, "),
+        ("swap-aside=ENOSPACE", "COOD_FAULT names an unknown error 'ENOSPACE'"),
+    ],
+)
 def test_a_mistyped_fault_is_refused(monkeypatch, value, message):
     monkeypatch.setenv("COOD_FAULT", value)
     with pytest.raises(ValueError) as raised:

@@ -42,17 +42,35 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 
 def test_class_rules_and_a_mixed_format_class_loading_through_datasets(tmp_path):
     id_dir, ood_dir = folders(tmp_path)
-    build_folder(tmp_path / "b", id_dir, ood_dir, exclusions={"fox": ("dog", "canids")}, settings=SETTINGS, workers=1, progress=False)
+    build_folder(
+        tmp_path / "b",
+        id_dir,
+        ood_dir,
+        exclusions={"fox": ("dog", "canids")},
+        settings=SETTINGS,
+        workers=1,
+        progress=False,
+    )
     table = pd.read_parquet(tmp_path / "b" / "classes" / "ood.parquet").set_index("id")
     assert table["status"].to_dict() == {"ant": "ood", "bee": "ood", "cat": "removed", "fox": "removed", "owl": "ood"}
-    assert (table.at["cat", "rule"], table.at["fox", "rule"], table.at["fox", "collides_with"]) == ("id_class", "excluded", "dog")
+    assert (table.at["cat", "rule"], table.at["fox", "rule"], table.at["fox", "collides_with"]) == (
+        "id_class",
+        "excluded",
+        "dog",
+    )
     bench = Benchmark.open(tmp_path / "b")
     assert bench.manifest["image_formats"] == {"JPEG": 2 * 3 + 2 * 4 + 3, "PNG": 1}
-    owl = [s for sh in bench.shards("ood_estimation") + bench.shards("ood_test") for s in iter_samples(bench.shard_path(sh))
-           if json.loads(s["json"])["class_id"] == "owl"]
+    owl = [
+        s
+        for sh in bench.shards("ood_estimation") + bench.shards("ood_test")
+        for s in iter_samples(bench.shard_path(sh))
+        if json.loads(s["json"])["class_id"] == "owl"
+    ]
     assert len(owl) == 4 and all(set(s) == {"__key__", "jpg", "json"} for s in owl)
     files = [str(bench.shard_path(s)) for s in bench.shards("ood_estimation") + bench.shards("ood_test")]
-    loaded = datasets.load_dataset("webdataset", data_files={"pool": files}, split="pool", features=sample_features("jpg"))
+    loaded = datasets.load_dataset(
+        "webdataset", data_files={"pool": files}, split="pool", features=sample_features("jpg")
+    )
     assert len(loaded) == 3 * 4  # nothing dropped: the PNG sits under the same field
     assert {loaded[i]["jpg"].format for i in range(len(loaded))} == set(bench.manifest["image_formats"])
 
@@ -71,7 +89,11 @@ def test_an_interrupted_build_resumes_without_redoing_finished_blocks(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         build_folder(tmp_path / "b", id_dir, ood_dir, settings=SETTINGS, workers=1, progress=False)
     partial = tmp_path / "b.partial"
-    assert sorted(p.stem for p in (partial / ".build").glob("*-*.json")) == calls == ["id-000000", "id-000001", "ood-000000"]
+    assert (
+        sorted(p.stem for p in (partial / ".build").glob("*-*.json"))
+        == calls
+        == ["id-000000", "id-000001", "ood-000000"]
+    )
     done = {p: p.stat().st_mtime_ns for p in partial.rglob("*.tar")}
     assert len(done) == 2 + 2  # two ID shards, ant's estimation and test shards
 
@@ -91,12 +113,29 @@ def test_an_interrupted_build_resumes_without_redoing_finished_blocks(tmp_path, 
 def test_cli_builds_and_reports_errors_in_one_line(tmp_path):
     id_dir, ood_dir = folders(tmp_path)
     runner = CliRunner()
-    args = ["folder", str(tmp_path / "b"), "--id", str(id_dir), "--ood", str(ood_dir), "--images-per-class", "4",
-            "--test-fraction", "0.25", "--min-images", "4", "--workers", "1"]
+    args = [
+        "folder",
+        str(tmp_path / "b"),
+        "--id",
+        str(id_dir),
+        "--ood",
+        str(ood_dir),
+        "--images-per-class",
+        "4",
+        "--test-fraction",
+        "0.25",
+        "--min-images",
+        "4",
+        "--workers",
+        "1",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "2 ID classes, 4 OOD classes, 0 unreadable or oversized images skipped" in result.output
     (ood_dir / "bad name").mkdir()
     result = runner.invoke(app, [args[0], str(tmp_path / "c"), *args[2:]])
     assert isinstance(result.exception, BenchmarkError)
-    assert str(result.exception) == "OOD class name 'bad name' is not [A-Za-z0-9_-]+ (class names become shard names and sample keys)"
+    assert (
+        str(result.exception)
+        == "OOD class name 'bad name' is not [A-Za-z0-9_-]+ (class names become shard names and sample keys)"
+    )

@@ -20,7 +20,12 @@ def test_class_rules_mirror_the_imagenet_filtering():
     table = classes.classify()
     assert (table["status"] == "id").sum() == 36
     accented = row(table, "Á")  # decomposes to A: the "hyponym" case
-    assert (accented["status"], accented["rule"], accented["collides_with"], accented["detail"]) == ("removed", "unicode_relation", "u0041", "decomposition")
+    assert (accented["status"], accented["rule"], accented["collides_with"], accented["detail"]) == (
+        "removed",
+        "unicode_relation",
+        "u0041",
+        "decomposition",
+    )
     assert row(table, "a")["rule"] == "unicode_relation" and row(table, "a")["collides_with"] == "u0041"
     stroke = row(table, "Ø")  # LATIN CAPITAL LETTER O WITH STROKE: tied to O by its name only
     assert (stroke["collides_with"], stroke["detail"]) == ("u004f", "name")

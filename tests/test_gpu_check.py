@@ -24,8 +24,14 @@ def test_gpu_check_cpu_smoke_measures_every_part(tmp_path):
     for folder in (home, cache, tmp):
         folder.mkdir()
     env = {**os.environ, "HOME": str(home), "COOD_BENCH_CACHE": str(cache), "TMPDIR": str(tmp)}
-    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--cpu-smoke", "--work", str(tmp_path / "work")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check.py", "--cpu-smoke", "--work", str(tmp_path / "work")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     figures = json.loads(lines[-1])

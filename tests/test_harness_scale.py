@@ -45,11 +45,28 @@ def cli(*args) -> list[str]:
 
 def test_killed_run_resumes_to_the_uninterrupted_result(tiny_glyphs, tmp_path):
     model = cnn_variant(tmp_path / "slow.py", SLOW)
-    common = [model, "--benchmark", tiny_glyphs, "--batch-size", "8", "--workers", "1", "-k", "softmax", "-k", "mc_dropout",
-              "--mc-passes", "2", "--no-progress"]
+    common = [
+        model,
+        "--benchmark",
+        tiny_glyphs,
+        "--batch-size",
+        "8",
+        "--workers",
+        "1",
+        "-k",
+        "softmax",
+        "-k",
+        "mc_dropout",
+        "--mc-passes",
+        "2",
+        "--no-progress",
+    ]
     cache = tmp_path / "cache"
-    process = subprocess.Popen(cli(*common, "--cache-dir", cache, "--out", tmp_path / "resumed"), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        cli(*common, "--cache-dir", cache, "--out", tmp_path / "resumed"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while len(list(cache.rglob("*.scores"))) < 12 and time.time() < deadline and process.poll() is None:
         time.sleep(0.05)
@@ -58,7 +75,9 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tiny_glyphs, tmp_path):
     process.wait()
     done_before = len(list(cache.rglob("*.scores")))
     assert 12 <= done_before < 50 and not (tmp_path / "resumed").exists()
-    resumed = subprocess.run(cli(*common, "--cache-dir", cache, "--out", tmp_path / "resumed"), capture_output=True, text=True)
+    resumed = subprocess.run(
+        cli(*common, "--cache-dir", cache, "--out", tmp_path / "resumed"), capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
     stats = json.loads((tmp_path / "resumed" / "records" / "softmax.json").read_text())["timings"]
     assert stats["shards_from_cache"] >= done_before - 1 and stats["shards_scored"] == 50 - stats["shards_from_cache"]
@@ -68,17 +87,39 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tiny_glyphs, tmp_path):
 
 
 def test_new_logit_kappas_reuse_kept_logits(tiny_glyphs, tmp_path):
-    first = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "a", cache_dir=tmp_path / "cache",
-                   keep_logits=True, progress=False)
+    first = submit(
+        CNN,
+        benchmark=tiny_glyphs,
+        kappas=["softmax"],
+        out=tmp_path / "a",
+        cache_dir=tmp_path / "cache",
+        keep_logits=True,
+        progress=False,
+    )
     assert first.stats["images_forwarded"] == 36 * 8 + 48 * 24
-    second = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax", "energy", "entropy"], out=tmp_path / "b",
-                    cache_dir=tmp_path / "cache", progress=False)
+    second = submit(
+        CNN,
+        benchmark=tiny_glyphs,
+        kappas=["softmax", "energy", "entropy"],
+        out=tmp_path / "b",
+        cache_dir=tmp_path / "cache",
+        progress=False,
+    )
     assert second.stats["images_forwarded"] == 0 and second.stats["shards_from_logits"] == 50
-    direct = submit(CNN, benchmark=tiny_glyphs, kappas=["energy", "entropy"], out=tmp_path / "c", cache=False, progress=False)
+    direct = submit(
+        CNN, benchmark=tiny_glyphs, kappas=["energy", "entropy"], out=tmp_path / "c", cache=False, progress=False
+    )
     assert records_in(tmp_path / "b")["energy"] == records_in(tmp_path / "c")["energy"]
     assert records_in(tmp_path / "b")["entropy"] == records_in(tmp_path / "c")["entropy"]
     # without kept logits, a new kappa needs a pass (and only for itself)
-    third = submit(CNN, benchmark=tiny_glyphs, kappas=["max_logit"], out=tmp_path / "d", cache_dir=tmp_path / "other", progress=False)
+    third = submit(
+        CNN,
+        benchmark=tiny_glyphs,
+        kappas=["max_logit"],
+        out=tmp_path / "d",
+        cache_dir=tmp_path / "other",
+        progress=False,
+    )
     assert third.stats["images_forwarded"] == 36 * 8 + 48 * 24
     assert direct.stats["shards_from_cache"] == 0
 
@@ -86,18 +127,56 @@ def test_new_logit_kappas_reuse_kept_logits(tiny_glyphs, tmp_path):
 @pytest.fixture(scope="module")
 def odd_glyphs(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("odd") / "glyphs"
-    build(folder, progress=False, seed=3, pool_size=41, images_per_class=12, n_test=4, id_test_per_class=4, id_train_per_class=0)
+    build(
+        folder,
+        progress=False,
+        seed=3,
+        pool_size=41,
+        images_per_class=12,
+        n_test=4,
+        id_test_per_class=4,
+        id_train_per_class=0,
+    )
     return folder
 
 
 def test_torchrun_scores_every_sample_exactly_once(odd_glyphs, tmp_path):
     manifest = json.loads((odd_glyphs / "manifest.json").read_text())
     assert sum(s["split"] == "ood_test" for s in manifest["shards"]) == 41  # an odd number of shards
-    args = [CNN, "--benchmark", odd_glyphs, "--no-cache", "--workers", "1", "--no-progress", "-k", "softmax", "-k", "mc_dropout",
-            "--mc-passes", "2", "--batch-size", "16", "--levels", "6"]  # 41 OOD classes in windows of 36: 6 levels at most
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "harness.cli", "submit"]
+    args = [
+        CNN,
+        "--benchmark",
+        odd_glyphs,
+        "--no-cache",
+        "--workers",
+        "1",
+        "--no-progress",
+        "-k",
+        "softmax",
+        "-k",
+        "mc_dropout",
+        "--mc-passes",
+        "2",
+        "--batch-size",
+        "16",
+        "--levels",
+        "6",
+    ]  # 41 OOD classes in windows of 36: 6 levels at most
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "harness.cli",
+        "submit",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    two = subprocess.run([*launcher, *map(str, args), "--out", str(tmp_path / "two")], capture_output=True, text=True, env=env)
+    two = subprocess.run(
+        [*launcher, *map(str, args), "--out", str(tmp_path / "two")], capture_output=True, text=True, env=env
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     one = subprocess.run(cli(*args, "--out", tmp_path / "one"), capture_output=True, text=True)
     assert one.returncode == 0, one.stderr
@@ -109,7 +188,9 @@ def test_torchrun_scores_every_sample_exactly_once(odd_glyphs, tmp_path):
 
 
 def test_batch_backs_off_on_out_of_memory(tiny_glyphs, tmp_path):
-    model = cnn_variant(tmp_path / "picky.py", """
+    model = cnn_variant(
+        tmp_path / "picky.py",
+        """
 NAME = "glyph_cnn"
 
 class Picky(cnn.GlyphCNN):
@@ -120,10 +201,20 @@ class Picky(cnn.GlyphCNN):
 
 def build_model():
     return variant(Picky)
-""")
-    backed_off = submit(model, benchmark=tiny_glyphs, kappas=["softmax", "energy"], out=tmp_path / "a", cache=False, batch_size=64,
-                        progress=False)
-    plain = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax", "energy"], out=tmp_path / "b", cache=False, progress=False)
+""",
+    )
+    backed_off = submit(
+        model,
+        benchmark=tiny_glyphs,
+        kappas=["softmax", "energy"],
+        out=tmp_path / "a",
+        cache=False,
+        batch_size=64,
+        progress=False,
+    )
+    plain = submit(
+        CNN, benchmark=tiny_glyphs, kappas=["softmax", "energy"], out=tmp_path / "b", cache=False, progress=False
+    )
     assert backed_off.stats["images_forwarded"] == plain.stats["images_forwarded"]
     for a, b in zip(backed_off.records, plain.records):
         for level_a, level_b in zip(a["levels"], b["levels"]):
@@ -132,8 +223,16 @@ def build_model():
 
 def test_bf16_autocast_agrees_with_float32(tiny_glyphs, tmp_path):
     fp32 = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "a", cache=False, progress=False)
-    bf16 = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "b", cache=False, progress=False, amp="bf16",
-                  channels_last=True)
+    bf16 = submit(
+        CNN,
+        benchmark=tiny_glyphs,
+        kappas=["softmax"],
+        out=tmp_path / "b",
+        cache=False,
+        progress=False,
+        amp="bf16",
+        channels_last=True,
+    )
     assert bf16.records[0]["timings"]["amp"] == "bf16"
     auroc32 = [lvl["ood_auroc"] for lvl in fp32.records[0]["levels"]]
     auroc16 = [lvl["ood_auroc"] for lvl in bf16.records[0]["levels"]]
@@ -147,10 +246,17 @@ def test_evaluation_streams_from_the_hub_at_a_pinned_revision(tiny_glyphs, tmp_p
     from dataset_builder.publish import publish
 
     publish(tiny_glyphs, "cood/tiny-glyphs", tag="v1.0.0", endpoint=hub_server)
-    HfApi(endpoint=hub_server).upload_file(path_or_fileobj=b"later change", path_in_repo="NOTES.txt",
-                                           repo_id="cood/tiny-glyphs", repo_type="dataset")
-    remote = submit(CNN, benchmark="hf://datasets/cood/tiny-glyphs@v1.0.0", kappas=["softmax"], out=tmp_path / "hub",
-                    cache=False, progress=False)
+    HfApi(endpoint=hub_server).upload_file(
+        path_or_fileobj=b"later change", path_in_repo="NOTES.txt", repo_id="cood/tiny-glyphs", repo_type="dataset"
+    )
+    remote = submit(
+        CNN,
+        benchmark="hf://datasets/cood/tiny-glyphs@v1.0.0",
+        kappas=["softmax"],
+        out=tmp_path / "hub",
+        cache=False,
+        progress=False,
+    )
     local = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "local", cache=False, progress=False)
     assert remote.benchmark.hub[0] == "cood/tiny-glyphs" and len(remote.benchmark.hub[1]) == 40
     assert stable(remote.records[0]) == stable(local.records[0])

@@ -51,7 +51,9 @@ def test_round_trip_with_hf_api(hub_server, tmp_path):
     write(second / "c.txt", b"c\n")
     info2 = api.upload_folder(folder_path=second, repo_id=repo, repo_type="dataset", commit_message="two")
 
-    assert re.fullmatch(r"[0-9a-f]{40}", info1.oid) and re.fullmatch(r"[0-9a-f]{40}", info2.oid) and info1.oid != info2.oid
+    assert (
+        re.fullmatch(r"[0-9a-f]{40}", info1.oid) and re.fullmatch(r"[0-9a-f]{40}", info2.oid) and info1.oid != info2.oid
+    )
 
     def download(path: str, revision: str) -> bytes:
         return Path(hf_hub_download(repo, path, repo_type="dataset", revision=revision)).read_bytes()
@@ -204,7 +206,11 @@ def test_a_static_space(hub_server, tmp_path):
     api.create_tag(space, tag="v1", repo_type="space", revision=commit)
     assert [(t.name, t.target_commit) for t in api.list_repo_refs(space, repo_type="space").tags] == [("v1", commit)]
     assert sorted(e.path for e in api.list_repo_tree(space, repo_type="space", revision="v1", recursive=True)) == [
-        ".gitattributes", "index.html", "static", "static/site.js"]
+        ".gitattributes",
+        "index.html",
+        "static",
+        "static/site.js",
+    ]
     assert api.space_info(space, revision="v1").sdk == "static"
     got = hf_hub_download(space, "index.html", repo_type="space", revision="v1", cache_dir=tmp_path / "cache")
     assert Path(got).read_bytes() == b"<h1>hi</h1>"

@@ -59,7 +59,8 @@ def test_every_removal_has_a_reason(bench):
     assert manifest["rules"]["rule_sets"]["biologically_distinct"]["enabled"] is False
     skipped = manifest["skipped_images"]
     assert skipped["count"] == 4 and {(s["class_id"], s["file"]) for s in skipped["images"]} == {
-        (c, f"{c}_{i}.JPEG") for c in (CORRUPT, CORRUPT_TOO_FEW) for i in (0, 1)}
+        (c, f"{c}_{i}.JPEG") for c in (CORRUPT, CORRUPT_TOO_FEW) for i in (0, 1)
+    }
     assert "0x" not in json.dumps(skipped)
 
 
@@ -89,10 +90,20 @@ def test_rebuild_is_byte_identical(bench, tree, tmp_path):
 
 
 def test_rule_sets_switch(tree, tmp_path):
-    build_imagenet(tmp_path / "b", *tree, id_classes=VAL_CLASSES, rule_sets=("biologically_distinct",), workers=1,
-                   progress=False, **OPTIONS)
+    build_imagenet(
+        tmp_path / "b",
+        *tree,
+        id_classes=VAL_CLASSES,
+        rule_sets=("biologically_distinct",),
+        workers=1,
+        progress=False,
+        **OPTIONS,
+    )
     table = pd.read_parquet(tmp_path / "b" / "classes" / "ood.parquet").set_index("id")
-    assert (table.at["n02277268", "rule"], table.at["n02277268", "collides_with"]) == ("biologically_distinct", "n02279972")
+    assert (table.at["n02277268", "rule"], table.at["n02277268", "collides_with"]) == (
+        "biologically_distinct",
+        "n02279972",
+    )
     assert table.at["n03145719", "status"] == "ood"  # cue ball: visually ambiguous, now switched off
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["rules"]["rule_sets"]["visually_ambiguous"]["enabled"] is False
@@ -114,4 +125,6 @@ def test_bad_inputs_are_one_line_errors(tree, tmp_path):
     finally:
         (pool / "not_a_wnid").rmdir()
     with pytest.raises(BenchmarkError, match="test_fraction must be between 0 and 1"):
-        build_imagenet(tmp_path / "a", pool, val, id_classes=VAL_CLASSES, progress=False, **{**OPTIONS, "test_fraction": 1.5})
+        build_imagenet(
+            tmp_path / "a", pool, val, id_classes=VAL_CLASSES, progress=False, **{**OPTIONS, "test_fraction": 1.5}
+        )

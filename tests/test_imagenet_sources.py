@@ -21,8 +21,20 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.hub_source import sample_class
 from dataset_builder.imagenet import build_imagenet
 from dataset_builder.sources import ClassTarSource, read_val_labels
-from image_fixtures import (CORRUPT, OPTIONS, SURVIVORS, VAL_CLASSES, class_tars, devkit, folder_images, imagenet_tree,
-                            official_val, tar_of, wds_shards, write_class)
+from image_fixtures import (
+    CORRUPT,
+    OPTIONS,
+    SURVIVORS,
+    VAL_CLASSES,
+    class_tars,
+    devkit,
+    folder_images,
+    imagenet_tree,
+    official_val,
+    tar_of,
+    wds_shards,
+    write_class,
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +49,41 @@ def forms(tmp_path_factory, hub_server) -> dict[str, Path | str]:
     train_tars = class_tars(root / "train", root / "train-tars")
     labels = {name: cid for cid, images in val_images.items() for name in images}
     flat = {name: data for images in val_images.values() for name, data in images.items()}
-    (root / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "".join(
-        f"{name[:-5]},{cid} 1 2 3 4\n" for name, cid in sorted(labels.items(), reverse=True)))
+    (root / "LOC_val_solution.csv").write_text(
+        "ImageId,PredictionString\n"
+        + "".join(f"{name[:-5]},{cid} 1 2 3 4\n" for name, cid in sorted(labels.items(), reverse=True))
+    )
     api = HfApi(endpoint=hub_server)
-    for repo, shards in (("timm-like/imagenet-22k-wds", wds_shards(pool_images, "imagenet22k-train", 3, "22k")),
-                         ("timm-like/imagenet-1k-wds", {**wds_shards(val_images, "imagenet1k-validation", 2, "1k"),
-                                                        **wds_shards({"n01440764": {"n01440764_9.JPEG": b"x"}}, "imagenet1k-train", 1, "1k")})):
+    for repo, shards in (
+        ("timm-like/imagenet-22k-wds", wds_shards(pool_images, "imagenet22k-train", 3, "22k")),
+        (
+            "timm-like/imagenet-1k-wds",
+            {
+                **wds_shards(val_images, "imagenet1k-validation", 2, "1k"),
+                **wds_shards({"n01440764": {"n01440764_9.JPEG": b"x"}}, "imagenet1k-train", 1, "1k"),
+            },
+        ),
+    ):
         api.create_repo(repo, repo_type="dataset")
         for name, data in shards.items():
             api.upload_file(path_or_fileobj=data, path_in_repo=name, repo_id=repo, repo_type="dataset")
-    return {"pool": pool, "val": val, "outer": tar_of(root / "winter21_whole.tar", {f"{c}.tar": (tars / f"{c}.tar").read_bytes()
-                                                                                   for c in pool_images}),
-            "tars": tars, "train": root / "train", "train_tar": tar_of(root / "ILSVRC2012_img_train.tar", {
-                f"{c}.tar": (train_tars / f"{c}.tar").read_bytes() for c in VAL_CLASSES}), "val_tar": tar_of(root / "ILSVRC2012_img_val.tar", flat),
-            "devkit": devkit(root / "ILSVRC2012_devkit_t12.tar.gz", labels), "loc": root / "LOC_val_solution.csv",
-            "hub_pool": "hf://datasets/timm-like/imagenet-22k-wds", "hub_val": "hf://datasets/timm-like/imagenet-1k-wds@main/imagenet1k-validation-*.tar"}
+    return {
+        "pool": pool,
+        "val": val,
+        "outer": tar_of(
+            root / "winter21_whole.tar", {f"{c}.tar": (tars / f"{c}.tar").read_bytes() for c in pool_images}
+        ),
+        "tars": tars,
+        "train": root / "train",
+        "train_tar": tar_of(
+            root / "ILSVRC2012_img_train.tar", {f"{c}.tar": (train_tars / f"{c}.tar").read_bytes() for c in VAL_CLASSES}
+        ),
+        "val_tar": tar_of(root / "ILSVRC2012_img_val.tar", flat),
+        "devkit": devkit(root / "ILSVRC2012_devkit_t12.tar.gz", labels),
+        "loc": root / "LOC_val_solution.csv",
+        "hub_pool": "hf://datasets/timm-like/imagenet-22k-wds",
+        "hub_val": "hf://datasets/timm-like/imagenet-1k-wds@main/imagenet1k-validation-*.tar",
+    }
 
 
 def build(root: Path, pool, val, **kwargs) -> Path:
@@ -60,7 +92,11 @@ def build(root: Path, pool, val, **kwargs) -> Path:
 
 
 def tree_bytes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_every_source_form_builds_the_same_benchmark(forms, tmp_path, monkeypatch):
@@ -72,14 +108,21 @@ def test_every_source_form_builds_the_same_benchmark(forms, tmp_path, monkeypatc
     assert manifest["fit"]["num_images"] == 6 * len(VAL_CLASSES)
     monkeypatch.setenv("COOD_FAULT", "block-done=ENOSPC")
     with pytest.raises(OSError, match="No space left on device") as stopped:
-        build(tmp_path / "outer-tar+devkit", forms["outer"], forms["val_tar"], val_labels=forms["devkit"], train=forms["train_tar"])
+        build(
+            tmp_path / "outer-tar+devkit",
+            forms["outer"],
+            forms["val_tar"],
+            val_labels=forms["devkit"],
+            train=forms["train_tar"],
+        )
     assert stopped.value.filename == str(tmp_path / "outer-tar+devkit.partial" / ".build" / "id-000000.json")
     assert [p.name for p in (tmp_path / "outer-tar+devkit.partial" / ".build").glob("*-*.json")] == ["id-000000.json"]
     monkeypatch.delenv("COOD_FAULT")
     for name, pool, val, labels, train in (
-            ("outer-tar+devkit", forms["outer"], forms["val_tar"], forms["devkit"], forms["train_tar"]),
-            ("class-tars+kaggle", forms["tars"], forms["val_tar"], forms["loc"], forms["train_tar"]),
-            ("hub", forms["hub_pool"], forms["hub_val"], None, forms["train"])):
+        ("outer-tar+devkit", forms["outer"], forms["val_tar"], forms["devkit"], forms["train_tar"]),
+        ("class-tars+kaggle", forms["tars"], forms["val_tar"], forms["loc"], forms["train_tar"]),
+        ("hub", forms["hub_pool"], forms["hub_val"], None, forms["train"]),
+    ):
         assert tree_bytes(build(tmp_path / name, pool, val, val_labels=labels, train=train)) == reference, name
 
 
@@ -92,8 +135,18 @@ def test_both_label_files_give_the_same_labels(forms):
 def test_the_cli_reads_the_official_tars(forms, tmp_path):
     """The command line takes every form (all 1,000 ID classes are required there, so this small val stops at that
     check)."""
-    args = ["imagenet", str(tmp_path / "cli"), "--imagenet21k", str(forms["outer"]), "--val", str(forms["val_tar"]),
-            "--val-labels", str(forms["devkit"]), "--workers", "1"]
+    args = [
+        "imagenet",
+        str(tmp_path / "cli"),
+        "--imagenet21k",
+        str(forms["outer"]),
+        "--val",
+        str(forms["val_tar"]),
+        "--val-labels",
+        str(forms["devkit"]),
+        "--workers",
+        "1",
+    ]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == 1 and isinstance(done.exception, BenchmarkError)
     assert str(done.exception) == f"{forms['val_tar']} lacks 996 ImageNet-1K class folders, e.g. n01443537"
@@ -147,12 +200,18 @@ def test_bad_label_and_hub_inputs_are_one_line_errors(forms, tmp_path):
     bad.write_text("image,label\n")
     with pytest.raises(BenchmarkError, match="must have the header ImageId,PredictionString"):
         build(tmp_path / "a", forms["pool"], forms["val_tar"], val_labels=bad)
-    with pytest.raises(BenchmarkError, match="no shard of timm-like/imagenet-1k-wds@[0-9a-f]{40} matches nothing-\\*.tar"):
+    with pytest.raises(
+        BenchmarkError, match="no shard of timm-like/imagenet-1k-wds@[0-9a-f]{40} matches nothing-\\*.tar"
+    ):
         build(tmp_path / "a", forms["pool"], "hf://datasets/timm-like/imagenet-1k-wds/nothing-*.tar")
     with pytest.raises(BenchmarkError, match="is not hf://datasets/"):
         build(tmp_path / "a", forms["pool"], "hf://models/x")
-    with pytest.raises(BenchmarkError, match=r"^s.tar: sample k names no wnid class \(json class_name, or filename <wnid>/<file>\)$"):
-        sample_class({"label": 3, "filename": "k.JPEG"}, "k", "s.tar")  # a layout without the class: refused, not guessed
+    with pytest.raises(
+        BenchmarkError, match=r"^s.tar: sample k names no wnid class \(json class_name, or filename <wnid>/<file>\)$"
+    ):
+        sample_class(
+            {"label": 3, "filename": "k.JPEG"}, "k", "s.tar"
+        )  # a layout without the class: refused, not guessed
     assert sample_class({"class_name": "n01440764"}, "n01440764_7", "s.tar") == ("n01440764", "n01440764_7.JPEG")
     assert not list(tmp_path.glob("a*"))
 
@@ -176,5 +235,7 @@ def test_progress_moves_per_class(forms, tmp_path, monkeypatch):
             return super().update(n)
 
     monkeypatch.setattr(images, "tqdm", Recorder)
-    build_imagenet(tmp_path / "out", forms["outer"], forms["val"], id_classes=VAL_CLASSES, workers=1, progress=True, **OPTIONS)
+    build_imagenet(
+        tmp_path / "out", forms["outer"], forms["val"], id_classes=VAL_CLASSES, workers=1, progress=True, **OPTIONS
+    )
     assert moves == [1] * (len(VAL_CLASSES) + 7)  # 4 ID classes, then 7 OOD candidates in the source, one move each

@@ -12,9 +12,19 @@ import torch
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.kappas import (FeaturesKappa, FittedKappa, LayersKappa, ModelKappa, OutputsKappa, StatefulModelKappa,
-                            rebuild_kappa, register_kappa, registry, resolve_kappas)
-from harness.kappas import detectors
+from harness.kappas import (
+    FeaturesKappa,
+    FittedKappa,
+    LayersKappa,
+    ModelKappa,
+    OutputsKappa,
+    StatefulModelKappa,
+    detectors,
+    rebuild_kappa,
+    register_kappa,
+    registry,
+    resolve_kappas,
+)
 from harness.kappas.base import DECLARED
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward, fit_on_layers, score_batch
@@ -105,10 +115,12 @@ def test_a_layer_reader_in_one_file_is_fitted_on_extracted_layers_and_scored_thr
     (spec,) = resolve_kappas(["norm_gap:layers=1,3"])
     assert spec.needs == {"model", "fit", "layers"} and spec.reads_layers and spec.in_model
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)
+    ).eval()
     forward = LocalForward(model, Execution.resolve("cpu"), 3, seed=0)
     fit_images, images = torch.randn(10, 1, 3, 4), torch.randn(4, 1, 3, 4)
-    parts = [forward.extract(fit_images[i:i + 4], [spec])[spec.name] for i in range(0, 10, 4)]
+    parts = [forward.extract(fit_images[i : i + 4], [spec])[spec.name] for i in range(0, 10, 4)]
     fit_on_layers([spec], {spec.name: parts}, np.zeros(10, dtype=int), seed=0)
     beside_the_model = rebuild_kappa(spec.name, spec.params, {})  # as the model's process rebuilds it
     beside_the_model.impl.load(spec.impl.state())

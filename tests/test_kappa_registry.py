@@ -10,7 +10,7 @@ from harness.cli import app
 from harness.errors import HarnessError
 from harness.kappas import KappaDef, Outputs, Registry, registry, resolve_kappas
 
-PLUGIN = '''
+PLUGIN = """
 import numpy as np
 from harness.kappas import KappaDef
 
@@ -27,7 +27,7 @@ class Margin:
 
 def kappas():
     return [KappaDef("top2_margin", "difference of the two largest logits", "paper", frozenset({"logits"}), {}, Margin)]
-'''
+"""
 
 
 @pytest.fixture
@@ -85,9 +85,18 @@ def test_the_listing_names_needs_and_sources():
     assert rows["rankfeat"] == rows["mcm"] == ["pytorch-ood", "needs", "model"]
     assert done.output.splitlines()[-1] == f"{len(registry().defs)} kappas"
     fit = CliRunner().invoke(app, ["kappas", "--needs", "model"], prog_name="cood-harness")
-    assert [line.split()[0] for line in rows_of(fit.output)] == ["odin", "mc_dropout", "gradnorm", "graduncertainty",
-                                                                 "mahalanobis_odin", "multi_mahalanobis", "gram", "nacue",
-                                                                 "rankfeat", "mcm"]
+    assert [line.split()[0] for line in rows_of(fit.output)] == [
+        "odin",
+        "mc_dropout",
+        "gradnorm",
+        "graduncertainty",
+        "mahalanobis_odin",
+        "multi_mahalanobis",
+        "gram",
+        "nacue",
+        "rankfeat",
+        "mcm",
+    ]
     assert fit.output.splitlines()[-1] == "10 kappas"
     layers = CliRunner().invoke(app, ["kappas", "--needs", "layers"], prog_name="cood-harness")
     assert [line.split()[0] for line in rows_of(layers.output)] == ["multi_mahalanobis", "gram", "nacue"]

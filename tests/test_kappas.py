@@ -6,10 +6,9 @@ import torch
 from scipy.special import softmax
 
 from harness.errors import HarnessError
+from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits, mc_dropout, odin
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward, resolve_kappas, score_batch
-from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits
-from harness.kappas import mc_dropout, odin
 
 LOGITS = np.array([[2.0, 1.0, 0.0], [0.0, 0.0, 0.0], [-1.0, 3.0, 0.5]])
 
@@ -21,7 +20,9 @@ def test_logit_kappas_match_their_definitions():
     np.testing.assert_allclose(score, np.log(p.max(axis=1)), rtol=1e-12)
     np.testing.assert_allclose(BUILTIN_LOGIT_KAPPAS["entropy"](LOGITS)[0], np.sum(p * np.log(p), axis=1), rtol=1e-12)
     np.testing.assert_allclose(BUILTIN_LOGIT_KAPPAS["max_logit"](LOGITS)[0], [2.0, 0.0, 3.0])
-    np.testing.assert_allclose(BUILTIN_LOGIT_KAPPAS["energy"](LOGITS)[0], np.log(np.exp(LOGITS).sum(axis=1)), rtol=1e-12)
+    np.testing.assert_allclose(
+        BUILTIN_LOGIT_KAPPAS["energy"](LOGITS)[0], np.log(np.exp(LOGITS).sum(axis=1)), rtol=1e-12
+    )
 
 
 def test_softmax_ranking_does_not_saturate_at_one():
@@ -94,7 +95,13 @@ def test_one_forward_pass_serves_every_logit_kappa():
             return self.linear(x)
 
     forward = LocalForward(Counting().eval(), Execution.resolve("cpu"), 3, seed=0)
-    scored = score_batch(forward, torch.randn(2, 4), ["a", "b"], np.array([0, 1]), 3,
-                         resolve_kappas(["softmax", "entropy", "max_logit", "energy"]))
+    scored = score_batch(
+        forward,
+        torch.randn(2, 4),
+        ["a", "b"],
+        np.array([0, 1]),
+        3,
+        resolve_kappas(["softmax", "entropy", "max_logit", "energy"]),
+    )
     assert calls == [2]
     assert set(scored.scores) == {"softmax", "entropy", "max_logit", "energy"}

@@ -9,23 +9,64 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("dataset_builder", "harness", "leaderboard")
-FLOOR = ("dataset_builder.errors", "dataset_builder.faults", "dataset_builder.files")  # light; any module may import them
+FLOOR = (
+    "dataset_builder.errors",
+    "dataset_builder.faults",
+    "dataset_builder.files",
+)  # light; any module may import them
 # module prefix -> project modules it may never import
 FORBIDDEN = {
     "dataset_builder": ("harness", "leaderboard"),
     "leaderboard": ("harness", "dataset_builder"),
-    "harness.method": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.cli",
-                       "harness.outputs", "harness.submission", "dataset_builder", "leaderboard"),
-    "harness.kappas": ("harness.adapters", "harness.runtime", "harness.run", "harness.cli", "harness.outputs",
-                       "harness.submission", "leaderboard"),
+    "harness.method": (
+        "harness.kappas",
+        "harness.adapters",
+        "harness.runtime",
+        "harness.run",
+        "harness.cli",
+        "harness.outputs",
+        "harness.submission",
+        "dataset_builder",
+        "leaderboard",
+    ),
+    "harness.kappas": (
+        "harness.adapters",
+        "harness.runtime",
+        "harness.run",
+        "harness.cli",
+        "harness.outputs",
+        "harness.submission",
+        "leaderboard",
+    ),
     "harness.adapters": ("harness.runtime", "harness.run", "harness.cli", "harness.outputs", "leaderboard"),
     # what the command line checks before torch is imported
-    "harness.options": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.submission",
-                        "dataset_builder", "leaderboard"),
-    "harness.zoo": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.submission",
-                    "dataset_builder", "leaderboard"),
-    "harness.config": ("harness.kappas", "harness.adapters", "harness.runtime", "harness.run", "harness.submission",
-                       "dataset_builder", "leaderboard"),
+    "harness.options": (
+        "harness.kappas",
+        "harness.adapters",
+        "harness.runtime",
+        "harness.run",
+        "harness.submission",
+        "dataset_builder",
+        "leaderboard",
+    ),
+    "harness.zoo": (
+        "harness.kappas",
+        "harness.adapters",
+        "harness.runtime",
+        "harness.run",
+        "harness.submission",
+        "dataset_builder",
+        "leaderboard",
+    ),
+    "harness.config": (
+        "harness.kappas",
+        "harness.adapters",
+        "harness.runtime",
+        "harness.run",
+        "harness.submission",
+        "dataset_builder",
+        "leaderboard",
+    ),
 }
 
 
@@ -51,8 +92,13 @@ def within(name: str, prefixes) -> bool:
 
 def broken_rules(name: str, imports: set[str]) -> list[str]:
     """The imports of module ``name`` that :data:`FORBIDDEN` bans."""
-    return [f"{name} imports {imp}" for prefix, banned in FORBIDDEN.items() if within(name, [prefix])
-            for imp in sorted(imports) if within(imp, banned) and not within(imp, FLOOR)]
+    return [
+        f"{name} imports {imp}"
+        for prefix, banned in FORBIDDEN.items()
+        if within(name, [prefix])
+        for imp in sorted(imports)
+        if within(imp, banned) and not within(imp, FLOOR)
+    ]
 
 
 def test_imports_run_one_way():
@@ -68,13 +114,26 @@ def test_imports_run_one_way():
 
 def test_a_module_that_breaks_the_rule_is_caught(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("import numpy\nfrom harness.run import evaluate\nimport leaderboard.store as store\n"
-                   "from dataset_builder import faults, shards\nfrom dataset_builder.files import write_atomic\n")
+    bad.write_text(
+        "import numpy\nfrom harness.run import evaluate\nimport leaderboard.store as store\n"
+        "from dataset_builder import faults, shards\nfrom dataset_builder.files import write_atomic\n"
+    )
     imports = project_imports(bad)
-    assert imports == {"harness.run", "leaderboard.store", "dataset_builder.faults", "dataset_builder.shards", "dataset_builder.files"}
-    assert broken_rules("leaderboard.bad", imports) == ["leaderboard.bad imports dataset_builder.shards", "leaderboard.bad imports harness.run"]
-    assert broken_rules("dataset_builder.bad", imports) == ["dataset_builder.bad imports harness.run",
-                                                            "dataset_builder.bad imports leaderboard.store"]
+    assert imports == {
+        "harness.run",
+        "leaderboard.store",
+        "dataset_builder.faults",
+        "dataset_builder.shards",
+        "dataset_builder.files",
+    }
+    assert broken_rules("leaderboard.bad", imports) == [
+        "leaderboard.bad imports dataset_builder.shards",
+        "leaderboard.bad imports harness.run",
+    ]
+    assert broken_rules("dataset_builder.bad", imports) == [
+        "dataset_builder.bad imports harness.run",
+        "dataset_builder.bad imports leaderboard.store",
+    ]
 
 
 def test_the_floor_stands_on_nothing_of_the_project():
@@ -90,13 +149,16 @@ def test_the_method_imports_without_torch(tmp_path):
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name.split('.')[0] in ('torch', 'torchvision', 'timm', 'pytorch_ood'):\n"
         "            raise ImportError(f'{name} is blocked')\n"
-        "sys.meta_path.insert(0, Block())\n")
-    code = ("import sys, numpy as np\n"
-            "import harness.method as m\n"
-            "from harness.method import severity_levels, auroc\n"
-            "try:\n    import torch\nexcept ImportError:\n    pass\nelse:\n    raise SystemExit('torch was not blocked')\n"
-            "assert not any(k.split('.')[0] == 'torch' for k in sys.modules), 'torch got imported'\n"
-            "print(auroc(np.array([0.9, 0.8]), np.array([0.1, 0.85])))\n")
+        "sys.meta_path.insert(0, Block())\n"
+    )
+    code = (
+        "import sys, numpy as np\n"
+        "import harness.method as m\n"
+        "from harness.method import severity_levels, auroc\n"
+        "try:\n    import torch\nexcept ImportError:\n    pass\nelse:\n    raise SystemExit('torch was not blocked')\n"
+        "assert not any(k.split('.')[0] == 'torch' for k in sys.modules), 'torch got imported'\n"
+        "print(auroc(np.array([0.9, 0.8]), np.array([0.1, 0.85])))\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

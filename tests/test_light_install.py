@@ -8,8 +8,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKED = ("torch", "torchvision", "timm", "pytorch_ood", "scipy", "PIL", "datasets", "webdataset", "sklearn",
-           "matplotlib", "skimage", "open_clip", "transformers")
+BLOCKED = (
+    "torch",
+    "torchvision",
+    "timm",
+    "pytorch_ood",
+    "scipy",
+    "PIL",
+    "datasets",
+    "webdataset",
+    "sklearn",
+    "matplotlib",
+    "skimage",
+    "open_clip",
+    "transformers",
+)
 
 
 @pytest.fixture(scope="module")
@@ -23,24 +36,40 @@ def no_torch(tmp_path_factory) -> dict:
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name.split('.')[0] in BLOCKED:\n"
         "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
-        "sys.meta_path.insert(0, Block())\n")
+        "sys.meta_path.insert(0, Block())\n"
+    )
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
 
 
 def run(env: dict, module: str, *args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", f"from {module} import main; main()", *map(str, args)], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", f"from {module} import main; main()", *map(str, args)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_blocker_blocks(no_torch, tmp_path):
-    done = subprocess.run([sys.executable, "-c", "import torch"], env=no_torch, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", "import torch"], env=no_torch, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1 and "No module named 'torch'" in done.stderr
 
 
 def test_the_leaderboard_without_torch(no_torch, tmp_path):
     board = tmp_path / "board"
-    steps = [("import-paper", "-d", board), ("release", "-d", board, "--note", "paper"), ("show", "-d", board, "--limit", "3"),
-             ("report", "-d", board), ("site", tmp_path / "site", "-d", board), ("publish", "--help"), ("--help",)]
+    steps = [
+        ("import-paper", "-d", board),
+        ("release", "-d", board, "--note", "paper"),
+        ("show", "-d", board, "--limit", "3"),
+        ("report", "-d", board),
+        ("site", tmp_path / "site", "-d", board),
+        ("publish", "--help"),
+        ("--help",),
+    ]
     outputs = {}
     for step in steps:
         done = run(no_torch, "leaderboard.cli", *step, cwd=tmp_path)
@@ -51,9 +80,14 @@ def test_the_leaderboard_without_torch(no_torch, tmp_path):
     assert (tmp_path / "site" / "index.html").is_file()
 
 
-@pytest.mark.parametrize("module,args,command", [("harness.cli", ["submit", ROOT / "examples" / "glyph_cnn.py"], "cood-harness submit"),
-                                                 ("harness.cli", ["kappas"], "cood-harness kappas"),
-                                                 ("dataset_builder.cli", ["--help"], "cood-dataset")])
+@pytest.mark.parametrize(
+    "module,args,command",
+    [
+        ("harness.cli", ["submit", ROOT / "examples" / "glyph_cnn.py"], "cood-harness submit"),
+        ("harness.cli", ["kappas"], "cood-harness kappas"),
+        ("dataset_builder.cli", ["--help"], "cood-dataset"),
+    ],
+)
 def test_the_harness_and_builder_name_the_extra(no_torch, tmp_path, module, args, command):
     done = run(no_torch, module, *args, cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
@@ -66,7 +100,9 @@ def test_the_harness_helps_and_checks_without_torch(no_torch, tmp_path):
     for args in (["--help"], ["submit", "--help"], ["kappas", "--help"]):
         done = run(no_torch, "harness.cli", *args, cwd=tmp_path)
         assert done.returncode == 0 and done.stderr == "", (args, done.stderr)
-        assert done.stdout.startswith(f"Usage: -c {' '.join(args[:-1])}".rstrip() + " [OPTIONS]")  # python -c names the program -c
+        assert done.stdout.startswith(
+            f"Usage: -c {' '.join(args[:-1])}".rstrip() + " [OPTIONS]"
+        )  # python -c names the program -c
     done = run(no_torch, "harness.cli", "submit", "missing.py", cwd=tmp_path)  # what needs no torch is checked first
     assert (done.returncode, done.stderr) == (2, "error: submission file missing.py not found\n")
 
@@ -87,18 +123,33 @@ def test_a_request_without_torch_and_the_worker_names_the_extra(no_torch, tmp_pa
     api.create_repo(weights)
     api.upload_file(path_or_fileobj=buffer.getvalue(), path_in_repo="w.pt", repo_id=weights)
     board = tmp_path / "board"
-    init_leaderboard(board, {"id": "glyphs", "version": "1.0.0", "manifest_sha256": "ab" * 32, "num_id_classes": 36,
-                             "num_ood_classes": 400})
+    init_leaderboard(
+        board,
+        {
+            "id": "glyphs",
+            "version": "1.0.0",
+            "manifest_sha256": "ab" * 32,
+            "num_id_classes": 36,
+            "num_ood_classes": 400,
+        },
+    )
     outputs = {}
-    for step in [("queue-init", requests, "-d", board), ("request", "timm:resnet18", "-q", requests, "--weights", weights,
-                                                          "--file", "w.pt")]:
+    for step in [
+        ("queue-init", requests, "-d", board),
+        ("request", "timm:resnet18", "-q", requests, "--weights", weights, "--file", "w.pt"),
+    ]:
         done = run(no_torch, "leaderboard.cli", *step, cwd=tmp_path)
         assert done.returncode == 0, (step, done.stderr)
         outputs[step[0]] = done.stdout
-    assert "(torch weights, sha256 " in outputs["request"]  # checked statically: the pickle names tensor rebuilders only
+    assert (
+        "(torch weights, sha256 " in outputs["request"]
+    )  # checked statically: the pickle names tensor rebuilders only
     listed = run(no_torch, "leaderboard.cli", "requests", requests, cwd=tmp_path).stdout
     assert f"{requests}: 1 request" in listed and "pending" in listed
     done = run(no_torch, "leaderboard.cli", "worker", requests, "-d", board, cwd=tmp_path)
     assert done.returncode == 1 and done.stdout == ""
     (line,) = done.stderr.splitlines()
-    assert line == "cood-leaderboard: error: the worker needs the torch extra (No module named 'torch'): pip install 'cood-bench[torch]'"
+    assert (
+        line
+        == "cood-leaderboard: error: the worker needs the torch extra (No module named 'torch'): pip install 'cood-bench[torch]'"
+    )

@@ -30,8 +30,13 @@ def bench(tmp_path_factory) -> Path:
     build_imagenet(root, *imagenet_tree(work), id_classes=VAL_CLASSES, workers=1, progress=False, **OPTIONS)
     ids = Benchmark.open(root).ood_classes["id"].tolist()
     starts = [(level * 4) // 10 for level in range(10)] + [3]
-    table = level_table([[s, s + 1] for s in starts], [0.1 * i for i in range(5)], [0.1 * s for s in starts],
-                        [level / 10 for level in range(11)], ids)
+    table = level_table(
+        [[s, s + 1] for s in starts],
+        [0.1 * i for i in range(5)],
+        [0.1 * s for s in starts],
+        [level / 10 for level in range(11)],
+        ids,
+    )
     table.to_parquet(work / "levels.parquet")
     add_levels(root, work / "levels.parquet", "tiny/model", "softmax")
     return root
@@ -58,13 +63,20 @@ def test_card_declares_features_a_default_pool_and_reference_configs(bench):
     text = (bench / "README.md").read_text()
     meta = yaml.safe_load(text.split("---\n")[1])
     configs = {c["config_name"]: c for c in meta["configs"]}
-    assert list(configs) == ["pool", CONFIG, *(f"{CONFIG}__{split}" for split in LEVELS)] and configs["pool"]["default"] is True
+    assert (
+        list(configs) == ["pool", CONFIG, *(f"{CONFIG}__{split}" for split in LEVELS)]
+        and configs["pool"]["default"] is True
+    )
     assert [f["split"] for f in configs["pool"]["data_files"]] == ["id_test", "ood_estimation", "ood_test"]
     level_files = {f["split"]: f["path"] for f in configs[CONFIG]["data_files"]}
     assert list(level_files) == ["id_test", *LEVELS]
     assert level_files["level_07"] == [f"ood/test/000/{c}.tar" for c in level_07_classes(bench)]
     assert configs[f"{CONFIG}__level_07"]["data_files"] == [{"split": "level_07", "path": level_files["level_07"]}]
-    held = {"pool": class_ids(bench), CONFIG: class_ids(bench), f"{CONFIG}__level_07": level_07_classes(bench)}  # by pool index
+    held = {
+        "pool": class_ids(bench),
+        CONFIG: class_ids(bench),
+        f"{CONFIG}__level_07": level_07_classes(bench),
+    }  # by pool index
     infos = {info["config_name"]: {f["name"]: f for f in info["features"]} for info in meta["dataset_info"]}
     assert list(infos) == list(configs) and all(features["jpg"]["dtype"] == "image" for features in infos.values())
     for config, names in held.items():
@@ -101,8 +113,11 @@ def test_one_level_loads_through_load_dataset_preparing_that_split_alone(bench, 
 
 def test_the_class_id_is_a_class_label_whose_ints_are_the_class_index(bench):
     ids, num_id = class_ids(bench), len(Benchmark.open(bench).id_classes)
-    for config, split, names in (("pool", "id_test", ids), ("pool", "ood_test", ids),
-                                 (f"{CONFIG}__level_07", "level_07", level_07_classes(bench))):
+    for config, split, names in (
+        ("pool", "id_test", ids),
+        ("pool", "ood_test", ids),
+        (f"{CONFIG}__level_07", "level_07", level_07_classes(bench)),
+    ):
         ds = datasets.load_dataset(str(bench), config, split=split, streaming=True)
         assert ds.features["json"]["class_id"].names == names
         rows = list(ds)
@@ -111,7 +126,9 @@ def test_the_class_id_is_a_class_label_whose_ints_are_the_class_index(bench):
             assert all((r["json"]["class_id"] < num_id) == (split == "id_test") for r in rows)
     level = load_level(bench, "tiny/model", "softmax", 7)
     assert level.features["json"]["class_id"].names == level_07_classes(bench)
-    assert sorted(level_07_classes(bench)[row["class_id"]] for row in level["json"]) == sorted(k.split("__")[0] for k in level["__key__"])
+    assert sorted(level_07_classes(bench)[row["class_id"]] for row in level["json"]) == sorted(
+        k.split("__")[0] for k in level["__key__"]
+    )
 
 
 def test_unknown_levels_are_one_line_errors(bench):

@@ -34,7 +34,11 @@ def usual_way(cls, params, linear, z, logits, y):
     if "model" in takes:
         kwargs["model"], inputs = torch.nn.Identity(), logits
     elif "backbone" in takes:
-        kwargs["backbone"], kwargs["head"], inputs = torch.nn.Identity(), torch.nn.Sequential(torch.nn.Flatten(), linear), z[:, :, None, None]
+        kwargs["backbone"], kwargs["head"], inputs = (
+            torch.nn.Identity(),
+            torch.nn.Sequential(torch.nn.Flatten(), linear),
+            z[:, :, None, None],
+        )
     else:
         kwargs["encoder"], inputs = torch.nn.Identity(), z
         if "head" in takes:
@@ -67,8 +71,10 @@ def test_bridged_detector_agrees_with_pytorch_ood(name, data):
     np.testing.assert_array_equal(reported, ours)
 
 
-@pytest.mark.parametrize("cls,kappa", [(pod.MaxSoftmax, "softmax"), (pod.EnergyBased, "energy"),
-                                       (pod.Entropy, "entropy"), (pod.MaxLogit, "max_logit")])
+@pytest.mark.parametrize(
+    "cls,kappa",
+    [(pod.MaxSoftmax, "softmax"), (pod.EnergyBased, "energy"), (pod.Entropy, "entropy"), (pod.MaxLogit, "max_logit")],
+)
 def test_paper_kappas_are_pytorch_ood_detectors_negated(cls, kappa, data):
     logits = data[2][N_FIT:]
     expected = -cls(None).predict_logits(logits).double().numpy()
@@ -89,16 +95,25 @@ def test_needs_follow_pytorch_ood_base_classes():
 
 
 def test_every_pytorch_ood_detector_is_a_kappa_or_excluded_with_a_reason():
-    from harness.kappas.ood_bridge import (FITTED_MODEL_DETECTORS, GRADIENT_DETECTORS, NOT_BRIDGED, SAME_AS_PAPER_KAPPA,
-                                          SPLIT_MODEL_DETECTORS)
+    from harness.kappas.ood_bridge import (
+        FITTED_MODEL_DETECTORS,
+        GRADIENT_DETECTORS,
+        NOT_BRIDGED,
+        SAME_AS_PAPER_KAPPA,
+        SPLIT_MODEL_DETECTORS,
+    )
 
     classes = [name for name in pod.__all__ if isinstance(getattr(pod, name), type)]
     assert len(classes) == 35
     names = set(registry().defs)
     for name in classes:
-        as_kappa = {**SAME_AS_PAPER_KAPPA, **{c.__name__: k for k, c in bridged_classes().items()},
-                    **{g: g.lower() for g in GRADIENT_DETECTORS}, **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
-                    **{c: k for c, (k, _, _) in SPLIT_MODEL_DETECTORS.items()}}.get(name)
+        as_kappa = {
+            **SAME_AS_PAPER_KAPPA,
+            **{c.__name__: k for k, c in bridged_classes().items()},
+            **{g: g.lower() for g in GRADIENT_DETECTORS},
+            **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
+            **{c: k for c, (k, _, _) in SPLIT_MODEL_DETECTORS.items()},
+        }.get(name)
         assert (as_kappa in names) != (name in NOT_BRIDGED), name
         assert name not in NOT_BRIDGED or len(NOT_BRIDGED[name]) > 20
     assert len(names) >= 34 and set(NOT_BRIDGED) == {"WeightedEBO"}
@@ -107,13 +122,17 @@ def test_every_pytorch_ood_detector_is_a_kappa_or_excluded_with_a_reason():
 @pytest.mark.parametrize("name,cls", [("gradnorm", pod.GradNorm), ("graduncertainty", pod.GradUncertainty)])
 def test_gradient_detectors_agree_with_pytorch_ood(name, cls):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)).eval()
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)
+    ).eval()
     images = torch.randn(20, 3, 2, 2)
     (spec,) = resolve_kappas([name])
     assert spec.needs == {"model"} and spec.in_model
     ours, reported = spec.impl.score_model(model, images, seed=0)
     if spec.params["parameters"] == "last_layer":
-        expected = -cls(model, param_filter=lambda n: n == "3.weight", **{k: v for k, v in spec.params.items() if k != "parameters"})(images)
+        expected = -cls(
+            model, param_filter=lambda n: n == "3.weight", **{k: v for k, v in spec.params.items() if k != "parameters"}
+        )(images)
     else:
         expected = -cls(model)(images)
     assert np.ptp(expected.numpy()) > 0
@@ -127,7 +146,9 @@ def test_a_gradient_detector_beside_the_feature_tap_across_batches():
     from harness.runtime.inference import LocalForward
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)).eval()
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)
+    ).eval()
     execution = Execution(torch.device("cpu"), "none", False, False)
     forward = LocalForward(execution.prepare(model), execution, CLASSES, seed=0)
     kappas = resolve_kappas(["gradnorm"])
@@ -153,7 +174,9 @@ def glyph_model():
     with torch.no_grad():
         y = model(x).argmax(dim=1)
     y[:36] = torch.arange(36)  # the fit needs every class; the first ones are relabelled
-    x_test = torch.cat([torch.randn(40, 1, 32, 32, generator=gen), 3.0 * torch.rand(40, 1, 32, 32, generator=gen) - 1.0])
+    x_test = torch.cat(
+        [torch.randn(40, 1, 32, 32, generator=gen), 3.0 * torch.rand(40, 1, 32, 32, generator=gen) - 1.0]
+    )
     return model, x, y, x_test
 
 
@@ -170,16 +193,16 @@ def child_side(spec):
 
 
 def fitted_like_the_harness(spec, model, x, y, batch=64):
+    from harness.method.scores import SplitScores
     from harness.runtime.execution import Execution
     from harness.runtime.inference import LocalForward, fit_kappas, fit_on_layers
-    from harness.method.scores import SplitScores
 
     forward = LocalForward(model, Execution(torch.device("cpu"), "none", False, False), 36, seed=0)
     if "layers" in spec.needs:
-        parts = [forward.extract(x[i:i + batch], [spec])[spec.name] for i in range(0, len(x), batch)]
+        parts = [forward.extract(x[i : i + batch], [spec])[spec.name] for i in range(0, len(x), batch)]
         fit_on_layers([spec], {spec.name: parts}, y.numpy(), seed=0)
     else:
-        outs = [forward(x[i:i + batch], [str(i)], []) for i in range(0, len(x), batch)]
+        outs = [forward(x[i : i + batch], [str(i)], []) for i in range(0, len(x), batch)]
         logits, features = np.concatenate([o.logits for o in outs]), np.concatenate([o.features for o in outs])
         data = SplitScores(np.arange(len(x)).astype(str), y.numpy(), logits.argmax(1), {}, {}, logits, features)
         fit_kappas([spec], data, forward.head, seed=0)
@@ -202,10 +225,15 @@ def usual_way_on_the_model(name, model, x, y, x_test, batch=64):
     return -detector.predict(x_test).double().numpy()
 
 
-@pytest.mark.parametrize("name,request_", [("mahalanobis_odin", "mahalanobis_odin"),
-                                           ("multi_mahalanobis", f"multi_mahalanobis:layers={GLYPH_LAYERS}"),
-                                           ("gram", f"gram:layers={GLYPH_LAYERS}"),
-                                           ("nacue", "nacue:layers=features.1,features.2")])
+@pytest.mark.parametrize(
+    "name,request_",
+    [
+        ("mahalanobis_odin", "mahalanobis_odin"),
+        ("multi_mahalanobis", f"multi_mahalanobis:layers={GLYPH_LAYERS}"),
+        ("gram", f"gram:layers={GLYPH_LAYERS}"),
+        ("nacue", "nacue:layers=features.1,features.2"),
+    ],
+)
 def test_model_reading_detectors_agree_with_pytorch_ood(name, request_, glyph_model):
     model, x, y, x_test = glyph_model
     (spec,) = resolve_kappas([request_])
@@ -244,12 +272,15 @@ def test_rankfeat_agrees_with_pytorch_ood_on_a_timm_cnn():
     (spec,) = resolve_kappas(["rankfeat"])
     assert spec.needs == {"model"} and spec.in_model and spec.params == {}
     ours, reported = spec.impl.score_model(model, images, seed=0)
-    backbone = torch.nn.Sequential(model.conv1, model.bn1, model.act1, model.maxpool, model.layer1, model.layer2,
-                                   model.layer3, model.layer4)
+    backbone = torch.nn.Sequential(
+        model.conv1, model.bn1, model.act1, model.maxpool, model.layer1, model.layer2, model.layer3, model.layer4
+    )
     expected = -pod.RankFeat(backbone, torch.nn.Sequential(model.global_pool, model.fc))(images).double().numpy()
     with torch.no_grad():
         energy = torch.logsumexp(model(images).double(), dim=1).numpy()
-    assert np.ptp(expected) > 0 and not np.allclose(expected, energy, rtol=1e-3)  # the rank-1 removal changes the scores
+    assert np.ptp(expected) > 0 and not np.allclose(
+        expected, energy, rtol=1e-3
+    )  # the rank-1 removal changes the scores
     np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(reported.numpy(), ours.numpy())
 
@@ -259,13 +290,19 @@ def test_rankfeat_refuses_models_without_a_spatial_split():
 
     (spec,) = resolve_kappas(["rankfeat"])
     glyph = __import__("glyph_fixtures").load_example(CNN).build_model().eval()
-    with pytest.raises(HarnessError, match=r"^kappa 'rankfeat' needs the model split into a backbone and a head: a timm: CNN "
-                                           r"target, or a model with forward_features\(images\)"):
+    with pytest.raises(
+        HarnessError,
+        match=r"^kappa 'rankfeat' needs the model split into a backbone and a head: a timm: CNN "
+        r"target, or a model with forward_features\(images\)",
+    ):
         spec.impl.score_model(glyph, torch.randn(2, 1, 32, 32), seed=0)
     vit = timm.create_model("test_vit", pretrained=False, num_classes=CLASSES).eval()
     size = vit.default_cfg["input_size"][1:]
-    with pytest.raises(HarnessError, match=r"^kappa 'rankfeat' needs spatial feature maps B x C x H x W from forward_features, "
-                                           r"this model's are \(2, \d+, \d+\)"):
+    with pytest.raises(
+        HarnessError,
+        match=r"^kappa 'rankfeat' needs spatial feature maps B x C x H x W from forward_features, "
+        r"this model's are \(2, \d+, \d+\)",
+    ):
         spec.impl.score_model(vit, torch.randn(2, 3, *size), seed=0)
 
 
@@ -291,9 +328,17 @@ def test_mcm_agrees_with_pytorch_ood_on_an_open_clip_target(tiny_clip, request_,
     ours, reported = spec.impl.score_model(sub.model, images, seed=0)
     tokenizer = open_clip.get_tokenizer("cood-tiny-clip")
     with torch.no_grad():  # the class names' text embeddings, computed here from the CLIP model itself
-        text = torch.stack([torch.nn.functional.normalize(torch.nn.functional.normalize(
-            clip.encode_text(tokenizer([t.format(name) for t in CLIP_TEMPLATES])), dim=-1).mean(0), dim=0)
-            for name in ("cat", "dog", "cup")])
+        text = torch.stack(
+            [
+                torch.nn.functional.normalize(
+                    torch.nn.functional.normalize(
+                        clip.encode_text(tokenizer([t.format(name) for t in CLIP_TEMPLATES])), dim=-1
+                    ).mean(0),
+                    dim=0,
+                )
+                for name in ("cat", "dog", "cup")
+            ]
+        )
     expected = -pod.MCM(clip.encode_image, text, temperature=temperature)(images).double().numpy()
     assert np.ptp(expected) > 0 and np.all((expected > 1 / 3) & (expected <= 1))
     np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-5, atol=1e-6)
@@ -303,6 +348,9 @@ def test_mcm_agrees_with_pytorch_ood_on_an_open_clip_target(tiny_clip, request_,
 def test_mcm_refuses_a_classifier_without_clip_embeddings():
     (spec,) = resolve_kappas(["mcm"])
     glyph = __import__("glyph_fixtures").load_example(CNN).build_model().eval()
-    with pytest.raises(HarnessError, match=r"^kappa 'mcm' needs CLIP image and class-name text embeddings: an open_clip: "
-                                           r"target, or a model with encode_image\(images\) and text_embeddings"):
+    with pytest.raises(
+        HarnessError,
+        match=r"^kappa 'mcm' needs CLIP image and class-name text embeddings: an open_clip: "
+        r"target, or a model with encode_image\(images\) and text_embeddings",
+    ):
         spec.impl.score_model(glyph, torch.randn(2, 1, 32, 32), seed=0)

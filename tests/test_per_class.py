@@ -31,7 +31,9 @@ from leaderboard.store import accepted_files, add_files
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
-RECORD_SCHEMA = jsonschema.Draft202012Validator(json.loads(files("leaderboard").joinpath("record.schema.json").read_text()))
+RECORD_SCHEMA = jsonschema.Draft202012Validator(
+    json.loads(files("leaderboard").joinpath("record.schema.json").read_text())
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CNN = ROOT / "examples" / "glyph_cnn.py"
@@ -70,18 +72,25 @@ def test_class_metrics_match_scikit_learn(decimals):
 
 
 def test_a_tie_counts_one_half_and_one_sample_is_a_class():
-    got = class_metrics(np.array([1.0, 2.0, 3.0]), np.array([2.0, 0.0, 3.0]), np.array([0.2, 0.5, 0.9]),
-                        np.array([0, 1, 2]), 3)
+    got = class_metrics(
+        np.array([1.0, 2.0, 3.0]), np.array([2.0, 0.0, 3.0]), np.array([0.2, 0.5, 0.9]), np.array([0, 1, 2]), 3
+    )
     assert got.ood_auroc.tolist() == [0.5, 1.0, 1 / 6]  # (0 + 1/2 + 1) / 3, (1 + 1 + 1) / 3, (0 + 0 + 1/2) / 3
     assert got.mean_confidence.tolist() == [0.2, 0.5, 0.9]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((np.array([1.0, np.nan]), np.zeros(2), np.zeros(2), np.array([0, 1]), 2), "ID test scores contain 1 NaN"),
-    ((np.ones(2), np.zeros(3), np.zeros(3), np.array([0, 1]), 2), "3 OOD test scores, 3 confidences and 2 class labels"),
-    ((np.ones(2), np.zeros(2), np.zeros(2), np.array([0, 0]), 2), "1 OOD classes have no test images"),
-    ((np.ones(2), np.zeros(2), np.zeros(2), np.array([0, 2]), 2), r"labels must lie in \[0, 2\)"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((np.array([1.0, np.nan]), np.zeros(2), np.zeros(2), np.array([0, 1]), 2), "ID test scores contain 1 NaN"),
+        (
+            (np.ones(2), np.zeros(3), np.zeros(3), np.array([0, 1]), 2),
+            "3 OOD test scores, 3 confidences and 2 class labels",
+        ),
+        ((np.ones(2), np.zeros(2), np.zeros(2), np.array([0, 0]), 2), "1 OOD classes have no test images"),
+        ((np.ones(2), np.zeros(2), np.zeros(2), np.array([0, 2]), 2), r"labels must lie in \[0, 2\)"),
+    ],
+)
 def test_bad_scores_are_one_line_errors(args, message):
     with pytest.raises(HarnessError, match=message):
         class_metrics(*args)
@@ -95,8 +104,15 @@ def test_rows_and_summaries_follow_the_levels():
     metrics = class_metrics(rng.normal(1, 1, 30), scores, scores, labels, k)
     levels = severity_levels(np.arange(k, dtype=float), window=2, num_levels=3)  # windows [0,2), [5,7), [10,12)
     rows = class_rows(levels.classes, metrics)
-    assert [(r["level"], r["class_index"]) for r in rows] == [(0, 0), (0, 1), (1, 5), (1, 6), (2, 10), (2, 11),
-                                                              *[(None, c) for c in (2, 3, 4, 7, 8, 9)]]
+    assert [(r["level"], r["class_index"]) for r in rows] == [
+        (0, 0),
+        (0, 1),
+        (1, 5),
+        (1, 6),
+        (2, 10),
+        (2, 11),
+        *[(None, c) for c in (2, 3, 4, 7, 8, 9)],
+    ]
     assert all(r["n"] == 5 and r["ood_auroc"] == metrics.ood_auroc[r["class_index"]] for r in rows)
     overlapping = severity_levels(np.arange(10, dtype=float), window=3, num_levels=4)  # [0,3) [2,5) [5,8) [7,10)
     assert [r["level"] for r in class_rows(overlapping.classes, metrics) if r["class_index"] in (2, 7)] == [0, 1, 2, 3]
@@ -138,7 +154,16 @@ def test_submit_writes_the_sidecar_and_per_class(glyph_run):
     result, out = glyph_run
     bench = result.benchmark
     table = pd.read_parquet(out / SIDECAR)
-    assert list(table.columns) == ["kappa", "level", "class_id", "class_index", "name", "n", "ood_auroc", "mean_confidence"]
+    assert list(table.columns) == [
+        "kappa",
+        "level",
+        "class_id",
+        "class_index",
+        "name",
+        "n",
+        "ood_auroc",
+        "mean_confidence",
+    ]
     all_ood = set(bench.ood_classes["id"])
     labels, keys = result.scores["ood_test"].labels, result.scores["id_test"]
     for rec, res in zip(result.records, result.results):
@@ -168,7 +193,9 @@ def test_submit_writes_the_sidecar_and_per_class(glyph_run):
         for level, summary in zip(rec["levels"], per_class["levels"]):
             mine = levelled[levelled["level"] == level["level"]]
             assert level["ood_auroc"] == pytest.approx(np.average(mine["ood_auroc"], weights=mine["n"]), abs=1e-12)
-            assert summary["ood_auroc_quantiles"] == pytest.approx(np.quantile(mine["ood_auroc"], [0, 0.25, 0.5, 0.75, 1]))
+            assert summary["ood_auroc_quantiles"] == pytest.approx(
+                np.quantile(mine["ood_auroc"], [0, 0.25, 0.5, 0.75, 1])
+            )
             hardest = mine.sort_values(["ood_auroc", "class_index"]).head(10)
             assert [e["id"] for e in summary["hardest"]] == hardest["class_id"].tolist()
             assert [e["name"] for e in summary["hardest"]] == hardest["name"].tolist()
@@ -218,7 +245,9 @@ def test_the_leaderboard_keeps_the_drill_down(glyph_run, tmp_path):
 
 def test_a_run_without_out_still_gives_the_leaderboard_its_files(tiny_glyphs, tmp_path):
     board = tmp_path / "board"
-    result = evaluate(CNN, benchmark=tiny_glyphs, kappas=["softmax"], leaderboard=board, progress=False, trust_submission=True)
+    result = evaluate(
+        CNN, benchmark=tiny_glyphs, kappas=["softmax"], leaderboard=board, progress=False, trust_submission=True
+    )
     (name,) = accepted_files(board)
     folder = record_folder(board / "records" / name)
     table = pd.read_parquet(folder / SIDECAR)
@@ -232,17 +261,24 @@ def _malformed(record: dict, change) -> dict:
     return record
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda p: p.update(file="../outside.parquet"), "per_class.file: not a relative path: '../outside.parquet'"),
-    (lambda p: p["levels"].pop(), "per_class.levels: must be a list of num_levels (11) entries"),
-    (lambda p: p["levels"][3].update(ood_auroc_quantiles=[0.1, 0.2, 0.3, 0.4]),
-     "per_class.levels[3].ood_auroc_quantiles: must be a list of 5 numbers"),
-    (lambda p: p["levels"][0]["hardest"].reverse(), "per_class.levels[0].hardest[1].ood_auroc: * is out of order"),
-    (lambda p: p["levels"][2]["hardest"][0].pop("name"), "per_class.levels[2].hardest[0]: missing field 'name'"),
-    (lambda p: p["levels"][1]["hardest"][0]["thumbnails"].append("/etc/passwd"),
-     "per_class.levels[1].hardest[0].thumbnails[3]: not a relative path"),
-    (lambda p: p.update(extra=1), "per_class: unknown field 'extra'"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda p: p.update(file="../outside.parquet"), "per_class.file: not a relative path: '../outside.parquet'"),
+        (lambda p: p["levels"].pop(), "per_class.levels: must be a list of num_levels (11) entries"),
+        (
+            lambda p: p["levels"][3].update(ood_auroc_quantiles=[0.1, 0.2, 0.3, 0.4]),
+            "per_class.levels[3].ood_auroc_quantiles: must be a list of 5 numbers",
+        ),
+        (lambda p: p["levels"][0]["hardest"].reverse(), "per_class.levels[0].hardest[1].ood_auroc: * is out of order"),
+        (lambda p: p["levels"][2]["hardest"][0].pop("name"), "per_class.levels[2].hardest[0]: missing field 'name'"),
+        (
+            lambda p: p["levels"][1]["hardest"][0]["thumbnails"].append("/etc/passwd"),
+            "per_class.levels[1].hardest[0].thumbnails[3]: not a relative path",
+        ),
+        (lambda p: p.update(extra=1), "per_class: unknown field 'extra'"),
+    ],
+)
 def test_a_malformed_per_class_is_refused(glyph_run, change, message):
     record = glyph_run[0].records[0]
     validate_record(record)
@@ -261,9 +297,13 @@ def test_the_cli_refuses_a_record_without_its_files_in_one_line(glyph_run, tmp_p
     alone.write_text(json.dumps(record))
     board = tmp_path / "board"
     cli = [sys.executable, "-c", "from leaderboard.cli import main; main()"]
-    result = subprocess.run([*cli, "add", str(alone), "--init", "-d", str(board)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*cli, "add", str(alone), "--init", "-d", str(board)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr == (f"cood-leaderboard: error: {alone}: per_class names {SIDECAR}, which is not in {tmp_path}\n")
+    assert result.stderr == (
+        f"cood-leaderboard: error: {alone}: per_class names {SIDECAR}, which is not in {tmp_path}\n"
+    )
     assert not (board / "leaderboard.json").exists()
 
 

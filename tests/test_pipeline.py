@@ -5,6 +5,7 @@ across passes, and per-batch bookkeeping gives exactly the per-shard results."""
 import multiprocessing
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,10 +14,9 @@ import torch
 from dataset_builder.benchmark import Benchmark
 from glyph_fixtures import load_example
 from harness import HarnessError, evaluate
+from harness.method.scores import SplitScores
 from harness.runtime.data import Loader, shard_batches, shard_groups
 from harness.runtime.decoding import make_decoder
-from harness.method.scores import SplitScores
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CNN = ROOT / "examples" / "glyph_cnn.py"
@@ -91,7 +91,9 @@ def test_a_gpu_decode_that_completes_late_is_waited_for_and_its_buffer_not_reuse
         for n, batch in enumerate(loader.batches(groups, label_of)):
             time.sleep(0.05)  # the model at work on the batch while the reading side runs ahead and writes late
             assert batch["keys"] == expected[n][0]
-            assert torch.equal(batch["images"], expected[n][1])  # no NaN of an unwritten buffer, no other batch's pixels
+            assert torch.equal(
+                batch["images"], expected[n][1]
+            )  # no NaN of an unwritten buffer, no other batch's pixels
     finally:
         loader.close()
     assert n + 1 == lane.turn == len(expected) > 2
@@ -118,8 +120,14 @@ def _leftovers() -> tuple[list, list]:
 @pytest.mark.parametrize("workers", [0, 1])
 def test_after_a_run_fails_mid_split_the_next_run_in_the_process_is_normal(tiny_glyphs, workers):
     cnn = load_example(CNN)
-    options = dict(benchmark=tiny_glyphs, kappas=["softmax", "energy"], device="cpu", batch_size=16, workers=workers,
-                   progress=False)
+    options = dict(
+        benchmark=tiny_glyphs,
+        kappas=["softmax", "energy"],
+        device="cpu",
+        batch_size=16,
+        workers=workers,
+        progress=False,
+    )
     before = _leftovers()
     with pytest.raises(HarnessError, match=r"NaN or infinite logits") as failed:
         evaluate(_nan_on_batch(cnn.build_model(), bad=5), cnn.DATA_CONFIG, **options)  # 1: trial pass, then batches
@@ -146,11 +154,21 @@ def test_a_failing_batch_names_its_first_shard_and_how_many_more(tiny_glyphs):
     first = groups[0]
     assert len(first) > 2
     with pytest.raises(HarnessError) as failed:
-        evaluate(_nan_on_batch(cnn.build_model(), bad=2 + _batches(bench, "id_test", 64) + _batches(bench, "ood_estimation", 64)),
-                 cnn.DATA_CONFIG, benchmark=tiny_glyphs, kappas=["softmax"], device="cpu", batch_size=64, workers=0,
-                 progress=False)
-    assert str(failed.value).startswith(f"shard {first[0]['path']} (and {len(first) - 1} more shards in its batch): "
-                                        "the model returned"), str(failed.value)
+        evaluate(
+            _nan_on_batch(
+                cnn.build_model(), bad=2 + _batches(bench, "id_test", 64) + _batches(bench, "ood_estimation", 64)
+            ),
+            cnn.DATA_CONFIG,
+            benchmark=tiny_glyphs,
+            kappas=["softmax"],
+            device="cpu",
+            batch_size=64,
+            workers=0,
+            progress=False,
+        )
+    assert str(failed.value).startswith(
+        f"shard {first[0]['path']} (and {len(first) - 1} more shards in its batch): the model returned"
+    ), str(failed.value)
     assert first[1]["path"] not in str(failed.value)
 
 
@@ -168,7 +186,9 @@ def test_loader_workers_live_across_passes_and_give_the_same_batches(tiny_glyphs
             label_of = dict(zip(classes["id"], classes["index"]))
             groups = shard_groups(bench.shards(split), 16)
             got = [(b["keys"], b["labels"], b["images"]) for b in loader.batches(groups, label_of)]
-            want = [(b["keys"], b["labels"], b["images"]) for b in shard_batches(bench, groups, decoder, label_of, 16, 0)]
+            want = [
+                (b["keys"], b["labels"], b["images"]) for b in shard_batches(bench, groups, decoder, label_of, 16, 0)
+            ]
             assert sorted(k for keys, _, _ in got for k in keys) == sorted(k for keys, _, _ in want for k in keys)
             by_key = {keys[0]: (labels, images) for keys, labels, images in want}
             for keys, labels, images in got:
@@ -186,8 +206,15 @@ def test_a_batchs_pieces_are_its_shards_results_sorted_as_concat_sorts_them():
     counts = [3, 1, 5, 4]
     keys = np.array([f"k{n:03d}" for n in rng.permutation(13)])
     logits = rng.normal(size=(13, 4)).astype(np.float32)
-    batch = SplitScores(keys, rng.integers(0, 4, 13), logits.argmax(1), {"a": rng.normal(size=13)},
-                        {"a": rng.normal(size=13)}, logits, rng.normal(size=(13, 2)).astype(np.float32))
+    batch = SplitScores(
+        keys,
+        rng.integers(0, 4, 13),
+        logits.argmax(1),
+        {"a": rng.normal(size=13)},
+        {"a": rng.normal(size=13)},
+        logits,
+        rng.normal(size=(13, 2)).astype(np.float32),
+    )
     pieces = batch.pieces(counts)
     start = 0
     for count, piece in zip(counts, pieces):
@@ -231,27 +258,45 @@ class Recording:
 
 def _batch(shards: list[tuple[str, list[str]]], seed: int) -> dict:
     keys = [k for _, ks in shards for k in ks]
-    return {"shard": shards[0][0], "shards": [(s, len(ks)) for s, ks in shards], "keys": keys,
-            "labels": torch.arange(len(keys)), "images": torch.from_numpy(np.random.default_rng(seed).normal(size=(len(keys), 4)))}
+    return {
+        "shard": shards[0][0],
+        "shards": [(s, len(ks)) for s, ks in shards],
+        "keys": keys,
+        "labels": torch.arange(len(keys)),
+        "images": torch.from_numpy(np.random.default_rng(seed).normal(size=(len(keys), 4))),
+    }
 
 
 def test_a_batch_is_collected_after_the_next_is_launched_with_the_same_results():
     from harness.runtime.inference import resolve_kappas, score_batch, score_shards
 
     kappas = resolve_kappas(["softmax", "energy"])
-    batches = [_batch([("s1", ["s1_b", "s1_a"]), ("s0", ["s0_a"])], 0), _batch([("s2", ["s2_a", "s2_b", "s2_c"])], 1),
-               _batch([("s2", ["s2_d"]), ("s3", ["s3_z", "s3_y"])], 2)]
+    batches = [
+        _batch([("s1", ["s1_b", "s1_a"]), ("s0", ["s0_a"])], 0),
+        _batch([("s2", ["s2_a", "s2_b", "s2_c"])], 1),
+        _batch([("s2", ["s2_d"]), ("s3", ["s3_z", "s3_y"])], 2),
+    ]
     sizes = {"s1": 2, "s0": 1, "s2": 4, "s3": 2}
     forward = Recording()
     got = dict(score_shards(forward, iter(batches), sizes, 3, kappas, keep_logits=True))
-    assert forward.log == [("launch", "s1_b"), ("launch", "s2_a"), ("collect", "s1_b"), ("launch", "s2_d"),
-                           ("collect", "s2_a"), ("collect", "s2_d")]
+    assert forward.log == [
+        ("launch", "s1_b"),
+        ("launch", "s2_a"),
+        ("collect", "s1_b"),
+        ("launch", "s2_d"),
+        ("collect", "s2_a"),
+        ("collect", "s2_d"),
+    ]
     one = [score_batch(Recording(), b["images"], b["keys"], b["labels"].numpy(), 3, kappas, True) for b in batches]
     whole = SplitScores.concat(one)
     for shard, scores in got.items():
         want = whole.take(np.flatnonzero(np.char.startswith(whole.keys, shard + "_")))
         assert list(scores.keys) == sorted(scores.keys) == list(want.keys)
-        assert np.array_equal(scores.logits, want.logits) and np.array_equal(scores.scores["energy"], want.scores["energy"])
+        assert np.array_equal(scores.logits, want.logits) and np.array_equal(
+            scores.scores["energy"], want.scores["energy"]
+        )
     halved = dict(score_shards(Recording(fits=1), iter(batches[:1]), sizes, 3, kappas, keep_logits=True))
     for shard in ("s1", "s0"):  # out of memory: halves, each shard still given its own samples (s0 sorts first)
-        assert np.array_equal(halved[shard].keys, got[shard].keys) and np.array_equal(halved[shard].logits, got[shard].logits)
+        assert np.array_equal(halved[shard].keys, got[shard].keys) and np.array_equal(
+            halved[shard].logits, got[shard].logits
+        )

@@ -35,24 +35,31 @@ def runnable_blocks(text: str) -> list[tuple[int, str, str]]:
         fence = re.fullmatch(r"```(bash|python)", lines[i + 1].strip()) if i + 1 < len(lines) else None
         assert fence, f"line {i + 1}: {MARKER} must be followed by a ```bash or ```python fence"
         end = next(j for j in range(i + 2, len(lines)) if lines[j].strip() == "```")
-        blocks.append((i + 2, fence.group(1), "\n".join(lines[i + 2:end]) + "\n"))
+        blocks.append((i + 2, fence.group(1), "\n".join(lines[i + 2 : end]) + "\n"))
     return blocks
 
 
 # (document, line of the fence, language, code) of every runnable block of the docs
-BLOCKS = [(doc.relative_to(ROOT).as_posix(), line, language, code)
-          for doc in DOCS for line, language, code in runnable_blocks(doc.read_text())]
+BLOCKS = [
+    (doc.relative_to(ROOT).as_posix(), line, language, code)
+    for doc in DOCS
+    for line, language, code in runnable_blocks(doc.read_text())
+]
 
 
 def test_the_marked_blocks_are_the_ones_the_docs_promise():
     assert len(BLOCKS) == 4, [(doc, line) for doc, line, _, _ in BLOCKS]
     where = {code.splitlines()[0]: (doc, language) for doc, _, language, code in BLOCKS}
     assert where == {
-        "cood-harness submit examples/glyph_cnn.py -k softmax -k energy -k ash --leaderboard my-board":
-            ("README.md", "bash"),
+        "cood-harness submit examples/glyph_cnn.py -k softmax -k energy -k ash --leaderboard my-board": (
+            "README.md",
+            "bash",
+        ),
         "cood-leaderboard import-paper -d paper-board     # the shipped table; or: import-paper "
         "path/to/all_paper_results.csv -d paper-board": ("docs/leaderboard.md", "bash"),
-        "import runpy": ("docs/submitting.md", "python"), "from pathlib import Path": ("docs/submitting.md", "python")}
+        "import runpy": ("docs/submitting.md", "python"),
+        "from pathlib import Path": ("docs/submitting.md", "python"),
+    }
 
 
 def test_a_marker_without_a_fence_is_refused():
@@ -69,8 +76,13 @@ def test_the_complete_example_is_glyph_mlp_without_its_docstring():
 
 
 def test_import_paper_help_says_the_table_is_optional_and_shipped():
-    done = subprocess.run([sys.executable, "-c", "from leaderboard.cli import main; main()", "import-paper", "--help"],
-                          capture_output=True, text=True, env=os.environ | {"COLUMNS": "200"}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "from leaderboard.cli import main; main()", "import-paper", "--help"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"COLUMNS": "200"},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "Usage: cood-leaderboard import-paper [OPTIONS] [csv]" in done.stdout
     assert "[default: (the copy shipped with cood-bench)]" in " ".join(done.stdout.split())
@@ -94,8 +106,9 @@ def scratch(tmp_path, tiny_glyphs) -> tuple[Path, dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("doc, line, language, code", BLOCKS,
-                         ids=[f"{doc}-line-{line}-{language}" for doc, line, language, _ in BLOCKS])
+@pytest.mark.parametrize(
+    "doc, line, language, code", BLOCKS, ids=[f"{doc}-line-{line}-{language}" for doc, line, language, _ in BLOCKS]
+)
 def test_runnable_block_runs(scratch, doc, line, language, code):
     folder, env = scratch
     if language == "python":

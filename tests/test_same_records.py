@@ -24,8 +24,11 @@ def _write(folder: Path, name: str, text: str) -> None:
 
 def test_only_the_named_fields_are_masked(same_records, tmp_path):
     before, after = tmp_path / "before", tmp_path / "after"
-    record = {"created": "2026-12-05T02:52:40+00:00", "id": {"acc": 0.98},
-              "timings": {"total_s": 327.1, "id_test_s": 2.9, "id_test_images": 1800}}
+    record = {
+        "created": "2026-12-05T02:52:40+00:00",
+        "id": {"acc": 0.98},
+        "timings": {"total_s": 327.1, "id_test_s": 2.9, "id_test_images": 1800},
+    }
     _write(before, "records/softmax.json", same_records.canonical(record))
     later = {**record, "created": "2026-12-05T02:58:30+00:00", "timings": {**record["timings"], "total_s": 219.3}}
     _write(after, "records/softmax.json", same_records.canonical(later))

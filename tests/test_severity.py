@@ -52,11 +52,14 @@ def test_class_scores_are_means_per_class():
     assert class_scores(scores, labels, 3).tolist() == [2.0, 1.0, 10.0]
 
 
-@pytest.mark.parametrize("k, w, levels, message", [
-    (3, 4, 11, "too few OOD classes"),
-    (10, 4, 1, "at least 2"),
-    (10, 0, 11, "must be positive"),
-])
+@pytest.mark.parametrize(
+    "k, w, levels, message",
+    [
+        (3, 4, 11, "too few OOD classes"),
+        (10, 4, 1, "at least 2"),
+        (10, 0, 11, "must be positive"),
+    ],
+)
 def test_impossible_inputs(k, w, levels, message):
     with pytest.raises(HarnessError, match=message):
         severity_levels(np.arange(k, dtype=float), window=w, num_levels=levels)

@@ -6,9 +6,9 @@ import tarfile
 
 import pytest
 
+from dataset_builder.benchmark import Benchmark
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.glyphs.build import build
-from dataset_builder.benchmark import Benchmark
 from dataset_builder.shards import iter_samples, read_shard, samples_from_bytes
 from glyph_fixtures import TINY
 
@@ -57,7 +57,9 @@ def test_corrupt_shards_are_one_line_errors(tmp_path):
     with pytest.raises(BenchmarkError, match=r"corrupt shard .*truncated.tar: a truncated tar header at byte 1024"):
         list(read_shard(truncated))
     truncated.write_bytes(bytes(data[:2000]))
-    with pytest.raises(BenchmarkError, match=r"corrupt shard .*truncated.tar: the member at byte 1024 runs past the end"):
+    with pytest.raises(
+        BenchmarkError, match=r"corrupt shard .*truncated.tar: the member at byte 1024 runs past the end"
+    ):
         list(read_shard(truncated))
     data[1030] ^= 0xFF  # a name byte of the second header: its checksum no longer matches
     with pytest.raises(BenchmarkError, match=r"bad tar header checksum at byte 1024"):

@@ -27,7 +27,9 @@ def stable(record: dict) -> dict:
 
 
 def test_submit_writes_every_output(tiny_glyphs, tmp_path):
-    result = submit(CNN, benchmark=tiny_glyphs, kappas=ALL_KAPPAS, out=tmp_path / "run", mc_passes=3, progress=False, workers=1)
+    result = submit(
+        CNN, benchmark=tiny_glyphs, kappas=ALL_KAPPAS, out=tmp_path / "run", mc_passes=3, progress=False, workers=1
+    )
     records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "run" / "records").glob("*.json")}
     assert set(records) == set(ALL_KAPPAS)
     rec = records["softmax"]
@@ -37,20 +39,41 @@ def test_submit_writes_every_output(tiny_glyphs, tmp_path):
     assert [lvl["percentile"] for lvl in rec["levels"]] == pytest.approx([i / 10 for i in range(11)])
     assert all(lvl["num_ood"] == 36 * 8 and lvl["num_id"] == 36 * 8 for lvl in rec["levels"])
     assert rec["model"]["weights_sha256"] == result.submission.weights_sha256 and len(rec["model"]["file_sha256"]) == 64
-    assert records["odin"]["kappa"] == {"name": "odin", "params": {"preset": "paper", "temperature": 2.0, "epsilon": 1e-5}}
+    assert records["odin"]["kappa"] == {
+        "name": "odin",
+        "params": {"preset": "paper", "temperature": 2.0, "epsilon": 1e-5},
+    }
     assert records["mc_dropout"]["kappa"]["params"] == {"passes": 3}
     assert rec["summary"]["mean_ood_auroc"] == pytest.approx(np.mean([lvl["ood_auroc"] for lvl in rec["levels"]]))
     csv = pd.read_csv(tmp_path / "run" / "per_level.csv")
-    assert list(csv.columns[:10]) == ["severity level", "percentile", "ood-auroc", "ood_avg_conf", "id-acc", "id-auroc",
-                                      "id_avg_conf", "model name", "confidence function", "model name - confidence function"]
+    assert list(csv.columns[:10]) == [
+        "severity level",
+        "percentile",
+        "ood-auroc",
+        "ood_avg_conf",
+        "id-acc",
+        "id-auroc",
+        "id_avg_conf",
+        "model name",
+        "confidence function",
+        "model name - confidence function",
+    ]
     assert len(csv) == 11 * len(ALL_KAPPAS)
     levels = pd.read_parquet(tmp_path / "run" / "levels" / "glyph_cnn__softmax.parquet")
     assert len(levels) == 11 * 36 and levels.groupby("level")["class_id"].nunique().eq(36).all()
     assert set(levels["class_id"]) <= set(result.benchmark.ood_classes["id"])
     assert (tmp_path / "run" / "severity_curves.png").read_bytes()[:4] == b"\x89PNG"
     # the same inputs and seed give the same record, whatever the loading parallelism and batch size
-    again = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax", "mc_dropout"], out=tmp_path / "again", mc_passes=3,
-                   progress=False, workers=2, cache=False)
+    again = submit(
+        CNN,
+        benchmark=tiny_glyphs,
+        kappas=["softmax", "mc_dropout"],
+        out=tmp_path / "again",
+        mc_passes=3,
+        progress=False,
+        workers=2,
+        cache=False,
+    )
     assert again.stats["images_forwarded"] == 36 * 8 + 48 * 24
     assert stable(again.records[0]) == stable(rec)
     assert stable(again.records[1]) == stable(records["mc_dropout"])
@@ -92,8 +115,20 @@ def test_training_script_reproduces_the_committed_model(default_glyphs, tmp_path
 
     from harness import evaluate
 
-    subprocess.run([sys.executable, str(ROOT / "examples" / "train_glyphs.py"), "--benchmark", str(default_glyphs),
-                    "--out", str(tmp_path), "--models", "glyph_mlp"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_glyphs.py"),
+            "--benchmark",
+            str(default_glyphs),
+            "--out",
+            str(tmp_path),
+            "--models",
+            "glyph_mlp",
+        ],
+        check=True,
+        capture_output=True,
+    )
     weights = ROOT / "examples" / "weights"
     recorded = json.loads((weights / "glyph_mlp.platform.json").read_text())
     if json.loads((tmp_path / "glyph_mlp.platform.json").read_text()) == recorded:
@@ -108,12 +143,18 @@ def test_training_script_reproduces_the_committed_model(default_glyphs, tmp_path
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
 
 
 def test_cli_prints_the_per_level_table(tiny_glyphs, tmp_path):
-    done = run_cli("submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--device", "cpu", "-k", "softmax")
+    done = run_cli(
+        "submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--device", "cpu", "-k", "softmax"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[1] in ("device: cpu, float32", "device: cpu (no CUDA GPU found), float32")
     lines = done.stdout.splitlines()
@@ -124,12 +165,17 @@ def test_cli_prints_the_per_level_table(tiny_glyphs, tmp_path):
 
 BAD_MODELS = {
     "no_entry_point.py": ("DATA_CONFIG = {'input_size': (1, 32, 32)}\n", "defines no build_model"),
-    "wrong_classes.py": ("import torch\nDATA_CONFIG = {'input_size': (1, 32, 32), 'mean': (0.5,), 'std': (0.5,), 'crop_pct': 1.0}\n"
-                         "def build_model():\n    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 10))\n",
-                         r"logits of shape \(\d+, 10\).*36 ID classes"),
-    "nan_logits.py": ("import torch\nDATA_CONFIG = {'input_size': (1, 32, 32), 'mean': (0.5,), 'std': (0.5,), 'crop_pct': 1.0}\n"
-                      "class M(torch.nn.Module):\n    def forward(self, x):\n        return torch.full((len(x), 36), float('nan'))\n"
-                      "def build_model():\n    return M()\n", "NaN or infinite logits"),
+    "wrong_classes.py": (
+        "import torch\nDATA_CONFIG = {'input_size': (1, 32, 32), 'mean': (0.5,), 'std': (0.5,), 'crop_pct': 1.0}\n"
+        "def build_model():\n    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 10))\n",
+        r"logits of shape \(\d+, 10\).*36 ID classes",
+    ),
+    "nan_logits.py": (
+        "import torch\nDATA_CONFIG = {'input_size': (1, 32, 32), 'mean': (0.5,), 'std': (0.5,), 'crop_pct': 1.0}\n"
+        "class M(torch.nn.Module):\n    def forward(self, x):\n        return torch.full((len(x), 36), float('nan'))\n"
+        "def build_model():\n    return M()\n",
+        "NaN or infinite logits",
+    ),
     "syntax_error.py": ("def build_model(:\n", "cannot load submission"),
 }
 
@@ -155,7 +201,9 @@ def assert_one_line_error(done, pattern):
 
 def test_missing_file_and_unknown_kappa(tiny_glyphs, tmp_path):
     assert_one_line_error(run_cli("submit", tmp_path / "nope.py", "--benchmark", tiny_glyphs), "not found")
-    assert_one_line_error(run_cli("submit", CNN, "--benchmark", tiny_glyphs, "-k", "msp", "--quiet"), "unknown kappa 'msp'")
+    assert_one_line_error(
+        run_cli("submit", CNN, "--benchmark", tiny_glyphs, "-k", "msp", "--quiet"), "unknown kappa 'msp'"
+    )
 
 
 def test_corrupted_shard_is_reported(tiny_glyphs, tmp_path):
@@ -166,10 +214,14 @@ def test_corrupted_shard_is_reported(tiny_glyphs, tmp_path):
     data[1600:1700] = b"\xff" * 100  # inside the first image (after the json member and the png header)
     shard.write_bytes(bytes(data))
     out = tmp_path / "out"
-    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--quiet", "--no-cache"), "corrupt shard .*sha256")
+    assert_one_line_error(
+        run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--quiet", "--no-cache"), "corrupt shard .*sha256"
+    )
     shard.write_bytes(bytes(data[:2000]))  # truncated: even without the sha256 check it is caught
-    assert_one_line_error(run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--quiet", "--no-cache", "--no-verify"),
-                          "corrupt shard")
+    assert_one_line_error(
+        run_cli("submit", CNN, "--benchmark", broken, "--out", out, "--quiet", "--no-cache", "--no-verify"),
+        "corrupt shard",
+    )
     assert not out.exists()
 
 
@@ -178,17 +230,28 @@ def test_records_are_valid_and_go_to_a_leaderboard(tiny_glyphs, tmp_path):
     from leaderboard.store import current_table
 
     board = tmp_path / "board"
-    result = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax", "energy"], out=tmp_path / "run", progress=False, leaderboard=board)
+    result = submit(
+        CNN,
+        benchmark=tiny_glyphs,
+        kappas=["softmax", "energy"],
+        out=tmp_path / "run",
+        progress=False,
+        leaderboard=board,
+    )
     for rec in result.records:
         validate_record(rec)
     table = current_table(board)
     assert sorted(table["kappa"]) == ["energy(temperature=1)", "softmax"]
     with pytest.raises(HarnessError, match="leaderboard could not take the records.*duplicate"):
-        submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "again", progress=False, leaderboard=board)
+        submit(
+            CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "again", progress=False, leaderboard=board
+        )
 
 
 def test_user_kappa_with_features(tiny_glyphs, tmp_path):
-    model = cnn_variant(tmp_path / "with_features.py", """
+    model = cnn_variant(
+        tmp_path / "with_features.py",
+        """
 NAME = "glyph_cnn_features"
 
 class WithFeatures(cnn.GlyphCNN):
@@ -204,17 +267,30 @@ KAPPAS = {"feature_norm": feature_norm}
 
 def build_model():
     return variant(WithFeatures)
-""")
-    result = submit(model, benchmark=tiny_glyphs, kappas=["feature_norm", "softmax"], out=tmp_path / "out", cache=False, progress=False)
+""",
+    )
+    result = submit(
+        model,
+        benchmark=tiny_glyphs,
+        kappas=["feature_norm", "softmax"],
+        out=tmp_path / "out",
+        cache=False,
+        progress=False,
+    )
     plain = submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "plain", cache=False, progress=False)
     assert result.records[1]["levels"] == plain.records[0]["levels"]  # the tuple output gives the same logits
     norm = result.results[0]
     assert norm.kappa == "feature_norm" and all(0.0 <= row["ood_auroc"] <= 1.0 for row in norm.rows)
     assert norm.rows[0]["ood_avg_conf"] > 0.0  # a norm of real features
-    logits_only = cnn_variant(tmp_path / "logits_only.py", """
+    logits_only = cnn_variant(
+        tmp_path / "logits_only.py",
+        """
 build_model = cnn.build_model
 KAPPAS = {"feature_norm": user_kappa(features=True)(lambda logits, features: np.linalg.norm(features, axis=1))}
-""")
+""",
+    )
     # a model that returns logits only gets the input of its last linear layer: the same features, from the same pass
-    tapped = submit(logits_only, benchmark=tiny_glyphs, kappas=["feature_norm"], out=tmp_path / "lo", cache=False, progress=False)
+    tapped = submit(
+        logits_only, benchmark=tiny_glyphs, kappas=["feature_norm"], out=tmp_path / "lo", cache=False, progress=False
+    )
     assert tapped.records[0]["levels"] == result.records[0]["levels"]

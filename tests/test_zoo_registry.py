@@ -21,7 +21,7 @@ from leaderboard.errors import LeaderboardError
 
 CNN = Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py"
 
-ADAPTER = '''
+ADAPTER = """
 import numpy as np
 import torch
 from harness.adapters.weights import load_weights
@@ -38,7 +38,7 @@ def tiny_target(target):
     name = target.name.rsplit("/", 1)[-1]
     return Submission(name=f"tiny-{name}", model=model.eval(), transform=transform, channels=3,
                       preprocessing={"input_size": [3, 4, 4]}, source=f"tiny:{name}", file_sha256=sha)
-'''
+"""
 
 
 @pytest.fixture
@@ -64,40 +64,57 @@ def register(tmp_path, monkeypatch):
 @pytest.fixture
 def registered(register):
     """A weights-file kind ``tiny`` and a folder kind ``tinydir``."""
-    return register("[cood_bench.zoo]\ntiny = tiny_zoo:tiny_target\n"
-                    "[cood_bench.zoo_folders]\ntinydir = tiny_zoo:tiny_target\n")
+    return register(
+        "[cood_bench.zoo]\ntiny = tiny_zoo:tiny_target\n[cood_bench.zoo_folders]\ntinydir = tiny_zoo:tiny_target\n"
+    )
 
 
 def harness_cli(*args, path) -> subprocess.CompletedProcess:
     """``cood-harness ARGS`` with ``path`` on the import path."""
-    return subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(path)})
+    return subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(path)},
+    )
 
 
 def test_before_registration_the_kind_is_refused(tmp_path):
     assert "tiny" not in zoo_kinds()
     with pytest.raises(LeaderboardError, match=r"^target 'tiny:net': give open_clip:<name>, timm:<name>, torchvision:"):
         queue.parse_target("tiny:net", "org/weights", "w.safetensors")
-    with pytest.raises(HarnessError, match=r"^submission file tiny:net not found, and tiny: is no zoo target kind "
-                                           r"\(hf:, open_clip:, timm:, torchvision:\)$"):
+    with pytest.raises(
+        HarnessError,
+        match=r"^submission file tiny:net not found, and tiny: is no zoo target kind "
+        r"\(hf:, open_clip:, timm:, torchvision:\)$",
+    ):
         check_target("tiny:net", str(tmp_path / "w.safetensors"))
 
 
 def test_a_registered_kind_reaches_the_command_line(registered):
     done = harness_cli("submit", "--help", path=registered)
     assert done.returncode == 0, done.stderr
-    assert ("or a model-zoo target: open_clip:NAME, timm:NAME, tiny:NAME, torchvision:NAME (with --weights) or "
-            "hf:FOLDER, tinydir:FOLDER.") in " ".join(done.stdout.split())
+    assert (
+        "or a model-zoo target: open_clip:NAME, timm:NAME, tiny:NAME, torchvision:NAME (with --weights) or "
+        "hf:FOLDER, tinydir:FOLDER."
+    ) in " ".join(done.stdout.split())
     assert "for open_clip:, timm:, tiny: and torchvision: targets." in " ".join(done.stdout.split())
     done = harness_cli("submit", "tiny:net", path=registered)
     assert (done.returncode, done.stderr) == (
-        2, "error: tiny:net needs a weights file (--weights); nothing is downloaded\n")
+        2,
+        "error: tiny:net needs a weights file (--weights); nothing is downloaded\n",
+    )
     done = harness_cli("submit", "keras:net", path=registered)
-    assert done.stderr == ("error: submission file keras:net not found, and keras: is no zoo target kind "
-                           "(hf:, open_clip:, timm:, tiny:, tinydir:, torchvision:)\n")
+    assert done.stderr == (
+        "error: submission file keras:net not found, and keras: is no zoo target kind "
+        "(hf:, open_clip:, timm:, tiny:, tinydir:, torchvision:)\n"
+    )
     done = harness_cli("submit", CNN, "--weights", "w.pt", path=registered)
     assert (done.returncode, done.stderr) == (
-        2, f"error: --weights applies to open_clip:, timm:, tiny: and torchvision: targets, not to the file {CNN}\n")
+        2,
+        f"error: --weights applies to open_clip:, timm:, tiny: and torchvision: targets, not to the file {CNN}\n",
+    )
 
 
 def test_a_registered_kind_is_built_by_its_adapter(registered):
@@ -112,29 +129,39 @@ def test_a_registered_kind_is_built_by_its_adapter(registered):
     for submission in (with_file, in_folder):
         assert submission.name == "tiny-net"
         torch.testing.assert_close(submission.model(image), layer(image.flatten(1)))
-    np.testing.assert_array_equal(with_file.transform(Image.new("RGB", (8, 8), (255, 0, 0)))[:, 0, 0],
-                                  [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(with_file.transform(Image.new("RGB", (8, 8), (255, 0, 0)))[:, 0, 0], [1.0, 0.0, 0.0])
     with pytest.raises(HarnessError, match=r"^tinydir: targets take their weights from the folder; drop --weights$"):
         load_target(f"tinydir:{registered / 'net'}", weights="w.pt")
 
 
 def test_a_registered_kind_is_accepted_by_the_request_queue(registered):
     assert queue.parse_target("tiny:net", "org/weights", "w.safetensors") == {
-        "target": "tiny:net", "repo": "org/weights", "file": "w.safetensors"}
+        "target": "tiny:net",
+        "repo": "org/weights",
+        "file": "w.safetensors",
+    }
     assert queue.parse_target("tinydir:org/net", None, None) == {
-        "target": "tinydir:org/net", "repo": "org/net", "file": None}
+        "target": "tinydir:org/net",
+        "repo": "org/net",
+        "file": None,
+    }
     with pytest.raises(LeaderboardError, match=r"^target 'tinydir:org/net' is its own Hub repo \(tinydir:<owner>/"):
         queue.parse_target("tinydir:org/net", "org/weights", "w.pt")
     with pytest.raises(LeaderboardError, match=r"^tiny: targets need --weights <owner>/<name>"):
         queue.parse_target("tiny:net", None, None)
-    assert queue.target_usage() == ("open_clip:<name>, timm:<name>, tiny:<name>, torchvision:<name> (with --weights "
-                                    "and --file) or hf:<owner>/<name>, tinydir:<owner>/<name> (a model repo)")
+    assert queue.target_usage() == (
+        "open_clip:<name>, timm:<name>, tiny:<name>, torchvision:<name> (with --weights "
+        "and --file) or hf:<owner>/<name>, tinydir:<owner>/<name> (a model repo)"
+    )
 
 
 def test_the_harness_and_the_leaderboard_read_the_same_registration(registered):
     assert GROUPS == queue.ZOO_GROUPS
-    assert {name: kind.folder for name, kind in zoo_kinds().items()} == queue.zoo_kinds() == {
-        "hf": True, "open_clip": False, "timm": False, "tiny": False, "tinydir": True, "torchvision": False}
+    assert (
+        {name: kind.folder for name, kind in zoo_kinds().items()}
+        == queue.zoo_kinds()
+        == {"hf": True, "open_clip": False, "timm": False, "tiny": False, "tinydir": True, "torchvision": False}
+    )
 
 
 def test_a_kind_registered_twice_is_an_error(register):

@@ -37,7 +37,9 @@ MAX_EXTENT = 28
 AMBIGUOUS_IOU = 0.85
 DUPLICATE_IOU = 0.85
 _DIGIT_NAMES = ["ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE"]
-_LATIN_NAME = re.compile(r"\bLATIN\b.*\bLETTER (?:SMALL CAPITAL |CAPITAL |SMALL |INVERTED |TURNED |REVERSED )*([A-Z])\b")
+_LATIN_NAME = re.compile(
+    r"\bLATIN\b.*\bLETTER (?:SMALL CAPITAL |CAPITAL |SMALL |INVERTED |TURNED |REVERSED )*([A-Z])\b"
+)
 _DIGIT_NAME = re.compile(r"\bDIGIT (" + "|".join(_DIGIT_NAMES) + r")\b")
 
 
@@ -90,8 +92,18 @@ def classify(rule_sets: dict[str, bool] | None = None) -> pd.DataFrame:
     unknown = set(rule_sets) - set(OPTIONAL_RULE_SETS)
     if unknown:
         raise ValueError(f"unknown rule sets {sorted(unknown)}; known: {sorted(OPTIONAL_RULE_SETS)}")
-    rows = {c: {"id": class_id(c), "char": c, "name": char_name(c), "status": "ood", "rule": None, "collides_with": None, "detail": None}
-            for c in universe()}
+    rows = {
+        c: {
+            "id": class_id(c),
+            "char": c,
+            "name": char_name(c),
+            "status": "ood",
+            "rule": None,
+            "collides_with": None,
+            "detail": None,
+        }
+        for c in universe()
+    }
 
     def remove(c: str, rule: str, collides: str | None = None, detail: str | None = None) -> None:
         rows[c].update(status="removed", rule=rule, collides_with=collides and class_id(collides), detail=detail)
@@ -125,7 +137,12 @@ def classify(rule_sets: dict[str, bool] | None = None) -> pd.DataFrame:
         earlier = [e for e in earlier if rows[candidates[kept[e]]]["status"] == "ood"]
         if earlier:
             twin = candidates[kept[earlier[0]]]
-            remove(candidates[kept[a]], "duplicate_glyph", None, f"draws like {class_id(twin)} ({twin}), iou={pairwise[a, earlier[0]]:.2f}")
+            remove(
+                candidates[kept[a]],
+                "duplicate_glyph",
+                None,
+                f"draws like {class_id(twin)} ({twin}), iou={pairwise[a, earlier[0]]:.2f}",
+            )
     return pd.DataFrame(list(rows.values()))
 
 

@@ -31,7 +31,7 @@ def face_path(face: str) -> str:
     return os.path.join(matplotlib.get_data_path(), "fonts", "ttf", face)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def font(face: str, size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(face_path(face), size)
 
@@ -71,7 +71,9 @@ def style_for(seed: int, class_id: str, image_key: str) -> Style:
 def draw(char: str, face: str, size: int, dx: int = 0, dy: int = 0, angle: float = 0.0) -> np.ndarray:
     """The character's coverage in [0, 1] on an IMAGE_SIZE square (centred, then shifted and rotated)."""
     canvas = Image.new("L", (CANVAS, CANVAS), 0)
-    ImageDraw.Draw(canvas).text((CANVAS // 2 + dx, CANVAS // 2 + dy), char, fill=255, font=font(face, size), anchor="mm")
+    ImageDraw.Draw(canvas).text(
+        (CANVAS // 2 + dx, CANVAS // 2 + dy), char, fill=255, font=font(face, size), anchor="mm"
+    )
     if angle:
         canvas = canvas.rotate(angle, resample=Image.BILINEAR)
     margin = (CANVAS - IMAGE_SIZE) // 2

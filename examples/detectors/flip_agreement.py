@@ -19,7 +19,9 @@ class FlipAgreement(ModelKappa):
 
     def score_model(self, model, images, seed):
         with torch.no_grad():
-            probs = [F.softmax(logits_of(model(x)).double() / self.params["temperature"], dim=1)
-                     for x in (images, images.flip(-1))]
+            probs = [
+                F.softmax(logits_of(model(x)).double() / self.params["temperature"], dim=1)
+                for x in (images, images.flip(-1))
+            ]
         score = (probs[0] * probs[1]).sum(dim=1)
         return score, score

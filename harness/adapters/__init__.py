@@ -24,7 +24,13 @@ from collections.abc import Sequence
 
 from harness.adapters.common import ZooTarget
 from harness.adapters.hf_models import LogitsOf, hf_target
-from harness.adapters.open_clip_models import CLIP_TEMPLATES, ZeroShotClassifier, open_clip_options, open_clip_target, zero_shot_head
+from harness.adapters.open_clip_models import (
+    CLIP_TEMPLATES,
+    ZeroShotClassifier,
+    open_clip_options,
+    open_clip_target,
+    zero_shot_head,
+)
 from harness.adapters.timm_models import timm_target
 from harness.adapters.torchvision_models import torchvision_target, torchvision_weights_entry
 from harness.adapters.weights import TORCH_SUFFIXES, ClassCountMismatch, copy_state_in_order, load_weights, read_weights
@@ -33,12 +39,34 @@ from harness.options import check_target
 from harness.submission import Submission, check_output, load_file
 from harness.zoo import zoo_kind
 
-__all__ = ["CLIP_TEMPLATES", "ClassCountMismatch", "LogitsOf", "TORCH_SUFFIXES", "ZeroShotClassifier", "ZooTarget",
-           "copy_state_in_order", "hf_target", "load_target", "load_weights", "open_clip_options", "open_clip_target",
-           "read_weights", "timm_target", "torchvision_target", "torchvision_weights_entry", "zero_shot_head"]
+__all__ = [
+    "CLIP_TEMPLATES",
+    "ClassCountMismatch",
+    "LogitsOf",
+    "TORCH_SUFFIXES",
+    "ZeroShotClassifier",
+    "ZooTarget",
+    "copy_state_in_order",
+    "hf_target",
+    "load_target",
+    "load_weights",
+    "open_clip_options",
+    "open_clip_target",
+    "read_weights",
+    "timm_target",
+    "torchvision_target",
+    "torchvision_weights_entry",
+    "zero_shot_head",
+]
 
-def load_target(target: str, *, weights: str | None = None, num_classes_expected: int | None = None,
-                classnames: Sequence[str] | None = None) -> Submission:
+
+def load_target(
+    target: str,
+    *,
+    weights: str | None = None,
+    num_classes_expected: int | None = None,
+    classnames: Sequence[str] | None = None,
+) -> Submission:
     """The submission for ``target`` (see the module docstring); with ``num_classes_expected`` its logits' width is checked.
 
     ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head.
@@ -51,8 +79,9 @@ def load_target(target: str, *, weights: str | None = None, num_classes_expected
         try:
             build = kind.adapter.load()
         except (ImportError, AttributeError) as exc:  # a third party's entry point: one line naming it
-            raise HarnessError(f"zoo kind '{kind.name}' ({kind.adapter.value}) failed to load: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise HarnessError(
+                f"zoo kind '{kind.name}' ({kind.adapter.value}) failed to load: {type(exc).__name__}: {exc}"
+            ) from exc
         submission = build(ZooTarget(str(target).partition(":")[2], weights, num_classes_expected, classnames))
     if num_classes_expected is not None:
         check_output(submission, num_classes_expected)

@@ -35,15 +35,37 @@ def hf_target(target: ZooTarget) -> Submission:
     except (OSError, ValueError) as exc:
         raise HarnessError(f"hf: cannot load {path}: {str(exc).splitlines()[0]}") from exc
     settings = processor.to_dict()
-    preprocessing = {k: _listed(settings[k]) for k in ("size", "crop_size", "crop_pct", "do_resize", "do_center_crop",
-                                                        "do_rescale", "rescale_factor", "do_normalize") if k in settings}
-    preprocessing |= {"mean": _listed(settings.get("image_mean")), "std": _listed(settings.get("image_std")),
-                      "transform": type(processor).__name__}
+    preprocessing = {
+        k: _listed(settings[k])
+        for k in (
+            "size",
+            "crop_size",
+            "crop_pct",
+            "do_resize",
+            "do_center_crop",
+            "do_rescale",
+            "rescale_factor",
+            "do_normalize",
+        )
+        if k in settings
+    }
+    preprocessing |= {
+        "mean": _listed(settings.get("image_mean")),
+        "std": _listed(settings.get("image_std")),
+        "transform": type(processor).__name__,
+    }
     if "resample" in settings:
         preprocessing["interpolation"] = Image.Resampling(settings["resample"]).name.lower()
 
     def transform(image: Image.Image) -> torch.Tensor:
         return processor(images=image.convert("RGB"), return_tensors="pt")["pixel_values"][0]
 
-    return Submission(name=f"hf-{path.resolve().name}", model=LogitsOf(model).eval(), transform=transform, channels=3,
-                      preprocessing=preprocessing, source=f"hf:{path.resolve().name}", file_sha256=None)
+    return Submission(
+        name=f"hf-{path.resolve().name}",
+        model=LogitsOf(model).eval(),
+        transform=transform,
+        channels=3,
+        preprocessing=preprocessing,
+        source=f"hf:{path.resolve().name}",
+        file_sha256=None,
+    )

@@ -23,13 +23,19 @@ CLIP_TEMPLATES = (
 )
 
 
-def zero_shot_head(encode_text: Callable[[torch.Tensor], torch.Tensor], tokenizer: Callable[[list[str]], torch.Tensor],
-                   classnames: Sequence[str], templates: Sequence[str] = CLIP_TEMPLATES, batch_size: int = 1000) -> torch.Tensor:
+def zero_shot_head(
+    encode_text: Callable[[torch.Tensor], torch.Tensor],
+    tokenizer: Callable[[list[str]], torch.Tensor],
+    classnames: Sequence[str],
+    templates: Sequence[str] = CLIP_TEMPLATES,
+    batch_size: int = 1000,
+) -> torch.Tensor:
     """Class weights ``(num_classes, dim)``: per class, the templates' text embeddings L2-normalised, averaged, normalised."""
     texts = [template.format(name) for name in classnames for template in templates]
     with torch.no_grad():
-        embeddings = torch.cat([encode_text(tokenizer(texts[i:i + batch_size])).float()
-                                for i in range(0, len(texts), batch_size)])
+        embeddings = torch.cat(
+            [encode_text(tokenizer(texts[i : i + batch_size])).float() for i in range(0, len(texts), batch_size)]
+        )
     embeddings = F.normalize(embeddings, dim=-1).reshape(len(classnames), len(templates), -1)
     return F.normalize(embeddings.mean(dim=1), dim=-1)
 
@@ -67,8 +73,13 @@ def open_clip_options(arch: str, tag: str) -> dict:
     if tag not in tags:
         raise HarnessError(f"open_clip: unknown tag '{tag}' for {arch}; known: {', '.join(tags)}")
     cfg = open_clip.get_pretrained_cfg(arch, tag)
-    return {"force_quick_gelu": bool(cfg.get("quick_gelu")), "image_mean": cfg.get("mean"), "image_std": cfg.get("std"),
-            "image_interpolation": cfg.get("interpolation"), "image_resize_mode": cfg.get("resize_mode")}
+    return {
+        "force_quick_gelu": bool(cfg.get("quick_gelu")),
+        "image_mean": cfg.get("mean"),
+        "image_std": cfg.get("std"),
+        "image_interpolation": cfg.get("interpolation"),
+        "image_resize_mode": cfg.get("resize_mode"),
+    }
 
 
 def open_clip_target(target: ZooTarget) -> Submission:
@@ -82,20 +93,36 @@ def open_clip_target(target: ZooTarget) -> Submission:
     sha = load_weights(model, target.weights)
     if classnames is None:
         from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES as classnames
+
         names_source = "CLIP's curated ImageNet-1K class names"
     else:
         names_source = "given"
     try:
         tokenizer = open_clip.get_tokenizer(arch)
     except OSError as exc:
-        raise HarnessError(f"open_clip: the tokenizer of {arch} is not available offline: {str(exc).splitlines()[0]}") from exc
+        raise HarnessError(
+            f"open_clip: the tokenizer of {arch} is not available offline: {str(exc).splitlines()[0]}"
+        ) from exc
     model.eval()
     head = ZeroShotClassifier(model, zero_shot_head(model.encode_text, tokenizer, classnames))
     cfg = model.visual.preprocess_cfg
-    preprocessing = {"input_size": [3, *cfg["size"]], "interpolation": cfg["interpolation"], "mean": list(cfg["mean"]),
-                     "std": list(cfg["std"]), "crop_pct": 1.0, "resize_mode": cfg["resize_mode"],
-                     "transform": "open_clip.image_transform_v2",
-                     "zero_shot": {"templates": list(CLIP_TEMPLATES), "classnames": names_source, "logit_scale": 100.0}}
+    preprocessing = {
+        "input_size": [3, *cfg["size"]],
+        "interpolation": cfg["interpolation"],
+        "mean": list(cfg["mean"]),
+        "std": list(cfg["std"]),
+        "crop_pct": 1.0,
+        "resize_mode": cfg["resize_mode"],
+        "transform": "open_clip.image_transform_v2",
+        "zero_shot": {"templates": list(CLIP_TEMPLATES), "classnames": names_source, "logit_scale": 100.0},
+    }
     name = f"open_clip-{arch}" + (f"-{tag}" if tag else "")
-    return Submission(name=name, model=head.eval(), transform=transform, channels=3, preprocessing=preprocessing,
-                      source=f"open_clip:{spec}", file_sha256=sha)
+    return Submission(
+        name=name,
+        model=head.eval(),
+        transform=transform,
+        channels=3,
+        preprocessing=preprocessing,
+        source=f"open_clip:{spec}",
+        file_sha256=sha,
+    )

@@ -21,5 +21,12 @@ def timm_target(target: ZooTarget) -> Submission:
     sha = load_weights(model, target.weights)
     config = resolve_data_config({}, model=model)
     preprocessing = recorded(config) | {"transform": "timm.create_transform"}
-    return Submission(name=name, model=model.eval(), transform=timm_transform(config), channels=config["input_size"][0],
-                      preprocessing=preprocessing, source=f"timm:{name}", file_sha256=sha)
+    return Submission(
+        name=name,
+        model=model.eval(),
+        transform=timm_transform(config),
+        channels=config["input_size"][0],
+        preprocessing=preprocessing,
+        source=f"timm:{name}",
+        file_sha256=sha,
+    )

@@ -34,9 +34,24 @@ def torchvision_target(target: ZooTarget) -> Submission:
     entry, how = torchvision_weights_entry(name, sha)
     preset = entry.transforms()
     crop, resize = preset.crop_size[0], preset.resize_size[0]
-    preprocessing = {"input_size": [3, crop, crop], "interpolation": preset.interpolation.value, "mean": list(preset.mean),
-                     "std": list(preset.std), "crop_pct": round(crop / resize, 4), "resize_size": resize,
-                     "antialias": preset.antialias, "transform": "torchvision ImageClassification preset",
-                     "weights_entry": f"{type(entry).__name__}.{entry.name}", "weights_entry_choice": how}
-    return Submission(name=f"torchvision-{name}", model=model.eval(), transform=preset, channels=3,
-                      preprocessing=preprocessing, source=f"torchvision:{name}", file_sha256=sha)
+    preprocessing = {
+        "input_size": [3, crop, crop],
+        "interpolation": preset.interpolation.value,
+        "mean": list(preset.mean),
+        "std": list(preset.std),
+        "crop_pct": round(crop / resize, 4),
+        "resize_size": resize,
+        "antialias": preset.antialias,
+        "transform": "torchvision ImageClassification preset",
+        "weights_entry": f"{type(entry).__name__}.{entry.name}",
+        "weights_entry_choice": how,
+    }
+    return Submission(
+        name=f"torchvision-{name}",
+        model=model.eval(),
+        transform=preset,
+        channels=3,
+        preprocessing=preprocessing,
+        source=f"torchvision:{name}",
+        file_sha256=sha,
+    )

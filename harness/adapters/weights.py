@@ -23,10 +23,12 @@ class ClassCountMismatch(HarnessError):
             hint = "an ImageNet-1K benchmark for an ImageNet-1K classifier"
         else:
             hint = f"one built with `cood-dataset folder` from images of the model's {model_classes:,} classes"
-        super().__init__(f"the model has {model_classes:,} output classes, {named} has {id_classes:,} ID classes: "
-                         f"evaluate it on a benchmark with its classes (e.g. {hint})")
+        super().__init__(
+            f"the model has {model_classes:,} output classes, {named} has {id_classes:,} ID classes: "
+            f"evaluate it on a benchmark with its classes (e.g. {hint})"
+        )
 
-    def on(self, benchmark: str) -> "ClassCountMismatch":
+    def on(self, benchmark: str) -> ClassCountMismatch:
         """The same error naming ``benchmark``."""
         return ClassCountMismatch(self.model_classes, self.id_classes, benchmark)
 
@@ -43,15 +45,21 @@ def _classifier_keys(model: torch.nn.Module) -> set[str]:
 
 def _check_classes(model: torch.nn.Module, key: str, tensor: torch.Tensor, expected: torch.Tensor) -> None:
     """Raise ClassCountMismatch when ``key`` is the classifier's and only its number of classes differs."""
-    if (key in _classifier_keys(model) and tensor.ndim == expected.ndim >= 1 and tensor.shape[1:] == expected.shape[1:]
-            and tensor.shape[0] != expected.shape[0]):
+    if (
+        key in _classifier_keys(model)
+        and tensor.ndim == expected.ndim >= 1
+        and tensor.shape[1:] == expected.shape[1:]
+        and tensor.shape[0] != expected.shape[0]
+    ):
         raise ClassCountMismatch(tensor.shape[0], expected.shape[0])
 
 
 def _unpickling_detail(exc: Exception) -> str:
     """The line of torch's weights-only error that says what was refused, without its advice to load unsafely."""
     boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not line.strip().startswith(boilerplate)]
+    lines = [
+        line.strip() for line in str(exc).splitlines() if line.strip() and not line.strip().startswith(boilerplate)
+    ]
     return " ".join(lines) or type(exc).__name__
 
 
@@ -76,8 +84,10 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:
-            raise HarnessError(f"weights file {path} refused by torch.load(weights_only=True), it holds more than "
-                               f"tensors or is no torch file: {_unpickling_detail(exc)}") from exc
+            raise HarnessError(
+                f"weights file {path} refused by torch.load(weights_only=True), it holds more than "
+                f"tensors or is no torch file: {_unpickling_detail(exc)}"
+            ) from exc
         except (RuntimeError, EOFError, OSError) as exc:
             detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
             raise HarnessError(f"weights file {path} is not a torch state dict: {detail}") from exc
@@ -89,7 +99,7 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise HarnessError(f"weights file {path} holds no state dict (a mapping of names to tensors)")
     if all(k.startswith("module.") for k in state):
-        state = {k[len("module."):]: v for k, v in state.items()}
+        state = {k[len("module.") :]: v for k, v in state.items()}
     return state
 
 
@@ -110,8 +120,10 @@ def copy_state_in_order(model: torch.nn.Module, state: dict[str, torch.Tensor]) 
         if tensor.shape != expected.shape or src.rsplit(".", 1)[-1] != dst.rsplit(".", 1)[-1]:
             if src.rsplit(".", 1)[-1] == dst.rsplit(".", 1)[-1]:
                 _check_classes(model, dst, tensor, expected)
-            raise HarnessError(f"cannot copy weights in order: tensor {i} '{src}' {tuple(tensor.shape)} does not match "
-                               f"'{dst}' {tuple(expected.shape)}")
+            raise HarnessError(
+                f"cannot copy weights in order: tensor {i} '{src}' {tuple(tensor.shape)} does not match "
+                f"'{dst}' {tuple(expected.shape)}"
+            )
         renamed[dst] = tensor
     return renamed
 
@@ -124,12 +136,16 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> str:
         state = copy_state_in_order(model, state)
     missing, unexpected = sorted(target.keys() - state.keys()), sorted(state.keys() - target.keys())
     if missing or unexpected:
-        raise HarnessError(f"weights file {path} does not fit the model: {len(missing)} missing keys {missing[:3]}, "
-                           f"{len(unexpected)} unexpected keys {unexpected[:3]}")
+        raise HarnessError(
+            f"weights file {path} does not fit the model: {len(missing)} missing keys {missing[:3]}, "
+            f"{len(unexpected)} unexpected keys {unexpected[:3]}"
+        )
     for key, tensor in state.items():
         if tensor.shape != target[key].shape:
             _check_classes(model, key, tensor, target[key])
-            raise HarnessError(f"weights file {path} does not fit the model: '{key}' has shape {tuple(tensor.shape)}, "
-                               f"the model expects {tuple(target[key].shape)}")
+            raise HarnessError(
+                f"weights file {path} does not fit the model: '{key}' has shape {tuple(tensor.shape)}, "
+                f"the model expects {tuple(target[key].shape)}"
+            )
     model.load_state_dict(state)
     return file_sha256(path)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -96,8 +97,7 @@ class ModelKappa(Kappa):
     reads = frozenset({"model"})
 
     @abstractmethod
-    def score_model(self, model: torch.nn.Module, images: torch.Tensor,
-                    seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def score_model(self, model: torch.nn.Module, images: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores, confidences)`` of a batch of images (tensors, one per sample); ``seed`` is the batch's."""
 
 
@@ -195,19 +195,28 @@ class KappaDef(Needs):
 DECLARED: list[KappaDef] = []  # what register_kappa declared, in order; the registry reads it
 
 
-def register_kappa(name: str, summary: str = "", *, defaults: dict | None = None, reference: str = "",
-                   source: str = "built-in", seeded: bool = False,
-                   from_options: Callable[[dict], dict] | None = None) -> Callable[[type[Kappa]], type[Kappa]]:
+def register_kappa(
+    name: str,
+    summary: str = "",
+    *,
+    defaults: dict | None = None,
+    reference: str = "",
+    source: str = "built-in",
+    seeded: bool = False,
+    from_options: Callable[[dict], dict] | None = None,
+) -> Callable[[type[Kappa]], type[Kappa]]:
     """Class decorator: register the :class:`Kappa` subclass as kappa ``name`` (its summary: the first line of its
     docstring unless given; its needs: its kinds')."""
 
     def register(cls: type[Kappa]) -> type[Kappa]:
         if not (inspect.isclass(cls) and issubclass(cls, Kappa)) or inspect.isabstract(cls):
-            raise TypeError(f"kappa '{name}': register a Kappa subclass that implements its kind's methods, "
-                            f"got {cls!r}")
+            raise TypeError(
+                f"kappa '{name}': register a Kappa subclass that implements its kind's methods, got {cls!r}"
+            )
         text = summary or (inspect.getdoc(cls) or "").split("\n")[0]
-        DECLARED.append(KappaDef(name, text, source, cls.needs(), dict(defaults or {}), cls, reference, seeded,
-                                 from_options))
+        DECLARED.append(
+            KappaDef(name, text, source, cls.needs(), dict(defaults or {}), cls, reference, seeded, from_options)
+        )
         return cls
 
     return register

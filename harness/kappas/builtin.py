@@ -34,8 +34,12 @@ def from_logits(kappa: LogitKappa) -> type[FromLogits]:
     return type(f"FromLogits_{kappa.name}", kinds, {"kappa": kappa})
 
 
-SUMMARIES = {"softmax": "max softmax probability (ranked by the max log-softmax)",
-             "entropy": "minus the softmax entropy", "max_logit": "max logit", "energy": "T * logsumexp(logits / T)"}
+SUMMARIES = {
+    "softmax": "max softmax probability (ranked by the max log-softmax)",
+    "entropy": "minus the softmax entropy",
+    "max_logit": "max logit",
+    "energy": "T * logsumexp(logits / T)",
+}
 for name, kappa in BUILTIN_LOGIT_KAPPAS.items():
     register_kappa(name, SUMMARIES[name], defaults=kappa.params, reference=PAPER, source="paper")(from_logits(kappa))
 
@@ -54,17 +58,28 @@ def _mc_options(options: dict) -> dict:
     return {"passes": passes}
 
 
-@register_kappa("odin", "max softmax(f(x')/T) at an input perturbed against the top class", source="paper",
-                defaults={"preset": "paper", **ODIN_PRESETS["paper"]}, reference="Liang et al., ICLR 2018",
-                from_options=_odin_options)
+@register_kappa(
+    "odin",
+    "max softmax(f(x')/T) at an input perturbed against the top class",
+    source="paper",
+    defaults={"preset": "paper", **ODIN_PRESETS["paper"]},
+    reference="Liang et al., ICLR 2018",
+    from_options=_odin_options,
+)
 class Odin(ModelKappa):
     def score_model(self, model, images, seed: int):
         return odin(model, images, self.params["temperature"], self.params["epsilon"])
 
 
-@register_kappa("mc_dropout", "minus the entropy of the mean softmax over stochastic dropout passes", source="paper",
-                defaults={"passes": MC_DROPOUT_PASSES}, reference="Gal & Ghahramani, ICML 2016", seeded=True,
-                from_options=_mc_options)
+@register_kappa(
+    "mc_dropout",
+    "minus the entropy of the mean softmax over stochastic dropout passes",
+    source="paper",
+    defaults={"passes": MC_DROPOUT_PASSES},
+    reference="Gal & Ghahramani, ICML 2016",
+    seeded=True,
+    from_options=_mc_options,
+)
 class McDropout(ModelKappa):
     def score_model(self, model, images, seed: int):
         score = mc_dropout(model, images, self.params["passes"], seed)

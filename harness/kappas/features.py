@@ -14,8 +14,9 @@ import torch
 
 from harness.errors import HarnessError
 
-HOW_TO_EXPOSE = ("return (logits, features) from forward(), or end the model with a torch.nn.Linear "
-                 "with one output per ID class")
+HOW_TO_EXPOSE = (
+    "return (logits, features) from forward(), or end the model with a torch.nn.Linear with one output per ID class"
+)
 
 
 def last_linear(model: torch.nn.Module, num_classes: int) -> torch.nn.Linear | None:
@@ -64,13 +65,17 @@ def check_features(name: str, features: np.ndarray | None) -> np.ndarray:
 def check_head(name: str, logits: np.ndarray, features: np.ndarray, head) -> tuple[np.ndarray, np.ndarray]:
     """The head, once the logits are checked to be ``features @ weight.T + bias`` (to the precision of the pass)."""
     if head is None or head[0].shape[1] != features.shape[1]:
-        raise HarnessError(f"kappa '{name}' needs the last layer that maps the features to the logits, and the model has "
-                           f"none that fits: {HOW_TO_EXPOSE}")
+        raise HarnessError(
+            f"kappa '{name}' needs the last layer that maps the features to the logits, and the model has "
+            f"none that fits: {HOW_TO_EXPOSE}"
+        )
     recomputed = features.astype(np.float64) @ head[0].T + head[1]
     scale = max(1.0, float(np.abs(logits).max(initial=0.0)))
     if not np.allclose(recomputed, logits, rtol=2e-2, atol=2e-2 * scale):
-        raise HarnessError(f"kappa '{name}' needs the last layer, but the logits are not the model's last linear layer "
-                           f"applied to its features: {HOW_TO_EXPOSE}, and return those features")
+        raise HarnessError(
+            f"kappa '{name}' needs the last layer, but the logits are not the model's last linear layer "
+            f"applied to its features: {HOW_TO_EXPOSE}, and return those features"
+        )
     return head
 
 
@@ -86,5 +91,7 @@ def require_exposed(kappas, head, gives_features) -> None:
         raise HarnessError(f"kappa '{wanting[0].name}' needs features, but the model gives none: {HOW_TO_EXPOSE}")
     heads = [k for k in wanting if k.reads_head]
     if heads:
-        raise HarnessError(f"kappa '{heads[0].name}' needs the last layer that maps the features to the logits, and the "
-                           f"model has none: {HOW_TO_EXPOSE}")
+        raise HarnessError(
+            f"kappa '{heads[0].name}' needs the last layer that maps the features to the logits, and the "
+            f"model has none: {HOW_TO_EXPOSE}"
+        )

@@ -17,8 +17,10 @@ def fit_split(bench: Benchmark) -> tuple[str, int]:
         shards = bench.shards(split) if split in SPLITS else []
         if shards:
             return split, sum(s["num_samples"] for s in shards)
-    raise HarnessError(f"benchmark {bench.name} has no ID split to fit kappas on ({' or '.join(FIT_SPLITS)}); "
-                       "rebuild it with ID training images, or choose kappas that need no fit")
+    raise HarnessError(
+        f"benchmark {bench.name} has no ID split to fit kappas on ({' or '.join(FIT_SPLITS)}); "
+        "rebuild it with ID training images, or choose kappas that need no fit"
+    )
 
 
 def with_fit(specs: list[KappaSpec], bench: Benchmark, seed: int) -> list[KappaSpec]:

@@ -9,8 +9,8 @@ probability, which orders samples the same way. ODIN and MC-dropout need the mod
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from scipy.special import log_softmax, logsumexp
@@ -54,7 +54,9 @@ class LogitKappa:
         if scores.shape != (len(logits),):
             raise HarnessError(f"kappa '{self.name}' returned shape {scores.shape}, expected ({len(logits)},)")
         if not np.all(np.isfinite(scores)):
-            raise HarnessError(f"kappa '{self.name}' produced {int(np.sum(~np.isfinite(scores)))} NaN or infinite scores")
+            raise HarnessError(
+                f"kappa '{self.name}' produced {int(np.sum(~np.isfinite(scores)))} NaN or infinite scores"
+            )
         return scores, (scores if self.confidence is None else self.confidence(scores))
 
 
@@ -70,7 +72,9 @@ def check_logits(logits: np.ndarray, num_classes: int) -> np.ndarray:
     """Validate a batch of logits: 2-D, ``num_classes`` wide, finite."""
     logits = np.asarray(logits)
     if logits.ndim != 2 or logits.shape[1] != num_classes:
-        raise HarnessError(f"the model returned logits of shape {tuple(logits.shape)}, expected (batch, {num_classes}) for {num_classes} ID classes")
+        raise HarnessError(
+            f"the model returned logits of shape {tuple(logits.shape)}, expected (batch, {num_classes}) for {num_classes} ID classes"
+        )
     if not np.all(np.isfinite(logits)):
         raise HarnessError(f"the model returned {int(np.sum(~np.isfinite(logits)))} NaN or infinite logits")
     return logits

@@ -18,7 +18,9 @@ def split_output(output) -> tuple[torch.Tensor, torch.Tensor | None]:
         return output, None
     if isinstance(output, (tuple, list)) and len(output) in (1, 2) and all(isinstance(o, torch.Tensor) for o in output):
         return output[0], output[1] if len(output) == 2 else None
-    kinds = type(output).__name__ + (f" of {', '.join(type(o).__name__ for o in output)}" if isinstance(output, (tuple, list)) else "")
+    kinds = type(output).__name__ + (
+        f" of {', '.join(type(o).__name__ for o in output)}" if isinstance(output, (tuple, list)) else ""
+    )
     raise HarnessError(f"the model returned a {kinds}; it must return a logits tensor or a tuple (logits, features)")
 
 
@@ -27,7 +29,9 @@ def logits_of(output) -> torch.Tensor:
     return split_output(output)[0]
 
 
-def odin(model: torch.nn.Module, images: torch.Tensor, temperature: float, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+def odin(
+    model: torch.nn.Module, images: torch.Tensor, temperature: float, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """ODIN (Liang et al. 2018) in the model's normalised input space.
 
     ``x' = x - eps * sign(-grad_x log softmax(f(x)/T)[yhat])``; returns (max log-softmax(f(x')/T),

@@ -26,20 +26,36 @@ from pytorch_ood import detector as pod
 from pytorch_ood.api import FeatureMapsDetector, FeaturesDetector, LogitsDetector
 
 from harness.errors import HarnessError
-from harness.kappas.base import (FeaturesKappa, FittedKappa, HeadKappa, LogitsKappa, ModelKappa, Outputs, OutputsKappa,
-                                  register_kappa)
 from harness.kappas import ood_layers, ood_split, openmax
+from harness.kappas.base import (
+    FeaturesKappa,
+    FittedKappa,
+    HeadKappa,
+    LogitsKappa,
+    ModelKappa,
+    Outputs,
+    OutputsKappa,
+    register_kappa,
+)
 from harness.kappas.model import logits_of
 
-SAME_AS_PAPER_KAPPA = {"MaxSoftmax": "softmax", "EnergyBased": "energy", "Entropy": "entropy", "MaxLogit": "max_logit",
-                       "ODIN": "odin", "MCD": "mc_dropout"}
+SAME_AS_PAPER_KAPPA = {
+    "MaxSoftmax": "softmax",
+    "EnergyBased": "energy",
+    "Entropy": "entropy",
+    "MaxLogit": "max_logit",
+    "ODIN": "odin",
+    "MCD": "mc_dropout",
+}
 # every other pytorch-ood detector, and why it is not a kappa here
 NOT_BRIDGED = {
     "WeightedEBO": "needs per-class energy weights learned in training",
 }
 # the gradient detectors: their parameters are the papers' choices (GradNorm: the last layer's weights only)
-GRADIENT_DETECTORS = {"GradNorm": {"temperature": 1.0, "parameters": "last_layer"},
-                      "GradUncertainty": {"parameters": "all"}}
+GRADIENT_DETECTORS = {
+    "GradNorm": {"temperature": 1.0, "parameters": "last_layer"},
+    "GradUncertainty": {"parameters": "all"},
+}
 # fitted on the fit split, then scored through the model: our name, its implementation (its kind says what it
 # reads), its parameters
 # (``layers``: module names, comma-separated, or auto for a timm model's feature_info; a per-layer value: a,b,...)
@@ -51,8 +67,10 @@ FITTED_MODEL_DETECTORS = {
 }
 # scored through a model split in two (see :mod:`harness.kappas.ood_split`): our name, its implementation, its
 # parameters (MCM's temperature: the paper's 1)
-SPLIT_MODEL_DETECTORS = {"RankFeat": ("rankfeat", ood_split.RankFeat, {}),
-                         "MCM": ("mcm", ood_split.Mcm, {"temperature": 1.0})}
+SPLIT_MODEL_DETECTORS = {
+    "RankFeat": ("rankfeat", ood_split.RankFeat, {}),
+    "MCM": ("mcm", ood_split.Mcm, {"temperature": 1.0}),
+}
 NAMES = {"KLMatching": "kl_matching", "TemperatureScaling": "temperature_scaling"}
 INPUTS = ("model", "encoder", "backbone", "head", "w", "b", "detector", "criterion")
 # parameters without a default in pytorch-ood: ViM's principal dimension (None: half the feature dimension, about
@@ -128,7 +146,9 @@ class Bridged(OutputsKappa):
 
     def fit(self, outputs: Outputs) -> None:
         self.detector = self._build(outputs)
-        fit = getattr(self.detector, {"logits": "fit_logits", "features": "fit_features", "maps": "fit_feature_maps"}[self.kind])
+        fit = getattr(
+            self.detector, {"logits": "fit_logits", "features": "fit_features", "maps": "fit_feature_maps"}[self.kind]
+        )
         fit(self._input(outputs), torch.from_numpy(np.asarray(outputs.labels, dtype=np.int64)))
 
     def score(self, outputs: Outputs) -> tuple[np.ndarray, np.ndarray]:
@@ -137,8 +157,10 @@ class Bridged(OutputsKappa):
         if self.cls is pod.OpenMax:  # pytorch-ood's predict makes a sample's score depend on the others in the call
             scores = -openmax.unknown_probability(self.detector, self._input(outputs).numpy())
             return scores, scores
-        predict = getattr(self.detector, {"logits": "predict_logits", "features": "predict_features",
-                                          "maps": "predict_feature_maps"}[self.kind])
+        predict = getattr(
+            self.detector,
+            {"logits": "predict_logits", "features": "predict_features", "maps": "predict_feature_maps"}[self.kind],
+        )
         with torch.no_grad():
             scores = -predict(self._input(outputs)).detach().double().cpu().numpy()
         return scores, scores
@@ -166,8 +188,10 @@ class GradientBridged(ModelKappa):
         if self.params["parameters"] == "last_layer":
             last = [name for name, m in wrapped.named_modules() if isinstance(m, torch.nn.Linear)]
             if not last:
-                raise HarnessError(f"kappa '{self.cls.__name__.lower()}' with parameters=last_layer needs a model that "
-                                   "ends with a torch.nn.Linear; use parameters=all")
+                raise HarnessError(
+                    f"kappa '{self.cls.__name__.lower()}' with parameters=last_layer needs a model that "
+                    "ends with a torch.nn.Linear; use parameters=all"
+                )
             kwargs["param_filter"] = lambda name, prefix=f"{last[-1]}.": name == prefix + "weight"
         elif self.params["parameters"] != "all":
             raise HarnessError(f"parameters must be last_layer or all, got '{self.params['parameters']}'")
@@ -192,16 +216,23 @@ def bridged_classes() -> dict[str, type]:
     classes = {}
     for name in pod.__all__:
         cls = getattr(pod, name)
-        if (not inspect.isclass(cls) or name in SAME_AS_PAPER_KAPPA or name in NOT_BRIDGED or name in FITTED_MODEL_DETECTORS
-                or name in SPLIT_MODEL_DETECTORS or _kind(cls) is None):
+        if (
+            not inspect.isclass(cls)
+            or name in SAME_AS_PAPER_KAPPA
+            or name in NOT_BRIDGED
+            or name in FITTED_MODEL_DETECTORS
+            or name in SPLIT_MODEL_DETECTORS
+            or _kind(cls) is None
+        ):
             continue
         classes[NAMES.get(name, name.lower())] = cls
     return classes
 
 
 def _register(name: str, cls, implementation: type, defaults: dict) -> None:
-    register_kappa(name, _summary(cls), defaults=defaults, reference=_reference(cls),
-                   source="pytorch-ood")(implementation)
+    register_kappa(name, _summary(cls), defaults=defaults, reference=_reference(cls), source="pytorch-ood")(
+        implementation
+    )
 
 
 def _bridged(base: type, cls, *kinds: type, **attributes) -> type:

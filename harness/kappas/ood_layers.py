@@ -48,17 +48,25 @@ def named_layers(model: torch.nn.Module, spec: str, kappa: str) -> list[tuple[st
     top = ", ".join(name for name, _ in model.named_children())
     if spec == "auto":
         info = getattr(model, "feature_info", None)
-        names = [i["module"] for i in info if "module" in i] if isinstance(info, list) and info and isinstance(info[0], dict) else []
+        names = (
+            [i["module"] for i in info if "module" in i]
+            if isinstance(info, list) and info and isinstance(info[0], dict)
+            else []
+        )
         if not names:
-            raise HarnessError(f"kappa '{kappa}' reads intermediate layers and this model has no timm feature_info to "
-                               f"choose them: name them, {kappa}:layers=NAME[,NAME...] (its top-level modules: {top})")
+            raise HarnessError(
+                f"kappa '{kappa}' reads intermediate layers and this model has no timm feature_info to "
+                f"choose them: name them, {kappa}:layers=NAME[,NAME...] (its top-level modules: {top})"
+            )
     else:
         names = [n.strip() for n in spec.split(",") if n.strip()]
     modules = dict(model.named_modules())
     missing = [n for n in names if n not in modules or not n]
     if missing or not names:
-        raise HarnessError(f"kappa '{kappa}': the model has no layer '{missing[0] if missing else spec}' (its top-level "
-                           f"modules: {top})")
+        raise HarnessError(
+            f"kappa '{kappa}': the model has no layer '{missing[0] if missing else spec}' (its top-level "
+            f"modules: {top})"
+        )
     return [(n, modules[n]) for n in names]
 
 
@@ -104,7 +112,9 @@ def penultimate(model: torch.nn.Module):
         if features is None:
             layer = last_linear(model, logits.shape[1])
             if layer is None or layer not in inputs:
-                raise HarnessError(f"kappa 'mahalanobis_odin' needs features, but the model gives none: {HOW_TO_EXPOSE}")
+                raise HarnessError(
+                    f"kappa 'mahalanobis_odin' needs features, but the model gives none: {HOW_TO_EXPOSE}"
+                )
             features = inputs[layer]
         return features.reshape(len(features), -1).float()
 
@@ -142,8 +152,10 @@ class MahalanobisOdin(FittedModelKappa):
         self.detector = pod.MahalanobisODIN(None, eps=params["eps"])
 
     def fit(self, outputs) -> None:
-        self.detector.fit_features(torch.from_numpy(np.asarray(outputs.features, dtype=np.float32)),
-                                   torch.from_numpy(np.asarray(outputs.labels, dtype=np.int64)))
+        self.detector.fit_features(
+            torch.from_numpy(np.asarray(outputs.features, dtype=np.float32)),
+            torch.from_numpy(np.asarray(outputs.labels, dtype=np.int64)),
+        )
 
     def state(self) -> dict:
         return {"mu": _arrays(self.detector._base.mu), "precision": _arrays(self.detector._base.precision)}
@@ -153,7 +165,11 @@ class MahalanobisOdin(FittedModelKappa):
 
     def score_model(self, model, images, seed: int):
         base = self.detector._base
-        base.mu, base.precision, base.encoder = base.mu.to(images.device), base.precision.to(images.device), penultimate(model)
+        base.mu, base.precision, base.encoder = (
+            base.mu.to(images.device),
+            base.precision.to(images.device),
+            penultimate(model),
+        )
         try:
             return _scores(self.detector.predict(images))
         finally:
@@ -175,7 +191,9 @@ class MultiMahalanobis(LayersKappa):
         return {f"z{i}": z.reshape(len(z), z.shape[1], -1).mean(dim=2).cpu().numpy() for i, z in enumerate(outs)}
 
     def _detector(self, count: int):
-        return pod.MultiMahalanobis([torch.nn.Identity()] * count, _floats(self.params["alpha"], count, "alpha", "multi_mahalanobis"))
+        return pod.MultiMahalanobis(
+            [torch.nn.Identity()] * count, _floats(self.params["alpha"], count, "alpha", "multi_mahalanobis")
+        )
 
     def fit_extracted(self, parts: list[dict], labels: np.ndarray) -> None:
         zs = [torch.from_numpy(np.concatenate([p[f"z{i}"] for p in parts])) for i in range(len(parts[0]))]
@@ -190,7 +208,10 @@ class MultiMahalanobis(LayersKappa):
 
     def score_model(self, model, images, seed: int):
         _, outs = layer_outputs(model, self._layers(model), images)
-        self.detector.mu, self.detector.precision = _to(self.detector.mu, images.device), _to(self.detector.precision, images.device)
+        self.detector.mu, self.detector.precision = (
+            _to(self.detector.mu, images.device),
+            _to(self.detector.precision, images.device),
+        )
         return _scores(self.detector.predict_structured(outs, device=images.device))
 
 
@@ -236,13 +257,22 @@ class Gram(LayersKappa):
 
     def extract(self, model, images) -> dict:
         logits, outs = layer_outputs(model, self._layers(model), images)
-        return {"num_classes": np.array(logits.shape[1]),
-                **{f"g{i}_{p}": pod.Gram._gram_vector(z, p).cpu().numpy() for i, z in enumerate(outs) for p in self._poles(len(outs))}}
+        return {
+            "num_classes": np.array(logits.shape[1]),
+            **{
+                f"g{i}_{p}": pod.Gram._gram_vector(z, p).cpu().numpy()
+                for i, z in enumerate(outs)
+                for p in self._poles(len(outs))
+            },
+        }
 
     def fit_extracted(self, parts: list[dict], labels: np.ndarray) -> None:
         count = len({k.split("_")[0] for k in parts[0] if k.startswith("g")})
         poles = self._poles(count)
-        layers = [{p: torch.from_numpy(np.concatenate([part[f"g{i}_{p}"] for part in parts])) for p in poles} for i in range(count)]
+        layers = [
+            {p: torch.from_numpy(np.concatenate([part[f"g{i}_{p}"] for part in parts])) for p in poles}
+            for i in range(count)
+        ]
         num_classes = int(parts[0]["num_classes"])
         self.detector = _GramOnStatistics(None, [None] * count, num_classes, poles)
         self.detector._device = torch.device("cpu")  # where the statistics are (pytorch-ood warns when it must guess)
@@ -251,8 +281,13 @@ class Gram(LayersKappa):
 
     def state(self) -> dict:
         d = self.detector
-        return {"num_classes": d.num_classes, "poles": list(d.num_poles_list), "min": _arrays(d.feature_min),
-                "max": _arrays(d.feature_max), "norm": _arrays(d.layer_norm)}
+        return {
+            "num_classes": d.num_classes,
+            "poles": list(d.num_poles_list),
+            "min": _arrays(d.feature_min),
+            "max": _arrays(d.feature_max),
+            "norm": _arrays(d.layer_norm),
+        }
 
     def load(self, state: dict) -> None:
         self.detector = pod.Gram(None, [None] * len(state["min"]), state["num_classes"], state["poles"])
@@ -282,8 +317,13 @@ class Nacue(LayersKappa):
 
     def _detector(self, model) -> pod.NACUE:
         layers = [m for _, m in named_layers(model, self.params["layers"], "nacue")]
-        return pod.NACUE(_Logits(model), layers, m_bins=self.params["m_bins"], alpha=self.params["alpha"],
-                         o_star=self.params["o_star"])
+        return pod.NACUE(
+            _Logits(model),
+            layers,
+            m_bins=self.params["m_bins"],
+            alpha=self.params["alpha"],
+            o_star=self.params["o_star"],
+        )
 
     def extract(self, model, images) -> dict:
         detector = self._detector(model).fit([images])
@@ -300,7 +340,9 @@ class Nacue(LayersKappa):
 
     def score_model(self, model, images, seed: int):
         detector = self._detector(model)
-        detector._stats = [_LayerStats(m=m, o_star=o, counts=torch.from_numpy(c))
-                           for m, o, c in zip(detector.m_bins, detector.o_star, self.counts)]
+        detector._stats = [
+            _LayerStats(m=m, o_star=o, counts=torch.from_numpy(c))
+            for m, o, c in zip(detector.m_bins, detector.o_star, self.counts)
+        ]
         detector._fitted = True
         return _scores(detector.predict(images))

@@ -17,8 +17,10 @@ from harness.kappas.base import ModelKappa
 from harness.kappas.model import logits_of
 from harness.kappas.ood_layers import _scores, _unwrapped
 
-SPLIT_HOW = ("a timm: CNN target, or a model with forward_features(images) -> feature maps B x C x H x W and "
-             "forward_head(maps) -> logits")
+SPLIT_HOW = (
+    "a timm: CNN target, or a model with forward_features(images) -> feature maps B x C x H x W and "
+    "forward_head(maps) -> logits"
+)
 CLIP_HOW = "an open_clip: target, or a model with encode_image(images) and text_embeddings (one row per ID class)"
 
 
@@ -35,8 +37,10 @@ class RankFeat(ModelKappa):
             channels = getattr(model, "num_features", None)
             if not isinstance(maps, torch.Tensor) or maps.ndim != 4 or channels not in (None, maps.shape[1]):
                 shape = tuple(maps.shape) if isinstance(maps, torch.Tensor) else type(maps).__name__
-                raise HarnessError(f"kappa 'rankfeat' needs spatial feature maps B x C x H x W from forward_features, "
-                                   f"this model's are {shape}: {SPLIT_HOW}")
+                raise HarnessError(
+                    f"kappa 'rankfeat' needs spatial feature maps B x C x H x W from forward_features, "
+                    f"this model's are {shape}: {SPLIT_HOW}"
+                )
             return maps.float()  # the SVD runs in float32, under autocast too
 
         return _scores(pod.RankFeat(backbone, lambda maps: logits_of(model.forward_head(maps))).predict(images))

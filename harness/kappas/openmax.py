@@ -50,7 +50,7 @@ def unknown_probability(detector: OpenMax, logits: np.ndarray) -> np.ndarray:
     alpha_weights = np.array([((alpha + 1) - i) / float(alpha) for i in range(1, alpha + 1)])
     out = np.empty(len(logits))
     for start in range(0, len(logits), ROWS):
-        x = logits[start:start + ROWS]
+        x = logits[start : start + ROWS]
         top = np.argsort(x, axis=1)[:, -alpha::][:, ::-1][:, :alpha]  # pytorch-ood's ranking, ties included
         dist = _distances(fitted, x, centers[top]).astype(np.float64)
         cdf = exponweib.cdf(dist + shift[top] - low[top], a=1, c=shape[top], loc=0, scale=scale[top])
@@ -61,5 +61,5 @@ def unknown_probability(detector: OpenMax, logits: np.ndarray) -> np.ndarray:
         revised[:, 1:] = x * wscores
         revised[:, 0] = np.sum(x * (1 - wscores), axis=1)
         e = np.exp(np.minimum(revised, 709))
-        out[start:start + ROWS] = e[:, 0] / np.sum(e, axis=1)
+        out[start : start + ROWS] = e[:, 0] / np.sum(e, axis=1)
     return out

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import difflib
 import pkgutil
+from collections.abc import Iterable
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 from importlib import import_module
 from importlib.metadata import entry_points
-from typing import Iterable
 
 from harness.errors import HarnessError
 from harness.kappas import detectors
@@ -38,7 +38,9 @@ class Registry:
 
     def add(self, kdef: KappaDef) -> None:
         if kdef.name in self.defs:
-            raise HarnessError(f"kappa '{kdef.name}' is registered twice (by {self.defs[kdef.name].source} and by {kdef.source})")
+            raise HarnessError(
+                f"kappa '{kdef.name}' is registered twice (by {self.defs[kdef.name].source} and by {kdef.source})"
+            )
         self.defs[kdef.name] = kdef
 
     def __contains__(self, name: str) -> bool:
@@ -64,13 +66,15 @@ def _plugin_defs(entry_point) -> list[KappaDef]:
             loaded = loaded()
         defs = [loaded] if isinstance(loaded, KappaDef) else list(loaded)
     except Exception as exc:  # a third party's code: any failure is one line naming the plugin
-        raise HarnessError(f"kappa plugin '{entry_point.name}' ({entry_point.value}) failed to load: {type(exc).__name__}: {exc}") from exc
+        raise HarnessError(
+            f"kappa plugin '{entry_point.name}' ({entry_point.value}) failed to load: {type(exc).__name__}: {exc}"
+        ) from exc
     if not all(isinstance(d, KappaDef) for d in defs):
         raise HarnessError(f"kappa plugin '{entry_point.name}' ({entry_point.value}) must give KappaDef objects")
     return [replace(d, source="plugin") for d in defs]
 
 
-@lru_cache(maxsize=None)
+@cache
 def registry() -> Registry:
     """Every registered kappa: the paper's, pytorch-ood's post-hoc detectors, the detectors' modules (in name order),
     then plugins."""
@@ -129,7 +133,9 @@ def _with_overrides(kdef: KappaDef, params: dict, overrides: dict[str, str]) -> 
     return {**params, **{k: _typed(kdef.name, k, v, kdef.defaults[k]) for k, v in overrides.items()}}
 
 
-def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, **options) -> list[KappaSpec]:
+def resolve_kappas(
+    names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, **options
+) -> list[KappaSpec]:
     """Turn kappa requests (``name`` or ``name:key=value,...``) into specs (a submission's own kappas among them);
     ``options`` (``odin_preset``, ``mc_passes``) set the parameters of the kappas that read them."""
     user_kappas = user_kappas or {}

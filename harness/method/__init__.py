@@ -4,10 +4,22 @@ one of them (the sandboxed child needs only :class:`SplitScores`' neighbours) do
 
 from importlib import import_module
 
-_EXPORTS = {"KappaResult": "evaluation", "evaluate_kappa": "evaluation", "auroc": "metrics", "average_precision": "metrics",
-            "fpr_at_tpr": "metrics", "id_metrics": "metrics", "level_metrics": "metrics", "SplitScores": "scores",
-            "DEFAULT_NUM_LEVELS": "severity", "SeverityLevels": "severity", "class_scores": "severity",
-            "severity_levels": "severity", "num_windows": "severity", "window_starts": "severity"}
+_EXPORTS = {
+    "KappaResult": "evaluation",
+    "evaluate_kappa": "evaluation",
+    "auroc": "metrics",
+    "average_precision": "metrics",
+    "fpr_at_tpr": "metrics",
+    "id_metrics": "metrics",
+    "level_metrics": "metrics",
+    "SplitScores": "scores",
+    "DEFAULT_NUM_LEVELS": "severity",
+    "SeverityLevels": "severity",
+    "class_scores": "severity",
+    "severity_levels": "severity",
+    "num_windows": "severity",
+    "window_starts": "severity",
+}
 __all__ = sorted(_EXPORTS)
 
 

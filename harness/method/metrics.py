@@ -15,7 +15,9 @@ from harness.errors import HarnessError
 
 FPR_CONVENTION = "fpr_at_95_tpr: ID positive; threshold = largest t keeping >= 95% of ID (kappa >= t); fraction of OOD with kappa >= t"
 AUROC_CONVENTION = "mann-whitney with average ranks (a tied ID/OOD pair counts 1/2)"
-AUPR_CONVENTION = "average precision (step-wise, as scikit-learn); aupr_in: ID positive, aupr_out: OOD positive on -kappa"
+AUPR_CONVENTION = (
+    "average precision (step-wise, as scikit-learn); aupr_in: ID positive, aupr_out: OOD positive on -kappa"
+)
 
 
 def _checked(name: str, values: np.ndarray) -> np.ndarray:
@@ -68,8 +70,9 @@ def mean(values: np.ndarray) -> float:
     return math.fsum(values) / len(values)
 
 
-def level_metrics(id_scores: np.ndarray, ood_scores: np.ndarray, id_conf: np.ndarray | None = None,
-                  ood_conf: np.ndarray | None = None) -> dict[str, float]:
+def level_metrics(
+    id_scores: np.ndarray, ood_scores: np.ndarray, id_conf: np.ndarray | None = None, ood_conf: np.ndarray | None = None
+) -> dict[str, float]:
     """Metrics of one severity level: ID test scores (positives) against the level's OOD test scores.
 
     ``*_conf`` are the reported confidences (e.g. the max softmax probability when the ranking
@@ -79,7 +82,9 @@ def level_metrics(id_scores: np.ndarray, ood_scores: np.ndarray, id_conf: np.nda
         "ood_auroc": auroc(id_scores, ood_scores),
         "fpr_at_95_tpr": fpr_at_tpr(id_scores, ood_scores, 0.95),
         "aupr_in": average_precision(id_scores, ood_scores),
-        "aupr_out": average_precision(-np.asarray(ood_scores, dtype=np.float64), -np.asarray(id_scores, dtype=np.float64)),
+        "aupr_out": average_precision(
+            -np.asarray(ood_scores, dtype=np.float64), -np.asarray(id_scores, dtype=np.float64)
+        ),
         "ood_avg_conf": mean(ood_scores if ood_conf is None else ood_conf),
     }
 

@@ -27,8 +27,9 @@ class ClassMetrics:
     mean_confidence: np.ndarray  # (K,) float64
 
 
-def class_metrics(id_scores: np.ndarray, ood_scores: np.ndarray, ood_confs: np.ndarray, ood_labels: np.ndarray,
-                  num_classes: int) -> ClassMetrics:
+def class_metrics(
+    id_scores: np.ndarray, ood_scores: np.ndarray, ood_confs: np.ndarray, ood_labels: np.ndarray, num_classes: int
+) -> ClassMetrics:
     """Each OOD class's ood-auroc (its test images as negatives, every ID test image as a positive) and mean confidence.
 
     ``*_scores`` rank samples inside the AUROC; ``ood_confs`` are the reported values that are averaged.
@@ -40,7 +41,9 @@ def class_metrics(id_scores: np.ndarray, ood_scores: np.ndarray, ood_confs: np.n
     if pos.size == 0:
         raise HarnessError("the ID test scores are empty")
     if not neg.shape == confs.shape == labels.shape:
-        raise HarnessError(f"{neg.size} OOD test scores, {confs.size} confidences and {labels.size} class labels must match")
+        raise HarnessError(
+            f"{neg.size} OOD test scores, {confs.size} confidences and {labels.size} class labels must match"
+        )
     for name, values in (("ID test scores", pos), ("OOD test scores", neg), ("OOD test confidences", confs)):
         if not np.all(np.isfinite(values)):
             raise HarnessError(f"{name} contain {int(np.sum(~np.isfinite(values)))} NaN or infinite values")
@@ -79,12 +82,23 @@ def class_rows(level_classes: np.ndarray, metrics: ClassMetrics) -> list[dict]:
 
 
 def _row(level: int | None, c: int, metrics: ClassMetrics) -> dict:
-    return {"level": level, "class_index": c, "n": int(metrics.count[c]), "ood_auroc": float(metrics.ood_auroc[c]),
-            "mean_confidence": float(metrics.mean_confidence[c])}
+    return {
+        "level": level,
+        "class_index": c,
+        "n": int(metrics.count[c]),
+        "ood_auroc": float(metrics.ood_auroc[c]),
+        "mean_confidence": float(metrics.mean_confidence[c]),
+    }
 
 
-def level_summaries(level_classes: np.ndarray, metrics: ClassMetrics, class_ids: list[str], names: list[str],
-                    thumbnails: dict[int, list[str]] | None = None, hardest: int = HARDEST) -> list[dict]:
+def level_summaries(
+    level_classes: np.ndarray,
+    metrics: ClassMetrics,
+    class_ids: list[str],
+    names: list[str],
+    thumbnails: dict[int, list[str]] | None = None,
+    hardest: int = HARDEST,
+) -> list[dict]:
     """Per level: its number of classes, the quantiles of their ood-auroc (min, q25, median, q75, max) and its
     ``hardest`` classes (lowest ood-auroc first, ties by class index) with ``thumbnails[class index]``."""
     thumbnails = thumbnails or {}
@@ -92,20 +106,31 @@ def level_summaries(level_classes: np.ndarray, metrics: ClassMetrics, class_ids:
     for level, classes in enumerate(np.asarray(level_classes, dtype=np.int64)):
         aurocs = metrics.ood_auroc[classes]
         order = _hardest(classes, metrics, hardest)
-        out.append({
-            "level": level,
-            "n_classes": int(len(classes)),
-            "ood_auroc_quantiles": [float(q) for q in np.maximum.accumulate(np.quantile(aurocs, QUANTILES))],
-            "hardest": [{"id": class_ids[c], "name": names[c], "ood_auroc": float(metrics.ood_auroc[c]),
-                         "mean_confidence": float(metrics.mean_confidence[c]), "thumbnails": list(thumbnails.get(int(c), []))}
-                        for c in order],
-        })
+        out.append(
+            {
+                "level": level,
+                "n_classes": int(len(classes)),
+                "ood_auroc_quantiles": [float(q) for q in np.maximum.accumulate(np.quantile(aurocs, QUANTILES))],
+                "hardest": [
+                    {
+                        "id": class_ids[c],
+                        "name": names[c],
+                        "ood_auroc": float(metrics.ood_auroc[c]),
+                        "mean_confidence": float(metrics.mean_confidence[c]),
+                        "thumbnails": list(thumbnails.get(int(c), [])),
+                    }
+                    for c in order
+                ],
+            }
+        )
     return out
 
 
 def hardest_indices(level_classes: np.ndarray, metrics: ClassMetrics, hardest: int = HARDEST) -> set[int]:
     """The classes that :func:`level_summaries` lists (those that get thumbnails)."""
-    return {int(c) for classes in np.asarray(level_classes, dtype=np.int64) for c in _hardest(classes, metrics, hardest)}
+    return {
+        int(c) for classes in np.asarray(level_classes, dtype=np.int64) for c in _hardest(classes, metrics, hardest)
+    }
 
 
 def _hardest(classes: np.ndarray, metrics: ClassMetrics, hardest: int) -> np.ndarray:

@@ -13,8 +13,10 @@ import numpy as np
 from harness.errors import HarnessError
 
 DEFAULT_NUM_LEVELS = 11
-SEVERITY_CONVENTION = ("docs/method.md section 3: class score = mean of the reported kappa value on the estimation "
-                       "split, ties by class index, integer window starts")
+SEVERITY_CONVENTION = (
+    "docs/method.md section 3: class score = mean of the reported kappa value on the estimation "
+    "split, ties by class index, integer window starts"
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,9 @@ def severity_levels(class_score: np.ndarray, window: int, num_levels: int = DEFA
         raise HarnessError(f"the number of severity levels must be at least 2, got {num_levels}")
     k = len(s)
     if k < window:
-        raise HarnessError(f"too few OOD classes: {k} OOD classes cannot fill a level of {window} (the number of ID classes)")
+        raise HarnessError(
+            f"too few OOD classes: {k} OOD classes cannot fill a level of {window} (the number of ID classes)"
+        )
     order = np.argsort(s, kind="stable")
     starts = window_starts(num_windows(k, window), num_levels)
     classes = np.stack([order[start : start + window] for start in starts])

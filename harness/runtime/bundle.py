@@ -34,7 +34,7 @@ class Bundle:
     files: tuple[str, ...]
 
     @classmethod
-    def of(cls, path: str | Path) -> "Bundle":
+    def of(cls, path: str | Path) -> Bundle:
         """The bundle of a submission file; a link, or more than ``MAX_FILES`` files, is refused in one line."""
         path = Path(path)
         if not path.is_file():
@@ -47,12 +47,16 @@ class Bundle:
             dirs[:] = sorted(d for d in dirs if not _skipped(d) and not _written_by_harness(Path(folder, d)))
             for name in [*dirs, *names]:
                 if not _skipped(name) and (Path(folder) / name).is_symlink():
-                    raise HarnessError(f"the submission's folder {root} holds a link, {Path(folder, name).relative_to(root)}; "
-                                       "links are not followed: copy what it points to into the folder")
+                    raise HarnessError(
+                        f"the submission's folder {root} holds a link, {Path(folder, name).relative_to(root)}; "
+                        "links are not followed: copy what it points to into the folder"
+                    )
             files += [Path(folder, name).relative_to(root).as_posix() for name in names if not _skipped(name)]
             if len(files) > MAX_FILES:
-                raise HarnessError(f"the submission's folder {root} holds more than {MAX_FILES:,} files; put {path.name} and "
-                                   "the files it reads in a folder of their own")
+                raise HarnessError(
+                    f"the submission's folder {root} holds more than {MAX_FILES:,} files; put {path.name} and "
+                    "the files it reads in a folder of their own"
+                )
         return cls(root, path.name, tuple(sorted(files)))
 
     def hash(self, copy_to: Path | None = None) -> tuple[str, dict[str, str]]:

@@ -25,7 +25,9 @@ MAX_DIMS = 4
 MAX_DEPTH = 8
 ALIGN = 64
 DTYPES = frozenset({"<f2", "<f4", "<f8", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "|b1"})
-KINDS = frozenset({"ready", "load", "loaded", "batch", "answer", "extract", "extracted", "states", "ok", "error", "oom", "exit"})
+KINDS = frozenset(
+    {"ready", "load", "loaded", "batch", "answer", "extract", "extracted", "states", "ok", "error", "oom", "exit"}
+)
 
 
 class Malformed(HarnessError):
@@ -64,7 +66,9 @@ class Arena:
             self.close_view()
             self.view = mmap.mmap(self.fd, os.fstat(self.fd).st_size)
         for array, (_, _, offset) in zip(arrays, specs):
-            np.frombuffer(self.view, dtype=array.dtype, count=array.size, offset=offset).reshape(array.shape)[...] = array
+            np.frombuffer(self.view, dtype=array.dtype, count=array.size, offset=offset).reshape(array.shape)[...] = (
+                array
+            )
         return specs
 
     def read(self, specs) -> list[np.ndarray]:
@@ -73,8 +77,15 @@ class Arena:
             raise Malformed("the array table is not a list")
         checked, total = [], 0
         for spec in specs:
-            if not (isinstance(spec, list) and len(spec) == 3 and spec[0] in DTYPES and isinstance(spec[1], list)
-                    and len(spec[1]) <= MAX_DIMS and all(_count(n) for n in spec[1]) and _count(spec[2])):
+            if not (
+                isinstance(spec, list)
+                and len(spec) == 3
+                and spec[0] in DTYPES
+                and isinstance(spec[1], list)
+                and len(spec[1]) <= MAX_DIMS
+                and all(_count(n) for n in spec[1])
+                and _count(spec[2])
+            ):
                 raise Malformed(f"bad array entry {str(spec)[:80]}")
             dtype, shape, offset = np.dtype(spec[0]), tuple(spec[1]), spec[2]
             nbytes = math.prod(shape) * dtype.itemsize
@@ -89,8 +100,10 @@ class Arena:
         if not checked or size == 0:
             return [np.zeros(shape, dtype) for dtype, shape, _, _ in checked]
         with mmap.mmap(self.fd, size, prot=mmap.PROT_READ) as view:
-            return [np.frombuffer(view, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape).copy()
-                    for dtype, shape, offset, _ in checked]
+            return [
+                np.frombuffer(view, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape).copy()
+                for dtype, shape, offset, _ in checked
+            ]
 
     def close_view(self) -> None:
         if self.view is not None:
@@ -177,7 +190,7 @@ class Channel:
             self.sock.settimeout(None if deadline is None else max(deadline - time.monotonic(), 1e-3))
             try:
                 chunk = self.sock.recv(count - len(data))
-            except socket.timeout as exc:
+            except TimeoutError as exc:
                 raise Timeout("no answer in time") from exc
             if not chunk:
                 raise EOFError("the channel is closed")

@@ -65,10 +65,18 @@ def probe(libc, harness_pid: int, harness_start: str, port: int, bundle: str) ->
         wrote = True
     except OSError:
         wrote = False
-    return {"uid_outside": outside_uid, "unprivileged_user": outside_uid != 0, "no_capabilities": int(status["CapEff"], 16) == 0,
-            "no_new_privs": status.get("NoNewPrivs") == "1", "seccomp_filter": status.get("Seccomp") == "2",
-            "harness_invisible": not seen, "no_network": not reached, "no_mount": not mounted, "no_new_namespaces": not unshared,
-            "read_only_bundle": not wrote}
+    return {
+        "uid_outside": outside_uid,
+        "unprivileged_user": outside_uid != 0,
+        "no_capabilities": int(status["CapEff"], 16) == 0,
+        "no_new_privs": status.get("NoNewPrivs") == "1",
+        "seccomp_filter": status.get("Seccomp") == "2",
+        "harness_invisible": not seen,
+        "no_network": not reached,
+        "no_mount": not mounted,
+        "no_new_namespaces": not unshared,
+        "read_only_bundle": not wrote,
+    }
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable, Iterator
 from queue import Full, Queue
-from typing import Callable, Iterator
 
 import torch
 
@@ -31,7 +31,12 @@ def _collate(shard: str, examples: list, decode: Callable | None, field: str) ->
     """One batch of ``(key, bytes, label)`` examples: the images' bytes under ``"data"`` without ``decode``, else
     ``decode(datas, wheres)`` under ``field``."""
     keys, datas, labels = zip(*examples)
-    batch = {"shard": shard, "shards": [(shard, len(keys))], "keys": list(keys), "labels": torch.tensor(labels, dtype=torch.int64)}
+    batch = {
+        "shard": shard,
+        "shards": [(shard, len(keys))],
+        "keys": list(keys),
+        "labels": torch.tensor(labels, dtype=torch.int64),
+    }
     if decode is None:
         return batch | {"data": list(datas)}
     return batch | {field: decode(list(datas), wheres(batch))}
@@ -58,8 +63,16 @@ class ShardStream(torch.utils.data.IterableDataset):
     (:mod:`harness.runtime.decoded_cache`, for such a decoder), a shard decoded before is read from it, and one decoded now is
     kept in it."""
 
-    def __init__(self, benchmark: Benchmark, groups: list[list[dict]], decode: Callable | None, label_of: dict[str, int],
-                 batch_size: int, verify: bool = EvalConfig.verify, decoded: DecodedCache | None = None):
+    def __init__(
+        self,
+        benchmark: Benchmark,
+        groups: list[list[dict]],
+        decode: Callable | None,
+        label_of: dict[str, int],
+        batch_size: int,
+        verify: bool = EvalConfig.verify,
+        decoded: DecodedCache | None = None,
+    ):
         super().__init__()
         self.benchmark, self.groups = benchmark, groups
         self.label_of, self.batch_size, self.verify, self.decoded = label_of, batch_size, verify, decoded
@@ -74,9 +87,13 @@ class ShardStream(torch.utils.data.IterableDataset):
             class_id = self._class_ids.get(record) or self._class_id(record)
             label = self.label_of.get(class_id)
         except Exception as exc:  # any undecodable sample is reported with its shard and key
-            raise BenchmarkError(f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})") from exc
+            raise BenchmarkError(
+                f"corrupt shard {shard['path']}: sample {key} cannot be decoded ({type(exc).__name__}: {exc})"
+            ) from exc
         if label is None:
-            raise BenchmarkError(f"shard {shard['path']}: sample {key} has class '{class_id}', which is not in this split")
+            raise BenchmarkError(
+                f"shard {shard['path']}: sample {key} has class '{class_id}', which is not in this split"
+            )
         return key, data, label
 
     def _class_id(self, record: bytes) -> str:
@@ -89,11 +106,20 @@ class ShardStream(torch.utils.data.IterableDataset):
 
     def _kept(self, shard: dict, arrays: dict) -> Iterator[dict]:
         """A shard's batches from its decoded images."""
-        keys, labels, pixels = list(arrays["keys"]), torch.from_numpy(arrays["labels"]), torch.from_numpy(arrays["images"])
+        keys, labels, pixels = (
+            list(arrays["keys"]),
+            torch.from_numpy(arrays["labels"]),
+            torch.from_numpy(arrays["images"]),
+        )
         for start in range(0, len(keys), self.batch_size):
             part = slice(start, start + self.batch_size)
-            yield {"shard": shard["path"], "shards": [(shard["path"], len(keys[part]))], "keys": keys[part], "labels": labels[part],
-                   "pixels": pixels[part]}
+            yield {
+                "shard": shard["path"],
+                "shards": [(shard["path"], len(keys[part]))],
+                "keys": keys[part],
+                "labels": labels[part],
+                "pixels": pixels[part],
+            }
 
     def _keeping(self, shard: dict, batches: Iterator[dict]) -> Iterator[dict]:
         """A shard's batches, decoded now, its pixels kept in the decoded cache once the shard is whole (unless they
@@ -105,8 +131,12 @@ class ShardStream(torch.utils.data.IterableDataset):
                 parts.append((batch["keys"], batch["labels"], batch["pixels"]))
             yield batch
         if held <= MAX_ENTRY_BYTES:
-            self.decoded.save(shard, [k for keys, _, _ in parts for k in keys], joined([p[1] for p in parts]).numpy(),
-                              joined([p[2] for p in parts]).numpy())
+            self.decoded.save(
+                shard,
+                [k for keys, _, _ in parts for k in keys],
+                joined([p[1] for p in parts]).numpy(),
+                joined([p[2] for p in parts]).numpy(),
+            )
 
     def _batches(self, shard: dict) -> Iterator[dict]:
         """A shard's batches (through the decoded cache when there is one); raises BenchmarkError."""
@@ -117,7 +147,9 @@ class ShardStream(torch.utils.data.IterableDataset):
         path = self.benchmark.shard_path(shard)
         self.benchmark.check_shard(shard, path, deep=self.verify)
         examples = (self._example(shard, sample) for sample in read_shard(path))
-        batches = (_collate(shard["path"], chunk, self.decode_into, self.field) for chunk in _chunks(examples, self.batch_size))
+        batches = (
+            _collate(shard["path"], chunk, self.decode_into, self.field) for chunk in _chunks(examples, self.batch_size)
+        )
         yield from self._keeping(shard, batches) if self.decoded is not None else batches
 
     def __iter__(self) -> Iterator[dict]:
@@ -140,8 +172,12 @@ class ShardStream(torch.utils.data.IterableDataset):
 
 def _joined(parts: list[dict]) -> dict:
     """One batch of the batches of several shards, in order."""
-    batch = {"shard": parts[0]["shard"], "shards": [s for p in parts for s in p["shards"]],
-             "keys": [k for p in parts for k in p["keys"]], "labels": joined([p["labels"] for p in parts])}
+    batch = {
+        "shard": parts[0]["shard"],
+        "shards": [s for p in parts for s in p["shards"]],
+        "keys": [k for p in parts for k in p["keys"]],
+        "labels": joined([p["labels"] for p in parts]),
+    }
     field = next(f for f in ("data", "pixels", "images") if f in parts[0])
     if field == "data":
         return batch | {"data": [d for p in parts for d in p["data"]]}
@@ -301,8 +337,17 @@ class Loader:
     consumer's thread: the reading thread or workers run no multi-threaded torch op beside the model's, and carry a
     quarter of the bytes."""
 
-    def __init__(self, benchmark: Benchmark, decoder, batch_size: int = EvalConfig.batch_size, workers: int = 2,
-                 verify: bool = EvalConfig.verify, pin_memory: bool = False, decoded: DecodedCache | None = None, lane=None):
+    def __init__(
+        self,
+        benchmark: Benchmark,
+        decoder,
+        batch_size: int = EvalConfig.batch_size,
+        workers: int = 2,
+        verify: bool = EvalConfig.verify,
+        pin_memory: bool = False,
+        decoded: DecodedCache | None = None,
+        lane=None,
+    ):
         self.decoder, self.workers, self.pin_memory = decoder, max(0, workers), pin_memory
         self.in_stream = decoder.device.type == "cpu"
         decoded = decoded if self.in_stream and hasattr(decoder, "pixels") else None
@@ -329,9 +374,14 @@ class Loader:
         if self._loader is None:
             context = torch.multiprocessing.get_context()
             self._plans = [context.SimpleQueue() for _ in range(self.workers)]
-            self._loader = torch.utils.data.DataLoader(_Passes(self.stream, self._plans), batch_size=None,
-                                                       num_workers=self.workers, pin_memory=self.pin_memory,
-                                                       persistent_workers=True, multiprocessing_context=context)
+            self._loader = torch.utils.data.DataLoader(
+                _Passes(self.stream, self._plans),
+                batch_size=None,
+                num_workers=self.workers,
+                pin_memory=self.pin_memory,
+                persistent_workers=True,
+                multiprocessing_context=context,
+            )
         for plan in self._plans:
             plan.put((groups, label_of))
         whole = False
@@ -352,9 +402,17 @@ class Loader:
         self._loader, self._plans = None, []
 
 
-def shard_batches(benchmark: Benchmark, groups: list[list[dict]], decoder, label_of: dict[str, int],
-                  batch_size: int = EvalConfig.batch_size, workers: int = 2, verify: bool = EvalConfig.verify, pin_memory: bool = False,
-                  decoded: DecodedCache | None = None) -> Iterator[dict]:
+def shard_batches(
+    benchmark: Benchmark,
+    groups: list[list[dict]],
+    decoder,
+    label_of: dict[str, int],
+    batch_size: int = EvalConfig.batch_size,
+    workers: int = 2,
+    verify: bool = EvalConfig.verify,
+    pin_memory: bool = False,
+    decoded: DecodedCache | None = None,
+) -> Iterator[dict]:
     """One pass of a :class:`Loader` of its own over ``groups``; its workers end with the pass."""
     loader = Loader(benchmark, decoder, batch_size, min(workers, len(groups)), verify, pin_memory, decoded)
     try:

@@ -23,7 +23,6 @@ from dataset_builder.files import write_atomic
 from harness.runtime.bundle import tag_cache
 from harness.runtime.score_cache import Damaged, encode, read_entry
 
-
 MAX_ENTRY_BYTES = 1 << 30  # a shard's images are held in memory until it is whole: larger shards are not kept
 
 
@@ -46,6 +45,7 @@ class DecodedCache:
 
     def load(self, shard: dict) -> dict[str, np.ndarray] | None:
         """A shard's ``keys``, ``labels`` and uint8 ``images``, or None (a damaged entry is reported and removed)."""
+
         def check(arrays: dict) -> None:
             if not {"keys", "labels", "images"} <= arrays.keys() or arrays["images"].dtype != np.uint8:
                 raise Damaged("it is not a decoded shard")

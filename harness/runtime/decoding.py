@@ -22,8 +22,8 @@ import functools
 import io
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ except ImportError:  # optional: torchvision decodes PNGs without it
     pyspng = None
 
 from dataset_builder.errors import BenchmarkError
-from harness.options import DECODERS  # noqa: F401 (the command line checks --decoder without importing this module)
+from harness.options import DECODERS
 
 PRECISION_BITS = 32 - 8 - 2  # Pillow's fixed point for 8-bit resampling
 
@@ -86,12 +86,18 @@ def _lanczos(x: float) -> float:
 
 # Pillow's resampling filters and their support, by the name torchvision's InterpolationMode gives them
 FILTERS: dict[str, tuple[Callable[[float], float], float]] = {
-    "bicubic": (_bicubic, 2.0), "bilinear": (_bilinear, 1.0), "box": (_box, 0.5), "hamming": (_hamming, 1.0),
-    "lanczos": (_lanczos, 3.0)}
+    "bicubic": (_bicubic, 2.0),
+    "bilinear": (_bilinear, 1.0),
+    "box": (_box, 0.5),
+    "hamming": (_hamming, 1.0),
+    "lanczos": (_lanczos, 3.0),
+}
 
 
 @functools.lru_cache(maxsize=1024)
-def coefficients(in_size: int, out_size: int, first: int, count: int, filter_name: str) -> tuple[torch.Tensor, torch.Tensor]:
+def coefficients(
+    in_size: int, out_size: int, first: int, count: int, filter_name: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pillow's coefficients for output pixels ``first .. first + count`` of a resize from ``in_size`` to
     ``out_size``: source indices ``(count, taps)`` and int32 fixed-point weights (zero-padded taps)."""
     kernel, base_support = FILTERS[filter_name]
@@ -111,15 +117,18 @@ def coefficients(in_size: int, out_size: int, first: int, count: int, filter_nam
             total += value
         for x, value in enumerate(values):
             value = value / total if total != 0.0 else value
-            weight[row, x] = int(-0.5 + value * (1 << PRECISION_BITS)) if value < 0 else int(0.5 + value * (1 << PRECISION_BITS))
+            weight[row, x] = (
+                int(-0.5 + value * (1 << PRECISION_BITS)) if value < 0 else int(0.5 + value * (1 << PRECISION_BITS))
+            )
         index[row, :xmax] = np.arange(xmin, xmin + xmax)
         index[row, xmax:] = xmin
     return torch.from_numpy(index), torch.from_numpy(weight)
 
 
 @functools.lru_cache(maxsize=1024)
-def _on_device(in_size: int, out_size: int, first: int, count: int, filter_name: str,
-               device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _on_device(
+    in_size: int, out_size: int, first: int, count: int, filter_name: str, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`coefficients` kept on ``device`` (a copy to a GPU waits for it: made once per geometry)."""
     return tuple(t.to(device) for t in coefficients(in_size, out_size, first, count, filter_name))
 
@@ -198,7 +207,9 @@ def plan_of(transform: Callable) -> Plan | None:
     steps = list(getattr(transform, "transforms", None) or [])
     resize = filter_name = crop = mean = std = None
     names = [type(step).__name__ for step in steps]
-    expected = [n for n in ("Resize", "CenterCrop") if n in names] + ["ToTensor" if "ToTensor" in names else "MaybeToTensor"]
+    expected = [n for n in ("Resize", "CenterCrop") if n in names] + [
+        "ToTensor" if "ToTensor" in names else "MaybeToTensor"
+    ]
     expected += ["Normalize"] if "Normalize" in names else []
     if names != expected:
         return None
@@ -232,7 +243,9 @@ def joined(tensors: list[torch.Tensor], new_axis: bool = False) -> torch.Tensor:
 
 def _check_size(width: int, height: int, max_pixels: int, where: str) -> None:
     if width * height > max_pixels:
-        raise BenchmarkError(f"shard {where} is {width}x{height} pixels, above the benchmark's max_image_pixels ({max_pixels})")
+        raise BenchmarkError(
+            f"shard {where} is {width}x{height} pixels, above the benchmark's max_image_pixels ({max_pixels})"
+        )
 
 
 def _opened(data: bytes, max_pixels: int, where: str) -> Image.Image:
@@ -265,11 +278,14 @@ class PilDecoder:
         self.transform, self.mode, self.max_pixels = transform, "L" if channels == 1 else "RGB", max_pixels
 
     def __call__(self, datas: list[bytes], wheres: list[str]) -> torch.Tensor:
-        return joined([self.transform(open_checked(d, self.mode, self.max_pixels, w)) for d, w in zip(datas, wheres)], True)
+        return joined(
+            [self.transform(open_checked(d, self.mode, self.max_pixels, w)) for d, w in zip(datas, wheres)], True
+        )
 
 
 def _torchvision_io():
     import torchvision.io
+
     warnings.filterwarnings("ignore", message=".*decoding and encoding capabilities of TorchVision are deprecated.*")
     return torchvision.io
 
@@ -287,7 +303,9 @@ class TensorDecoder:
         self.tensor_resize = self.device.type != "cpu"  # on the CPU, Pillow's own resize is the fast one
         self.io = _torchvision_io()
         shape = (1, channels, 1, 1)
-        self.mean = None if plan.mean is None else torch.tensor(plan.mean, dtype=torch.float32).view(shape).to(self.device)
+        self.mean = (
+            None if plan.mean is None else torch.tensor(plan.mean, dtype=torch.float32).view(shape).to(self.device)
+        )
         self.std = None if plan.std is None else torch.tensor(plan.std, dtype=torch.float32).view(shape).to(self.device)
 
     def _decoded(self, datas: list[bytes], wheres: list[str]) -> list[torch.Tensor | Image.Image]:
@@ -340,7 +358,11 @@ class TensorDecoder:
             image = image.resize((out_w, out_h), Image.Resampling[self.plan.filter_name.upper()])
         top, left = crop_offsets((out_h, out_w), (crop_h, crop_w))
         array = np.asarray(image.crop((left, top, left + crop_w, top + crop_h)), dtype=np.uint8)
-        return torch.from_numpy(array.reshape(crop_h, crop_w, -1).copy()).permute(2, 0, 1).to(self.device, non_blocking=True)
+        return (
+            torch.from_numpy(array.reshape(crop_h, crop_w, -1).copy())
+            .permute(2, 0, 1)
+            .to(self.device, non_blocking=True)
+        )
 
     def __call__(self, datas: list[bytes], wheres: list[str]) -> torch.Tensor:
         return self.normalize(self.pixels(datas, wheres))
@@ -420,7 +442,9 @@ def make_decoder(name: str, transform: Callable, channels: int, max_pixels: int,
     plan = plan_of(transform) if name != "pil" else None
     if plan is None:
         if name == "torchvision":
-            raise ValueError("--decoder torchvision needs a timm-style transform (Resize, CenterCrop, ToTensor, "
-                             "Normalize); this submission's transform is its own: use --decoder pil")
+            raise ValueError(
+                "--decoder torchvision needs a timm-style transform (Resize, CenterCrop, ToTensor, "
+                "Normalize); this submission's transform is its own: use --decoder pil"
+            )
         return PilDecoder(transform, channels, max_pixels)
     return TensorDecoder(plan, channels, max_pixels, device)

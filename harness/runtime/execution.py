@@ -28,8 +28,12 @@ def software_versions() -> dict:
         except PackageNotFoundError:
             return None
 
-    return {"torch": torch.__version__, "torchvision": installed("torchvision"), "timm": installed("timm"),
-            "cuda": torch.version.cuda}
+    return {
+        "torch": torch.__version__,
+        "torchvision": installed("torchvision"),
+        "timm": installed("timm"),
+        "cuda": torch.version.cuda,
+    }
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,9 @@ class Execution:
     compile: bool = False
 
     @classmethod
-    def resolve(cls, device: str = "auto", amp: str = "auto", channels_last: bool | None = None, compile: bool = False) -> "Execution":
+    def resolve(
+        cls, device: str = "auto", amp: str = "auto", channels_last: bool | None = None, compile: bool = False
+    ) -> Execution:
         """Defaults by device: on CUDA bf16 autocast and channels_last, on the CPU neither. ``auto``: CUDA when
         available, else the CPU."""
         device = auto_device(device)
@@ -58,8 +64,14 @@ class Execution:
 
     def describe(self) -> dict:
         """The effective settings and the software and hardware they ran on (a record's run details)."""
-        return {"device": str(self.device), "gpu": self.gpu_name(), "amp": self.amp, "channels_last": self.channels_last,
-                "compile": self.compile, "versions": software_versions()}
+        return {
+            "device": str(self.device),
+            "gpu": self.gpu_name(),
+            "amp": self.amp,
+            "channels_last": self.channels_last,
+            "compile": self.compile,
+            "versions": software_versions(),
+        }
 
     def gpu_name(self) -> str | None:
         return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -14,20 +14,34 @@ from tqdm import tqdm
 from harness import phases
 from harness.config import EvalConfig
 from harness.errors import HarnessError
-from harness.runtime.execution import Execution
-from harness.kappas import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, KappaSpec, LogitKappa, Outputs, check_logits, split_output
+from harness.kappas import (
+    DEFAULT_ODIN_PRESET,
+    MC_DROPOUT_PASSES,
+    KappaSpec,
+    LogitKappa,
+    Outputs,
+    check_logits,
+    split_output,
+)
 from harness.kappas.features import FeatureTap, check_features, check_head
 from harness.kappas.registry import resolve_kappas as resolve_registered
 from harness.method.scores import SplitScores
+from harness.runtime.execution import Execution
 
 
-def resolve_kappas(names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, odin_preset: str = DEFAULT_ODIN_PRESET,
-                   mc_passes: int = MC_DROPOUT_PASSES) -> list[KappaSpec]:
+def resolve_kappas(
+    names: Iterable[str],
+    user_kappas: dict[str, LogitKappa] | None = None,
+    odin_preset: str = DEFAULT_ODIN_PRESET,
+    mc_passes: int = MC_DROPOUT_PASSES,
+) -> list[KappaSpec]:
     """Turn kappa names into specs; an unknown name is an error that suggests the closest and lists the known ones."""
     return resolve_registered(names, user_kappas, odin_preset=odin_preset, mc_passes=mc_passes)
 
 
-def outputs_for(spec: KappaSpec, logits: np.ndarray, features: np.ndarray | None, head, labels: np.ndarray | None = None) -> Outputs:
+def outputs_for(
+    spec: KappaSpec, logits: np.ndarray, features: np.ndarray | None, head, labels: np.ndarray | None = None
+) -> Outputs:
     """What ``spec`` reads of a pass, checked against what it declares it needs."""
     if spec.reads_features:
         features = check_features(spec.name, features)
@@ -111,7 +125,7 @@ class LocalForward:
     def __call__(self, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]) -> ModelOutput:
         return self.launch(images, keys, kappas).result()
 
-    def launch(self, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]) -> "Pending":
+    def launch(self, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]) -> Pending:
         """A batch's forward pass and the passes of the kappas that need the model; its logits and features on their
         way to the host (from a GPU, copied asynchronously into pinned memory: :meth:`Pending.result` waits)."""
         images = self.execution.inputs(images)
@@ -180,7 +194,14 @@ class Pending:
     the submission's own kappas (in this process)."""
 
     def __init__(self, host: list, ready, scores: dict, confs: dict, own: list[KappaSpec], num_classes: int):
-        self.host, self.ready, self.scores, self.confs, self.own, self.num_classes = host, ready, scores, confs, own, num_classes
+        self.host, self.ready, self.scores, self.confs, self.own, self.num_classes = (
+            host,
+            ready,
+            scores,
+            confs,
+            own,
+            num_classes,
+        )
 
     def result(self) -> ModelOutput:
         if self.ready is not None:
@@ -216,27 +237,52 @@ def gives_features(forward, transform, channels: int) -> bool:
     return forward(image[None], ["trial"], []).features is not None
 
 
-
-def score_batch(forward, images: torch.Tensor, keys: list[str], labels: np.ndarray, num_classes: int,
-                kappas: list[KappaSpec], keep_logits: bool = False, feature_dtype: str = EvalConfig.feature_dtype) -> SplitScores:
+def score_batch(
+    forward,
+    images: torch.Tensor,
+    keys: list[str],
+    labels: np.ndarray,
+    num_classes: int,
+    kappas: list[KappaSpec],
+    keep_logits: bool = False,
+    feature_dtype: str = EvalConfig.feature_dtype,
+) -> SplitScores:
     """All kappas of one batch from one forward pass (plus the extra passes of the kappas that need the model).
 
     ``forward`` (:class:`LocalForward`, or a model in a child process) returns the logits, the features and the kappas
     computed beside the model; every other kappa is computed here from them. ``keep_logits`` keeps logits and features.
     Features are rounded to ``feature_dtype`` first, so that kappas read the same values now as from the cache later.
     """
-    return _finish(forward, _launch(forward, images, keys, kappas).result(), keys, labels, num_classes, kappas, keep_logits,
-                   feature_dtype)
+    return _finish(
+        forward,
+        _launch(forward, images, keys, kappas).result(),
+        keys,
+        labels,
+        num_classes,
+        kappas,
+        keep_logits,
+        feature_dtype,
+    )
 
 
 def _launch(forward, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]):
     """``forward``'s pass over a batch, launched (:class:`Pending`) where it can be, else done (:class:`Done`)."""
     in_model = [k for k in kappas if k.in_model]
-    return forward.launch(images, keys, in_model) if hasattr(forward, "launch") else Done(forward(images, keys, in_model))
+    return (
+        forward.launch(images, keys, in_model) if hasattr(forward, "launch") else Done(forward(images, keys, in_model))
+    )
 
 
-def _finish(forward, out: ModelOutput, keys: list[str], labels: np.ndarray, num_classes: int, kappas: list[KappaSpec],
-            keep_logits: bool, feature_dtype: str) -> SplitScores:
+def _finish(
+    forward,
+    out: ModelOutput,
+    keys: list[str],
+    labels: np.ndarray,
+    num_classes: int,
+    kappas: list[KappaSpec],
+    keep_logits: bool,
+    feature_dtype: str,
+) -> SplitScores:
     """The batch's scores from its model outputs (see :func:`score_batch`)."""
     logits = check_logits(out.logits, num_classes)
     features = None if out.features is None else out.features.astype(feature_dtype).astype(np.float32)
@@ -249,18 +295,37 @@ def _finish(forward, out: ModelOutput, keys: list[str], labels: np.ndarray, num_
                 raise HarnessError(f"kappa '{spec.name}' returned shape {np.shape(values)}, expected ({len(keys)},)")
             if not np.all(np.isfinite(values)):
                 raise HarnessError(f"kappa '{spec.name}' produced NaN or infinite scores")
-    return SplitScores(np.asarray(keys), labels, logits.argmax(axis=1), scores, confs, logits if keep_logits else None,
-                       features if keep_logits else None)
+    return SplitScores(
+        np.asarray(keys),
+        labels,
+        logits.argmax(axis=1),
+        scores,
+        confs,
+        logits if keep_logits else None,
+        features if keep_logits else None,
+    )
 
 
-def score_batch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False,
-                         feature_dtype: str = EvalConfig.feature_dtype) -> SplitScores:
+def score_batch_adaptive(
+    forward,
+    batch: dict,
+    num_classes: int,
+    kappas: list[KappaSpec],
+    keep_logits: bool = False,
+    feature_dtype: str = EvalConfig.feature_dtype,
+) -> SplitScores:
     """:func:`score_batch`, halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
     return launch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)()
 
 
-def launch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSpec], keep_logits: bool = False,
-                    feature_dtype: str = EvalConfig.feature_dtype) -> Callable[[], SplitScores]:
+def launch_adaptive(
+    forward,
+    batch: dict,
+    num_classes: int,
+    kappas: list[KappaSpec],
+    keep_logits: bool = False,
+    feature_dtype: str = EvalConfig.feature_dtype,
+) -> Callable[[], SplitScores]:
     """:func:`score_batch_adaptive` launched: the forward pass now, the rest when the returned function is called
     (after the next batch's launch, so that the device and the host work at once). The results are in the batch's
     order."""
@@ -270,13 +335,19 @@ def launch_adaptive(forward, batch: dict, num_classes: int, kappas: list[KappaSp
         return lambda: _finish(forward, pending.result(), keys, labels, num_classes, kappas, keep_logits, feature_dtype)
     except torch.cuda.OutOfMemoryError as exc:
         if len(keys) == 1:
-            raise HarnessError("out of memory on a single image; use a smaller model, --amp, or another device") from exc
+            raise HarnessError(
+                "out of memory on a single image; use a smaller model, --amp, or another device"
+            ) from exc
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     half = len(keys) // 2
-    halves = [{"keys": keys[part], "images": batch["images"][part], "labels": batch["labels"][part]}
-              for part in (slice(0, half), slice(half, None))]
-    joined = SplitScores.concat([score_batch_adaptive(forward, h, num_classes, kappas, keep_logits, feature_dtype) for h in halves])
+    halves = [
+        {"keys": keys[part], "images": batch["images"][part], "labels": batch["labels"][part]}
+        for part in (slice(0, half), slice(half, None))
+    ]
+    joined = SplitScores.concat(
+        [score_batch_adaptive(forward, h, num_classes, kappas, keep_logits, feature_dtype) for h in halves]
+    )
     scored = joined.take(np.searchsorted(joined.keys, np.asarray(keys)))  # back in the batch's order
     return lambda: scored
 
@@ -288,9 +359,16 @@ def named(batch: dict) -> str:
     return paths[0] + (f" (and {phases.plural(more, 'more shard')} in its batch)" if more else "")
 
 
-def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], num_classes: int, kappas: list[KappaSpec],
-                 keep_logits: bool = False, progress: tqdm | None = None,
-                 feature_dtype: str = EvalConfig.feature_dtype) -> Iterator[tuple[str, SplitScores]]:
+def score_shards(
+    forward,
+    batches: Iterable[dict],
+    shard_sizes: dict[str, int],
+    num_classes: int,
+    kappas: list[KappaSpec],
+    keep_logits: bool = False,
+    progress: tqdm | None = None,
+    feature_dtype: str = EvalConfig.feature_dtype,
+) -> Iterator[tuple[str, SplitScores]]:
     """Score streamed batches (each naming its shards and their samples in it) and yield ``(shard path, its scores)``
     as soon as a shard is complete; a batch is split into its shards' pieces at once (:meth:`SplitScores.pieces`),
     and only a shard spread over several batches is joined. An error names the first shard of the batch that failed,
@@ -330,4 +408,6 @@ def score_shards(forward, batches: Iterable[dict], shard_sizes: dict[str, int], 
         yield from collected(*in_flight)
     if pending:
         shard = next(iter(pending))
-        raise HarnessError(f"shard {shard} yielded {sum(len(p) for p in pending[shard])} samples, the manifest says {shard_sizes[shard]}")
+        raise HarnessError(
+            f"shard {shard} yielded {sum(len(p) for p in pending[shard])} samples, the manifest says {shard_sizes[shard]}"
+        )

@@ -24,18 +24,32 @@ import numpy as np
 import torch
 
 from harness.config import Limits
+from harness.errors import HarnessError
+from harness.kappas import LogitKappa, StatefulModelKappa, registry
 from harness.runtime import sandbox
 from harness.runtime.channel import Malformed
-from harness.errors import HarnessError
 from harness.runtime.execution import Execution
-from harness.kappas import LogitKappa, StatefulModelKappa, registry
 from harness.runtime.serving import as_numpy
 from harness.submission import Submission, check_data_config, state_sha256, timm_transform
 
-
 FLOATS = ("<f2", "<f4", "<f8")
-TORCH_DTYPES = {str(t): t for t in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-                                    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+TORCH_DTYPES = {
+    str(t): t
+    for t in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    )
+}
 CONFIG_KEYS = {"input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode"}
 
 
@@ -52,13 +66,30 @@ class ChildForward:
         cuda = execution.device.type == "cuda"
         self.sandbox = sandbox.take(path, cuda) or sandbox.Sandbox(path, cuda)
         try:
-            self.isolation = {**self.sandbox.ready(limits.load_timeout_s), "memory_limit_bytes": limits.memory_bytes,
-                              "batch_timeout_s": limits.batch_timeout_s, "run_timeout_s": limits.run_timeout_s}
-            self.meta = self._ask(("load", {"path": f"{sandbox.BUNDLE_MOUNT}/{self.sandbox.file}", "device": str(execution.device),
-                                            "amp": execution.amp, "channels_last": execution.channels_last,
-                                            "compile": execution.compile, "threads": torch.get_num_threads(),
-                                            "num_classes": num_classes, "seed": seed, "memory_bytes": limits.memory_bytes}),
-                                  "loaded", limits.load_timeout_s)
+            self.isolation = {
+                **self.sandbox.ready(limits.load_timeout_s),
+                "memory_limit_bytes": limits.memory_bytes,
+                "batch_timeout_s": limits.batch_timeout_s,
+                "run_timeout_s": limits.run_timeout_s,
+            }
+            self.meta = self._ask(
+                (
+                    "load",
+                    {
+                        "path": f"{sandbox.BUNDLE_MOUNT}/{self.sandbox.file}",
+                        "device": str(execution.device),
+                        "amp": execution.amp,
+                        "channels_last": execution.channels_last,
+                        "compile": execution.compile,
+                        "threads": torch.get_num_threads(),
+                        "num_classes": num_classes,
+                        "seed": seed,
+                        "memory_bytes": limits.memory_bytes,
+                    },
+                ),
+                "loaded",
+                limits.load_timeout_s,
+            )
         except BaseException:
             self.close()
             raise
@@ -67,7 +98,9 @@ class ChildForward:
         """One exchange with the child within ``limit`` and what is left of the run's limit (see
         :meth:`Sandbox.ask`)."""
         try:
-            return self.sandbox.ask(message, expected, min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started)))
+            return self.sandbox.ask(
+                message, expected, min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started))
+            )
         except sandbox.OutOfMemory as exc:
             raise torch.cuda.OutOfMemoryError(str(exc)) from exc
 
@@ -83,20 +116,37 @@ class ChildForward:
         check_data_config(config, f"submission {file}: DATA_CONFIG")
         try:
             transform = timm_transform(config)
-        except Exception as exc:  # noqa: BLE001 -- timm refusing a declared value
-            raise HarnessError(f"submission {file}: DATA_CONFIG is not a timm data config: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            raise HarnessError(
+                f"submission {file}: DATA_CONFIG is not a timm data config: {type(exc).__name__}: {exc}"
+            ) from exc
         self.head = self._head(meta["head"])
         weights, count = self._identity(meta["state"], meta["parameters"])
-        return Submission(name=meta["name"], model=None, transform=transform, channels=int(config["input_size"][0]),
-                          preprocessing={**config, "transform": "timm.create_transform"}, source=file,
-                          file_sha256=self.sandbox.file_sha256, user_kappas=self._kappas(meta["kappas"]),
-                          weights_sha256=weights, num_parameters=count, bundle_sha256=self.sandbox.bundle_sha256)
+        return Submission(
+            name=meta["name"],
+            model=None,
+            transform=transform,
+            channels=int(config["input_size"][0]),
+            preprocessing={**config, "transform": "timm.create_transform"},
+            source=file,
+            file_sha256=self.sandbox.file_sha256,
+            user_kappas=self._kappas(meta["kappas"]),
+            weights_sha256=weights,
+            num_parameters=count,
+            bundle_sha256=self.sandbox.bundle_sha256,
+        )
 
     def _head(self, head):
         if head is None:
             return None
-        if not (isinstance(head, list) and len(head) == 2 and all(isinstance(a, np.ndarray) and a.dtype.str in FLOATS for a in head)
-                and head[0].ndim == 2 and head[0].shape[0] == self.num_classes and head[1].shape == (self.num_classes,)):
+        if not (
+            isinstance(head, list)
+            and len(head) == 2
+            and all(isinstance(a, np.ndarray) and a.dtype.str in FLOATS for a in head)
+            and head[0].ndim == 2
+            and head[0].shape[0] == self.num_classes
+            and head[1].shape == (self.num_classes,)
+        ):
             raise Malformed("its head is not a weight and a bias of one row per ID class")
         return head[0].astype(np.float64), head[1].astype(np.float64)
 
@@ -106,14 +156,22 @@ class ChildForward:
             raise Malformed("its state is not a list of tensors")
         entries, sizes = [], {}
         for entry in state:
-            if not (isinstance(entry, dict) and set(entry) == {"name", "dtype", "shape", "bytes"} and isinstance(entry["name"], str)
-                    and entry["dtype"] in TORCH_DTYPES and isinstance(entry["shape"], list)
-                    and all(type(n) is int and n >= 0 for n in entry["shape"]) and isinstance(entry["bytes"], np.ndarray)
-                    and entry["bytes"].dtype == np.uint8):
+            if not (
+                isinstance(entry, dict)
+                and set(entry) == {"name", "dtype", "shape", "bytes"}
+                and isinstance(entry["name"], str)
+                and entry["dtype"] in TORCH_DTYPES
+                and isinstance(entry["shape"], list)
+                and all(type(n) is int and n >= 0 for n in entry["shape"])
+                and isinstance(entry["bytes"], np.ndarray)
+                and entry["bytes"].dtype == np.uint8
+            ):
                 raise Malformed("a state entry is not a named tensor's bytes")
             numel = int(np.prod(entry["shape"], dtype=object))
             if entry["bytes"].size != numel * TORCH_DTYPES[entry["dtype"]].itemsize:
-                raise Malformed(f"state entry {entry['name'][:60]!r} has {entry['bytes'].size} bytes for its shape and dtype")
+                raise Malformed(
+                    f"state entry {entry['name'][:60]!r} has {entry['bytes'].size} bytes for its shape and dtype"
+                )
             entries.append((entry["name"], entry["dtype"], entry["shape"], entry["bytes"]))
             sizes[entry["name"]] = numel
         if [e[0] for e in entries] != sorted(sizes) or len(sizes) != len(entries):
@@ -127,18 +185,27 @@ class ChildForward:
             raise Malformed("its kappas are not an object")
         out = {}
         for name, spec in kappas.items():
-            if name in registry().defs or not (isinstance(spec, dict) and set(spec) == {"params", "wants_features"}
-                                               and isinstance(spec["wants_features"], bool) and isinstance(spec["params"], dict)
-                                               and set(spec["params"]) == {"source", "code_sha256"}):
+            if name in registry().defs or not (
+                isinstance(spec, dict)
+                and set(spec) == {"params", "wants_features"}
+                and isinstance(spec["wants_features"], bool)
+                and isinstance(spec["params"], dict)
+                and set(spec["params"]) == {"source", "code_sha256"}
+            ):
                 raise Malformed(f"kappa {name[:60]!r} is not a submission kappa")
-            out[name] = LogitKappa(name, _computed_in_child, params=spec["params"], wants_features=spec["wants_features"])
+            out[name] = LogitKappa(
+                name, _computed_in_child, params=spec["params"], wants_features=spec["wants_features"]
+            )
         return out
 
-    def __call__(self, images: torch.Tensor, keys: list[str], kappas) -> "ModelOutput":
+    def __call__(self, images: torch.Tensor, keys: list[str], kappas) -> ModelOutput:
         from harness.runtime.inference import ModelOutput
 
-        body = self._ask(("batch", {"images": images.numpy(), "keys": list(keys), "kappas": [(k.name, k.params) for k in kappas]}),
-                         "answer", self.limits.batch_timeout_s)
+        body = self._ask(
+            ("batch", {"images": images.numpy(), "keys": list(keys), "kappas": [(k.name, k.params) for k in kappas]}),
+            "answer",
+            self.limits.batch_timeout_s,
+        )
         n = len(keys)
         if not isinstance(body, dict) or set(body) != {"logits", "features", "scores", "confs"}:
             raise Malformed("its answer has other fields than logits, features, scores, confs")
@@ -160,15 +227,24 @@ class ChildForward:
         if not isinstance(array, np.ndarray) or array.dtype.str not in FLOATS:
             raise HarnessError(f"the model returned {what} that are not floating-point numbers")
         if array.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, array.shape)):
-            raise HarnessError(f"the model returned {what} of shape {array.shape}, "
-                               f"expected {tuple('any' if s < 0 else s for s in shape)}")
+            raise HarnessError(
+                f"the model returned {what} of shape {array.shape}, "
+                f"expected {tuple('any' if s < 0 else s for s in shape)}"
+            )
         return array.astype(np.float32) if array.ndim == 2 else array
 
     def extract(self, images: torch.Tensor, kappas) -> dict[str, dict]:
         """What the kappas that read intermediate layers need of a batch of the fit split, from the child."""
-        body = self._ask(("extract", {"images": images.numpy(), "kappas": [(k.name, k.params) for k in kappas]}), "extracted",
-                         self.limits.batch_timeout_s)
-        if not isinstance(body, dict) or set(body) != {k.name for k in kappas} or not all(isinstance(v, dict) for v in body.values()):
+        body = self._ask(
+            ("extract", {"images": images.numpy(), "kappas": [(k.name, k.params) for k in kappas]}),
+            "extracted",
+            self.limits.batch_timeout_s,
+        )
+        if (
+            not isinstance(body, dict)
+            or set(body) != {k.name for k in kappas}
+            or not all(isinstance(v, dict) for v in body.values())
+        ):
             raise Malformed("its extraction is not one object per kappa asked for")
         return body
 
@@ -183,8 +259,9 @@ class ChildForward:
         self.sandbox.close()
 
 
-def load_isolated(path: str | Path, execution: Execution, num_classes: int, seed: int,
-                  limits: Limits) -> tuple[Submission, ChildForward]:
+def load_isolated(
+    path: str | Path, execution: Execution, num_classes: int, seed: int, limits: Limits
+) -> tuple[Submission, ChildForward]:
     """A submission file loaded in a sandboxed child process: the harness's view of it, and its forward pass."""
     forward = ChildForward(Path(path), execution, num_classes, seed, limits)
     try:

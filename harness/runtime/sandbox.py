@@ -33,28 +33,106 @@ import tempfile
 import threading
 from pathlib import Path
 
+from harness.errors import HarnessError
 from harness.runtime.bundle import Bundle
 from harness.runtime.channel import Arena, Channel, Malformed, Timeout
-from harness.errors import HarnessError
 
 BUNDLE_MOUNT = "/submission"
 HOME = "/tmp"
 NOBODY = 65534
-DENIED = ("mount", "umount2", "pivot_root", "chroot", "setns", "unshare", "ptrace", "process_vm_readv", "process_vm_writev",
-          "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "kexec_load", "kexec_file_load", "init_module",
-          "finit_module", "delete_module", "reboot", "swapon", "swapoff", "open_by_handle_at", "name_to_handle_at",
-          "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "userfaultfd", "acct",
-          "quotactl", "syslog", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl", "ioperm", "vhangup",
-          "pidfd_getfd", "kcmp", "lookup_dcookie", "nfsservctl", "uselib", "personality")
+DENIED = (
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "setns",
+    "unshare",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "userfaultfd",
+    "acct",
+    "quotactl",
+    "syslog",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "iopl",
+    "ioperm",
+    "vhangup",
+    "pidfd_getfd",
+    "kcmp",
+    "lookup_dcookie",
+    "nfsservctl",
+    "uselib",
+    "personality",
+)
 NAMESPACE_FLAGS = 0x7E020080  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group", "host.conf",
-             "alternatives")
-ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH",
-               "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-               "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "COOD_FAULT")
-GUARDS = ("unprivileged_user", "no_capabilities", "no_new_privs", "seccomp_filter", "harness_invisible", "no_network",
-          "no_mount", "no_new_namespaces", "read_only_bundle")
+ETC_FILES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "passwd",
+    "group",
+    "host.conf",
+    "alternatives",
+)
+ALLOWED_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "NVIDIA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "COOD_FAULT",
+)
+GUARDS = (
+    "unprivileged_user",
+    "no_capabilities",
+    "no_new_privs",
+    "seccomp_filter",
+    "harness_invisible",
+    "no_network",
+    "no_mount",
+    "no_new_namespaces",
+    "read_only_bundle",
+)
 LOG_BYTES = 1 << 16
 TRUST_HINT = "pass --trust-submission to run the file in the harness's own process instead, if you trust it"
 
@@ -97,7 +175,9 @@ def seccomp_program() -> int:
         os.lseek(fd, 0, os.SEEK_SET)
         return fd
     except (ImportError, OSError, RuntimeError) as exc:
-        raise unavailable(f"no seccomp filter could be built ({type(exc).__name__}: {exc}; it needs pyseccomp and libseccomp)") from exc
+        raise unavailable(
+            f"no seccomp filter could be built ({type(exc).__name__}: {exc}; it needs pyseccomp and libseccomp)"
+        ) from exc
 
 
 def initial_user_namespace() -> bool:
@@ -119,8 +199,14 @@ def privileged() -> bool:
 def read_only_paths() -> list[str]:
     """What the child reads besides ``/usr``: Python, its packages, the harness's packages, library folders the
     environment names. Folders inside another are left out (the outer one's mount covers them)."""
-    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-              os.path.dirname(os.path.realpath(sys.executable)), *site.getsitepackages()}
+    wanted = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        *site.getsitepackages(),
+    }
     if site.ENABLE_USER_SITE:
         wanted.add(site.getusersitepackages())
     for package in ("harness", "dataset_builder", "leaderboard"):
@@ -130,7 +216,11 @@ def read_only_paths() -> list[str]:
     for variable in ("PYTHONPATH", "LD_LIBRARY_PATH"):
         wanted.update(p for p in os.environ.get(variable, "").split(os.pathsep) if p)
     real = sorted({os.path.realpath(p) for p in wanted} | {os.path.abspath(p) for p in wanted})
-    real = [p for p in real if os.path.isdir(p) and p not in ("/", "/usr") and not p.startswith(("/usr/", "/proc", "/dev", "/sys"))]
+    real = [
+        p
+        for p in real
+        if os.path.isdir(p) and p not in ("/", "/usr") and not p.startswith(("/usr/", "/proc", "/dev", "/sys"))
+    ]
     return [p for p in real if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in real)]
 
 
@@ -141,8 +231,19 @@ def gpu_devices() -> list[str]:
 
 def command(python_args: list[str], bundle_copy: Path, seccomp_fd: int, cuda: bool, as_root: bool) -> list[str]:
     """The bubblewrap command line that runs ``python python_args`` in the sandbox."""
-    args = [bwrap(), "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    args = [
+        bwrap(),
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     if not as_root:
         args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--uid", str(NOBODY), "--gid", str(NOBODY)]
     for folder in SYSTEM_DIRS:
@@ -176,8 +277,14 @@ def launch(python_args: list[str], bundle_copy: Path, cuda: bool, env: dict, pas
     as_root = privileged()
     seccomp_fd = seccomp_program()
     try:
-        return subprocess.Popen(command(python_args, bundle_copy, seccomp_fd, cuda, as_root), pass_fds=[*pass_fds, seccomp_fd],
-                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            command(python_args, bundle_copy, seccomp_fd, cuda, as_root),
+            pass_fds=[*pass_fds, seccomp_fd],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
     except OSError as exc:
         raise unavailable(f"bubblewrap did not start ({exc})") from exc
     finally:
@@ -241,13 +348,25 @@ class Sandbox:
         self.channel = Channel(ours, batches, answers)
         self.probe = socket.create_server(("127.0.0.1", 0))
         self.probe.setblocking(False)
-        setup = {"channel": theirs.fileno(), "batches": batches.fd, "answers": answers.fd, "harness_pid": os.getpid(),
-                 "harness_start": _start_time(), "probe_port": self.probe.getsockname()[1], "bundle": BUNDLE_MOUNT}
+        setup = {
+            "channel": theirs.fileno(),
+            "batches": batches.fd,
+            "answers": answers.fd,
+            "harness_pid": os.getpid(),
+            "harness_start": _start_time(),
+            "probe_port": self.probe.getsockname()[1],
+            "bundle": BUNDLE_MOUNT,
+        }
         env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
         env.update(HOME=HOME, TMPDIR=HOME, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
         try:
-            self.process = launch(["-m", "harness.runtime.child", json.dumps(setup)], self.copy, cuda, env,
-                                  [theirs.fileno(), batches.fd, answers.fd])
+            self.process = launch(
+                ["-m", "harness.runtime.child", json.dumps(setup)],
+                self.copy,
+                cuda,
+                env,
+                [theirs.fileno(), batches.fd, answers.fd],
+            )
         finally:
             theirs.close()
         self.log = Tail(self.process.stdout)
@@ -270,12 +389,19 @@ class Sandbox:
                 raise Malformed("its guards are not an object")
             if not initial_user_namespace() and guards.get("uid_outside") == os.geteuid():
                 guards["unprivileged_user"] = True  # the harness's own uid in a user namespace: no root of the host
-            failed = [g for g in GUARDS if guards.get(g) is not True] + (["no_network (the harness's probe was reached)"] if reached else [])
+            failed = [g for g in GUARDS if guards.get(g) is not True] + (
+                ["no_network (the harness's probe was reached)"] if reached else []
+            )
             if failed:
                 self.close()
                 raise unavailable(f"these guards did not hold: {', '.join(failed)}")
-            self.guards = {"mode": "sandbox", "sandbox": "bubblewrap + seccomp", "verified": list(GUARDS),
-                           "uid_outside": guards.get("uid_outside"), "environment": "scrubbed"}
+            self.guards = {
+                "mode": "sandbox",
+                "sandbox": "bubblewrap + seccomp",
+                "verified": list(GUARDS),
+                "uid_outside": guards.get("uid_outside"),
+                "environment": "scrubbed",
+            }
         return self.guards
 
     def ask(self, message, expected: str, timeout: float):
@@ -288,7 +414,9 @@ class Sandbox:
             kind, body = self.channel.receive(max(timeout, 0))
         except Timeout as exc:
             self.close()
-            raise HarnessError(f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)") from exc
+            raise HarnessError(
+                f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)"
+            ) from exc
         except (EOFError, OSError) as exc:
             code = self.process.wait(timeout=30)
             signum = -code if code < 0 else code - 128 if code > 128 else 0  # bubblewrap exits 128 + the child's signal

@@ -21,17 +21,17 @@ import hashlib
 import io
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from dataset_builder.files import write_atomic
 from harness import __version__
 from harness.config import EvalConfig
+from harness.method.scores import SplitScores
 from harness.runtime.bundle import tag_cache
 from harness.runtime.inference import KappaSpec
-from harness.method.scores import SplitScores
 
 
 def _digest(value) -> str:
@@ -90,6 +90,7 @@ class ScoreCache:
 
     def _read(self, split: str, shard: dict) -> dict[str, np.ndarray] | None:
         """The arrays stored for a shard, or None when there are none (a damaged entry is reported and removed)."""
+
         def check(arrays: dict) -> None:
             if str(arrays["shard"]) != f"{split}/{shard['path']}":
                 raise Damaged(f"it holds the scores of {arrays['shard']}")
@@ -105,10 +106,15 @@ class ScoreCache:
         if arrays is None:
             return None
         present = {name for name, kid in self.ids.items() if f"score:{kid}" in arrays}
-        scores = SplitScores(arrays["keys"], arrays["labels"], arrays["preds"],
-                             {n: arrays[f"score:{self.ids[n]}"] for n in present},
-                             {n: arrays[f"conf:{self.ids[n]}"] for n in present}, arrays.get("logits"),
-                             None if arrays.get("features") is None else arrays["features"].astype(np.float32))
+        scores = SplitScores(
+            arrays["keys"],
+            arrays["labels"],
+            arrays["preds"],
+            {n: arrays[f"score:{self.ids[n]}"] for n in present},
+            {n: arrays[f"conf:{self.ids[n]}"] for n in present},
+            arrays.get("logits"),
+            None if arrays.get("features") is None else arrays["features"].astype(np.float32),
+        )
         return scores, present
 
     def save(self, split: str, shard: dict, scores: SplitScores) -> None:
@@ -117,8 +123,12 @@ class ScoreCache:
         if not self.writable:
             return
         arrays = self._read(split, shard) or {}
-        arrays.update(shard=np.array(f"{split}/{shard['path']}"), keys=scores.keys.astype(str), labels=scores.labels,
-                      preds=scores.preds)
+        arrays.update(
+            shard=np.array(f"{split}/{shard['path']}"),
+            keys=scores.keys.astype(str),
+            labels=scores.labels,
+            preds=scores.preds,
+        )
         for name in scores.scores:
             arrays[f"score:{self.ids[name]}"] = scores.scores[name]
             arrays[f"conf:{self.ids[name]}"] = scores.confs[name]
@@ -133,7 +143,9 @@ class ScoreCache:
             write_atomic(path, encode(arrays))
         except OSError as exc:
             self.writable = False
-            warn(f"cannot write the score cache in {self.folder} ({exc.strerror or exc}); the run goes on without caching")
+            warn(
+                f"cannot write the score cache in {self.folder} ({exc.strerror or exc}); the run goes on without caching"
+            )
 
 
 def read_entry(path: Path, check: Callable[[dict], None], cache: str, again: str) -> dict[str, np.ndarray] | None:
@@ -145,8 +157,10 @@ def read_entry(path: Path, check: Callable[[dict], None], cache: str, again: str
         arrays = decode(path.read_bytes())
         check(arrays)
     except (Damaged, OSError, ValueError, KeyError) as exc:
-        warn(f"{cache} entry {path} is unusable ({exc.strerror if isinstance(exc, OSError) else exc}); "
-             f"it is discarded and its shard {again} again")
+        warn(
+            f"{cache} entry {path} is unusable ({exc.strerror if isinstance(exc, OSError) else exc}); "
+            f"it is discarded and its shard {again} again"
+        )
         with contextlib.suppress(OSError):  # a read-only cache keeps it
             path.unlink()
         return None

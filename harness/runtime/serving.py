@@ -11,16 +11,18 @@ import resource
 
 import torch
 
-from harness.runtime.channel import Channel
 from harness.errors import HarnessError
+from harness.runtime.channel import Channel
 from harness.runtime.execution import Execution
 from harness.submission import raw_bytes
 
 
 def state_entries(model: torch.nn.Module) -> list[dict]:
     """The model's state dict as the harness hashes it: name, dtype, shape and raw bytes of each tensor."""
-    return [{"name": name, "dtype": str(tensor.dtype), "shape": list(tensor.shape), "bytes": raw_bytes(tensor)}
-            for name, tensor in sorted(model.state_dict().items())]
+    return [
+        {"name": name, "dtype": str(tensor.dtype), "shape": list(tensor.shape), "bytes": raw_bytes(tensor)}
+        for name, tensor in sorted(model.state_dict().items())
+    ]
 
 
 def as_numpy(tree):
@@ -43,15 +45,25 @@ def load(options: dict):
     torch.set_num_threads(options["threads"])
     submission = load_file(options["path"], sandboxed=True)
     if submission.preprocessing["transform"] == "custom":
-        raise HarnessError(f"submission {submission.source} defines transform(), which would run outside the sandbox; "
-                           "declare DATA_CONFIG instead, or pass --trust-submission to run the file in the harness's process")
-    trial_forward(submission.model, torch.zeros(submission.preprocessing["input_size"]), options["num_classes"], submission.source)
+        raise HarnessError(
+            f"submission {submission.source} defines transform(), which would run outside the sandbox; "
+            "declare DATA_CONFIG instead, or pass --trust-submission to run the file in the harness's process"
+        )
+    trial_forward(
+        submission.model, torch.zeros(submission.preprocessing["input_size"]), options["num_classes"], submission.source
+    )
     execution = Execution(torch.device(options["device"]), options["amp"], options["channels_last"], options["compile"])
     forward = LocalForward(execution.prepare(submission.model), execution, options["num_classes"], options["seed"])
-    meta = {"name": submission.name, "data_config": {k: v for k, v in submission.preprocessing.items() if k != "transform"},
-            "kappas": {n: {"params": k.params, "wants_features": k.wants_features} for n, k in submission.user_kappas.items()},
-            "head": None if forward.head is None else list(forward.head), "state": state_entries(submission.model),
-            "parameters": [name for name, _ in submission.model.named_parameters()]}
+    meta = {
+        "name": submission.name,
+        "data_config": {k: v for k, v in submission.preprocessing.items() if k != "transform"},
+        "kappas": {
+            n: {"params": k.params, "wants_features": k.wants_features} for n, k in submission.user_kappas.items()
+        },
+        "head": None if forward.head is None else list(forward.head),
+        "state": state_entries(submission.model),
+        "parameters": [name for name, _ in submission.model.named_parameters()],
+    }
     return submission, forward, meta
 
 
@@ -65,7 +77,10 @@ def serve(channel: Channel) -> None:
     except HarnessError as exc:
         return channel.send("error", {"message": str(exc)})
     except MemoryError:
-        return channel.send("error", {"message": f"the submission ran out of memory while loading (limit {options['memory_bytes']} bytes)"})
+        return channel.send(
+            "error",
+            {"message": f"the submission ran out of memory while loading (limit {options['memory_bytes']} bytes)"},
+        )
     channel.send("loaded", meta)
     states = {}  # fitted kappas' state, by name, from the harness
 
@@ -94,10 +109,14 @@ def serve(channel: Channel) -> None:
                 channel.send("extracted", as_numpy(forward.extract(images, rebuilt(body["kappas"]))))
             else:
                 out = forward(torch.from_numpy(body["images"]), body["keys"], rebuilt(body["kappas"]))
-                channel.send("answer", {"logits": out.logits, "features": out.features, "scores": out.scores, "confs": out.confs})
+                channel.send(
+                    "answer", {"logits": out.logits, "features": out.features, "scores": out.scores, "confs": out.confs}
+                )
         except torch.cuda.OutOfMemoryError as exc:
             channel.send("oom", {"message": str(exc).splitlines()[0]})
         except HarnessError as exc:
             channel.send("error", {"message": str(exc)})
         except MemoryError:
-            channel.send("error", {"message": f"the submission ran out of memory (limit {options['memory_bytes']} bytes)"})
+            channel.send(
+                "error", {"message": f"the submission ran out of memory (limit {options['memory_bytes']} bytes)"}
+            )

@@ -29,8 +29,20 @@ from image_fixtures import imagenet_tree, write_class
 
 REPO = Path(__file__).resolve().parents[2]
 GLYPHS = dict(pool_size=2, images_per_class=3, n_test=1, id_test_per_class=1, id_train_per_class=0)
-GLYPH_ARGS = ["--pool-size", "2", "--images-per-class", "3", "--n-test", "1", "--id-test-per-class", "1",
-              "--id-train-per-class", "0", "--workers", "1"]
+GLYPH_ARGS = [
+    "--pool-size",
+    "2",
+    "--images-per-class",
+    "3",
+    "--n-test",
+    "1",
+    "--id-test-per-class",
+    "1",
+    "--id-train-per-class",
+    "0",
+    "--workers",
+    "1",
+]
 SETTINGS = ImageSettings(images_per_class=4, n_test=1, min_images=4)  # what FOLDER_ARGS give
 FOLDER_ARGS = ["--images-per-class", "4", "--test-fraction", "0.25", "--min-images", "4", "--workers", "1"]
 
@@ -42,7 +54,9 @@ def cood_dataset(*args: str | Path, fault: str | None = None, cache: Path | None
     env.update({"COOD_FAULT": fault} if fault else {})
     env.update({"COOD_BENCH_CACHE": str(cache)} if cache else {})
     code = "import sys; sys.argv[0] = 'cood-dataset'; from dataset_builder.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
@@ -70,10 +84,13 @@ def assert_one_line_error(result: subprocess.CompletedProcess, code: int, patter
 
 def leftovers(out: Path) -> list[str]:
     """Names beside ``out`` that a build derives from it (``out.partial``, ``out.cood-old``, ...)."""
-    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(out.name + ".")) if out.parent.is_dir() else []
+    return (
+        sorted(p.name for p in out.parent.iterdir() if p.name.startswith(out.name + ".")) if out.parent.is_dir() else []
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- fixtures
+
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory) -> dict[str, Path]:
@@ -92,8 +109,14 @@ def folder_benchmarks(sources, tmp_path_factory) -> dict[int, Path]:
     """Folder benchmarks of seed 0 (the one to keep or replace) and seed 1 (what a replacement must give)."""
     root = tmp_path_factory.mktemp("folder-benchmarks")
     for seed in (0, 1):
-        build_folder(root / f"seed{seed}", sources["id"], sources["ood"], settings=ImageSettings(**{**SETTINGS.__dict__, "seed": seed}),
-                     workers=1, progress=False)
+        build_folder(
+            root / f"seed{seed}",
+            sources["id"],
+            sources["ood"],
+            settings=ImageSettings(**{**SETTINGS.__dict__, "seed": seed}),
+            workers=1,
+            progress=False,
+        )
     return {seed: root / f"seed{seed}" for seed in (0, 1)}
 
 
@@ -111,7 +134,17 @@ def build_args(builder: str, out: Path, sources: dict[str, Path], seed: int = 0)
         return ["glyphs", out, *GLYPH_ARGS, "--seed", seed]
     if builder == "folder":
         return ["folder", out, "--id", sources["id"], "--ood", sources["ood"], *FOLDER_ARGS, "--seed", seed]
-    return ["imagenet", out, "--imagenet21k", sources["imagenet21k"], "--val", sources["val"], *FOLDER_ARGS, "--seed", seed]
+    return [
+        "imagenet",
+        out,
+        "--imagenet21k",
+        sources["imagenet21k"],
+        "--val",
+        sources["val"],
+        *FOLDER_ARGS,
+        "--seed",
+        seed,
+    ]
 
 
 def user_folder(root: Path) -> Path:
@@ -124,14 +157,19 @@ def user_folder(root: Path) -> Path:
 
 # ---------------------------------------------------------------------------------------------------- targets
 
+
 @pytest.mark.parametrize("overwrite", [False, True])
 @pytest.mark.parametrize("builder", ["glyphs", "folder", "imagenet"])
 def test_an_existing_folder_that_is_not_a_benchmark_is_refused_and_untouched(builder, overwrite, sources, tmp_path):
     out = user_folder(tmp_path / "out")
     before = tree_hashes(out)
     result = cood_dataset(*build_args(builder, out, sources), *(["--overwrite"] if overwrite else []))
-    assert_one_line_error(result, 2, f"{re.escape(str(out))} exists and is not a benchmark folder "
-                                     r"\(no readable manifest.json\); refusing to replace it")
+    assert_one_line_error(
+        result,
+        2,
+        f"{re.escape(str(out))} exists and is not a benchmark folder "
+        r"\(no readable manifest.json\); refusing to replace it",
+    )
     assert tree_hashes(out) == before
     assert leftovers(out) == []
 
@@ -149,7 +187,9 @@ def test_an_existing_benchmark_is_kept_without_overwrite(builder, sources, folde
 
 def test_overwrite_without_an_out_folder_is_refused(tmp_path):
     result = cood_dataset("glyphs", "--overwrite", *GLYPH_ARGS, cache=tmp_path / "cache")
-    assert_one_line_error(result, 2, re.escape("--overwrite needs an OUT folder (the cache is built once per set of options)"))
+    assert_one_line_error(
+        result, 2, re.escape("--overwrite needs an OUT folder (the cache is built once per set of options)")
+    )
     assert not (tmp_path / "cache").exists()
 
 
@@ -165,14 +205,22 @@ def test_an_output_folder_under_a_regular_file_is_one_line(builder, sources, tmp
 
 # ---------------------------------------------------------------------------------------------------- stopped builds
 
-KILLS = [("folder", "shard-done", 0), ("folder", "block-done", 0), ("folder", "swap-before", 0), ("folder", "swap-aside", 0),
-         ("folder", "swap-in", 1), ("glyphs", "swap-aside", 0), ("glyphs", "swap-in", 1)]
+KILLS = [
+    ("folder", "shard-done", 0),
+    ("folder", "block-done", 0),
+    ("folder", "swap-before", 0),
+    ("folder", "swap-aside", 0),
+    ("folder", "swap-in", 1),
+    ("glyphs", "swap-aside", 0),
+    ("glyphs", "swap-in", 1),
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("builder,point,kept", KILLS)
-def test_a_build_killed_at_a_fault_point_keeps_a_whole_benchmark(builder, point, kept, sources, folder_benchmarks,
-                                                                 glyph_benchmarks, tmp_path):
+def test_a_build_killed_at_a_fault_point_keeps_a_whole_benchmark(
+    builder, point, kept, sources, folder_benchmarks, glyph_benchmarks, tmp_path
+):
     """Killed while replacing seed 0 by seed 1: one whole benchmark survives (``kept``: the seed the next run finds),
     the next run without --overwrite refuses, and one with --overwrite builds exactly seed 1."""
     benchmarks = folder_benchmarks if builder == "folder" else glyph_benchmarks
@@ -188,7 +236,9 @@ def test_a_build_killed_at_a_fault_point_keeps_a_whole_benchmark(builder, point,
     assert (old in survivors) or (new in survivors)
 
     refused = cood_dataset(*args)
-    assert_one_line_error(refused, 2, f"{re.escape(str(out))} already holds a benchmark; pass --overwrite to replace it")
+    assert_one_line_error(
+        refused, 2, f"{re.escape(str(out))} already holds a benchmark; pass --overwrite to replace it"
+    )
     assert tree_hashes(out) == (old, new)[kept]
     assert not aside.exists()
 
@@ -198,10 +248,13 @@ def test_a_build_killed_at_a_fault_point_keeps_a_whole_benchmark(builder, point,
     assert leftovers(out) == []
 
 
-@pytest.mark.parametrize("builder,point", [("glyphs", "shard-done"), ("glyphs", "swap-aside"), ("folder", "swap-before"),
-                                           ("folder", "swap-aside")])
-def test_an_oserror_while_replacing_is_one_line_and_keeps_the_old_benchmark(builder, point, sources, folder_benchmarks,
-                                                                            glyph_benchmarks, tmp_path):
+@pytest.mark.parametrize(
+    "builder,point",
+    [("glyphs", "shard-done"), ("glyphs", "swap-aside"), ("folder", "swap-before"), ("folder", "swap-aside")],
+)
+def test_an_oserror_while_replacing_is_one_line_and_keeps_the_old_benchmark(
+    builder, point, sources, folder_benchmarks, glyph_benchmarks, tmp_path
+):
     benchmarks = folder_benchmarks if builder == "folder" else glyph_benchmarks
     out = tmp_path / "out"
     shutil.copytree(benchmarks[0], out)
@@ -213,6 +266,7 @@ def test_an_oserror_while_replacing_is_one_line_and_keeps_the_old_benchmark(buil
 
 
 # ---------------------------------------------------------------------------------------------------- manifests
+
 
 def _escaping_link(bench: Path, manifest: dict) -> None:
     outside = bench.parent / "outside.tar"
@@ -247,17 +301,30 @@ def test_a_shard_path_outside_the_benchmark_is_refused(escape, folder_benchmarks
     before = tree_hashes(tmp_path)
     result = cood_dataset("card", bench)
     path = re.escape(repr(manifest["shards"][0]["path"]))
-    assert_one_line_error(result, 2, f"{re.escape(str(bench / 'manifest.json'))}: shards\\[0\\]\\.path {path} is outside the benchmark folder")
+    assert_one_line_error(
+        result,
+        2,
+        f"{re.escape(str(bench / 'manifest.json'))}: shards\\[0\\]\\.path {path} is outside the benchmark folder",
+    )
     assert tree_hashes(tmp_path) == before
 
 
 BAD_MANIFESTS = {
-    "truncated": (b'{"format_version": 1, "shards": [', r"is not valid JSON: Expecting value: line 1 column 34 \(char 33\)"),
+    "truncated": (
+        b'{"format_version": 1, "shards": [',
+        r"is not valid JSON: Expecting value: line 1 column 34 \(char 33\)",
+    ),
     "deeply nested": (b"[" * 100_000 + b"]" * 100_000, "is not a manifest: JSON nested too deeply"),
     "not an object": (b"[1, 2]", "is not a manifest: not a JSON object"),
     "not utf-8": (b"\xff\xfe{}", "is not valid JSON: .*"),
-    "shards not a list": (b'{"format_version": 1, "shards": {"path": "a.tar"}}', "shards must be a list of objects with a path"),
-    "bad pixel limit": (b'{"format_version": 1, "max_image_pixels": -1, "shards": []}', "max_image_pixels must be a positive integer, got -1"),
+    "shards not a list": (
+        b'{"format_version": 1, "shards": {"path": "a.tar"}}',
+        "shards must be a list of objects with a path",
+    ),
+    "bad pixel limit": (
+        b'{"format_version": 1, "max_image_pixels": -1, "shards": []}',
+        "max_image_pixels must be a positive integer, got -1",
+    ),
 }
 
 
@@ -275,17 +342,28 @@ def test_a_malformed_manifest_is_one_line_naming_the_file(case, folder_benchmark
 
 # ---------------------------------------------------------------------------------------------------- images
 
+
 def png_header(width: int, height: int) -> bytes:
     """A PNG that claims ``width`` x ``height`` 1-bit pixels (signature, IHDR, an empty IDAT, IEND): a few bytes."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b""))
+        + chunk(b"IEND", b"")
+    )
 
 
-@pytest.mark.parametrize("width,height,reason", [(9000, 8000, "ImageTooLarge: 9000x8000 pixels, above max_image_pixels 67108864"),
-                                                 (100_000, 100_000, "DecompressionBombError: .*")])
+@pytest.mark.parametrize(
+    "width,height,reason",
+    [
+        (9000, 8000, "ImageTooLarge: 9000x8000 pixels, above max_image_pixels 67108864"),
+        (100_000, 100_000, "DecompressionBombError: .*"),
+    ],
+)
 def test_an_image_above_the_pixel_limit_is_skipped_and_counted(width, height, reason, sources, tmp_path):
     id_dir = tmp_path / "id"
     shutil.copytree(sources["id"], id_dir)
@@ -304,9 +382,9 @@ def test_an_image_above_the_pixel_limit_is_skipped_and_counted(width, height, re
 
 
 def test_the_harness_refuses_an_image_above_the_benchmarks_limit(folder_benchmarks, tmp_path):
-    from dataset_builder.benchmark import Benchmark
     import torch
 
+    from dataset_builder.benchmark import Benchmark
     from harness.runtime.data import ShardStream
     from harness.runtime.decoding import PilDecoder
 
@@ -318,8 +396,13 @@ def test_the_harness_refuses_an_image_above_the_benchmarks_limit(folder_benchmar
     shard = benchmark.shards("id_test")[0]
     decoder = PilDecoder(lambda image: torch.zeros(3), 3, benchmark.max_image_pixels)
     stream = ShardStream(benchmark, [[shard]], decoder, label_of={"cat": 0, "dog": 1}, batch_size=2)
-    assert list(stream) == [{"shard": shard["path"], "error": f"shard {shard['path']}: sample cat__cat_0 is 16x16 pixels, "
-                                                             "above the benchmark's max_image_pixels (255)"}]
+    assert list(stream) == [
+        {
+            "shard": shard["path"],
+            "error": f"shard {shard['path']}: sample cat__cat_0 is 16x16 pixels, "
+            "above the benchmark's max_image_pixels (255)",
+        }
+    ]
 
 
 def test_a_bad_sample_record_is_one_line_naming_the_sample(folder_benchmarks, tmp_path):
@@ -327,11 +410,12 @@ def test_a_bad_sample_record_is_one_line_naming_the_sample(folder_benchmarks, tm
     batch of good samples before it still comes through."""
     from dataclasses import asdict
 
+    import torch
+
     from dataset_builder.benchmark import Benchmark
     from dataset_builder.shards import read_shard, write_shard
     from harness.runtime.data import ShardStream
     from harness.runtime.decoding import PilDecoder
-    import torch
 
     bench = tmp_path / "bench"
     shutil.copytree(folder_benchmarks[0], bench)
@@ -339,19 +423,24 @@ def test_a_bad_sample_record_is_one_line_naming_the_sample(folder_benchmarks, tm
     good = list(read_shard(benchmark.shard_path(benchmark.shards("id_test")[0])))[:2]
     ext = benchmark.image_ext
     decoder = PilDecoder(lambda image: torch.zeros(3), 3, benchmark.max_image_pixels)
-    for bad, reason in [({"__key__": "bad", ext: good[0][ext]}, r"cannot be decoded \(KeyError: 'json'\)"),
-                        ({**good[0], "__key__": "bad", "json": b"{not json"}, r"cannot be decoded \(JSONDecodeError: "),
-                        ({**good[0], "__key__": "bad", "json": b'{"class_id": ["cat"]}'}, r"cannot be decoded \(TypeError: "),
-                        ({**good[0], "__key__": "bad", "json": b'{"class_id": "owl"}'}, r"has class 'owl', which is not in this split")]:
+    for bad, reason in [
+        ({"__key__": "bad", ext: good[0][ext]}, r"cannot be decoded \(KeyError: 'json'\)"),
+        ({**good[0], "__key__": "bad", "json": b"{not json"}, r"cannot be decoded \(JSONDecodeError: "),
+        ({**good[0], "__key__": "bad", "json": b'{"class_id": ["cat"]}'}, r"cannot be decoded \(TypeError: "),
+        ({**good[0], "__key__": "bad", "json": b'{"class_id": "owl"}'}, r"has class 'owl', which is not in this split"),
+    ]:
         shard = asdict(write_shard(bench, "id/test/bad.tar", "id_test", [*good, bad]))
         label_of = {json.loads(good[0]["json"])["class_id"]: 7}
         stream = ShardStream(benchmark, [[shard]], decoder, label_of=label_of, batch_size=2)
         assert [b["labels"].tolist() for b in stream if "labels" in b] == [[7, 7]]
         [error] = [b["error"] for b in stream if "error" in b]
-        assert re.match(rf"(corrupt shard|shard) id/test/bad.tar: sample bad {reason}", error) and "\n" not in error, error
+        assert re.match(rf"(corrupt shard|shard) id/test/bad.tar: sample bad {reason}", error) and "\n" not in error, (
+            error
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- the cache
+
 
 def test_a_built_cache_is_read_without_writing(tmp_path, monkeypatch):
     """A cache the user cannot write to (its lock path cannot be opened) still serves a built benchmark."""

@@ -23,18 +23,29 @@ STABLE_EXCEPT = ("created", "timings")
 
 
 def cli(*args, cwd=None, wrap=()) -> subprocess.CompletedProcess:
-    return subprocess.run([*wrap, sys.executable, "-m", "harness.cli", "submit", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [*wrap, sys.executable, "-m", "harness.cli", "submit", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )
 
 
 def tree(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` by relative path, with its sha256."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def records(out: Path) -> dict:
-    return {p.stem: {k: v for k, v in json.loads(p.read_text()).items() if k not in STABLE_EXCEPT}
-            for p in sorted((out / "records").glob("*.json"))}
+    return {
+        p.stem: {k: v for k, v in json.loads(p.read_text()).items() if k not in STABLE_EXCEPT}
+        for p in sorted((out / "records").glob("*.json"))
+    }
 
 
 def timings(out: Path) -> dict:
@@ -61,7 +72,9 @@ def clean(common, tmp_path_factory):
     done = cli(*common, "--workers", "0", "--out", base / "out", "--cache-dir", base / "cache")
     assert done.returncode == 0 and done.stderr == "", done.stderr
     shards = len(list((base / "cache").rglob("*.scores")))
-    assert shards == timings(base / "out")["shards_scored"] == 1 + 1 + 48  # ID test, OOD estimation, one OOD test shard per class
+    assert (
+        shards == timings(base / "out")["shards_scored"] == 1 + 1 + 48
+    )  # ID test, OOD estimation, one OOD test shard per class
     return {"out": base / "out", "cache": base / "cache", "records": records(base / "out"), "shards": shards}
 
 
@@ -91,15 +104,20 @@ def healing_run(common, clean, earlier, entry: Path, reason: str) -> None:
     records of the clean run, every other cache file as it was."""
     done = cli(*common, "--workers", "0", "--out", earlier["out"], "--cache-dir", earlier["cache"])
     assert done.returncode == 0, done.stderr
-    one_line(done.stderr, rf"warning: score cache entry {re.escape(str(entry))} is unusable \({reason}\); "
-                          r"it is discarded and its shard scored again")
+    one_line(
+        done.stderr,
+        rf"warning: score cache entry {re.escape(str(entry))} is unusable \({reason}\); "
+        r"it is discarded and its shard scored again",
+    )
     assert records(earlier["out"]) == clean["records"]
     stats = timings(earlier["out"])
     assert stats["shards_scored"] == 1 and stats["shards_from_cache"] == clean["shards"] - 1
     assert_outputs_moved_aside(earlier)
     name = str(entry.relative_to(earlier["cache"]))
     after = tree(earlier["cache"])
-    assert {k: v for k, v in after.items() if k != name} == {k: v for k, v in earlier["cache_tree"].items() if k != name}
+    assert {k: v for k, v in after.items() if k != name} == {
+        k: v for k, v in earlier["cache_tree"].items() if k != name
+    }
     healed, original = decode(entry.read_bytes()), decode((clean["cache"] / name).read_bytes())
     assert sorted(healed) == sorted(original) and healed["keys"].tolist() == original["keys"].tolist()
 
@@ -118,7 +136,10 @@ def test_a_cache_entry_of_garbage_bytes_is_recomputed(common, clean, earlier):
 
 
 def test_a_cache_entry_of_another_shard_is_recomputed(common, clean, earlier):
-    entry, stranger = entries(earlier["cache"], "ood_test")[3], entries(earlier["cache"], "ood_test")[5]  # 8 samples each
+    entry, stranger = (
+        entries(earlier["cache"], "ood_test")[3],
+        entries(earlier["cache"], "ood_test")[5],
+    )  # 8 samples each
     shutil.copyfile(stranger, entry)
     shard = str(decode(stranger.read_bytes())["shard"])
     assert shard.startswith("ood_test/ood/test/")
@@ -138,16 +159,25 @@ def test_a_cache_under_a_regular_file_is_skipped_and_the_run_completes(common, c
     blocker.write_text("not a folder\n")
     done = cli(*common, "--workers", "0", "--out", earlier["out"], "--cache-dir", blocker / "cache")
     assert done.returncode == 0, done.stderr
-    one_line(done.stderr, rf"warning: cannot write the score cache in {re.escape(str(blocker / 'cache'))}/\w+ "
-                          r"\(Not a directory\); the run goes on without caching")
+    one_line(
+        done.stderr,
+        rf"warning: cannot write the score cache in {re.escape(str(blocker / 'cache'))}/\w+ "
+        r"\(Not a directory\); the run goes on without caching",
+    )
     assert records(earlier["out"]) == clean["records"] and timings(earlier["out"])["shards_scored"] == clean["shards"]
     assert blocker.read_text() == "not a folder\n"
     assert_outputs_moved_aside(earlier)
 
 
 def _read_only_mounts() -> bool:
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount --bind -o ro "$0" "$0" && ! touch "$0/x"', "/tmp"],
-                           capture_output=True) if shutil.which("unshare") else None
+    probe = (
+        subprocess.run(
+            ["unshare", "-rm", "sh", "-c", 'mount --bind -o ro "$0" "$0" && ! touch "$0/x"', "/tmp"],
+            capture_output=True,
+        )
+        if shutil.which("unshare")
+        else None
+    )
     return probe is not None and probe.returncode == 0
 
 
@@ -159,8 +189,11 @@ def test_a_read_only_cache_is_still_read(common, clean, earlier):
     read_only = ["unshare", "-rm", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$@"', earlier["cache"]]
     done = cli(*common, "--workers", "0", "--out", earlier["out"], "--cache-dir", earlier["cache"], wrap=read_only)
     assert done.returncode == 0, done.stderr
-    one_line(done.stderr, rf"warning: cannot write the score cache in {re.escape(str(earlier['cache']))}/\w+ "
-                          r"\(Read-only file system\); the run goes on without caching")
+    one_line(
+        done.stderr,
+        rf"warning: cannot write the score cache in {re.escape(str(earlier['cache']))}/\w+ "
+        r"\(Read-only file system\); the run goes on without caching",
+    )
     stats = timings(earlier["out"])
     assert stats["shards_from_cache"] == clean["shards"] - 1 and stats["shards_scored"] == 1
     assert records(earlier["out"]) == clean["records"] and tree(earlier["cache"]) == before
@@ -169,8 +202,19 @@ def test_a_read_only_cache_is_still_read(common, clean, earlier):
 
 def test_options_at_their_limits_are_accepted(common, clean, earlier):
     name = "é" * 100  # 200 UTF-8 bytes
-    done = cli(*common, "--workers", "0", "--out", earlier["out"], "--cache-dir", earlier["cache"], "--levels", "13",
-               "--name", name)
+    done = cli(
+        *common,
+        "--workers",
+        "0",
+        "--out",
+        earlier["out"],
+        "--cache-dir",
+        earlier["cache"],
+        "--levels",
+        "13",
+        "--name",
+        name,
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     (record,) = records(earlier["out"]).values()
     assert record["model"]["name"] == name and record["num_levels"] == 13 and len(record["levels"]) == 13
@@ -182,17 +226,30 @@ def test_options_at_their_limits_are_accepted(common, clean, earlier):
 
 
 OPTION_FAULTS = {
-    "levels_beyond_the_windows": (["--levels", "14"], r"error: --levels 14 is more than the benchmark \S+ allows: its 48 OOD "
-                                                      r"classes in windows of 36 \(its ID classes\) give 13 distinct levels at most"),
-    "one_level": (["--levels", "1"], r"error: --levels must be at least 2 \(the method needs a first and a last level\), got 1"),
+    "levels_beyond_the_windows": (
+        ["--levels", "14"],
+        r"error: --levels 14 is more than the benchmark \S+ allows: its 48 OOD "
+        r"classes in windows of 36 \(its ID classes\) give 13 distinct levels at most",
+    ),
+    "one_level": (
+        ["--levels", "1"],
+        r"error: --levels must be at least 2 \(the method needs a first and a last level\), got 1",
+    ),
     "negative_workers": (["--workers", "-1"], r"error: --workers must be 0 or more, got -1"),
     "empty_batches": (["--batch-size", "0"], r"error: --batch-size must be at least 1, got 0"),
     "no_mc_passes": (["-k", "mc_dropout", "--mc-passes", "0"], r"error: --mc-passes must be at least 1, got 0"),
-    "mc_passes_without_mc_dropout": (["--mc-passes", "5"],
-                                     r"error: --mc-passes applies to the mc_dropout kappa, which is not requested \(-k mc_dropout\)"),
-    "odin_preset_without_odin": (["-k", "mc_dropout", "--odin-preset", "original"],
-                                 r"error: --odin-preset applies to the odin kappa, which is not requested \(-k odin\)"),
-    "unknown_odin_preset": (["-k", "odin", "--odin-preset", "fast"], r"error: --odin-preset 'fast' is unknown; known: paper, original"),
+    "mc_passes_without_mc_dropout": (
+        ["--mc-passes", "5"],
+        r"error: --mc-passes applies to the mc_dropout kappa, which is not requested \(-k mc_dropout\)",
+    ),
+    "odin_preset_without_odin": (
+        ["-k", "mc_dropout", "--odin-preset", "original"],
+        r"error: --odin-preset applies to the odin kappa, which is not requested \(-k odin\)",
+    ),
+    "unknown_odin_preset": (
+        ["-k", "odin", "--odin-preset", "fast"],
+        r"error: --odin-preset 'fast' is unknown; known: paper, original",
+    ),
 }
 
 
@@ -235,8 +292,18 @@ def test_a_files_bad_name_is_refused_and_writes_nothing(tiny_glyphs, clean, tmp_
     cache = tmp_path / "cache"
     shutil.copytree(clean["cache"], cache)
     before = tree(cache)
-    done = cli(path, "--benchmark", tiny_glyphs, "--quiet", "-k", "softmax", "--cache-dir", cache,
-               *(["--trust-submission"] if trusted else []), cwd=cwd)  # the default --out would be cood-results/NAME
+    done = cli(
+        path,
+        "--benchmark",
+        tiny_glyphs,
+        "--quiet",
+        "-k",
+        "softmax",
+        "--cache-dir",
+        cache,
+        *(["--trust-submission"] if trusted else []),
+        cwd=cwd,
+    )  # the default --out would be cood-results/NAME
     assert done.returncode == 2 and done.stdout == "", done.stdout
     one_line(done.stderr, r"error: the model name '\.\./escape' contains '/' or '\\'")
     assert list(cwd.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["cache", "cwd", "file"]
@@ -245,14 +312,33 @@ def test_a_files_bad_name_is_refused_and_writes_nothing(tiny_glyphs, clean, tmp_
 
 def test_a_run_into_another_models_out_leaves_only_the_new_set(tiny_glyphs, earlier):
     mlp = Path(CNN).with_name("glyph_mlp.py")
-    done = cli(mlp, "--benchmark", tiny_glyphs, "--quiet", "-k", "softmax", "-k", "margin", "--workers", "0",
-               "--out", earlier["out"], "--no-cache")
+    done = cli(
+        mlp,
+        "--benchmark",
+        tiny_glyphs,
+        "--quiet",
+        "-k",
+        "softmax",
+        "-k",
+        "margin",
+        "--workers",
+        "0",
+        "--out",
+        earlier["out"],
+        "--no-cache",
+    )
     assert done.returncode == 0, done.stderr
     assert re.search(r"moved the earlier outputs in .*out to .*out\.previous-", done.stdout), done.stdout
     new = tree(earlier["out"])
     assert sorted(p for p in new if not p.startswith("per_class/thumbnails/")) == [
-        "levels/glyph_mlp__margin.parquet", "levels/glyph_mlp__softmax.parquet", "per_class/per_class.parquet",
-        "per_level.csv", "records/margin.json", "records/softmax.json", "severity_curves.png"]
+        "levels/glyph_mlp__margin.parquet",
+        "levels/glyph_mlp__softmax.parquet",
+        "per_class/per_class.parquet",
+        "per_level.csv",
+        "records/margin.json",
+        "records/softmax.json",
+        "severity_curves.png",
+    ]
     assert {r["model"]["name"] for r in records(earlier["out"]).values()} == {"glyph_mlp"}
     assert set(pd.read_parquet(earlier["out"] / "per_class" / "per_class.parquet")["kappa"]) == {"softmax", "margin"}
     assert set(pd.read_csv(earlier["out"] / "per_level.csv")["model name"]) == {"glyph_mlp"}

@@ -24,7 +24,7 @@ from leaderboard.release import release
 from leaderboard.store import accepted_files, add_records, current_table, init_leaderboard
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "leaderboard"))
-from lb_records import GLYPHS, record  # noqa: E402
+from lb_records import GLYPHS, record
 
 ERROR = "cood-leaderboard: error: "
 TABLE_FILES = {"index.txt", "table.csv", "table.parquet"}  # what an add changes by design
@@ -32,14 +32,22 @@ TABLE_FILES = {"index.txt", "table.csv", "table.parquet"}  # what an add changes
 
 def _cli(*args, fault: str | None = None) -> subprocess.CompletedProcess:
     env = {**{k: v for k, v in os.environ.items() if k != "COOD_DEBUG"}, "COOD_FAULT": fault or ""}
-    return subprocess.run([sys.executable, "-c", "from leaderboard.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", "from leaderboard.cli import main; main()", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def _snapshot(directory: Path) -> dict[str, str]:
     """Every file under ``directory`` (except the lock) with its sha256."""
-    return {p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
 def _one_line_error(result: subprocess.CompletedProcess, pattern: str) -> None:
@@ -86,21 +94,29 @@ def test_killed_add_leaves_none_or_all(board, batch, point, count, visible):
     assert [name[:14] for name in written] == [f"records/{seq:06d}" for seq in range(2, 2 + count)]
     assert len(accepted_files(board)) == 1 + visible  # unlisted files are leftovers: ignored, removed by the next add
     table = current_table(board)
-    assert table["kappa"].tolist() == ["softmax", "entropy", "energy", "max_logit"][:1 + visible]
+    assert table["kappa"].tolist() == ["softmax", "entropy", "energy", "max_logit"][: 1 + visible]
     assert table["seq"].tolist() == list(range(1, 2 + visible))
 
     rerun = _cli("add", *batch, "-d", board)
     if visible:
-        _one_line_error(rerun, rf"{re.escape(str(batch[0]))}: duplicate entry [0-9a-f]{{16}} \(model 'glyph_cnn', kappa entropy\) "
-                               r"already in 000002-[0-9a-f]{16}\.json")
+        _one_line_error(
+            rerun,
+            rf"{re.escape(str(batch[0]))}: duplicate entry [0-9a-f]{{16}} \(model 'glyph_cnn', kappa entropy\) "
+            r"already in 000002-[0-9a-f]{16}\.json",
+        )
         assert _cli("add", _write(batch[0].with_name("new.json"), record(kappa="odin")), "-d", board).returncode == 0
     else:
         assert rerun.returncode == 0, rerun.stderr
         assert rerun.stdout.startswith(f"added 3 entries to {board}: ")
     final = _snapshot(board)
-    assert sorted(n for n in final if n.startswith("records/")) == [f"records/{n}" for n in accepted_files(board)]  # no leftovers
+    assert sorted(n for n in final if n.startswith("records/")) == [
+        f"records/{n}" for n in accepted_files(board)
+    ]  # no leftovers
     assert current_table(board)["kappa"].tolist()[:4] == ["softmax", "entropy", "energy", "max_logit"]
-    assert _cli("show", "-d", board).stdout.splitlines()[0] == f"table current (unreleased): {len(accepted_files(board))} entries"
+    assert (
+        _cli("show", "-d", board).stdout.splitlines()[0]
+        == f"table current (unreleased): {len(accepted_files(board))} entries"
+    )
 
 
 # ---------------------------------------------------------------- disk full (ENOSPC) at each step
@@ -108,10 +124,18 @@ def test_killed_add_leaves_none_or_all(board, batch, point, count, visible):
 FULL = [
     ("add:after-stage", 0, r"\S+/records/000002-[0-9a-f]{16}\.json: No space left on device"),
     ("add:before-commit", 0, r"\S+/index\.txt: No space left on device"),
-    ("add:after-commit", 3, r"the records are added, but the table could not be written \(No space left on device\); "
-                            r"the next add rewrites it"),
-    ("table:after-csv", 3, r"the records are added, but the table could not be written \(No space left on device\); "
-                           r"the next add rewrites it"),
+    (
+        "add:after-commit",
+        3,
+        r"the records are added, but the table could not be written \(No space left on device\); "
+        r"the next add rewrites it",
+    ),
+    (
+        "table:after-csv",
+        3,
+        r"the records are added, but the table could not be written \(No space left on device\); "
+        r"the next add rewrites it",
+    ),
 ]
 
 
@@ -123,7 +147,9 @@ def test_disk_full_during_add(board, batch, point, visible, message):
     if visible == 0:
         assert after == before  # rolled back: not even a leftover
     else:
-        assert {n: after[n] for n in before if n not in TABLE_FILES} == {n: d for n, d in before.items() if n not in TABLE_FILES}
+        assert {n: after[n] for n in before if n not in TABLE_FILES} == {
+            n: d for n, d in before.items() if n not in TABLE_FILES
+        }
         assert set(after) - set(before) == {f"records/{n}" for n in accepted_files(board)[1:]}
     assert len(current_table(board)) == 1 + visible
 
@@ -131,13 +157,17 @@ def test_disk_full_during_add(board, batch, point, visible, message):
 def test_disk_full_during_release_leaves_no_half_release(board, batch):
     _cli("add", batch[0], "-d", board)
     before = _snapshot(board)
-    _one_line_error(_cli("release", "-d", board, fault="table:after-csv=ENOSPC"), r"\S+/releases/\.v2\.partial/table\.parquet: No space left on device")
+    _one_line_error(
+        _cli("release", "-d", board, fault="table:after-csv=ENOSPC"),
+        r"\S+/releases/\.v2\.partial/table\.parquet: No space left on device",
+    )
     assert _snapshot(board) == before
     assert sorted(p.name for p in (board / "releases").iterdir()) == ["v1"]
     assert _cli("release", "-d", board).stdout == "released v2: 2 entries, 1 new\n"
 
 
 # ---------------------------------------------------------------- unwritable paths
+
 
 def _under_a_file(tmp_path: Path) -> Path:
     blocker = tmp_path / "plain-file"
@@ -149,9 +179,11 @@ def _under_a_file(tmp_path: Path) -> Path:
 def test_unwritable_path(tmp_path, batch, command):
     blocker = _under_a_file(tmp_path)
     target = blocker / "board"
-    args = {"init": ["init", "--record", batch[0], "-d", target],
-            "add": ["add", *batch, "--init", "-d", target],
-            "site": ["site", target, "-d", tmp_path / "nothing"]}[command]
+    args = {
+        "init": ["init", "--record", batch[0], "-d", target],
+        "add": ["add", *batch, "--init", "-d", target],
+        "site": ["site", target, "-d", tmp_path / "nothing"],
+    }[command]
     if command == "site":
         init_leaderboard(tmp_path / "nothing", GLYPHS)
     before = _snapshot(tmp_path)
@@ -161,6 +193,7 @@ def test_unwritable_path(tmp_path, batch, command):
 
 
 # ---------------------------------------------------------------- bad files: the leaderboard's own and submitted ones
+
 
 def _corrupt_config(board: Path, tmp_path: Path) -> list:
     (board / "leaderboard.json").write_bytes(b'{"format_version": 1, "benchmark": ')
@@ -211,22 +244,44 @@ def _huge_record(board: Path, tmp_path: Path) -> list:
 
 def _named(model: str = "glyph_cnn", kappa: str = "entropy"):
     def setup(board: Path, tmp_path: Path) -> list:
-        return ["add", _write(tmp_path / "named.json", record(model=model, kappa=kappa, weights="33" * 32)), "-d", board]
+        return [
+            "add",
+            _write(tmp_path / "named.json", record(model=model, kappa=kappa, weights="33" * 32)),
+            "-d",
+            board,
+        ]
+
     return setup
 
 
 BAD_FILES = [
-    ("corrupt config", _corrupt_config, r"\S+/board/leaderboard\.json: malformed JSON: Expecting value: line 1 column 36 \(char 35\)"),
+    (
+        "corrupt config",
+        _corrupt_config,
+        r"\S+/board/leaderboard\.json: malformed JSON: Expecting value: line 1 column 36 \(char 35\)",
+    ),
     ("config field", _config_field, r"\S+/board/leaderboard\.json: num_levels: must be an integer, got str"),
     ("deep config", _deep_config, r"\S+/board/leaderboard\.json: JSON nested deeper than 16 levels"),
-    ("corrupt index", _corrupt_index, r"\S+/board/index\.txt: line 2: not the name of record file 2: '\.\./\.\./etc/passwd'"),
+    (
+        "corrupt index",
+        _corrupt_index,
+        r"\S+/board/index\.txt: line 2: not the name of record file 2: '\.\./\.\./etc/passwd'",
+    ),
     ("corrupt release", _corrupt_release, r"\S+/releases/v1/release\.json: malformed JSON: .+"),
     ("deep record", _deep_record, r"\S+/deep\.json: JSON nested deeper than 16 levels"),
     ("nested field", _nested_field, r"\S+/nested\.json: JSON nested deeper than 16 levels"),
     ("huge record", _huge_record, r"\S+/huge\.json: over the size limit of 1,048,576 bytes"),
     ("long model name", _named(model="é" * 101), r"\S+/named\.json: model\.name: longer than 200 bytes: 'é{40}'\.\.\."),
-    ("model name with a path", _named(model="../../x"), r"\S+/named\.json: model\.name: contains a path separator \('/'\): '\.\./\.\./x'"),
-    ("model name with a newline", _named(model="a\nb"), r"\S+/named\.json: model\.name: contains a control character \('\\n'\): 'a\\nb'"),
+    (
+        "model name with a path",
+        _named(model="../../x"),
+        r"\S+/named\.json: model\.name: contains a path separator \('/'\): '\.\./\.\./x'",
+    ),
+    (
+        "model name with a newline",
+        _named(model="a\nb"),
+        r"\S+/named\.json: model\.name: contains a control character \('\\n'\): 'a\\nb'",
+    ),
     ("long kappa name", _named(kappa="k" * 201), r"\S+/named\.json: kappa\.name: longer than 200 bytes: 'k{40}'\.\.\."),
 ]
 
@@ -240,6 +295,7 @@ def test_bad_file_is_one_line_and_changes_nothing(board, tmp_path, setup, messag
 
 
 # ---------------------------------------------------------------- publish: the reply is lost, the rerun succeeds
+
 
 @pytest.mark.parametrize("point", ["publish:after-upload", "publish:after-tag"])
 def test_publish_rerun_after_lost_reply(board, hub_server, point):
@@ -259,7 +315,14 @@ def test_publish_rerun_after_lost_reply(board, hub_server, point):
     else:
         assert rerun.stdout == f"published v1 to {repo} (commit {tagged['v1']})\n"
     assert sorted(api.list_repo_files(repo, repo_type="dataset", revision="v1")) == [
-        ".gitattributes", "CHANGELOG.md", "README.md", "records/records.jsonl", "release.json", "results/table.csv", "results/table.parquet"]
+        ".gitattributes",
+        "CHANGELOG.md",
+        "README.md",
+        "records/records.jsonl",
+        "release.json",
+        "results/table.csv",
+        "results/table.parquet",
+    ]
     assert _snapshot(board) == before
 
 
@@ -273,9 +336,17 @@ def test_publish_reply_lost_after_the_tag_is_set(board, hub_server, monkeypatch)
 
     before = _snapshot(board)
     monkeypatch.setattr(HfApi, "create_tag", tag_then_hang_up)
-    with pytest.raises(LeaderboardError, match=rf"publishing to {repo} failed: ConnectionResetError: \[Errno 104\] Connection reset by peer"):
+    with pytest.raises(
+        LeaderboardError,
+        match=rf"publishing to {repo} failed: ConnectionResetError: \[Errno 104\] Connection reset by peer",
+    ):
         publish(board, repo, endpoint=hub_server)
     monkeypatch.undo()
     [tag] = HfApi(endpoint=hub_server).list_repo_refs(repo, repo_type="dataset").tags
-    assert publish(board, repo, endpoint=hub_server) == {"repo_id": repo, "tag": "v1", "commit": tag.target_commit, "uploaded": False}
+    assert publish(board, repo, endpoint=hub_server) == {
+        "repo_id": repo,
+        "tag": "v1",
+        "commit": tag.target_commit,
+        "uploaded": False,
+    }
     assert _snapshot(board) == before

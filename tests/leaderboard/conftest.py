@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from lb_records import REJECTIONS, record, set_field
 from leaderboard.paper import paper_records, read_paper_table
 from leaderboard.store import add_records
-
-from lb_records import REJECTIONS, record, set_field
 
 
 def pytest_generate_tests(metafunc):

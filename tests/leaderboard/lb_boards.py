@@ -8,17 +8,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from leaderboard.store import add_records
-
 from lb_records import record
+from leaderboard.store import add_records
 
 NUM_LEVELS = 11
 
 
 def png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
     """A small solid-colour PNG."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     rows = b"".join(b"\x00" + bytes(rgb) * size for _ in range(size))
     header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
@@ -32,30 +33,70 @@ def drilldown_record(run: Path, model: str = "glyph_cnn", classes: int = 4) -> d
         aurocs = [round(0.55 + 0.04 * c + 0.01 * (NUM_LEVELS - level), 4) for c in range(classes)]
         names = [f"class {level}-{c} <i>" for c in range(classes)]
         for c, auroc in enumerate(aurocs):
-            rows.append({"kappa": "softmax", "level": level, "class_id": f"n{level:02d}{c:03d}", "class_index": level * classes + c,
-                         "name": names[c], "n": 10 + c, "ood_auroc": auroc, "mean_confidence": 0.3 + 0.01 * c})
+            rows.append(
+                {
+                    "kappa": "softmax",
+                    "level": level,
+                    "class_id": f"n{level:02d}{c:03d}",
+                    "class_index": level * classes + c,
+                    "name": names[c],
+                    "n": 10 + c,
+                    "ood_auroc": auroc,
+                    "mean_confidence": 0.3 + 0.01 * c,
+                }
+            )
         hardest = []
         for c in range(2):
             thumbs = [f"per_class/thumbnails/{level * classes + c}-{k}.png" for k in range(2)]
             for k, thumb in enumerate(thumbs):
                 (run / thumb).parent.mkdir(parents=True, exist_ok=True)
                 (run / thumb).write_bytes(png((40 * c, 20 * level, 100 + 50 * k)))
-            hardest.append({"id": f"n{level:02d}{c:03d}", "name": names[c], "ood_auroc": aurocs[c],
-                            "mean_confidence": 0.3 + 0.01 * c, "thumbnails": thumbs})
-        levels.append({"level": level, "n_classes": classes, "hardest": hardest,
-                       "ood_auroc_quantiles": [aurocs[0], aurocs[1], (aurocs[1] + aurocs[2]) / 2, aurocs[2], aurocs[-1]]})
+            hardest.append(
+                {
+                    "id": f"n{level:02d}{c:03d}",
+                    "name": names[c],
+                    "ood_auroc": aurocs[c],
+                    "mean_confidence": 0.3 + 0.01 * c,
+                    "thumbnails": thumbs,
+                }
+            )
+        levels.append(
+            {
+                "level": level,
+                "n_classes": classes,
+                "hardest": hardest,
+                "ood_auroc_quantiles": [aurocs[0], aurocs[1], (aurocs[1] + aurocs[2]) / 2, aurocs[2], aurocs[-1]],
+            }
+        )
     (run / "per_class").mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(run / "per_class" / "per_class.parquet", index=False)
-    return {**record(model=model, weights="44" * 32), "per_class": {"file": "per_class/per_class.parquet", "levels": levels}}
+    return {
+        **record(model=model, weights="44" * 32),
+        "per_class": {"file": "per_class/per_class.parquet", "levels": levels},
+    }
 
 
 def small_board(tmp_path: Path) -> Path:
     """A leaderboard of three models: one with a per-class drill-down (verified), one in two kappas, one flagged."""
     board = tmp_path / "board"
-    add_records(board, [drilldown_record(tmp_path / "run")], create=True, folder=tmp_path / "run",
-                verified={"request": "00000000000a", "requests_repo": "org/requests", "worker": "gpu-1"})
-    add_records(board, [record(model="vit_tiny_patch16_224", weights="55" * 32),
-                        record(model="vit_tiny_patch16_224", weights="55" * 32, kappa="entropy",
-                               aurocs=[0.9 - 0.03 * i for i in range(NUM_LEVELS)]),
-                        record(model="tf_efficientnet_b0", weights="66" * 32, acc=0.01)])
+    add_records(
+        board,
+        [drilldown_record(tmp_path / "run")],
+        create=True,
+        folder=tmp_path / "run",
+        verified={"request": "00000000000a", "requests_repo": "org/requests", "worker": "gpu-1"},
+    )
+    add_records(
+        board,
+        [
+            record(model="vit_tiny_patch16_224", weights="55" * 32),
+            record(
+                model="vit_tiny_patch16_224",
+                weights="55" * 32,
+                kappa="entropy",
+                aurocs=[0.9 - 0.03 * i for i in range(NUM_LEVELS)],
+            ),
+            record(model="tf_efficientnet_b0", weights="66" * 32, acc=0.01),
+        ],
+    )
     return board

@@ -5,10 +5,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from lb_records import record
 from leaderboard.cli import app
 from leaderboard.store import current_table
-
-from lb_records import record
 
 runner = CliRunner()
 
@@ -27,7 +26,9 @@ def _write(path, data):
 def test_workflow(tmp_path):
     board = tmp_path / "board"
     first = _write(tmp_path / "a.json", record(kappa="softmax"))
-    assert _run("init", "-d", board, "--record", first).startswith(f"created {board} for glyphs 1.0.0 (manifest {'ab' * 32}), 11 levels")
+    assert _run("init", "-d", board, "--record", first).startswith(
+        f"created {board} for glyphs 1.0.0 (manifest {'ab' * 32}), 11 levels"
+    )
     second = _write(tmp_path / "b.json", record(kappa="entropy", aurocs=[0.9] * 11))
     assert _run("add", first, second, "-d", board).startswith(f"added 2 entries to {board}: ")
     out = _run("show", "-d", board, "--sort", "10", "--kappa", "entropy")
@@ -45,8 +46,23 @@ def test_workflow(tmp_path):
 
 
 def test_init_from_options(tmp_path):
-    out = _run("init", "-d", tmp_path / "b", "--benchmark-id", "glyphs", "--benchmark-version", "1.0.0",
-               "--manifest-sha256", "ab" * 32, "--num-id-classes", "36", "--num-ood-classes", "432", "--num-levels", "6")
+    out = _run(
+        "init",
+        "-d",
+        tmp_path / "b",
+        "--benchmark-id",
+        "glyphs",
+        "--benchmark-version",
+        "1.0.0",
+        "--manifest-sha256",
+        "ab" * 32,
+        "--num-id-classes",
+        "36",
+        "--num-ood-classes",
+        "432",
+        "--num-levels",
+        "6",
+    )
     assert out.endswith("6 levels\n")
     _run("add", "-d", tmp_path / "b", _write(tmp_path / "r.json", record(num_levels=6)))
     assert len(current_table(tmp_path / "b")) == 1
@@ -76,8 +92,12 @@ def test_import_paper_uses_the_shipped_table(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-c", "from leaderboard.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", "from leaderboard.cli import main; main()", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_bad_input_is_one_line_on_stderr_and_writes_nothing(tmp_path):
@@ -90,16 +110,22 @@ def test_bad_input_is_one_line_on_stderr_and_writes_nothing(tmp_path):
     assert result.stderr == f"cood-leaderboard: error: {bad}: levels[0].ood_auroc: must be a finite number, got nan\n"
     assert not (board / "leaderboard.json").exists() and not list(board.glob("records/*"))
     result = _cli("show", "-d", board, "--sort", "x")
-    assert (result.returncode, result.stderr) == (1, f"cood-leaderboard: error: {board} is not a leaderboard (no leaderboard.json); create it with `cood-leaderboard init`\n")
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"cood-leaderboard: error: {board} is not a leaderboard (no leaderboard.json); create it with `cood-leaderboard init`\n",
+    )
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["init", "--benchmark-id", "glyphs"], "give --record or every benchmark option (missing --version)"),
-    (["report"], "the table is empty: nothing to report"),
-    (["show", "--sort", "l99"], "unknown sort key 'l99': use mean, id_acc or a level 0..10"),
-    (["show", "-v", "3"], "no release v3 in"),
-    (["publish", "org/x"], "nothing released in"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["init", "--benchmark-id", "glyphs"], "give --record or every benchmark option (missing --version)"),
+        (["report"], "the table is empty: nothing to report"),
+        (["show", "--sort", "l99"], "unknown sort key 'l99': use mean, id_acc or a level 0..10"),
+        (["show", "-v", "3"], "no release v3 in"),
+        (["publish", "org/x"], "nothing released in"),
+    ],
+)
 def test_errors(tmp_path, args, message):
     board = tmp_path / "b"
     if args[0] != "init":
@@ -111,7 +137,12 @@ def test_errors(tmp_path, args, message):
 
 def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
     """Of the builder, only its floor (errors, fault points, atomic writes): nothing heavy."""
-    code = ("import sys, leaderboard.cli; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'harness', 'dataset_builder')))")
+    code = (
+        "import sys, leaderboard.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'harness', 'dataset_builder')))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.stdout == "['dataset_builder', 'dataset_builder.errors', 'dataset_builder.faults', 'dataset_builder.files']\n", result.stderr
+    assert (
+        result.stdout
+        == "['dataset_builder', 'dataset_builder.errors', 'dataset_builder.faults', 'dataset_builder.files']\n"
+    ), result.stderr

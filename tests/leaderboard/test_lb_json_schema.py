@@ -19,8 +19,17 @@ from leaderboard.paper import paper_records
 SCHEMA = json.loads(files("leaderboard").joinpath("record.schema.json").read_text())
 CHECK = jsonschema.Draft202012Validator(SCHEMA)
 # what JSON Schema cannot express (the validator's cross-field and non-JSON checks)
-VALIDATOR_ONLY = {"levels.4.level", "levels.4.percentile=0.2", "levels.5.level_score", "num_levels=12",
-                  "summary.mean_ood_auroc", "created", "kappa.params", "levels.3.ood_auroc=nan", "id.avg_conf"}
+VALIDATOR_ONLY = {
+    "levels.4.level",
+    "levels.4.percentile=0.2",
+    "levels.5.level_score",
+    "num_levels=12",
+    "summary.mean_ood_auroc",
+    "created",
+    "kappa.params",
+    "levels.3.ood_auroc=nan",
+    "id.avg_conf",
+}
 
 
 def test_the_schema_is_a_valid_draft_2020_12_schema():
@@ -29,17 +38,27 @@ def test_the_schema_is_a_valid_draft_2020_12_schema():
 
 
 def test_the_committed_file_is_the_generated_one():
-    assert files("leaderboard").joinpath("record.schema.json").read_text() == shape.schema_text(), \
+    assert files("leaderboard").joinpath("record.schema.json").read_text() == shape.schema_text(), (
         "record.schema.json is stale: run python -m leaderboard.record"
+    )
     assert SCHEMA["properties"]["provenance"]["enum"] == ["harness", "paper"]
-    assert SCHEMA["properties"]["model"]["required"] == ["name", "source", "file_sha256", "weights_sha256",
-                                                        "num_parameters", "preprocessing"]
+    assert SCHEMA["properties"]["model"]["required"] == [
+        "name",
+        "source",
+        "file_sha256",
+        "weights_sha256",
+        "num_parameters",
+        "preprocessing",
+    ]
     assert SCHEMA["allOf"][0]["then"]["properties"]["model"] == {
-        "properties": {"weights_sha256": {"$ref": "#/$defs/sha256"}, "num_parameters": {"type": "integer"}}}
+        "properties": {"weights_sha256": {"$ref": "#/$defs/sha256"}, "num_parameters": {"type": "integer"}}
+    }
 
 
 def test_valid_records_pass_both(make_record, paper_table):
-    fitted = make_record(kappa="knn", params={"k": 50, "fit": {"split": "id_fit", "size": 10, "sample": {"per_class": 1}}})
+    fitted = make_record(
+        kappa="knn", params={"k": 50, "fit": {"split": "id_fit", "size": 10, "sample": {"per_class": 1}}}
+    )
     for record in [make_record(), fitted, *paper_records(paper_table)[:50]]:
         validator.validate_record(record)
         CHECK.validate(record)

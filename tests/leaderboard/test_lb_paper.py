@@ -15,7 +15,12 @@ def test_import_yields_1848_entries_with_11_levels(paper_board):
     assert table[[f"ood_auroc_l{i}" for i in range(11)]].notna().all().all()
     assert (table["provenance"] == "paper").all()
     assert table["kappa_name"].value_counts().to_dict() == {
-        "max_logit": 677, "softmax": 539, "entropy": 536, "odin": 65, "mc_dropout": 31}
+        "max_logit": 677,
+        "softmax": 539,
+        "entropy": 536,
+        "odin": 65,
+        "mc_dropout": 31,
+    }
     assert set(table["kappa"]) == {"softmax", "entropy", "max_logit", "mc_dropout", "odin(epsilon=1e-05,temperature=2)"}
     assert load_config(paper_board) == {"format_version": 1, "benchmark": BENCHMARK, "num_levels": 11}
 
@@ -25,15 +30,18 @@ def test_broken_efficientnets_are_flagged(paper_board):
     flagged = table[table["flag"] != ""]
     assert sorted(set(flagged["model"])) == ["efficientnet_b5", "efficientnet_b6", "efficientnet_b7"]
     assert sorted(zip(flagged["model"], flagged["kappa"])) == [
-        (f"efficientnet_b{b}", k) for b in (5, 6, 7) for k in ("mc_dropout", "softmax")]
+        (f"efficientnet_b{b}", k) for b in (5, 6, 7) for k in ("mc_dropout", "softmax")
+    ]
     assert flagged["flag"].str.startswith("id-acc near chance (0.001").all()
     assert flagged["id_acc"].max() < 0.0012
 
 
 def test_values_match_the_csv(paper_table, paper_board):
     table = current_table(paper_board).set_index(["model", "kappa_name"])
-    rows = paper_table[(paper_table["model name"] == "vit_large_patch16_384_original")
-                       & (paper_table["confidence function"] == "max_logit")].sort_values("severity level")
+    rows = paper_table[
+        (paper_table["model name"] == "vit_large_patch16_384_original")
+        & (paper_table["confidence function"] == "max_logit")
+    ].sort_values("severity level")
     entry = table.loc[("vit_large_patch16_384_original", "max_logit")]
     assert [entry[f"ood_auroc_l{i}"] for i in range(11)] == rows["ood-auroc"].tolist()
     assert entry["mean_ood_auroc"] == pytest.approx(rows["ood-auroc"].mean(), abs=1e-12)
@@ -41,7 +49,9 @@ def test_values_match_the_csv(paper_table, paper_board):
     assert entry["id_acc"] == rows["id-acc"].iloc[0] == pytest.approx(0.85162)
     assert entry["id_auroc"] == rows["id-auroc"].iloc[0]
     odin = paper_table[paper_table["confidence function"] == "odin_temperature-2_noise_mag-1e-05"]
-    assert table.xs("odin", level="kappa_name")["kappa_params"].unique().tolist() == ['{"epsilon": 1e-05, "temperature": 2}']
+    assert table.xs("odin", level="kappa_name")["kappa_params"].unique().tolist() == [
+        '{"epsilon": 1e-05, "temperature": 2}'
+    ]
     assert len(table.xs("odin", level="kappa_name")) == odin["model name"].nunique() == 65
 
 
@@ -77,5 +87,7 @@ def test_not_the_paper_table(tmp_path, paper_table):
 
 def test_a_harness_board_rejects_paper_records(paper_table, tmp_path, make_record):
     add_records(tmp_path / "b", [make_record()], create=True)
-    with pytest.raises(LeaderboardError, match="unknown benchmark 'imagenet-cood-paper2023'; this leaderboard holds 'glyphs'"):
+    with pytest.raises(
+        LeaderboardError, match="unknown benchmark 'imagenet-cood-paper2023'; this leaderboard holds 'glyphs'"
+    ):
         add_records(tmp_path / "b", paper_records(paper_table.head(11)))

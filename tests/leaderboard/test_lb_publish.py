@@ -7,12 +7,11 @@ import pandas as pd
 import pytest
 from huggingface_hub import HfApi, hf_hub_download
 
+from lb_records import record
 from leaderboard.errors import LeaderboardError
 from leaderboard.publish import publish
 from leaderboard.release import release
 from leaderboard.store import add_records
-
-from lb_records import record
 
 
 def test_publish_versions_in_order(hub_server, tmp_path):
@@ -29,10 +28,19 @@ def test_publish_versions_in_order(hub_server, tmp_path):
     api = HfApi(endpoint=hub_server)
     assert {ref.name for ref in api.list_repo_refs(repo, repo_type="dataset").tags} == {"v1", "v2"}
     assert sorted(api.list_repo_files(repo, repo_type="dataset", revision="v2")) == [
-        ".gitattributes", "CHANGELOG.md", "README.md", "records/records.jsonl", "release.json", "results/table.csv", "results/table.parquet"]
+        ".gitattributes",
+        "CHANGELOG.md",
+        "README.md",
+        "records/records.jsonl",
+        "release.json",
+        "results/table.csv",
+        "results/table.parquet",
+    ]
 
     def fetch(name, revision):
-        return hf_hub_download(repo, name, repo_type="dataset", revision=revision, endpoint=hub_server, cache_dir=tmp_path / "cache")
+        return hf_hub_download(
+            repo, name, repo_type="dataset", revision=revision, endpoint=hub_server, cache_dir=tmp_path / "cache"
+        )
 
     assert pd.read_parquet(fetch("results/table.parquet", "v1"))["entry_id"].tolist() == first
     lines = open(fetch("records/records.jsonl", "v2")).read().splitlines()
@@ -49,18 +57,26 @@ def test_publish_versions_in_order(hub_server, tmp_path):
     tags = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo, repo_type="dataset").tags}
     for version in (1, 2):  # a rerun finds the same files under the tag and changes nothing
         assert publish(board, repo, version=version, endpoint=hub_server) == {
-            "repo_id": repo, "tag": f"v{version}", "commit": tags[f"v{version}"], "uploaded": False}
+            "repo_id": repo,
+            "tag": f"v{version}",
+            "commit": tags[f"v{version}"],
+            "uploaded": False,
+        }
     assert {ref.name: ref.target_commit for ref in api.list_repo_refs(repo, repo_type="dataset").tags} == tags
 
     other = tmp_path / "other"
     add_records(other, [record(kappa="energy")], create=True)
     release(other)
-    with pytest.raises(LeaderboardError, match=r"cood/leaderboard-test already has v1 with other content \(\S+ differs\)"):
+    with pytest.raises(
+        LeaderboardError, match=r"cood/leaderboard-test already has v1 with other content \(\S+ differs\)"
+    ):
         publish(other, repo, endpoint=hub_server)
     add_records(other, [record(kappa="entropy")])
     release(other)
     assert publish(other, "cood/leaderboard-test-2", endpoint=hub_server)["tag"] == "v2"
-    with pytest.raises(LeaderboardError, match="cood/leaderboard-test-2 already has v2; versions are published once and in order"):
+    with pytest.raises(
+        LeaderboardError, match="cood/leaderboard-test-2 already has v2; versions are published once and in order"
+    ):
         publish(other, "cood/leaderboard-test-2", version=1, endpoint=hub_server)
 
 

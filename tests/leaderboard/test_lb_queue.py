@@ -8,7 +8,6 @@ import json
 import threading
 import uuid
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,13 +15,13 @@ from huggingface_hub import HfApi
 from safetensors.numpy import save as save_safetensors
 from typer.testing import CliRunner
 
+from lb_records import GLYPHS as BENCHMARK
+from lb_records import record
 from leaderboard import requests as queue
 from leaderboard.cli import app
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_files, add_records, current_table, init_leaderboard
 from leaderboard.weights_check import check_weights_file
-
-from lb_records import GLYPHS as BENCHMARK, record
 
 
 def _name(prefix: str) -> str:
@@ -70,7 +69,9 @@ class Call:
 
 def test_a_request_is_validated_pinned_and_added_once(api, requests_repo):
     repo = _model_repo(api, {"w.safetensors": _tensors()})
-    made = queue.make_request(api, requests_repo, "timm:resnet18", weights=repo, file="w.safetensors", kappas=["energy"])
+    made = queue.make_request(
+        api, requests_repo, "timm:resnet18", weights=repo, file="w.safetensors", kappas=["energy"]
+    )
     commit = api.model_info(repo).sha
     assert made["status"] == "pending" and made["name"] == repo.split("/")[1] and made["kappas"] == ["energy"]
     assert made["model"]["revision"] == commit and made["model"]["weights_format"] == "safetensors"
@@ -81,22 +82,35 @@ def test_a_request_is_validated_pinned_and_added_once(api, requests_repo):
         queue.make_request(api, requests_repo, "timm:resnet18", weights=repo, file="w.safetensors", kappas=["energy"])
     # a new commit of the model repo is another request, pinned to that commit
     api.upload_file(path_or_fileobj=_tensors(1), path_in_repo="w.safetensors", repo_id=repo)
-    again = queue.make_request(api, requests_repo, "timm:resnet18", weights=repo, file="w.safetensors", kappas=["energy"])
+    again = queue.make_request(
+        api, requests_repo, "timm:resnet18", weights=repo, file="w.safetensors", kappas=["energy"]
+    )
     assert again["id"] != made["id"] and again["model"]["revision"] == api.model_info(repo).sha != commit
 
 
-@pytest.mark.parametrize(("target", "options", "message"), [
-    ("my_model.py", {}, "target 'my_model.py': give open_clip:<name>, timm:<name>, torchvision:<name> (with --weights "
-                        "and --file) or hf:<owner>/<name> (a model repo); a submission file is never run from a "
-                        "request"),
-    ("keras:resnet", {}, "target 'keras:resnet': give open_clip:<name>"),
-    ("timm:resnet18", {}, "timm: targets need --weights <owner>/<name>"),
-    ("timm:resnet18", {"weights": "no-slash", "file": "w.safetensors"}, "--weights 'no-slash': not a Hub model repo id"),
-    ("timm:resnet18", {"weights": "org/x", "file": "w.npz"}, "--file 'w.npz': a weights file in the repo"),
-    ("timm:resnet18", {"weights": "org/x", "file": "../w.pt"}, "--file '../w.pt': a weights file in the repo"),
-    ("hf:org/x", {"weights": "org/y", "file": "w.pt"}, "target 'hf:org/x' is its own Hub repo (hf:<owner>/<name>)"),
-    ("hf:x", {}, "target 'hf:x': hf: takes a Hub model repo id"),
-])
+@pytest.mark.parametrize(
+    ("target", "options", "message"),
+    [
+        (
+            "my_model.py",
+            {},
+            "target 'my_model.py': give open_clip:<name>, timm:<name>, torchvision:<name> (with --weights "
+            "and --file) or hf:<owner>/<name> (a model repo); a submission file is never run from a "
+            "request",
+        ),
+        ("keras:resnet", {}, "target 'keras:resnet': give open_clip:<name>"),
+        ("timm:resnet18", {}, "timm: targets need --weights <owner>/<name>"),
+        (
+            "timm:resnet18",
+            {"weights": "no-slash", "file": "w.safetensors"},
+            "--weights 'no-slash': not a Hub model repo id",
+        ),
+        ("timm:resnet18", {"weights": "org/x", "file": "w.npz"}, "--file 'w.npz': a weights file in the repo"),
+        ("timm:resnet18", {"weights": "org/x", "file": "../w.pt"}, "--file '../w.pt': a weights file in the repo"),
+        ("hf:org/x", {"weights": "org/y", "file": "w.pt"}, "target 'hf:org/x' is its own Hub repo (hf:<owner>/<name>)"),
+        ("hf:x", {}, "target 'hf:x': hf: takes a Hub model repo id"),
+    ],
+)
 def test_a_malformed_request_is_refused_before_any_download(api, requests_repo, target, options, message):
     with pytest.raises(LeaderboardError) as info:
         queue.make_request(api, requests_repo, target, **options)
@@ -127,9 +141,11 @@ def test_weights_that_would_run_code_or_are_broken_are_refused(api, requests_rep
 def test_torch_state_dicts_pass_the_static_check(tmp_path):
     import torch
 
-    states = {"plain.pt": {"w": torch.ones(2, 3), "n": torch.arange(4)},
-              "nested.pth": {"state_dict": {"w": torch.ones(2, dtype=torch.bfloat16)}, "epoch": 3},
-              "parameter.bin": {"p": torch.nn.Parameter(torch.zeros(2))}}
+    states = {
+        "plain.pt": {"w": torch.ones(2, 3), "n": torch.arange(4)},
+        "nested.pth": {"state_dict": {"w": torch.ones(2, dtype=torch.bfloat16)}, "epoch": 3},
+        "parameter.bin": {"p": torch.nn.Parameter(torch.zeros(2))},
+    }
     for name, state in states.items():
         (tmp_path / name).write_bytes(_torch_file(state))
         assert check_weights_file(tmp_path / name) == "torch"
@@ -158,7 +174,7 @@ def test_concurrent_claims_take_each_request_exactly_once(api, requests_repo):
             while (request := queue.claim(api, requests_repo, name)) is not None:
                 taken.setdefault(request["id"], []).append(name)
                 queue.finish(api, requests_repo, request, "done", entries=[])
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
@@ -170,7 +186,9 @@ def test_concurrent_claims_take_each_request_exactly_once(api, requests_repo):
     assert sorted(taken) == sorted(made) and all(len(names) == 1 for names in taken.values())
     final = {r["id"]: r for r in queue.list_requests(api, requests_repo)[1]}
     assert all(final[i]["status"] == "done" and final[i]["worker"] == taken[i][0] for i in made)
-    claims = [c.title for c in api.list_repo_commits(requests_repo, repo_type="dataset") if c.title.startswith("claim ")]
+    claims = [
+        c.title for c in api.list_repo_commits(requests_repo, repo_type="dataset") if c.title.startswith("claim ")
+    ]
     assert sorted(c.split()[1] for c in claims) == sorted(made)
 
 
@@ -197,7 +215,10 @@ def test_a_queue_belongs_to_one_benchmark_revision(api, requests_repo, tmp_path)
 
 def test_records_claiming_verification_are_refused_unless_the_worker_adds_them(tmp_path):
     board = tmp_path / "board"
-    claimed = {**record(), "verification": {"status": "verified", "request": "0" * 12, "requests_repo": "o/r", "worker": "w"}}
+    claimed = {
+        **record(),
+        "verification": {"status": "verified", "request": "0" * 12, "requests_repo": "o/r", "worker": "w"},
+    }
     path = tmp_path / "claimed.json"
     path.write_text(json.dumps(claimed))
     for add in (lambda: add_files(board, [path], create=True), lambda: add_records(board, [claimed], create=True)):
@@ -216,8 +237,21 @@ def test_records_claiming_verification_are_refused_unless_the_worker_adds_them(t
 def test_the_queue_commands(api, requests_repo, tmp_path):
     repo = _model_repo(api, {"w.safetensors": _tensors()})
     runner = CliRunner()
-    made = runner.invoke(app, ["request", "timm:resnet18", "--queue", requests_repo, "--weights", repo,
-                               "--file", "w.safetensors", "--name", "resnet18-mine"])
+    made = runner.invoke(
+        app,
+        [
+            "request",
+            "timm:resnet18",
+            "--queue",
+            requests_repo,
+            "--weights",
+            repo,
+            "--file",
+            "w.safetensors",
+            "--name",
+            "resnet18-mine",
+        ],
+    )
     assert made.exit_code == 0, made.output
     assert made.output.startswith("requested ") and f"pending in {requests_repo}" in made.output
     listed = runner.invoke(app, ["requests", requests_repo])

@@ -42,16 +42,21 @@ def test_the_constructor_gives_the_record_in_field_order(make_record):
 
 def test_a_new_field_needs_only_its_declaration(make_record, paper_table, monkeypatch):
     with_ece = dataclasses.make_dataclass(
-        "IdMetrics", [("ece", float | None, shape.spec(unit=True, reported=True, column="id_ece"))],
-        bases=(shape.IdMetrics,), frozen=True, kw_only=True)
+        "IdMetrics",
+        [("ece", float | None, shape.spec(unit=True, reported=True, column="id_ece"))],
+        bases=(shape.IdMetrics,),
+        frozen=True,
+        kw_only=True,
+    )
     monkeypatch.setitem(shape.PARTS, "IdMetrics", with_ece)
     record = shape.make_record(**{**_parts(make_record()), "id": {**make_record()["id"], "ece": 0.04}})
     assert list(record["id"]) == ["acc", "auroc", "avg_conf", "num", "ece"]
 
     schema = shape.json_schema()  # the schema
     assert "ece" in schema["properties"]["id"]["required"]
-    assert schema["properties"]["id"]["properties"]["ece"] == {"anyOf": [{"type": "number", "minimum": 0, "maximum": 1},
-                                                                         {"type": "null"}]}
+    assert schema["properties"]["id"]["properties"]["ece"] == {
+        "anyOf": [{"type": "number", "minimum": 0, "maximum": 1}, {"type": "null"}]
+    }
     assert schema["allOf"][0]["then"]["properties"]["id"] == {"properties": {"ece": {"type": "number"}}}
     check = jsonschema.Draft202012Validator(schema)
     check.validate(record)
@@ -79,13 +84,22 @@ def test_the_harness_passes_a_new_id_metric_through(make_record, monkeypatch):
     outputs = pytest.importorskip("harness.outputs")
     from harness.method.evaluation import KappaResult
 
-    with_ece = dataclasses.make_dataclass("IdMetrics", [("ece", float, shape.spec(unit=True))],
-                                          bases=(shape.IdMetrics,), frozen=True, kw_only=True)
+    with_ece = dataclasses.make_dataclass(
+        "IdMetrics", [("ece", float, shape.spec(unit=True))], bases=(shape.IdMetrics,), frozen=True, kw_only=True
+    )
     monkeypatch.setitem(shape.PARTS, "IdMetrics", with_ece)
     base = make_record()
     result = KappaResult("softmax", None, base["levels"], {**base["id"], "ece": 0.04})
-    record = outputs.record(result, benchmark=base["benchmark"], model=base["model"], kappa_params={}, seed=0,
-                            version="0.1.0", created=base["created"], timings=base["timings"],
-                            metric_definitions=base["metric_definitions"])
+    record = outputs.record(
+        result,
+        benchmark=base["benchmark"],
+        model=base["model"],
+        kappa_params={},
+        seed=0,
+        version="0.1.0",
+        created=base["created"],
+        timings=base["timings"],
+        metric_definitions=base["metric_definitions"],
+    )
     assert record["id"]["ece"] == 0.04
     validate_record(record)

@@ -3,11 +3,10 @@ import json
 
 import pytest
 
+from lb_records import record
 from leaderboard.errors import LeaderboardError
 from leaderboard.release import changelog, list_releases, release, release_info, release_table
 from leaderboard.store import add_records
-
-from lb_records import record
 
 
 def _hashes(directory):

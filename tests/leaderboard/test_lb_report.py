@@ -3,8 +3,17 @@
 import pytest
 
 from leaderboard.errors import LeaderboardError
-from leaderboard.report import (best_per_kappa, best_per_model, correlations, distillation_lines, distillation_pairs, family,
-                                focus_rank, report, win_rates)
+from leaderboard.report import (
+    best_per_kappa,
+    best_per_model,
+    correlations,
+    distillation_lines,
+    distillation_pairs,
+    family,
+    focus_rank,
+    report,
+    win_rates,
+)
 from leaderboard.store import current_table
 
 
@@ -40,7 +49,9 @@ def test_best_zero_shot_clip_beats_96_percent(table):
 def test_distillation_improves_detection(table):  # the paper's observation (1)
     pairs, alone = distillation_pairs(table)  # softmax, as the paper compares models
     assert len(pairs) == 26 and (pairs["gain"] > 0).all()
-    assert pairs["gain"].mean() == pytest.approx(0.021457, abs=1e-6) and pairs["gain"].min() == pytest.approx(0.004667, abs=1e-6)
+    assert pairs["gain"].mean() == pytest.approx(0.021457, abs=1e-6) and pairs["gain"].min() == pytest.approx(
+        0.004667, abs=1e-6
+    )
     assert pairs["family"].value_counts().to_dict() == {"xcit": 14, "pit": 4, "resmlp": 4, "deit": 3, "resnetv2": 1}
     by_name = pairs.set_index("distilled")
     assert by_name.loc["deit_base_distilled_patch16_224", "base"] == "deit_base_patch16_224"
@@ -55,8 +66,10 @@ def test_distillation_improves_detection(table):  # the paper's observation (1)
 
 def test_distillation_when_the_table_cannot_show_it(table):
     lines = distillation_lines(table[~table["model"].str.contains("dist")])
-    assert lines == ["Knowledge distillation: not shown; no distilled model ('distilled' or 'dist' in its name) has its "
-                     "non-distilled counterpart (the same name without it) in the table with a valid softmax entry."]
+    assert lines == [
+        "Knowledge distillation: not shown; no distilled model ('distilled' or 'dist' in its name) has its "
+        "non-distilled counterpart (the same name without it) in the table with a valid softmax entry."
+    ]
 
 
 def test_id_accuracy_correlates_with_detection(table):
@@ -77,7 +90,9 @@ def test_kappa_win_rates(table):
 
 def test_report_text(table):
     text = report(table)
-    assert text.startswith("Leaderboard of imagenet-cood-paper2023 iclr2023, 11 severity levels: 1848 entries, 706 models, 5 kappas.")
+    assert text.startswith(
+        "Leaderboard of imagenet-cood-paper2023 iclr2023, 11 severity levels: 1848 entries, 706 models, 5 kappas."
+    )
     assert "Flagged and left out below (6 entries, 3 models):" in text
     assert "    1. vit_large_patch16_384_original           max_logit    0.9458  (id-acc 0.8516)" in text
     assert "  families: vit 9, beit 1" in text

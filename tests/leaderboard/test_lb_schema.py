@@ -63,9 +63,9 @@ def test_paper_provenance_allows_unreported_metrics(make_record):
 def test_entry_identity(make_record):
     base = make_record(kappa="odin", params={"temperature": 2, "epsilon": 1e-5})
     same = copy.deepcopy(base)
-    same["model"]["name"] = "renamed"            # identity is the weights hash, not the name
+    same["model"]["name"] = "renamed"  # identity is the weights hash, not the name
     same["kappa"]["params"] = {"epsilon": 1e-5, "temperature": 2.0}
-    same["levels"][0]["ood_auroc"] = 0.5         # nor the numbers
+    same["levels"][0]["ood_auroc"] = 0.5  # nor the numbers
     assert entry_id(same) == entry_id(base)
     assert re.fullmatch(r"[0-9a-f]{16}", entry_id(base))
     other_params = make_record(kappa="odin", params={"temperature": 1000, "epsilon": 0.0014})
@@ -94,8 +94,10 @@ def test_a_fitted_kappa_carries_its_fit_in_the_params(make_record):
     assert entry_id(other_fit) != entry_id(record)  # another fit set is another entry
     same = make_record(kappa="knn", params={"k": 50.0, "normalize": True, "fit": {**fit, "size": 100000.0}})
     assert entry_id(same) == entry_id(record)
-    for bad, message in (({"fit": {"split": [1]}}, r"kappa.params.fit.split: must be a number, got list"),
-                         ({"a": {"b": {"c": {"d": 1}}}}, r"kappa.params.a.b.c: must be a number, got dict"),
-                         ({"fit": {"s/plit": 1}}, r"kappa.params.fit \(a key\): contains a path separator")):
+    for bad, message in (
+        ({"fit": {"split": [1]}}, r"kappa.params.fit.split: must be a number, got list"),
+        ({"a": {"b": {"c": {"d": 1}}}}, r"kappa.params.a.b.c: must be a number, got dict"),
+        ({"fit": {"s/plit": 1}}, r"kappa.params.fit \(a key\): contains a path separator"),
+    ):
         with pytest.raises(LeaderboardError, match=message):
             validate_record(make_record(kappa="knn", params=bad))

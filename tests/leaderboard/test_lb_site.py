@@ -11,13 +11,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from lb_boards import NUM_LEVELS, small_board
+from lb_records import record
 from leaderboard.report import win_rates
 from leaderboard.site import build_site, page_name, short_kappa
 from leaderboard.store import add_records, current_table
 from leaderboard.views import family
 
-from lb_boards import NUM_LEVELS, small_board
-from lb_records import record
 
 def embedded(page: Path, element: str = "board-data") -> dict:
     match = re.search(rf'<script type="application/json" id="{element}">(.*?)</script>', page.read_text(), re.S)
@@ -37,7 +37,9 @@ def test_one_row_per_model_of_the_paper(paper_site, paper_board):
     data = embedded(out / "index.html")
     assert len(data["models"]) == 706 == table["model"].nunique()
     assert sum(any(not e.get("flag") for e in m["e"]) for m in data["models"]) == 703
-    assert "706 models (703 valid) from 1848 entries" in unescape(re.sub(r"<[^>]+>", "", (out / "index.html").read_text()))
+    assert "706 models (703 valid) from 1848 entries" in unescape(
+        re.sub(r"<[^>]+>", "", (out / "index.html").read_text())
+    )
     assert sum(len(m["e"]) for m in data["models"]) == 1848
     assert data["levels"] == NUM_LEVELS and data["kappas"] == sorted(table["kappa"].unique())
     by_name = {m["m"]: m for m in data["models"]}
@@ -65,8 +67,14 @@ def test_downloads_load_with_pandas(paper_site, paper_board):
     assert len(csv) == 1848 and list(csv.columns) == list(table.columns)
     assert csv["mean_ood_auroc"].tolist() == pytest.approx(table["mean_ood_auroc"].tolist())
     index = (out / "index.html").read_text()
-    for link in ['href="downloads/leaderboard.csv"', 'href="downloads/leaderboard.parquet"', 'href="records/index.html"',
-                 'href="https://arxiv.org/abs/2302.11893"', 'src="static/site.js"', 'href="static/site.css"']:
+    for link in [
+        'href="downloads/leaderboard.csv"',
+        'href="downloads/leaderboard.parquet"',
+        'href="records/index.html"',
+        'href="https://arxiv.org/abs/2302.11893"',
+        'src="static/site.js"',
+        'href="static/site.css"',
+    ]:
         assert link in index
     assert "http" not in re.sub(r'href="https://arxiv\.org[^"]*"', "", index).replace("http://www.w3.org", "")  # no CDN
     assert (out / "static" / "site.js").stat().st_size > 1000 and (out / "static" / "site.css").is_file()
@@ -85,7 +93,9 @@ def test_win_rates_match_the_report(paper_site, paper_board):
     rates, counts = win_rates(current_table(paper_board))
     html = (out / "index.html").read_text()
     cells = re.findall(r'<td data-v="([^"]+)" data-n="(\d+)"', html)
-    expected = [(rates.loc[a, b], counts.loc[a, b]) for a in rates.index for b in rates.columns if not pd.isna(rates.loc[a, b])]
+    expected = [
+        (rates.loc[a, b], counts.loc[a, b]) for a in rates.index for b in rates.columns if not pd.isna(rates.loc[a, b])
+    ]
     assert len(cells) == len(expected) == 20
     for (rate, n), (want_rate, want_n) in zip(cells, expected):
         assert float(rate) == pytest.approx(want_rate) and int(n) == want_n
@@ -97,7 +107,9 @@ def test_a_paper_model_page(paper_site):
     assert "<h1>resnet50</h1>" in text and text.count('<section class="entry"') == 4
     assert '<dd id="params">unknown</dd>' in text and "ResNet" in text
     assert text.count('class="record" href="../records/') == 4
-    assert '<span class="badge paper">softmax: paper</span>' in text and "self-reported" not in text  # published numbers
+    assert (
+        '<span class="badge paper">softmax: paper</span>' in text and "self-reported" not in text
+    )  # published numbers
     assert "per-class" not in text.lower()
     plot = embedded(out / "models" / page_name("resnet50"), "model-data")
     assert len(plot["curves"]) == 4 and all(len(c["values"]) == NUM_LEVELS for c in plot["curves"])
@@ -115,15 +127,19 @@ def test_the_paper_site_says_what_it_shows(paper_site):
     data = embedded(out / "index.html")
     assert "706 models (703 valid) from 1848 entries, 11 severity levels" in text
     assert "manifest" not in text and "none" not in text  # the paper's benchmark has no manifest: nothing printed
-    assert "Columns 0\u201310: the severity levels (0 the easiest to detect, 10 the hardest); each cell is the entry's " \
-           "ood-auroc at that level \u00d7 100" in text  # the heatmap strip's legend
-    assert data["cols"] == ["idauroc"] and 'data-sort="fpr"' not in html and 'data-sort="n"' not in html  # empty columns
+    assert (
+        "Columns 0\u201310: the severity levels (0 the easiest to detect, 10 the hardest); each cell is the entry's "
+        "ood-auroc at that level \u00d7 100" in text
+    )  # the heatmap strip's legend
+    assert (
+        data["cols"] == ["idauroc"] and 'data-sort="fpr"' not in html and 'data-sort="n"' not in html
+    )  # empty columns
     odin = "odin(epsilon=1e-05,temperature=2)"
     assert data["short"] == {odin: "odin \u03b5=1e-5 T=2"}
     assert f'<th title="{odin}">odin \u03b5=1e-5 T=2</th>' in html and f'<label title="{odin}">' in html
     assert {e.get("ver") for m in data["models"] for e in m["e"]} == {"paper"}
     assert re.findall(r'<option value="(paper|verified|self-reported)">', html) == ["paper"]
-    assert "<details id=\"filters\"" in html and '<input type="checkbox" id="scatter-flagged">' in html
+    assert '<details id="filters"' in html and '<input type="checkbox" id="scatter-flagged">' in html
     page = page_text(out / "models" / page_name("resnet50"))
     assert "mean fpr@95" not in page and "weights" not in page and "none" not in page
     assert "Entry" in page and ", paper; source Galil" in page
@@ -162,7 +178,11 @@ def test_model_page_metrics_verification_and_per_class(tmp_path):
     assert '<span class="badge verified">softmax: verified</span>' in page and "worker: gpu-1" in page
     assert page.count('class="level-classes"') == NUM_LEVELS
     header = re.search(r'<table class="classes"><thead><tr>(.*?)</tr>', page).group(1)
-    assert re.findall(r"<th[^>]*>([^<]+)</th>", header)[:3] == ["ood-auroc", "examples", "class"]  # score and thumbnails first
+    assert re.findall(r"<th[^>]*>([^<]+)</th>", header)[:3] == [
+        "ood-auroc",
+        "examples",
+        "class",
+    ]  # score and thumbnails first
     assert "class 3-0 &lt;i&gt;" in page and "<i>" not in page  # names escaped
     thumbs = re.findall(r'<img src="([^"]+)"', page)
     assert len(thumbs) == NUM_LEVELS * 2 * 2
@@ -199,10 +219,14 @@ def test_families():
 
 
 def test_an_empty_leaderboard(tmp_path):
-    from leaderboard.store import init_leaderboard
     from lb_records import GLYPHS
+    from leaderboard.store import init_leaderboard
+
     init_leaderboard(tmp_path / "b", GLYPHS)
     out = tmp_path / "site"
     pages = build_site(current_table(tmp_path / "b"), out, "current", board=tmp_path / "b")
     assert [p.name for p in pages] == ["index.html"]
-    assert embedded(out / "index.html")["models"] == [] and len(pd.read_parquet(out / "downloads" / "leaderboard.parquet")) == 0
+    assert (
+        embedded(out / "index.html")["models"] == []
+        and len(pd.read_parquet(out / "downloads" / "leaderboard.parquet")) == 0
+    )

@@ -12,17 +12,24 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from lb_boards import small_board
+from lb_records import record
 from leaderboard.site import build_site, page_name
 from leaderboard.store import add_records, current_table
 
-from lb_records import record
-from lb_boards import small_board
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(CHROMIUM is None, reason="the browser tests need chromium (Debian: apt-get install chromium)")]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="the browser tests need chromium (Debian: apt-get install chromium)"),
+]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 EVIL = '<img src=x onerror="window.pwned=1"><svg onload="window.pwned=2"><b>&amp;'  # no "/": names never hold a path separator
 ROWS = "#leaderboard tbody tr"
 
@@ -30,6 +37,7 @@ ROWS = "#leaderboard tbody tr"
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield browser
@@ -82,7 +90,9 @@ def column(page, index: int) -> list[str]:
 
 def strip(page, level: int) -> list[float]:
     settle(page)
-    return page.eval_on_selector_all(ROWS, f"rows => rows.map(r => parseFloat(r.querySelectorAll('.strip span')[{level}].dataset.v))")
+    return page.eval_on_selector_all(
+        ROWS, f"rows => rows.map(r => parseFloat(r.querySelectorAll('.strip span')[{level}].dataset.v))"
+    )
 
 
 def test_one_row_per_model_and_the_kappa_selector(page, table):
@@ -91,7 +101,9 @@ def test_one_row_per_model_and_the_kappa_selector(page, table):
     valid = table[table["flag"] == ""]
     best = valid.sort_values(["mean_ood_auroc", "model"], ascending=[False, True]).drop_duplicates("model")
     models, kappas = shown(page, "model"), shown(page, "kap")
-    assert models[:703] == best["model"].tolist()  # each model by its best kappa, best first; then the 3 all-flagged ones
+    assert (
+        models[:703] == best["model"].tolist()
+    )  # each model by its best kappa, best first; then the 3 all-flagged ones
     assert kappas[:703] == best["kappa"].tolist()
     assert [float(v) for v in shown(page, "mean")[:703]] == pytest.approx(best["mean_ood_auroc"].tolist(), abs=1e-6)
     assert shown(page, "rank") == [str(i) for i in range(1, 707)]
@@ -109,8 +121,12 @@ def test_one_row_per_model_and_the_kappa_selector(page, table):
 
     page.select_option("#kappa", "best")
     page.uncheck("#kappas input[value=max_logit]")  # best of the other kappas
-    others = valid[valid["kappa"] != "max_logit"].sort_values("mean_ood_auroc", ascending=False).drop_duplicates("model")
-    assert sorted(shown(page, "model")) == sorted(set(others["model"]) | {"efficientnet_b5", "efficientnet_b6", "efficientnet_b7"})
+    others = (
+        valid[valid["kappa"] != "max_logit"].sort_values("mean_ood_auroc", ascending=False).drop_duplicates("model")
+    )
+    assert sorted(shown(page, "model")) == sorted(
+        set(others["model"]) | {"efficientnet_b5", "efficientnet_b6", "efficientnet_b7"}
+    )
     first = others.iloc[0]
     assert (shown(page, "model")[0], shown(page, "kap")[0]) == (first["model"], first["kappa"])
 
@@ -129,10 +145,14 @@ def test_filters(page, table):
     page.select_option("#flagged", "show")
     page.select_option("#prov", "paper")
     assert count(page) == 706
-    assert page.eval_on_selector_all("#status option", "os => os.map(o => o.value)") == ["", "paper"]  # published numbers
+    assert page.eval_on_selector_all("#status option", "os => os.map(o => o.value)") == [
+        "",
+        "paper",
+    ]  # published numbers
     page.select_option("#status", "paper")
     assert count(page) == 706 and set(page.eval_on_selector_all(f"{ROWS} td.prov", "tds => tds.map(t => t.title)")) == {
-        "paper: the published numbers"}
+        "paper: the published numbers"
+    }
     page.fill("#search", "clip vit-l")
     expected = table[table["model"].str.lower().str.contains("clip") & table["model"].str.lower().str.contains("vit-l")]
     assert sorted(shown(page, "model")) == sorted(expected["model"].unique())
@@ -143,7 +163,9 @@ def test_sorting_renumbers_the_rank(page, table):
     level10 = page.locator("#leaderboard th .strip span[data-sort=l10]")
     level10.click()
     values = strip(page, 10)[:703]
-    assert values == sorted(values, reverse=True) and values[0] == pytest.approx(table["ood_auroc_l10"][table["flag"] == ""].max())
+    assert values == sorted(values, reverse=True) and values[0] == pytest.approx(
+        table["ood_auroc_l10"][table["flag"] == ""].max()
+    )
     assert all(shown(page, "flag")[703:]) and not any(shown(page, "flag")[:703])  # broken runs last, whatever the sort
     assert shown(page, "rank") == [str(i) for i in range(1, 707)]
     assert page.locator("#leaderboard th.strip-head").get_attribute("aria-sort") == "descending"
@@ -179,7 +201,10 @@ def test_the_plot_follows_the_view_and_shows_values(page, table):
     top = [f"{m} / {k}" for m, k in zip(shown(page, "model")[:10], shown(page, "kap")[:10])]
     assert legend() == top and top[0] == "vit_large_patch16_384_original / max_logit"
     for box in page.locator("#legend li").all():  # legends are whole, inside the page
-        assert box.evaluate("li => li.scrollWidth <= li.clientWidth + 1") and box.bounding_box()["x"] + box.bounding_box()["width"] <= 1280
+        assert (
+            box.evaluate("li => li.scrollWidth <= li.clientWidth + 1")
+            and box.bounding_box()["x"] + box.bounding_box()["width"] <= 1280
+        )
     ticks = page.eval_on_selector_all("#curves text.ytick", "ts => ts.map(t => t.textContent)")
     assert ticks == ["0.5", "0.6", "0.7", "0.8", "0.9", "1.0"]
     assert page.locator("#curves line.chance").count() == 1
@@ -187,7 +212,9 @@ def test_the_plot_follows_the_view_and_shows_values(page, table):
 
     page.fill("#search", "resnet50")
     assert all("resnet50" in label for label in legend()) and len(legend()) == 10
-    assert page.locator("#scatter circle.dot").count() == table[table["model"].str.contains("resnet50")]["model"].nunique()
+    assert (
+        page.locator("#scatter circle.dot").count() == table[table["model"].str.contains("resnet50")]["model"].nunique()
+    )
     page.fill("#search", "CLIP_RN")
     assert len(legend()) == 5 == table[table["model"].str.startswith("CLIP_RN")]["model"].nunique()
     assert all(label.startswith("CLIP_") for label in legend())
@@ -219,7 +246,9 @@ def test_the_plot_follows_the_view_and_shows_values(page, table):
 def test_the_scatter_leaves_flagged_runs_out(page, table, browser):
     best = table.sort_values(["mean_ood_auroc", "model"], ascending=[False, True])
     valid = best[best["flag"] == ""].drop_duplicates("model")
-    broken = best[~best["model"].isin(valid["model"])].drop_duplicates("model")  # the 3 models with only flagged entries
+    broken = best[~best["model"].isin(valid["model"])].drop_duplicates(
+        "model"
+    )  # the 3 models with only flagged entries
     with_flagged = pd.concat([valid, broken])
     assert (len(valid), len(broken)) == (703, 3)
     r = f"{valid['id_acc'].corr(valid['mean_ood_auroc']):.3f}"
@@ -227,7 +256,10 @@ def test_the_scatter_leaves_flagged_runs_out(page, table, browser):
     assert (r, r_all) == ("0.391", "0.565")
     settle(page)
     assert page.inner_text("#scatter-r") == r and page.inner_text("#scatter-n") == "703"
-    assert page.inner_text("#scatter-left") == "; 3 flagged runs left out" and page.locator("#scatter circle.dot").count() == 703
+    assert (
+        page.inner_text("#scatter-left") == "; 3 flagged runs left out"
+        and page.locator("#scatter circle.dot").count() == 703
+    )
     page.check("#scatter-flagged")
     assert page.inner_text("#scatter-r") == r_all and page.locator("#scatter circle.dot").count() == 706
     assert page.inner_text("#scatter-left") == "; flagged runs included" and page.url.endswith("#sf=1")
@@ -271,13 +303,22 @@ def test_layout_at_1280_and_on_a_phone(browser, paper_site):
     settle(page)
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
     assert page.evaluate("document.getElementById('filters').open") and page.locator("#kappa").is_visible()
-    assert page.locator("#strip-legend").is_visible() and page.locator("#leaderboard th.fpr, #leaderboard th.params").count() == 0
+    assert (
+        page.locator("#strip-legend").is_visible()
+        and page.locator("#leaderboard th.fpr, #leaderboard th.params").count() == 0
+    )
     page.select_option("#kappa", "odin(epsilon=1e-05,temperature=2)")
     settle(page)
     kappa = page.locator(f"{ROWS} td.kap").first
-    assert kappa.inner_text() == "odin \u03b5=1e-5 T=2" and kappa.get_attribute("title") == "odin(epsilon=1e-05,temperature=2)"
-    assert page.eval_on_selector_all(f"{ROWS} td.kap", """tds => tds.every(td => { const r = document.createRange();
-        r.selectNodeContents(td); return r.getBoundingClientRect().width <= td.clientWidth - 10; })""")  # never cut
+    assert (
+        kappa.inner_text() == "odin \u03b5=1e-5 T=2"
+        and kappa.get_attribute("title") == "odin(epsilon=1e-05,temperature=2)"
+    )
+    assert page.eval_on_selector_all(
+        f"{ROWS} td.kap",
+        """tds => tds.every(td => { const r = document.createRange();
+        r.selectNodeContents(td); return r.getBoundingClientRect().width <= td.clientWidth - 10; })""",
+    )  # never cut
     page.select_option("#kappa", "best")
     assert page.evaluate("(w => w.scrollWidth <= w.clientWidth)(document.getElementById('table-wrap'))")
     for header in page.locator("#leaderboard thead th").all():  # every column in view
@@ -296,15 +337,27 @@ def test_layout_at_1280_and_on_a_phone(browser, paper_site):
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
     assert not phone.locator("#kappa").is_visible() and phone.locator("#filters summary").is_visible()  # filters folded
     rows = phone.locator(ROWS)
-    assert rows.nth(4).bounding_box()["y"] + rows.nth(4).bounding_box()["height"] <= 844  # the first screen shows the table
+    assert (
+        rows.nth(4).bounding_box()["y"] + rows.nth(4).bounding_box()["height"] <= 844
+    )  # the first screen shows the table
     assert phone.locator(".figures").bounding_box()["y"] > rows.nth(4).bounding_box()["y"]  # the charts come after it
     wrap = phone.locator("#table-wrap")
     name, flag = phone.locator(f"{ROWS} td.model").first, phone.locator(f"{ROWS} td.flag").first
-    before = (name.bounding_box()["x"], phone.locator(f"{ROWS} td.rank").first.bounding_box()["x"], flag.bounding_box()["x"])
+    before = (
+        name.bounding_box()["x"],
+        phone.locator(f"{ROWS} td.rank").first.bounding_box()["x"],
+        flag.bounding_box()["x"],
+    )
     wrap.evaluate("w => { w.scrollLeft = 400; }")
     assert wrap.evaluate("w => w.scrollLeft") == 400
-    after = (name.bounding_box()["x"], phone.locator(f"{ROWS} td.rank").first.bounding_box()["x"], flag.bounding_box()["x"])
-    assert after[:2] == before[:2] and after[2] == pytest.approx(before[2] - 400, abs=1)  # rank and model stay, the rest scrolls
+    after = (
+        name.bounding_box()["x"],
+        phone.locator(f"{ROWS} td.rank").first.bounding_box()["x"],
+        flag.bounding_box()["x"],
+    )
+    assert after[:2] == before[:2] and after[2] == pytest.approx(
+        before[2] - 400, abs=1
+    )  # rank and model stay, the rest scrolls
     phone.click("#filters summary")
     assert phone.locator("#kappa").is_visible() and phone.locator("#search").bounding_box()["x"] + 10 < 390
     phone.close()
@@ -359,13 +412,16 @@ def test_html_in_a_model_name_stays_text(browser, tmp_path):
         assert page.evaluate("window.pwned") is None
         assert page.locator("img").count() == 0
         assert EVIL in page.locator("body").inner_text()
-        assert EVIL in (page.locator("#legend").inner_text() if url.endswith("index.html") else page.locator("h1").inner_text())
+        assert EVIL in (
+            page.locator("#legend").inner_text() if url.endswith("index.html") else page.locator("h1").inner_text()
+        )
         page.close()
 
 
 def test_an_empty_leaderboard(browser, tmp_path):
-    from leaderboard.store import init_leaderboard
     from lb_records import GLYPHS
+    from leaderboard.store import init_leaderboard
+
     init_leaderboard(tmp_path / "b", GLYPHS)
     build_site(current_table(tmp_path / "b"), tmp_path / "site", "current")
     page = browser.new_page()
@@ -382,8 +438,11 @@ def test_screenshots(browser, paper_site, tmp_path_factory):
     folder.mkdir(parents=True, exist_ok=True)
     drill = tmp_path_factory.mktemp("drilldown")
     build_site(current_table(small_board(drill)), drill / "site", "v2", board=drill / "board")
-    pages = {"index": paper_site / "index.html", "model": paper_site / "models" / page_name("vit_large_patch16_384_original"),
-             "per-class": drill / "site" / "models" / page_name("glyph_cnn")}
+    pages = {
+        "index": paper_site / "index.html",
+        "model": paper_site / "models" / page_name("vit_large_patch16_384_original"),
+        "per-class": drill / "site" / "models" / page_name("glyph_cnn"),
+    }
     written = []
     for width, height in [(1280, 900), (390, 844)]:
         for name, path in pages.items():

@@ -12,14 +12,13 @@ import pytest
 from huggingface_hub import HfApi, SpaceCard, hf_hub_download
 from typer.testing import CliRunner
 
+from lb_records import record
 from leaderboard.cli import app
 from leaderboard.errors import LeaderboardError
 from leaderboard.publish import publish
 from leaderboard.release import release, release_table
 from leaderboard.site import build_site
 from leaderboard.store import add_records
-
-from lb_records import record
 
 
 @pytest.fixture
@@ -75,22 +74,36 @@ def test_space_holds_the_site_under_the_datasets_tag(board, hub_server, tmp_path
     api = HfApi(endpoint=hub_server)
     dataset_tags, space_tags = _tags(api, repo, "dataset"), _tags(api, space, "space")
     assert set(dataset_tags) == set(space_tags) == {"v1"}
-    assert result == {"repo_id": repo, "tag": "v1", "commit": dataset_tags["v1"], "uploaded": True,
-                      "space": {"repo_id": space, "tag": "v1", "commit": space_tags["v1"], "uploaded": True}}
+    assert result == {
+        "repo_id": repo,
+        "tag": "v1",
+        "commit": dataset_tags["v1"],
+        "uploaded": True,
+        "space": {"repo_id": space, "tag": "v1", "commit": space_tags["v1"], "uploaded": True},
+    }
 
     card = SpaceCard.load(space, repo_type="space")  # read back from the server, parsed by the Hub client
-    assert (card.data.sdk, card.data.app_file, card.data.title, card.data.datasets) == ("static", "index.html", "C-OOD leaderboard", [repo])
+    assert (card.data.sdk, card.data.app_file, card.data.title, card.data.datasets) == (
+        "static",
+        "index.html",
+        "C-OOD leaderboard",
+        [repo],
+    )
     assert f"[{repo}]({hub_server}/datasets/{repo}) (tag `v1`)" in card.text
     assert api.space_info(space).sdk == "static"
 
     site = _site_files(board, 1, tmp_path / "site")
     assert {"index.html", "static/site.js", "downloads/leaderboard.parquet", "records/index.html"} <= set(site)
     assert sum(name.startswith("models/") for name in site) == 1 and sum(name.endswith(".json") for name in site) == 2
-    assert sorted(api.list_repo_files(space, repo_type="space", revision="v1")) == sorted({*site, ".gitattributes", "README.md"})
+    assert sorted(api.list_repo_files(space, repo_type="space", revision="v1")) == sorted(
+        {*site, ".gitattributes", "README.md"}
+    )
     cache = tmp_path / "cache"
     for name in ("index.html", "downloads/leaderboard.parquet", next(n for n in site if n.startswith("models/"))):
         assert _download(space, name, "v1", "space", cache) == site[name]
-    parquet = Path(hf_hub_download(space, "downloads/leaderboard.parquet", repo_type="space", revision="v1", cache_dir=cache))
+    parquet = Path(
+        hf_hub_download(space, "downloads/leaderboard.parquet", repo_type="space", revision="v1", cache_dir=cache)
+    )
     assert pd.read_parquet(parquet)["entry_id"].tolist() == release_table(board, 1)["entry_id"].tolist()
 
     dataset_card = _download(repo, "README.md", "v1", "dataset", cache).decode()
@@ -113,8 +126,12 @@ def test_a_new_version_replaces_the_sites_files_and_keeps_the_old_tag(board, hub
     assert set(_tags(api, repo, "dataset")) == set(_tags(api, space, "space")) == {"v1", "v2"}
     assert result["space"]["tag"] == "v2" and result["space"]["uploaded"]
     v1, v2 = _site_files(board, 1, tmp_path / "v1"), _site_files(board, 2, tmp_path / "v2")
-    assert sorted(api.list_repo_files(space, repo_type="space", revision="v2")) == sorted({*v2, ".gitattributes", "README.md"})
-    assert sorted(api.list_repo_files(space, repo_type="space", revision="v1")) == sorted({*v1, ".gitattributes", "README.md"})
+    assert sorted(api.list_repo_files(space, repo_type="space", revision="v2")) == sorted(
+        {*v2, ".gitattributes", "README.md"}
+    )
+    assert sorted(api.list_repo_files(space, repo_type="space", revision="v1")) == sorted(
+        {*v1, ".gitattributes", "README.md"}
+    )
     cache = tmp_path / "cache"
     assert _download(space, "index.html", "v1", "space", cache) == v1["index.html"] != v2["index.html"]
     assert "**v2**" in _download(space, "README.md", "v2", "space", cache).decode()
@@ -124,7 +141,9 @@ def test_a_new_version_replaces_the_sites_files_and_keeps_the_old_tag(board, hub
 def test_rerun_after_a_network_failure_mid_upload(board, hub_server, monkeypatch, fail):
     repo, space = f"cood/space-net-{fail}", f"cood/space-net-{fail}-site"
     spy = CommitSpy(monkeypatch, fail=fail)
-    error = "ConnectionError: connection lost mid-upload" if fail == "before" else r"ConnectionResetError: \[Errno 104\]"
+    error = (
+        "ConnectionError: connection lost mid-upload" if fail == "before" else r"ConnectionResetError: \[Errno 104\]"
+    )
     with pytest.raises(LeaderboardError, match=rf"^publishing to {space} failed: {error}"):
         publish(board, repo, endpoint=hub_server, space_id=space)
     api = HfApi(endpoint=hub_server)
@@ -147,8 +166,11 @@ def test_a_space_with_other_files_under_the_tag_stops_before_anything_is_written
     other = tmp_path / "other"
     add_records(other, [record(kappa="energy")], create=True)
     release(other)
-    with pytest.raises(LeaderboardError, match=rf"^{space} already has v1 with other content \(\S+ differs\); "
-                                               "a published version is never overwritten$"):
+    with pytest.raises(
+        LeaderboardError,
+        match=rf"^{space} already has v1 with other content \(\S+ differs\); "
+        "a published version is never overwritten$",
+    ):
         publish(other, "cood/space-taken-b", endpoint=hub_server, space_id=space)
     api = HfApi(endpoint=hub_server)
     assert _tags(api, "cood/space-taken-b", "dataset") == {}
@@ -164,9 +186,15 @@ def test_dataset_only_card_has_no_space_link(board, hub_server, tmp_path):
 
 # ---------------------------------------------------------------- the command line, killed mid-way and rerun
 
+
 def _cli(*args, fault: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from leaderboard.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "COOD_FAULT": fault})
+    return subprocess.run(
+        [sys.executable, "-c", "from leaderboard.cli import main; main()", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COOD_FAULT": fault},
+    )
 
 
 @pytest.mark.parametrize("point", ["publish:after-tag", "publish:after-space-upload", "publish:after-space-tag"])
@@ -182,10 +210,15 @@ def test_killed_publish_reruns_to_both_repos_tagged(board, hub_server, point):
     assert rerun.returncode == 0, rerun.stderr
     dataset, space = _tags(api, repo, "dataset"), _tags(api, repo, "space")
     assert set(dataset) == set(space) == {"v1"}
-    space_line = (f"v1 was already published to Space {repo} (commit {space['v1']}); nothing to upload"
-                  if point == "publish:after-space-tag" else f"published v1 to Space {repo} (commit {space['v1']})")
+    space_line = (
+        f"v1 was already published to Space {repo} (commit {space['v1']}); nothing to upload"
+        if point == "publish:after-space-tag"
+        else f"published v1 to Space {repo} (commit {space['v1']})"
+    )
     assert rerun.stdout.splitlines() == [
-        f"v1 was already published to {repo} (commit {dataset['v1']}); nothing to upload", space_line]
+        f"v1 was already published to {repo} (commit {dataset['v1']}); nothing to upload",
+        space_line,
+    ]
 
 
 def test_cli_space_options(board, hub_server):
@@ -195,7 +228,9 @@ def test_cli_space_options(board, hub_server):
     done = runner.invoke(app, ["publish", "cood/space-cli", "-d", str(board), "--space", "cood/space-cli-web"])
     assert done.exit_code == 0, done.output
     assert [line.split(" (")[0] for line in done.output.splitlines()] == [
-        "published v1 to cood/space-cli", "published v1 to Space cood/space-cli-web"]
+        "published v1 to cood/space-cli",
+        "published v1 to Space cood/space-cli-web",
+    ]
     only = runner.invoke(app, ["publish", "cood/space-cli-only", "-d", str(board), "--no-space"])
     assert only.exit_code == 0 and len(only.output.splitlines()) == 1
     assert not HfApi(endpoint=hub_server).repo_exists("cood/space-cli-only", repo_type="space")

@@ -6,18 +6,20 @@ import threading
 import pandas as pd
 import pytest
 
+from lb_records import GLYPHS, record
 from leaderboard import store
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_files, add_records, current_table, init_leaderboard, load_config
 from leaderboard.table import CSV, PARQUET
 
-from lb_records import GLYPHS, record
-
 
 def _snapshot(directory):
     """Every file under ``directory`` (except the lock) with its sha256."""
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
 @pytest.fixture
@@ -84,14 +86,41 @@ def _mismatch(field, value):
 
 REJECTED = [
     ("malformed", lambda: {"schema_version": 1}, "record 2: record: missing field 'benchmark'"),
-    ("nan", lambda: record(kappa="entropy", aurocs=[float("nan")] * 11), "record 2: levels[0].ood_auroc: must be a finite number, got nan"),
-    ("out of range", lambda: record(kappa="entropy", aurocs=[1.5] * 11), "record 2: levels[0].ood_auroc: out of range [0, 1]: 1.5"),
-    ("levels", lambda: record(kappa="entropy", num_levels=10), "record 2: wrong number of levels: 10, this leaderboard uses 11"),
-    ("unknown benchmark", lambda: _mismatch("id", "imagenet"), "record 2: unknown benchmark 'imagenet'; this leaderboard holds 'glyphs'"),
-    ("revision", lambda: _mismatch("manifest_sha256", "cd" * 32),
-     f"record 2: benchmark revision mismatch: benchmark.manifest_sha256 is '{'cd' * 32}', this leaderboard holds '{'ab' * 32}'"),
-    ("version", lambda: _mismatch("version", "1.1.0"), "record 2: benchmark revision mismatch: benchmark.version is '1.1.0'"),
-    ("classes", lambda: _mismatch("num_ood_classes", 431), "record 2: benchmark revision mismatch: benchmark.num_ood_classes is 431"),
+    (
+        "nan",
+        lambda: record(kappa="entropy", aurocs=[float("nan")] * 11),
+        "record 2: levels[0].ood_auroc: must be a finite number, got nan",
+    ),
+    (
+        "out of range",
+        lambda: record(kappa="entropy", aurocs=[1.5] * 11),
+        "record 2: levels[0].ood_auroc: out of range [0, 1]: 1.5",
+    ),
+    (
+        "levels",
+        lambda: record(kappa="entropy", num_levels=10),
+        "record 2: wrong number of levels: 10, this leaderboard uses 11",
+    ),
+    (
+        "unknown benchmark",
+        lambda: _mismatch("id", "imagenet"),
+        "record 2: unknown benchmark 'imagenet'; this leaderboard holds 'glyphs'",
+    ),
+    (
+        "revision",
+        lambda: _mismatch("manifest_sha256", "cd" * 32),
+        f"record 2: benchmark revision mismatch: benchmark.manifest_sha256 is '{'cd' * 32}', this leaderboard holds '{'ab' * 32}'",
+    ),
+    (
+        "version",
+        lambda: _mismatch("version", "1.1.0"),
+        "record 2: benchmark revision mismatch: benchmark.version is '1.1.0'",
+    ),
+    (
+        "classes",
+        lambda: _mismatch("num_ood_classes", 431),
+        "record 2: benchmark revision mismatch: benchmark.num_ood_classes is 431",
+    ),
     ("duplicate", lambda: record(model="same weights, new name"), "record 2: duplicate entry"),
 ]
 
@@ -107,7 +136,10 @@ def test_rejected_batch_writes_nothing(board, bad, message):
 
 
 def test_duplicate_within_a_batch(board):
-    with pytest.raises(LeaderboardError, match=r"record 2: duplicate entry [0-9a-f]{16} \(model 'glyph_cnn', kappa entropy\) already in record 1"):
+    with pytest.raises(
+        LeaderboardError,
+        match=r"record 2: duplicate entry [0-9a-f]{16} \(model 'glyph_cnn', kappa entropy\) already in record 1",
+    ):
         add_records(board, [record(kappa="entropy"), record(kappa="entropy")])
 
 
@@ -232,7 +264,9 @@ def test_a_new_leaderboard_never_takes_over_existing_record_files(tmp_path):
     foreign = tmp_path / "b" / "records" / "000001-0123456789abcdef.json"
     foreign.parent.mkdir(parents=True)
     foreign.write_bytes(b"someone else's file")
-    with pytest.raises(LeaderboardError, match=r"records already holds files; create the leaderboard in an empty directory"):
+    with pytest.raises(
+        LeaderboardError, match=r"records already holds files; create the leaderboard in an empty directory"
+    ):
         add_records(tmp_path / "b", [record()], create=True)
     assert foreign.read_bytes() == b"someone else's file"
     assert not (tmp_path / "b" / "leaderboard.json").exists()

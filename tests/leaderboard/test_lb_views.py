@@ -1,10 +1,9 @@
 import pytest
 
+from lb_records import record
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records, current_table
 from leaderboard.views import format_rows, select, sort_column
-
-from lb_records import record
 
 
 @pytest.fixture
@@ -12,7 +11,14 @@ def table(tmp_path):
     records = [
         record(model="alpha", weights="01" * 32, aurocs=[0.99, 0.9, 0.8, 0.7, 0.6, 0.5], num_levels=6),
         record(model="Beta-net", weights="02" * 32, aurocs=[0.9, 0.9, 0.9, 0.9, 0.85, 0.8], num_levels=6),
-        record(model="gamma", weights="03" * 32, kappa="entropy", aurocs=[0.95, 0.9, 0.88, 0.85, 0.8, 0.6], acc=0.01, num_levels=6),
+        record(
+            model="gamma",
+            weights="03" * 32,
+            kappa="entropy",
+            aurocs=[0.95, 0.9, 0.88, 0.85, 0.8, 0.6],
+            acc=0.01,
+            num_levels=6,
+        ),
     ]
     add_records(tmp_path / "b", records, create=True)
     return current_table(tmp_path / "b")

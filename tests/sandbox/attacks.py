@@ -25,11 +25,13 @@ def run(path: Path, benchmark: Path, **options) -> list[dict]:
 
 def same_scores(records: list[dict], honest: list[dict]) -> bool:
     """The same levels, ID metrics and summaries as the honest run, kappa by kappa (the name aside)."""
+
     def kept(record):
         return {k: v for k, v in record.items() if k not in (*NOT_COMPARED, "model")}
 
-    return [kept(r) for r in records] == [kept(r) for r in honest] and \
-        [r["model"]["weights_sha256"] for r in records] == [r["model"]["weights_sha256"] for r in honest]
+    return [kept(r) for r in records] == [kept(r) for r in honest] and [
+        r["model"]["weights_sha256"] for r in records
+    ] == [r["model"]["weights_sha256"] for r in honest]
 
 
 def processes_with(marker: str, wait_s: float = 3.0) -> list[int]:

@@ -2,14 +2,15 @@
 
 import pytest
 
+from attacks import KAPPAS
 from glyph_fixtures import cnn_variant
 from harness import evaluate
-
-from attacks import KAPPAS
 
 
 @pytest.fixture(scope="session")
 def honest(tiny_glyphs, tmp_path_factory):
     """The honest run's records (sandboxed)."""
-    path = cnn_variant(tmp_path_factory.mktemp("honest") / "honest.py", "build_model = cnn.build_model\nNAME = 'glyph_cnn'\n")
+    path = cnn_variant(
+        tmp_path_factory.mktemp("honest") / "honest.py", "build_model = cnn.build_model\nNAME = 'glyph_cnn'\n"
+    )
     return evaluate(path, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False).records

@@ -19,7 +19,10 @@ pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leave
 def pair():
     a, b = socket.socketpair()
     arenas = Arena(), Arena()
-    ours, theirs = Channel(a, arenas[0], arenas[1]), Channel(b, Arena(os.dup(arenas[1].fd)), Arena(os.dup(arenas[0].fd)))
+    ours, theirs = (
+        Channel(a, arenas[0], arenas[1]),
+        Channel(b, Arena(os.dup(arenas[1].fd)), Arena(os.dup(arenas[0].fd))),
+    )
     yield ours, theirs
     ours.close()
     theirs.close()
@@ -28,8 +31,17 @@ def pair():
 def test_arrays_cross_as_data(pair):
     ours, theirs = pair
     logits = np.arange(12, dtype=np.float32).reshape(3, 4)
-    theirs.send("answer", {"logits": logits, "features": None, "scores": {"k": np.ones(3)}, "keys": ["a", "b", "c"],
-                           "count": np.array(36), "columns": logits[:, 1]})
+    theirs.send(
+        "answer",
+        {
+            "logits": logits,
+            "features": None,
+            "scores": {"k": np.ones(3)},
+            "keys": ["a", "b", "c"],
+            "count": np.array(36),
+            "columns": logits[:, 1],
+        },
+    )
     kind, body = ours.receive(5)
     assert kind == "answer" and body["keys"] == ["a", "b", "c"] and body["features"] is None
     assert body["count"].shape == () and int(body["count"]) == 36  # a 0-d array stays 0-d
@@ -47,7 +59,10 @@ MALFORMED = {
     "unknown kind": (frame(b'{"kind": "exec", "body": null, "arrays": []}'), "an unknown header"),
     "extra field": (frame(b'{"kind": "ok", "body": null, "arrays": [], "code": "x"}'), "an unknown header"),
     "object dtype": (frame(b'{"kind": "ok", "body": {"$array": 0}, "arrays": [["|O", [1], 0]]}'), "bad array entry"),
-    "outside the arena": (frame(b'{"kind": "ok", "body": {"$array": 0}, "arrays": [["<f4", [1000], 0]]}'), "lies outside"),
+    "outside the arena": (
+        frame(b'{"kind": "ok", "body": {"$array": 0}, "arrays": [["<f4", [1000], 0]]}'),
+        "lies outside",
+    ),
     "dangling reference": (frame(b'{"kind": "ok", "body": {"$array": 3}, "arrays": []}'), "refers to array 3"),
     "too deep": (frame(b'{"kind": "ok", "body": ' + b"[" * 20 + b"]" * 20 + b', "arrays": []}'), "nested deeper"),
     "huge header": ((MAX_HEADER_BYTES + 1).to_bytes(4, "big"), "more than"),
@@ -87,8 +102,9 @@ def test_the_bundle_is_the_folder_without_hidden_files_or_links(tmp_path):
     assert bundle.files == ("model.py", "weights/w.bin")
     first, digests = bundle.hash(copy_to=tmp_path.parent / "copy")
     assert digests["model.py"] == __import__("hashlib").sha256(b"x = 1\n").hexdigest()
-    assert sorted(p.relative_to(tmp_path.parent / "copy").as_posix() for p in (tmp_path.parent / "copy").rglob("*")) == \
-        ["model.py", "weights", "weights/w.bin"]
+    assert sorted(
+        p.relative_to(tmp_path.parent / "copy").as_posix() for p in (tmp_path.parent / "copy").rglob("*")
+    ) == ["model.py", "weights", "weights/w.bin"]
     assert oct((tmp_path.parent / "copy" / "weights" / "w.bin").stat().st_mode & 0o777) == "0o644"
     (tmp_path / "weights" / "w.bin").write_bytes(b"\1" * 10)
     assert Bundle.of(tmp_path / "model.py").hash()[0] != first  # any file of the folder is part of the identity

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 import harness
+from attacks import KAPPAS, hostile, processes_with, run, same_scores
 from glyph_fixtures import cnn_variant
 from harness import HarnessError, evaluate
-
-from attacks import KAPPAS, hostile, processes_with, run, same_scores
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
@@ -34,8 +33,17 @@ def test_the_record_names_the_verified_guards_and_the_identity_the_harness_compu
     model = load_example(CNN).build_model()
     isolation = honest[0]["timings"]["isolation"]
     assert isolation["mode"] == "sandbox" and isolation["uid_outside"] == 65534  # root here: dropped to nobody
-    assert set(isolation["verified"]) == {"unprivileged_user", "no_capabilities", "no_new_privs", "seccomp_filter",
-                                          "harness_invisible", "no_network", "no_mount", "no_new_namespaces", "read_only_bundle"}
+    assert set(isolation["verified"]) == {
+        "unprivileged_user",
+        "no_capabilities",
+        "no_new_privs",
+        "seccomp_filter",
+        "harness_invisible",
+        "no_network",
+        "no_mount",
+        "no_new_namespaces",
+        "read_only_bundle",
+    }
     assert len(isolation["bundle_sha256"]) == 64
     assert honest[0]["model"]["weights_sha256"] == weights_sha256(model)
     assert honest[0]["model"]["num_parameters"] == sum(p.numel() for p in model.parameters())
@@ -45,21 +53,48 @@ def test_secrets_stay_in_the_harness(tiny_glyphs, tmp_path):
     home = tmp_path / "home"
     (home / ".cache" / "huggingface").mkdir(parents=True)
     (home / ".cache" / "huggingface" / "token").write_text("hf_planted_secret")
-    path = hostile(tmp_path, f"""
+    path = hostile(
+        tmp_path,
+        f"""
 import glob, os
 found = []
-for f in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline") + [{str(home / '.cache/huggingface/token')!r}]:
+for f in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline") + [{str(home / ".cache/huggingface/token")!r}]:
     try:
         data = open(f, "rb").read()
     except OSError:
         continue
     found += [s for s in (b"hf_planted_secret", b"s3cret_value") if s in data]
 found += [s for s in ("hf_planted_secret", "s3cret_value") if s in str(os.environ)]
-""", "'secrets_' + str(len(found))")
-    env = {**__import__("os").environ, "HF_TOKEN": "hf_planted_secret", "COOD_PLANTED_SECRET": "s3cret_value", "HOME": str(home)}
-    done = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "submit", str(path), "--benchmark",
-                           str(tiny_glyphs), "--out", str(tmp_path / "out"), "--no-progress", "--no-cache", "-k", "softmax"],
-                          capture_output=True, text=True, env=env, timeout=300)
+""",
+        "'secrets_' + str(len(found))",
+    )
+    env = {
+        **__import__("os").environ,
+        "HF_TOKEN": "hf_planted_secret",
+        "COOD_PLANTED_SECRET": "s3cret_value",
+        "HOME": str(home),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from harness.cli import main; main()",
+            "submit",
+            str(path),
+            "--benchmark",
+            str(tiny_glyphs),
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+            "--no-cache",
+            "-k",
+            "softmax",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     record = json.loads(next((tmp_path / "out" / "records").glob("*.json")).read_text())
     assert record["model"]["name"] == "secrets_0"
@@ -71,10 +106,13 @@ def test_no_network_even_through_the_harness_namespace(tiny_glyphs, tmp_path, ho
     server = socket.create_server(("127.0.0.1", 0))
     accepted = []
     threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
-    path = hostile(tmp_path, LIBC + f"""
+    path = hostile(
+        tmp_path,
+        LIBC
+        + f"""
 import socket
 outcome = []
-for ns in ("/proc/{__import__('os').getpid()}/ns/net", "/proc/1/ns/net", "/proc/self/ns/net"):
+for ns in ("/proc/{__import__("os").getpid()}/ns/net", "/proc/1/ns/net", "/proc/self/ns/net"):
     try:
         fd = os.open(ns, os.O_RDONLY)
         outcome.append("joined" if libc.setns(fd, 0) == 0 else "refused")
@@ -85,7 +123,9 @@ try:
     outcome.append("connected")
 except OSError:
     outcome.append("unreachable")
-""", "'net_' + '_'.join(outcome)")
+""",
+        "'net_' + '_'.join(outcome)",
+    )
     records = run(path, tiny_glyphs)
     server.close()
     assert records[0]["model"]["name"] == "net_hidden_hidden_refused_unreachable" and accepted == []
@@ -99,12 +139,15 @@ def test_no_write_outside_its_home_even_after_a_remount(tiny_glyphs, tmp_path, h
     shard = next(tiny_glyphs.rglob("*.tar"))
     own_code = Path(harness.__file__).parent / "method" / "metrics.py"
     before = {p: digest(p) for p in (earlier, shard, own_code)}
-    path = hostile(tmp_path, LIBC + f"""
+    path = hostile(
+        tmp_path,
+        LIBC
+        + f"""
 import pathlib
 MS_REMOUNT, MS_BIND = 32, 4096
 outcome = ["remounted" if libc.mount(None, target, None, MS_REMOUNT | MS_BIND, None) == 0 else "refused"
            for target in (b"/", b"/submission", {str(own_code.parent).encode()!r})]
-for ns in ("/proc/{__import__('os').getpid()}/ns/mnt", "/proc/1/ns/mnt"):
+for ns in ("/proc/{__import__("os").getpid()}/ns/mnt", "/proc/1/ns/mnt"):
     try:
         outcome.append("joined" if libc.setns(os.open(ns, os.O_RDONLY), 0) == 0 else "refused")
     except OSError:
@@ -117,7 +160,9 @@ for target in ({str(earlier)!r}, {str(shard)!r}, {str(own_code)!r}, "/submission
     except OSError:
         outcome.append("no")
 pathlib.Path(os.environ["HOME"], "scratch").write_text("its own")
-""", "'files_' + '_'.join(outcome)")
+""",
+        "'files_' + '_'.join(outcome)",
+    )
     records = run(path, tiny_glyphs)
     assert records[0]["model"]["name"] == "files_refused_refused_refused_hidden_hidden_no_no_no_no_no"
     assert {p: digest(p) for p in before} == before and same_scores(records, honest)
@@ -125,7 +170,9 @@ pathlib.Path(os.environ["HOME"], "scratch").write_text("its own")
 
 def test_nothing_it_starts_outlives_the_run(tiny_glyphs, tmp_path, honest):
     marker = f"cood-daemon-{uuid.uuid4().hex}"
-    path = hostile(tmp_path, f"""
+    path = hostile(
+        tmp_path,
+        f"""
 import os
 if os.fork() == 0:
     os.setsid()
@@ -139,7 +186,9 @@ for _ in range(300):  # a bounded fork bomb
     if pid == 0:
         os.execv("/usr/bin/sleep", ["{marker}", "600"])
     children += 1
-""", "'forked_' + str(children)")
+""",
+        "'forked_' + str(children)",
+    )
     records = run(path, tiny_glyphs)
     assert records[0]["model"]["name"] == "forked_300" and same_scores(records, honest)
     assert processes_with(marker) == []
@@ -147,7 +196,9 @@ for _ in range(300):  # a bounded fork bomb
 
 def test_a_pickle_in_the_channel_is_refused_unread(tiny_glyphs, tmp_path):
     pwned = tmp_path / "pwned"
-    path = hostile(tmp_path, f"""
+    path = hostile(
+        tmp_path,
+        f"""
 import json, os, pickle, socket, sys
 class Payload:
     def __reduce__(self):
@@ -155,14 +206,19 @@ class Payload:
 data = pickle.dumps(("ok", Payload()))
 channel = socket.socket(fileno=os.dup(json.loads(sys.argv[1])["channel"]))
 channel.sendall(len(data).to_bytes(4, "big") + data)  # multiprocessing's framing: a length, then the pickle
-""")
-    with pytest.raises(HarnessError, match=r"^the submission's process sent a malformed message \(its header is not JSON\)"):
+""",
+    )
+    with pytest.raises(
+        HarnessError, match=r"^the submission's process sent a malformed message \(its header is not JSON\)"
+    ):
         evaluate(path, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False, out=tmp_path / "out")
     assert not pwned.exists() and not (tmp_path / "out").exists()
 
 
 def test_an_identity_the_child_claims_is_refused(tiny_glyphs, tmp_path):
-    path = hostile(tmp_path, """
+    path = hostile(
+        tmp_path,
+        """
 import json, os, socket, sys
 from harness.runtime.channel import Arena, Channel
 setup = json.loads(sys.argv[1])
@@ -170,21 +226,25 @@ forged = Channel(socket.socket(fileno=os.dup(setup["channel"])), Arena(os.dup(se
 Arena(os.dup(setup["batches"])))
 forged.send("loaded", {"name": "glyph_cnn", "data_config": cnn.DATA_CONFIG, "kappas": {}, "head": None, "state": [],
                        "parameters": [], "weights_sha256": "ab" * 32, "num_parameters": 123456789})
-""")
+""",
+    )
     with pytest.raises(HarnessError, match=r"malformed message \(its load answer has other fields"):
         evaluate(path, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_other_code_with_the_same_weights_never_shares_the_score_cache(tiny_glyphs, tmp_path, honest):
-    negated = cnn_variant(tmp_path / "negated" / "negated.py" if (tmp_path / "negated").mkdir() is None else None, """
+    negated = cnn_variant(
+        tmp_path / "negated" / "negated.py" if (tmp_path / "negated").mkdir() is None else None,
+        """
 NAME = 'glyph_cnn'
 class M(cnn.GlyphCNN):
     def forward(self, x):
         return -super().forward(x)
 def build_model():
     return variant(M)
-""")
+""",
+    )
     cache = tmp_path / "cache"
     poisoned = evaluate(negated, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False, cache=True, cache_dir=cache)
     assert poisoned.records[0]["model"]["weights_sha256"] == honest[0]["model"]["weights_sha256"]
@@ -197,7 +257,10 @@ def build_model():
 
 def test_the_harness_cannot_be_traced_read_written_or_stopped(tiny_glyphs, tmp_path, honest):
     pid = __import__("os").getpid()
-    path = hostile(tmp_path, LIBC + f"""
+    path = hostile(
+        tmp_path,
+        LIBC
+        + f"""
 import signal
 class iovec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
@@ -219,14 +282,18 @@ for sig in (signal.SIGSTOP, signal.SIGKILL):
         outcome.append("signalled")
     except OSError:
         outcome.append("unsignalled")
-""", "'host_' + '_'.join(outcome)")
+""",
+        "'host_' + '_'.join(outcome)",
+    )
     records = run(path, tiny_glyphs)
     assert records[0]["model"]["name"] == "host_untraced_unread_unwritten_nomem_unsignalled_unsignalled"
     assert same_scores(records, honest)
 
 
 def test_rewriting_answered_buffers_changes_nothing(tiny_glyphs, tmp_path, honest):
-    path = cnn_variant(tmp_path / "scribble.py", """
+    path = cnn_variant(
+        tmp_path / "scribble.py",
+        """
 import fcntl, json, mmap, os, sys
 setup = json.loads(sys.argv[1])
 outcome = []
@@ -252,38 +319,57 @@ class M(cnn.GlyphCNN):
 NAME = "shm_" + "_".join(outcome)
 def build_model():
     return variant(M)
-""")
+""",
+    )
     records = run(path, tiny_glyphs)
     assert records[0]["model"]["name"] == "shm_open_open" and same_scores(records, honest)
 
 
 def test_a_flood_on_stdout_is_drained(tiny_glyphs, tmp_path, honest):
-    path = hostile(tmp_path, "import os, sys\nsys.stdout.write('x' * 50_000_000)\nsys.stdout.flush()\nos.write(2, b'y' * 5_000_000)\n")
+    path = hostile(
+        tmp_path,
+        "import os, sys\nsys.stdout.write('x' * 50_000_000)\nsys.stdout.flush()\nos.write(2, b'y' * 5_000_000)\n",
+    )
     assert same_scores(run(path, tiny_glyphs), honest)
 
 
 LIES = {
-    "trial_differs": ("return super().forward(x) if len(x) == 1 else super().forward(x)[:, :35]",
-                      r"the model returned logits of shape \(\d+, 35\), expected \(batch, 36\)"),
-    "nan": ("return super().forward(x) * (float('nan') if len(x) > 1 else 1.0)", r"the model returned \d+ NaN or infinite logits"),
-    "inf": ("return super().forward(x) + (float('inf') if len(x) > 1 else 0.0)", r"the model returned \d+ NaN or infinite logits"),
-    "wrong_shape": ("return super().forward(x) if len(x) == 1 else super().forward(x)[None]",
-                    r"the model returned logits of shape \(1, \d+, 36\), expected \(batch, 36\)"),
+    "trial_differs": (
+        "return super().forward(x) if len(x) == 1 else super().forward(x)[:, :35]",
+        r"the model returned logits of shape \(\d+, 35\), expected \(batch, 36\)",
+    ),
+    "nan": (
+        "return super().forward(x) * (float('nan') if len(x) > 1 else 1.0)",
+        r"the model returned \d+ NaN or infinite logits",
+    ),
+    "inf": (
+        "return super().forward(x) + (float('inf') if len(x) > 1 else 0.0)",
+        r"the model returned \d+ NaN or infinite logits",
+    ),
+    "wrong_shape": (
+        "return super().forward(x) if len(x) == 1 else super().forward(x)[None]",
+        r"the model returned logits of shape \(1, \d+, 36\), expected \(batch, 36\)",
+    ),
 }
 
 
 @pytest.mark.parametrize("lie", sorted(LIES))
 def test_lying_outputs_are_one_line_and_nothing_is_written(tiny_glyphs, tmp_path, lie):
     code, message = LIES[lie]
-    path = cnn_variant(tmp_path / f"{lie}.py", f"class M(cnn.GlyphCNN):\n    def forward(self, x):\n        {code}\n"
-                                               "def build_model():\n    return variant(M)\n")
+    path = cnn_variant(
+        tmp_path / f"{lie}.py",
+        f"class M(cnn.GlyphCNN):\n    def forward(self, x):\n        {code}\n"
+        "def build_model():\n    return variant(M)\n",
+    )
     with pytest.raises(HarnessError, match=r"^shard id/test/000000\.tar: " + message):
         evaluate(path, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_logits_of_another_dtype_on_the_channel_are_refused(tiny_glyphs, tmp_path):
-    path = hostile(tmp_path, """
+    path = hostile(
+        tmp_path,
+        """
 import numpy as np
 import harness.runtime.inference as inference
 honest_call = inference.LocalForward.__call__
@@ -292,7 +378,10 @@ def lying(self, images, keys, kappas):
     out.logits = (out.logits * 1000).astype(np.int64) if len(keys) > 1 else out.logits
     return out
 inference.LocalForward.__call__ = lying
-""")
-    with pytest.raises(HarnessError, match=r"^shard id/test/000000\.tar: the model returned logits that are not floating-point"):
+""",
+    )
+    with pytest.raises(
+        HarnessError, match=r"^shard id/test/000000\.tar: the model returned logits that are not floating-point"
+    ):
         evaluate(path, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()

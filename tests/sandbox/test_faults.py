@@ -14,14 +14,20 @@ from harness.runtime.isolation import Limits
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
 
-
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_a_submission_cannot_patch_the_harness(tiny_glyphs, tmp_path, honest):
-    cheat = cnn_variant(tmp_path / "cheat.py", """
+    cheat = cnn_variant(
+        tmp_path / "cheat.py",
+        """
 NAME = 'glyph_cnn'
 
 def build_model():
@@ -31,7 +37,8 @@ def build_model():
 aupr_out=1.0, ood_avg_conf=0.0)
     outputs.record = lambda *a, **k: {}
     return cnn.build_model()
-""")
+""",
+    )
     records = evaluate(cheat, benchmark=tiny_glyphs, kappas=["softmax", "energy"], progress=False).records
     assert [r["model"]["file_sha256"] for r in records] != [r["model"]["file_sha256"] for r in honest]
     for ours, theirs in zip(records, honest):  # the same numbers as the honest run, whatever the file patched
@@ -41,35 +48,67 @@ aupr_out=1.0, ood_avg_conf=0.0)
 
 def test_a_trusted_file_runs_in_process(tiny_glyphs, tmp_path, monkeypatch):
     monkeypatch.setenv("COOD_PLANTED_SECRET", "s3cret")
-    trusted = cnn_variant(tmp_path / "trusted.py", "import os\nNAME = 'seen_' + os.environ.get('COOD_PLANTED_SECRET', 'none')\n"
-                                                    "build_model = cnn.build_model\n")
-    records = evaluate(trusted, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, trust_submission=True).records
+    trusted = cnn_variant(
+        tmp_path / "trusted.py",
+        "import os\nNAME = 'seen_' + os.environ.get('COOD_PLANTED_SECRET', 'none')\nbuild_model = cnn.build_model\n",
+    )
+    records = evaluate(
+        trusted, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, trust_submission=True
+    ).records
     isolation = records[0]["timings"]["isolation"]
     assert records[0]["model"]["name"] == "seen_s3cret" and isolation["mode"] == "in-process"
     assert len(isolation["bundle_sha256"]) == 64  # the same identity of the code as a sandboxed run's
 
 
 FAULTS = {
-    "hang": ("import time\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
-             "            time.sleep(600)\n        return super().forward(x)\n", ["--timeout", "3"],
-             (r"error: shard id/test/000000\.tar: the submission did not answer within 3 s "
-              r"\(see --timeout and --run-timeout\)")),
-    "crash": ("import os\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
-              "            os._exit(7)\n        return super().forward(x)\n", [], r"error: shard id/test/000000\.tar: the submission's process died \(exit code 7\)"),
-    "segfault": ("import ctypes\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
-                 "            ctypes.string_at(0)\n        return super().forward(x)\n", [], r"error: shard id/test/000000\.tar: the submission's process died \(signal SIGSEGV\)"),
-    "memory": ("import numpy as np\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
-               "            np.ones(2**34, dtype=np.uint8)\n        return super().forward(x)\n", ["--memory-limit", "4"],
-               r"error: shard id/test/000000\.tar: (kappa|the model's forward pass failed|the submission ran out of memory).*"),
-    "raises": ("class M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
-               "            raise ValueError('only on real batches')\n        return super().forward(x)\n", [],
-               r"error: shard id/test/000000\.tar: the model's forward pass failed: ValueError: only on real batches"),
-    "dict_output": ("class M(cnn.GlyphCNN):\n    def forward(self, x):\n        return {'logits': super().forward(x)}\n", [],
-                    r"error: .*the model returned a dict; it must return a logits tensor or a tuple \(logits, features\)"),
-    "kappa_raises": ("KAPPAS = {'boom': lambda logits: 1 / 0}\nclass M(cnn.GlyphCNN):\n    pass\n", ["-k", "boom"],
-                     r"error: shard id/test/000000\.tar: kappa 'boom' failed: ZeroDivisionError: division by zero"),
-    "custom_transform": ("def transform():\n    return lambda image: image\nclass M(cnn.GlyphCNN):\n    pass\n", [],
-                         r"error: submission .* defines transform\(\), which would run outside the sandbox.*"),
+    "hang": (
+        "import time\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
+        "            time.sleep(600)\n        return super().forward(x)\n",
+        ["--timeout", "3"],
+        (
+            r"error: shard id/test/000000\.tar: the submission did not answer within 3 s "
+            r"\(see --timeout and --run-timeout\)"
+        ),
+    ),
+    "crash": (
+        "import os\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
+        "            os._exit(7)\n        return super().forward(x)\n",
+        [],
+        r"error: shard id/test/000000\.tar: the submission's process died \(exit code 7\)",
+    ),
+    "segfault": (
+        "import ctypes\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
+        "            ctypes.string_at(0)\n        return super().forward(x)\n",
+        [],
+        r"error: shard id/test/000000\.tar: the submission's process died \(signal SIGSEGV\)",
+    ),
+    "memory": (
+        "import numpy as np\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
+        "            np.ones(2**34, dtype=np.uint8)\n        return super().forward(x)\n",
+        ["--memory-limit", "4"],
+        r"error: shard id/test/000000\.tar: (kappa|the model's forward pass failed|the submission ran out of memory).*",
+    ),
+    "raises": (
+        "class M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
+        "            raise ValueError('only on real batches')\n        return super().forward(x)\n",
+        [],
+        r"error: shard id/test/000000\.tar: the model's forward pass failed: ValueError: only on real batches",
+    ),
+    "dict_output": (
+        "class M(cnn.GlyphCNN):\n    def forward(self, x):\n        return {'logits': super().forward(x)}\n",
+        [],
+        r"error: .*the model returned a dict; it must return a logits tensor or a tuple \(logits, features\)",
+    ),
+    "kappa_raises": (
+        "KAPPAS = {'boom': lambda logits: 1 / 0}\nclass M(cnn.GlyphCNN):\n    pass\n",
+        ["-k", "boom"],
+        r"error: shard id/test/000000\.tar: kappa 'boom' failed: ZeroDivisionError: division by zero",
+    ),
+    "custom_transform": (
+        "def transform():\n    return lambda image: image\nclass M(cnn.GlyphCNN):\n    pass\n",
+        [],
+        r"error: submission .* defines transform\(\), which would run outside the sandbox.*",
+    ),
 }
 
 
@@ -77,8 +116,19 @@ FAULTS = {
 def test_a_misbehaving_submission_is_one_line(tiny_glyphs, tmp_path, fault):
     body, options, message = FAULTS[fault]
     path = cnn_variant(tmp_path / f"{fault}.py", body + "def build_model():\n    return variant(M)\n")
-    done = run_cli("submit", path, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--quiet", "--no-cache",
-                   "--workers", "0", *options)
+    done = run_cli(
+        "submit",
+        path,
+        "--benchmark",
+        tiny_glyphs,
+        "--out",
+        tmp_path / "out",
+        "--quiet",
+        "--no-cache",
+        "--workers",
+        "0",
+        *options,
+    )
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.splitlines()) == 1 and __import__("re").fullmatch(message, done.stderr.strip()), done.stderr
     assert not (tmp_path / "out").exists()
@@ -95,8 +145,11 @@ def test_without_a_sandbox_a_file_is_refused_in_one_line(tiny_glyphs, tmp_path, 
     refusing.chmod(0o755)
     monkeypatch.setattr(sandbox, "bwrap", lambda: str(refusing))
     path = cnn_variant(tmp_path / "plain.py", "build_model = cnn.build_model\n")
-    with pytest.raises(HarnessError, match=r"^cannot sandbox the submission: the sandbox did not start \(the submission's process "
-                                           r"died \(exit code 1\): bwrap: No permissions to create a new namespace\); pass "
-                                           r"--trust-submission .*"):
+    with pytest.raises(
+        HarnessError,
+        match=r"^cannot sandbox the submission: the sandbox did not start \(the submission's process "
+        r"died \(exit code 1\): bwrap: No permissions to create a new namespace\); pass "
+        r"--trust-submission .*",
+    ):
         evaluate(path, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
