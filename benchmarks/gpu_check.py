@@ -45,6 +45,7 @@ import subprocess
 import sys
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other benchmarks/ scripts, as top-level modules
@@ -549,7 +550,7 @@ def main() -> None:
         for decoder in DECODERS:
             ran = report(
                 f"harness run, decoder {decoder}",
-                lambda: harness_run(model, config, bench_path, decoder, args, cfg, num_levels),
+                partial(harness_run, model, config, bench_path, decoder, args, cfg, num_levels),
             )
             if ran is None:
                 continue
@@ -602,8 +603,15 @@ def main() -> None:
             for repeat in range(args.repeats):
                 ran = report(
                     f"the command, {what}",
-                    lambda: cli_run(
-                        path, bench_path, args, cfg, num_levels, trusted, args.work / "out" / f"{what}-{repeat}"
+                    partial(
+                        cli_run,
+                        path,
+                        bench_path,
+                        args,
+                        cfg,
+                        num_levels,
+                        trusted,
+                        args.work / "out" / f"{what}-{repeat}",
                     ),
                 )
                 if ran is not None and ran["img_s"] > cli.get(what, {}).get("img_s", 0.0):

@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -163,16 +164,25 @@ def main() -> None:
         sum(1 for _ in datasets.load_dataset(str(root), PAIR, split=level_split(0), streaming=True))  # warm-up
         print(f"\nlevel {args.level} of {PAIR}       returned s  all rows read s  rows")
         for where, source, rev in (("folder", str(root), {}), ("hub", REPO, {"revision": "1.0.0"})):
+            bound = {"source": source, "rev": rev}  # each call gets a fresh cache: built when called, not here
             calls = {
-                "whole config": lambda: datasets.load_dataset(source, PAIR, split=split, cache_dir=fresh(), **rev),
-                "level config": lambda: datasets.load_dataset(
+                "whole config": lambda source, rev: datasets.load_dataset(
+                    source, PAIR, split=split, cache_dir=fresh(), **rev
+                ),
+                "level config": lambda source, rev: datasets.load_dataset(
                     source, f"{PAIR}__{split}", split=split, cache_dir=fresh(), **rev
                 ),
-                "streaming": lambda: datasets.load_dataset(source, PAIR, split=split, streaming=True, **rev),
-                "load_level": lambda: load_level(source, MODEL, KAPPA, args.level, cache_dir=fresh(), **rev),
+                "streaming": lambda source, rev: datasets.load_dataset(
+                    source, PAIR, split=split, streaming=True, **rev
+                ),
+                "load_level": lambda source, rev: load_level(
+                    source, MODEL, KAPPA, args.level, cache_dir=fresh(), **rev
+                ),
             }
             for name, call in calls.items():
-                returned, read, rows = min((seconds(call) for _ in range(args.repeats)), key=lambda t: t[1])
+                returned, read, rows = min(
+                    (seconds(partial(call, **bound)) for _ in range(args.repeats)), key=lambda t: t[1]
+                )
                 print(f"  {where:6} {name:14} {returned:10.2f}  {read:15.2f}  {rows}")
         yaml_figures(root)
         yaml_figures(imagenet_shaped(tmp))

@@ -10,9 +10,9 @@ from dataset_builder import __version__
 from dataset_builder.console import make_app, require_torch_extra, run_app
 
 require_torch_extra("cood-dataset")  # before the imports below, which need it
-from dataset_builder.errors import BenchmarkError
-from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS
-from dataset_builder.split import DEFAULT_FIT_PER_CLASS
+from dataset_builder.errors import BenchmarkError  # noqa: E402
+from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS  # noqa: E402
+from dataset_builder.split import DEFAULT_FIT_PER_CLASS  # noqa: E402
 
 app = make_app("Build C-OOD benchmarks as WebDataset shards.", f"cood-dataset {__version__}")
 

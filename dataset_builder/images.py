@@ -513,7 +513,7 @@ def build_from_folders(
         "not_in_source",
     ]
     for rule in ("too_few_images", "unreadable_source"):
-        removed = ood_table["id"].map(lambda c: c in outcome and outcome[c].get("rule") == rule)
+        removed = ood_table["id"].map(lambda c, rule=rule: c in outcome and outcome[c].get("rule") == rule)
         ood_table.loc[removed, ["status", "rule"]] = ["removed", rule]
     ood_table = number_pool(ood_table)
     write_class_tables(partial, id_table, ood_table)

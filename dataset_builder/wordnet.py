@@ -139,7 +139,7 @@ def main(
         count = generate(data_noun, table)
     except BenchmarkError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from exc
     typer.echo(f"wrote {count} noun synsets to {table}")
 
 

@@ -200,9 +200,7 @@ def site(
 def publish(
     repo_id: str = typer.Argument(..., help="Hub dataset repo, e.g. org/cood-leaderboard."),
     directory: Path = DIR,
-    version: int | None = typer.Option(
-        None, "--version", "-v", show_default="the latest", help="Release to publish."
-    ),
+    version: int | None = typer.Option(None, "--version", "-v", show_default="the latest", help="Release to publish."),
     endpoint: str | None = typer.Option(None, envvar="HF_ENDPOINT", help="Hub URL (env HF_ENDPOINT)."),
     space: str | None = typer.Option(
         None,
@@ -248,9 +246,7 @@ def request(
     target: str = typer.Argument(..., help=f"{requests.target_usage()}."),
     requests_repo: str = typer.Option(..., "--queue", "-q", help="The request queue's Hub dataset repo."),
     weights: str | None = typer.Option(None, help="Hub model repo holding the weights file, <owner>/<name>."),
-    file: str | None = typer.Option(
-        None, help="The weights file in that repo (.safetensors, .pt, .pth, .bin, .ckpt)."
-    ),
+    file: str | None = typer.Option(None, help="The weights file in that repo (.safetensors, .pt, .pth, .bin, .ckpt)."),
     revision: str = typer.Option("main", help="Branch, tag or commit of the model repo; pinned to its commit now."),
     name: str | None = typer.Option(None, show_default="the model repo's name", help="Model name on the board."),
     kappa: list[str] = typer.Option(
@@ -293,9 +289,7 @@ def worker(
     publish_repo: str | None = typer.Option(
         None, "--publish", help="Hub dataset repo to republish to after each request."
     ),
-    space: str | None = typer.Option(
-        None, "--space", show_default="the --publish repo id", help="Space for the site."
-    ),
+    space: str | None = typer.Option(None, "--space", show_default="the --publish repo id", help="Space for the site."),
     device: str = typer.Option("auto", help="cuda, cpu, cuda:N or auto."),
     batch_size: int = typer.Option(256, help="Images per forward pass."),
     work_dir: Path = typer.Option(Path("cood-worker"), help="Where each request's run folder goes."),

@@ -312,7 +312,10 @@ def test_zero_shot_head_averages_normalised_prompt_embeddings():
         batch_size=3,
     )
     assert seen == ["a cat.", "the cat photo", "a dog.", "the dog photo"]
-    unit = lambda v: np.asarray(v) / np.linalg.norm(v)
+
+    def unit(v):
+        return np.asarray(v) / np.linalg.norm(v)
+
     cat = unit(unit([6, 10]) + unit([13, 30]))
     dog = unit(unit([6, 20]) + unit([13, 40]))
     np.testing.assert_allclose(weights.numpy(), np.stack([cat, dog]), rtol=1e-6)

@@ -55,12 +55,14 @@ def test_help_text_with_brackets_prints_as_written():
 def test_version_and_help_through_the_real_entry_point(prog):
     from importlib.metadata import version
 
-    run = lambda *args: subprocess.run(
-        [sys.executable, "-c", f"from {MODULES[prog]} import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-c", f"from {MODULES[prog]} import main; main()", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     done = run("--version")
     assert done.returncode == 0 and done.stdout == f"{prog} {version('cood-bench')}\n"
     for args in (["-h"], ["submit", "--help"] if prog == "cood-harness" else ["-h"]):

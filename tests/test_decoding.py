@@ -216,16 +216,19 @@ def decoder_runs(tiny_glyphs, tmp_path_factory):
 
     cnn = load_example(CNN)
     cache = tmp_path_factory.mktemp("cache")
-    run = lambda decoder, **options: evaluate(
-        cnn.build_model(),
-        cnn.DATA_CONFIG,
-        benchmark=tiny_glyphs,
-        decoder=decoder,
-        device="cpu",
-        num_levels=3,
-        progress=False,
-        **options,
-    )
+
+    def run(decoder, **options):
+        return evaluate(
+            cnn.build_model(),
+            cnn.DATA_CONFIG,
+            benchmark=tiny_glyphs,
+            decoder=decoder,
+            device="cpu",
+            num_levels=3,
+            progress=False,
+            **options,
+        )
+
     runs = {
         "pil": run("pil"),
         "torchvision": run("torchvision"),
@@ -263,17 +266,20 @@ def test_a_damaged_decoded_entry_is_decoded_again(tiny_glyphs, tmp_path, capfd):
     from harness.run import evaluate
 
     cnn = load_example(CNN)
-    run = lambda: evaluate(
-        cnn.build_model(),
-        cnn.DATA_CONFIG,
-        benchmark=tiny_glyphs,
-        device="cpu",
-        num_levels=3,
-        progress=False,
-        cache=True,
-        cache_dir=tmp_path,
-        kappas=["softmax"],
-    )
+
+    def run():
+        return evaluate(
+            cnn.build_model(),
+            cnn.DATA_CONFIG,
+            benchmark=tiny_glyphs,
+            device="cpu",
+            num_levels=3,
+            progress=False,
+            cache=True,
+            cache_dir=tmp_path,
+            kappas=["softmax"],
+        )
+
     first = run()
     entry = sorted((tmp_path / "decoded").rglob("*.decoded"))[0]
     entry.write_bytes(entry.read_bytes()[:100])

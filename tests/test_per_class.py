@@ -166,7 +166,7 @@ def test_submit_writes_the_sidecar_and_per_class(glyph_run):
     ]
     all_ood = set(bench.ood_classes["id"])
     labels, keys = result.scores["ood_test"].labels, result.scores["id_test"]
-    for rec, res in zip(result.records, result.results):
+    for rec, _res in zip(result.records, result.results):
         kappa = rec["kappa"]["name"]
         rows = table[table["kappa"] == kappa]
         per_class = json.loads((out / "records" / f"{kappa}.json").read_text())["per_class"]

@@ -39,7 +39,7 @@ class Outputs:
     labels: np.ndarray | None = None
 
 
-class Kappa(ABC):
+class Kappa(ABC):  # noqa: B024 (the kinds below declare the abstract methods)
     """A kappa's implementation, built from its parameters. Scores are higher = more in-distribution; the confidence
     is the value reported (a monotone map of the score). A sample's score must not depend on the samples scored beside
     it, unless the kappa is registered ``seeded`` (see :class:`KappaDef`)."""

@@ -94,7 +94,7 @@ class Arena:
                 raise Malformed(f"its arrays exceed {MAX_ARRAY_BYTES} bytes")
             checked.append((dtype, shape, offset, nbytes))
         size = os.fstat(self.fd).st_size  # sealed against shrinking: what is there now stays there
-        for dtype, shape, offset, nbytes in checked:
+        for _, _, offset, nbytes in checked:
             if offset + nbytes > size:
                 raise Malformed(f"an array of {nbytes} bytes at offset {offset} lies outside the {size}-byte arena")
         if not checked or size == 0:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -31,6 +32,9 @@ from harness.runtime.channel import Malformed
 from harness.runtime.execution import Execution
 from harness.runtime.serving import as_numpy
 from harness.submission import Submission, check_data_config, state_sha256, timm_transform
+
+if TYPE_CHECKING:
+    from harness.runtime.inference import ModelOutput
 
 FLOATS = ("<f2", "<f4", "<f8")
 TORCH_DTYPES = {
