@@ -227,4 +227,4 @@ def _summary(out: Path, sha: str) -> None:
 
 
 def main() -> None:
-    run_app(app, (BenchmarkError,))
+    run_app(app)

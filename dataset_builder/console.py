@@ -9,7 +9,7 @@ import sys
 import click
 import typer
 
-from dataset_builder.errors import describe_os_error, fail, one_line
+from dataset_builder.errors import CoodError, describe_os_error, fail, one_line
 
 HELP = {"help_option_names": ["-h", "--help"]}
 TORCH_EXTRA = (
@@ -67,13 +67,13 @@ def make_app(help: str, version: str) -> typer.Typer:
     return app
 
 
-def run_app(app: typer.Typer, user_errors: tuple[type[Exception], ...]) -> None:
-    """Run ``app``: ``user_errors`` exit 2 with ``error: <message>``; an OSError exits 1 with ``error: <file>: <reason>``;
-    anything unexpected exits 1 in one line (``COOD_DEBUG=1``: a traceback instead of the line, see
-    :func:`dataset_builder.errors.fail`)."""
+def run_app(app: typer.Typer) -> None:
+    """Run ``app``: a user's problem (a :class:`CoodError`) exits 2 with ``error: <message>``; an OSError exits 1 with
+    ``error: <file>: <reason>``; anything unexpected exits 1 in one line (``COOD_DEBUG=1``: a traceback instead of
+    the line, see :func:`dataset_builder.errors.fail`)."""
     try:
         app(standalone_mode=False)
-    except user_errors as exc:
+    except CoodError as exc:
         fail(exc, f"error: {exc}", 2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -34,7 +34,8 @@ def commit(partial: Path, path: Path) -> None:
 
 def write_atomic(path: Path, data: bytes | Callable[[Path], object]) -> None:
     """Replace ``path`` by ``data``, or by what ``data(tmp)`` writes to the file ``tmp``; an error before the rename
-    leaves ``path`` as it was. The temporary name is unique to the call: concurrent writers of a path never mix bytes."""
+    leaves ``path`` as it was. The temporary name is unique to the call: concurrent writers of a path never mix
+    bytes."""
     partial = path.with_name(f"{path.name}.{secrets.token_hex(6)}{PARTIAL}")
     try:
         if callable(data):

@@ -57,7 +57,9 @@ STATE = ".build"
 IMAGE_RULES = {
     "not_in_source": "the class has no folder in the OOD image source",
     "too_few_images": "fewer than min_images readable images in the source",
-    "unreadable_source": "the class's part of the source does not read (a corrupt per-class tar); manifest unreadable_sources",
+    "unreadable_source": (
+        "the class's part of the source does not read (a corrupt per-class tar); manifest unreadable_sources"
+    ),
 }
 
 
@@ -128,7 +130,8 @@ def _set_progress(target) -> None:
 
 
 def _each_class(items: Iterable[T]) -> Iterator[T]:
-    """``items``, reporting one finished class to the progress bar after each (so the bar and its ETA move per class)."""
+    """``items``, reporting one finished class to the progress bar after each (so the bar and its ETA move per
+    class)."""
     for item in items:
         yield item
         if _progress is not None:
@@ -169,7 +172,8 @@ def _read_good(
     excluded: list[dict] | None = None,
 ) -> dict[str, tuple[bytes, str]]:
     """``name -> (bytes, format)`` of the first ``wanted`` (all when None) readable images of ``names`` of at most
-    ``max_pixels`` pixels, in order; an image whose sha256 is in ``exclude`` is passed over and listed in ``excluded``."""
+    ``max_pixels`` pixels, in order; an image whose sha256 is in ``exclude`` is passed over and listed in
+    ``excluded``."""
     good: dict[str, tuple[bytes, str]] = {}
     for name in names:
         if wanted is not None and len(good) == wanted:
@@ -195,7 +199,8 @@ def _samples(
     if len(set(keys)) != len(keys):
         clash = next(k for k in keys if keys.count(k) > 1)
         raise BenchmarkError(
-            f"class {class_id}: two images map to the sample key {clash} (file names differing only in dots or extension)"
+            f"class {class_id}: two images map to the sample key {clash}"
+            " (file names differing only in dots or extension)"
         )
     formats.update(good[name][1] for name in names)
     return [make_sample(key, ext, good[name][0], class_id) for key, name in zip(keys, names)]
@@ -323,7 +328,8 @@ def check_fit_source(fit_source: ImageSource, id_ids: list[str]) -> None:
 
 
 def fit_entry(settings: ImageSettings, fitted: dict[str, int], ordered: list[dict]) -> dict:
-    """The manifest's ``fit``: how the ``id_fit`` split was drawn, the classes that had fewer images, the copies skipped."""
+    """The manifest's ``fit``: how the ``id_fit`` split was drawn, the classes that had fewer images, the copies
+    skipped."""
     duplicates = sorted((d for r in ordered for d in r.get("duplicates", [])), key=lambda d: (d["class_id"], d["file"]))
     return {
         "split": "id_fit",
@@ -382,7 +388,8 @@ def _open_partial(root: Path, config: dict, overwrite: bool) -> Path:
     if partial.exists():
         if not saved.is_file() or saved.read_text() != wanted:
             raise BenchmarkError(
-                f"{partial} holds an interrupted build with other inputs or options; delete it, or rerun with the same ones"
+                f"{partial} holds an interrupted build with other inputs or options;"
+                " delete it, or rerun with the same ones"
             )
         return partial
     (partial / STATE).mkdir(parents=True)

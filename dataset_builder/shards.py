@@ -95,7 +95,8 @@ class ShardWriter:
 def write_shard(
     root: Path, relpath: str, split: str, samples: Iterable[dict], class_id: str | None = None
 ) -> ShardInfo:
-    """Write ``samples`` (in the given order, at least one) to ``root/relpath`` atomically; return its manifest entry."""
+    """Write ``samples`` (in the given order, at least one) to ``root/relpath`` atomically; return its manifest
+    entry."""
     writer = ShardWriter(root, relpath, split, class_id)
     for sample in samples:
         writer.write(sample)

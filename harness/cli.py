@@ -9,7 +9,6 @@ from pathlib import Path
 import typer
 
 from dataset_builder.console import make_app, require_torch_extra, run_app
-from dataset_builder.errors import BenchmarkError
 from harness import __version__, phases
 from harness.config import SUBMIT_DEFAULTS as DEFAULTS
 from harness.config import EvalConfig, Limits
@@ -28,7 +27,7 @@ app = make_app("Evaluate classifiers on a C-OOD benchmark.", f"cood-harness {__v
 @app.command()
 def submit(
     target: str = typer.Argument(
-        ..., help=f"A submission file (README: the contract) or a model-zoo target: {zoo_usage()}."
+        ..., help=f"A submission file (docs/submitting.md: the contract) or a model-zoo target: {zoo_usage()}."
     ),
     name: str | None = typer.Option(
         None,
@@ -60,7 +59,8 @@ def submit(
     workers: int | None = typer.Option(
         None,
         help="Data-loading worker processes; 0: a background thread of the main process. "
-        "Default: 0 on the CPU (the model keeps every core); beside a GPU, all cores but one (shared among torchrun's ranks on a host).",
+        "Default: 0 on the CPU (the model keeps every core); beside a GPU, all cores but one "
+        "(shared among torchrun's ranks on a host).",
     ),
     decoder: str = typer.Option(
         DEFAULTS.decoder,
@@ -99,11 +99,13 @@ def submit(
     decoded_cache_gb: float = typer.Option(
         DEFAULTS.decoded_cache_gb,
         "--decoded-cache-gb",
-        help="Keep decoded images (torchvision decoder, CPU) in the cache, up to this many GB, so the next model with the same preprocessing skips decoding; 0: none.",
+        help="Keep decoded images (torchvision decoder, CPU) in the cache, up to this many GB, "
+        "so the next model with the same preprocessing skips decoding; 0: none.",
     ),
     feature_dtype: str = typer.Option(
         DEFAULTS.feature_dtype,
-        help="Precision of the cached features: float32, or float16 for half the disk (kappas read the same values in every run).",
+        help="Precision of the cached features: float32, or float16 for half the disk "
+        "(kappas read the same values in every run).",
     ),
     progress: bool = typer.Option(
         DEFAULTS.progress, help="Show progress bars (a line as each phase starts or ends is shown either way)."
@@ -246,7 +248,7 @@ def _bytes(gib: float | None) -> tuple[int, ...]:
 
 
 def main() -> None:
-    run_app(app, (HarnessError, BenchmarkError))
+    run_app(app)
 
 
 if __name__ == "__main__":

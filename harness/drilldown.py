@@ -49,7 +49,8 @@ class PerClass:
 
 
 def per_class(results: list[KappaResult], id_test: SplitScores, ood_test: SplitScores, bench: Benchmark) -> PerClass:
-    """Every kappa's per-class ood-auroc and mean confidence on the test split, with thumbnails of the listed classes."""
+    """Every kappa's per-class ood-auroc and mean confidence on the test split, with thumbnails of the listed
+    classes."""
     classes = bench.ood_classes
     ids = classes["id"].astype(str).tolist()
     names = [str(n) if isinstance(n, str) and n else i for i, n in zip(ids, classes.get("name", classes["id"]))]

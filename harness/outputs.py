@@ -112,7 +112,8 @@ def summary_table(results: list[KappaResult]) -> str:
     for result in results:
         auroc = "n/a" if result.id["auroc"] is None else f"{result.id['auroc']:.4f}"
         lines.append(
-            f"{result.kappa:>12}: mean ood-auroc {result.mean_ood_auroc:.4f}   id-acc {result.id['acc']:.4f}   id-auroc {auroc}"
+            f"{result.kappa:>12}: mean ood-auroc {result.mean_ood_auroc:.4f}   "
+            f"id-acc {result.id['acc']:.4f}   id-auroc {auroc}"
         )
     return "\n".join(lines)
 
@@ -168,8 +169,9 @@ def write_outputs(
     benchmark: dict,
     per_class=None,
 ) -> dict:
-    """Write every output of a run as one set (with ``per_class``, a :class:`harness.drilldown.PerClass`, its files): into a new folder beside ``out``, then swapped in whole. Outputs already
-    in ``out`` are moved aside (``paths["previous"]``), never mixed with the new ones. Return the paths."""
+    """Write every output of a run as one set (with ``per_class``, a :class:`harness.drilldown.PerClass`, its files):
+    into a new folder beside ``out``, then swapped in whole. Outputs already in ``out`` are moved aside
+    (``paths["previous"]``), never mixed with the new ones. Return the paths."""
     check_out(out)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.absolute().parent))
     try:

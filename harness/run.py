@@ -1,4 +1,5 @@
-"""``evaluate`` one model on one benchmark with every requested kappa (in memory); ``submit`` also writes the outputs."""
+"""``evaluate`` one model on one benchmark with every requested kappa (in memory); ``submit`` also writes the
+outputs."""
 
 from __future__ import annotations
 
@@ -276,7 +277,8 @@ def cache_cost(cache: ScoreCache, head, images: int) -> str:
     """One line: what the run's cache takes on disk, and the features' share of it per image."""
     on_disk = sum(p.stat().st_size for p in cache.folder.rglob("*.scores"))
     dims = (
-        f"{head[0].shape[1]} features in {cache.feature_dtype} ({head[0].shape[1] * np.dtype(cache.feature_dtype).itemsize:,} "
+        f"{head[0].shape[1]} features in {cache.feature_dtype} "
+        f"({head[0].shape[1] * np.dtype(cache.feature_dtype).itemsize:,} "
         "bytes per image) and "
         if head is not None
         else ""
@@ -313,7 +315,8 @@ def _check_levels(num_levels: int, num_ood: int, window: int, benchmark) -> None
     windows = num_windows(num_ood, window)
     if num_levels > windows:
         raise HarnessError(
-            f"--levels {num_levels} is more than the benchmark {benchmark} allows: its {num_ood} OOD classes in windows "
+            f"--levels {num_levels} is more than the benchmark {benchmark} allows: "
+            f"its {num_ood} OOD classes in windows "
             f"of {window} (its ID classes) give {windows} distinct levels at most"
         )
 
@@ -497,7 +500,8 @@ def _kappa_specs(
 
 
 def _preprocessing(submission: Submission, images: PilDecoder | TensorDecoder) -> dict:
-    """The submission's preprocessing as records and the score cache's key name it: with the decoder and where it runs."""
+    """The submission's preprocessing as records and the score cache's key name it: with the decoder and where it
+    runs."""
     return {**submission.preprocessing, "decoder": images.name, "decoded_on": images.device.type}
 
 
@@ -701,7 +705,8 @@ def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path
 
 @contextmanager
 def _run_folder(evaluation: Evaluation, out: str | Path | None):
-    """The folder the records' ``per_class`` paths are relative to: ``out``, or a temporary one holding the drill-down."""
+    """The folder the records' ``per_class`` paths are relative to: ``out``, or a temporary one holding the
+    drill-down."""
     if out is not None or evaluation.per_class is None:
         yield None if out is None else Path(out)
         return

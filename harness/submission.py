@@ -226,7 +226,8 @@ def in_memory(
 
 
 def check_output(submission: Submission, num_classes: int) -> None:
-    """One trial pass (eval mode) on a blank image: the transform must give ``channels`` planes, the model ``num_classes`` logits."""
+    """One trial pass (eval mode) on a blank image: the transform must give ``channels`` planes, the model
+    ``num_classes`` logits."""
     mode = "L" if submission.channels == 1 else "RGB"
     try:
         image = submission.transform(Image.new(mode, (320, 240)))

@@ -109,7 +109,8 @@ def init(
     config = store.init_leaderboard(directory, benchmark, num_levels)
     bench = config["benchmark"]
     typer.echo(
-        f"created {directory} for {bench['id']} {bench['version']} (manifest {bench['manifest_sha256']}), {num_levels} levels"
+        f"created {directory} for {bench['id']} {bench['version']} (manifest {bench['manifest_sha256']}),"
+        f" {num_levels} levels"
     )
 
 
@@ -222,7 +223,8 @@ def publish(
             typer.echo(f"published {item['tag']} to {kind}{item['repo_id']} (commit {item['commit']})")
         else:
             typer.echo(
-                f"{item['tag']} was already published to {kind}{item['repo_id']} (commit {item['commit']}); nothing to upload"
+                f"{item['tag']} was already published to {kind}{item['repo_id']} (commit {item['commit']});"
+                " nothing to upload"
             )
 
 
@@ -309,7 +311,8 @@ def worker(
     ).run(max_requests, poll)
     done = sum(r["status"] == "done" for r in served)
     typer.echo(
-        f"{name}: served {len(served)} request{'' if len(served) == 1 else 's'}, {done} done, {len(served) - done} failed"
+        f"{name}: served {len(served)} request{'' if len(served) == 1 else 's'}, {done} done,"
+        f" {len(served) - done} failed"
     )
 
 

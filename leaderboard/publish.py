@@ -37,7 +37,8 @@ from leaderboard.release import (
 from leaderboard.site import build_site
 from leaderboard.table import CSV, PARQUET
 
-CARD = """---
+CARD = (
+    """---
 configs:
 - config_name: results
   data_files:
@@ -59,12 +60,17 @@ import datasets
 table = datasets.load_dataset("{repo_id}", "results", revision="v{version}", split="train")
 ```
 
-- `results/table.parquet`, `results/table.csv`: one row per entry (`ood_auroc_l<i>` is the ood-auroc of level i; level 0 is the easiest).
+- `results/table.parquet`, `results/table.csv`: one row per entry (`ood_auroc_l<i>` is the ood-auroc of level i;"""
+    """ level 0 is the easiest).
 - `records/records.jsonl`: the validated result records the table is derived from.
 - `CHANGELOG.md`: what entered in each version. Every version is a git tag (`v1`, `v2`, ...).
 """
+)
 
-SITE_LINK = "\n\nBrowse it on the leaderboard's site, the Hub Space [{space_id}]({url}) (tag `v{version}` holds this version's site)."
+SITE_LINK = (
+    "\n\nBrowse it on the leaderboard's site, the Hub Space [{space_id}]({url})"
+    " (tag `v{version}` holds this version's site)."
+)
 
 SPACE_CARD = """---
 title: C-OOD leaderboard

@@ -229,6 +229,7 @@ def distillation_lines(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> li
     ]
     if alone:
         out.append(
-            f"  not paired (no counterpart, or no {kappa} entry for one of the two): {len(alone)} ({', '.join(alone[:3])}{', ...' if len(alone) > 3 else ''})"
+            f"  not paired (no counterpart, or no {kappa} entry for one of the two): {len(alone)}"
+            f" ({', '.join(alone[:3])}{', ...' if len(alone) > 3 else ''})"
         )
     return out

@@ -87,7 +87,8 @@ def _string(value, path: str, nullable: bool = False, pattern: re.Pattern | None
 
 
 def _name(value, path: str, pattern: re.Pattern | None = None, what: str = "") -> str:
-    """A name: a non-empty string of at most :data:`MAX_NAME_BYTES` UTF-8 bytes, no path separator or control character."""
+    """A name: a non-empty string of at most :data:`MAX_NAME_BYTES` UTF-8 bytes, no path separator or control
+    character."""
     _string(value, path)
     if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         raise _fail(path, f"longer than {MAX_NAME_BYTES} bytes: {value[:40]!r}...")
@@ -285,7 +286,8 @@ def _validate_per_class(per_class, num_levels: int) -> None:
 
 
 def canonical_params(params: dict) -> dict:
-    """Kappa params with integers as floats (nested ones too), so ``{"temperature": 2}`` and ``2.0`` are the same kappa."""
+    """Kappa params with integers as floats (nested ones too), so ``{"temperature": 2}`` and ``2.0`` are the same
+    kappa."""
     return {
         k: canonical_params(v)
         if isinstance(v, dict)
@@ -297,8 +299,8 @@ def canonical_params(params: dict) -> dict:
 
 
 def kappa_label(name: str, params: dict) -> str:
-    """``softmax``, or ``odin(epsilon=1e-05,temperature=2)`` when the kappa has parameters; nested ones (a fitted kappa's
-    ``fit``) are left to the record."""
+    """``softmax``, or ``odin(epsilon=1e-05,temperature=2)`` when the kappa has parameters; nested ones (a fitted
+    kappa's ``fit``) are left to the record."""
     flat = {k: v for k, v in canonical_params(params).items() if not isinstance(v, dict)}
     if not flat:
         return name

@@ -2,7 +2,8 @@
 
 - ``index.html``: one row per model (each by its best kappa, or one kappa for all), filters, search, sortable columns,
   a severity-curve plot and an id-accuracy vs mean ood-auroc scatter that follow the view (flagged runs in the scatter
-  only when its toggle is ticked), the kappas' win rates, a permalink; the rows are JSON embedded in the page and drawn by the site's own script (``static/site.js``);
+  only when its toggle is ticked), the kappas' win rates, a permalink; the rows are JSON embedded in the page and
+  drawn by the site's own script (``static/site.js``);
 - ``models/<model>.html``: every metric of a model's entries, its parameters, family, provenance, verification,
   per-class drill-down (when its records carry one) and links to the raw records;
 - ``downloads/leaderboard.csv`` and ``.parquet``: the table itself; ``records/``: the raw records (given the
@@ -79,7 +80,8 @@ def short_kappa(name: str, params: dict) -> str:
 
 
 def status(verification: str, provenance: str) -> str:
-    """What the site calls an entry's source of trust: ``verified``, ``paper`` (published numbers) or ``self-reported``."""
+    """What the site calls an entry's source of trust: ``verified``, ``paper`` (published numbers) or
+    ``self-reported``."""
     return "paper" if provenance == "paper" and verification != VERIFIED else verification
 
 

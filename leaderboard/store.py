@@ -306,7 +306,8 @@ def _check_belongs(source: str, record: dict, config: dict) -> None:
     for key in ("version", "manifest_sha256", "num_id_classes", "num_ood_classes"):
         if theirs[key] != mine[key]:
             raise LeaderboardError(
-                f"{source}: benchmark revision mismatch: benchmark.{key} is {theirs[key]!r}, this leaderboard holds {mine[key]!r}"
+                f"{source}: benchmark revision mismatch: benchmark.{key} is {theirs[key]!r},"
+                f" this leaderboard holds {mine[key]!r}"
             )
     if record["num_levels"] != config["num_levels"]:
         raise LeaderboardError(

@@ -110,7 +110,8 @@ def write_table(directory: Path, table: pd.DataFrame) -> None:
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A table file; one written before records could be verified gets its ``verification`` column (all self-reported)."""
+    """A table file; one written before records could be verified gets its ``verification`` column (all
+    self-reported)."""
     try:
         table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:

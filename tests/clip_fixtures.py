@@ -13,7 +13,8 @@ CONFIG = {
 
 
 def tiny_open_clip(folder: Path, classnames: list[str]):
-    """``(the CLIP model, the open_clip:cood-tiny-clip submission over classnames)``; weights seeded, saved in folder."""
+    """``(the CLIP model, the open_clip:cood-tiny-clip submission over classnames)``; weights seeded, saved in
+    folder."""
     import open_clip
 
     from harness.adapters import load_target

@@ -21,7 +21,8 @@ def session_folder(tmp_path_factory) -> Path:
 
 
 def built_once(folder: Path, build_into) -> Path:
-    """``folder``, built by ``build_into(folder)`` by the first worker that asks; the others wait for it, then read it."""
+    """``folder``, built by ``build_into(folder)`` by the first worker that asks; the others wait for it, then read
+    it."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
         if not (folder / MANIFEST).is_file():

@@ -1,10 +1,10 @@
 """A local stand-in for the Hugging Face Hub's HTTP API, for tests (the real Hub is never reached).
 
 It speaks enough of the API for the real ``huggingface_hub`` and ``datasets`` clients: create a
-repo (model, dataset, or Space with its ``sdk``), preupload + NDJSON commit (every file is answered ``uploadMode: regular``, so no LFS or
-Xet transfer is ever needed), branches and tags, refs, repo info, commits, tree and paths-info
-listings, and ``resolve`` downloads (HEAD and GET, with ranges). Storage is in memory with git
-semantics: every commit gets a fresh 40-hex sha, branches and tags point at commits, and every
+repo (model, dataset, or Space with its ``sdk``), preupload + NDJSON commit (every file is answered
+``uploadMode: regular``, so no LFS or Xet transfer is ever needed), branches and tags, refs, repo info,
+commits, tree and paths-info listings, and ``resolve`` downloads (HEAD and GET, with ranges). Storage is
+in memory with git semantics: every commit gets a fresh 40-hex sha, branches and tags point at commits, and every
 old revision stays readable. Blob ids are git blob hashes, as the Hub's are for regular files.
 
 How tests use it. ``huggingface_hub`` and ``datasets`` read ``HF_ENDPOINT`` (and the cache and

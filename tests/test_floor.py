@@ -99,7 +99,10 @@ def test_a_mistyped_fault_is_refused(monkeypatch, value, message):
 
 
 def test_a_fault_point_kills_as_kill_9_would():
-    code = "from dataset_builder import faults\ntry:\n    faults.point('add:after-stage')\nfinally:\n    print('cleaned up')\n"
+    code = (
+        "from dataset_builder import faults\ntry:\n    faults.point('add:after-stage')\n"
+        "finally:\n    print('cleaned up')\n"
+    )
     env = {**os.environ, "COOD_FAULT": "add:after-stage", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (137, "", "")

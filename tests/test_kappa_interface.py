@@ -68,7 +68,8 @@ class NormGap(LayersKappa):
 
 @pytest.fixture
 def dropped_in(tmp_path, monkeypatch):
-    """A folder of harness.kappas.detectors holding the example detector (and what a test writes), for this test only."""
+    """A folder of harness.kappas.detectors holding the example detector (and what a test writes), for this test
+    only."""
     shutil.copy(EXAMPLE, tmp_path)
     monkeypatch.setattr(detectors, "__path__", [*detectors.__path__, str(tmp_path)])
     declared = len(DECLARED)

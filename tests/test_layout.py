@@ -1,5 +1,6 @@
-"""The house's rooms: the method imports without torch, and imports run one way (builder -> harness -> leaderboard;
-inside the harness: method <- kappas <- the rest); the floor (one error base, fault points, atomic writes) serves all."""
+"""The house's rooms: the method imports without torch, and imports run one way (builder -> harness ->
+leaderboard; inside the harness: method <- kappas <- the rest); the floor (one error base, fault points, atomic
+writes) serves all."""
 
 import ast
 import os

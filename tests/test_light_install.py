@@ -150,6 +150,6 @@ def test_a_request_without_torch_and_the_worker_names_the_extra(no_torch, tmp_pa
     assert done.returncode == 1 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert (
-        line
-        == "cood-leaderboard: error: the worker needs the torch extra (No module named 'torch'): pip install 'cood-bench[torch]'"
+        line == "cood-leaderboard: error: the worker needs the torch extra (No module named 'torch'):"
+        " pip install 'cood-bench[torch]'"
     )

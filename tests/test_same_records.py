@@ -1,4 +1,5 @@
-"""``benchmarks/same_records.py``: its comparison masks the creation time and the durations of a record, and nothing else."""
+"""``benchmarks/same_records.py``: its comparison masks the creation time and the durations of a record, and
+nothing else."""
 
 import importlib.util
 import json

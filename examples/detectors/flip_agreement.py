@@ -1,7 +1,7 @@
 """A detector in one file: how much the model agrees with itself on the mirror image.
 
 Put this file in harness/kappas/detectors/ and it is a kappa: ``cood-harness kappas`` lists it (it needs the model),
-and ``--kappas flip_agreement`` (or ``flip_agreement:temperature=2``) scores it. Its kind, :class:`ModelKappa`, says
+and ``-k flip_agreement`` (or ``-k flip_agreement:temperature=2``) scores it. Its kind, :class:`ModelKappa`, says
 what it needs and which method the harness calls: ``score_model``, in the model's process, a batch at a time. The
 score is the probability that the predictions on an image and on its mirror image name the same class,
 ``softmax(f(x) / T) . softmax(f(flip(x)) / T)``.

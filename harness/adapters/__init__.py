@@ -67,7 +67,8 @@ def load_target(
     num_classes_expected: int | None = None,
     classnames: Sequence[str] | None = None,
 ) -> Submission:
-    """The submission for ``target`` (see the module docstring); with ``num_classes_expected`` its logits' width is checked.
+    """The submission for ``target`` (see the module docstring); with ``num_classes_expected`` its logits' width is
+    checked.
 
     ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head.
     """

@@ -30,7 +30,8 @@ def zero_shot_head(
     templates: Sequence[str] = CLIP_TEMPLATES,
     batch_size: int = 1000,
 ) -> torch.Tensor:
-    """Class weights ``(num_classes, dim)``: per class, the templates' text embeddings L2-normalised, averaged, normalised."""
+    """Class weights ``(num_classes, dim)``: per class, the templates' text embeddings L2-normalised, averaged,
+    normalised."""
     texts = [template.format(name) for name in classnames for template in templates]
     with torch.no_grad():
         embeddings = torch.cat(
@@ -62,7 +63,8 @@ class ZeroShotClassifier(torch.nn.Module):
 
 
 def open_clip_options(arch: str, tag: str) -> dict:
-    """``create_model_and_transforms`` options for a pretrained tag: activation and preprocessing, as open_clip would set them."""
+    """``create_model_and_transforms`` options for a pretrained tag: activation and preprocessing, as open_clip would
+    set them."""
     open_clip = _optional("open_clip", "open_clip_torch")
 
     if arch not in open_clip.list_models():

@@ -34,7 +34,8 @@ class ClassCountMismatch(HarnessError):
 
 
 def _classifier_keys(model: torch.nn.Module) -> set[str]:
-    """The state-dict keys of ``model``'s last ``nn.Linear`` (timm: its ``get_classifier()``), the layer that gives the logits."""
+    """The state-dict keys of ``model``'s last ``nn.Linear`` (timm: its ``get_classifier()``), the layer that gives the
+    logits."""
     head = model.get_classifier() if callable(getattr(model, "get_classifier", None)) else None
     linears = [(name, module) for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
     for name, module in reversed(linears):
@@ -129,7 +130,8 @@ def copy_state_in_order(model: torch.nn.Module, state: dict[str, torch.Tensor]) 
 
 
 def load_weights(model: torch.nn.Module, path: str | Path) -> str:
-    """Load a weights file into ``model`` (by name; by position for the efficientnet-pytorch layout); return its sha256."""
+    """Load a weights file into ``model`` (by name; by position for the efficientnet-pytorch layout); return its
+    sha256."""
     state = read_weights(path)
     target = model.state_dict()
     if state.keys() != target.keys() and "_conv_stem.weight" in state:

@@ -73,7 +73,8 @@ def check_logits(logits: np.ndarray, num_classes: int) -> np.ndarray:
     logits = np.asarray(logits)
     if logits.ndim != 2 or logits.shape[1] != num_classes:
         raise HarnessError(
-            f"the model returned logits of shape {tuple(logits.shape)}, expected (batch, {num_classes}) for {num_classes} ID classes"
+            f"the model returned logits of shape {tuple(logits.shape)}, expected (batch, {num_classes}) "
+            f"for {num_classes} ID classes"
         )
     if not np.all(np.isfinite(logits)):
         raise HarnessError(f"the model returned {int(np.sum(~np.isfinite(logits)))} NaN or infinite logits")

@@ -2,8 +2,9 @@
 
 What a detector reads follows from its base class: a ``LogitsDetector`` reads the logits, a ``FeaturesDetector`` the
 features (and the last layer, when its constructor takes ``head`` or ``w``/``b``), and the activation-shaping
-``FeatureMapsDetector`` s (ReAct, ASH, SCALE, VRA) the penultimate activations as :math:`B \\times D \\times 1 \\times 1`
-maps followed by the last layer, as their papers apply them. ``requires_fit`` adds a fit on the fit split's features
+``FeatureMapsDetector`` s (ReAct, ASH, SCALE, VRA) the penultimate activations as
+:math:`B \\times D \\times 1 \\times 1` maps followed by the last layer, as their papers apply them.
+``requires_fit`` adds a fit on the fit split's features
 (or logits) and labels. Each is registered as a kappa of the matching kinds (:mod:`harness.kappas.base`). Parameters
 are the constructor's scalar parameters with its defaults. pytorch-ood scores are larger = more OOD; a kappa is the
 negated score (higher = more in-distribution). Detectors compute in float32, as pytorch-ood expects. A sample's score
@@ -13,7 +14,8 @@ never depends on the samples scored beside it: OpenMax, whose pytorch-ood predic
 The gradient detectors GradNorm and GradUncertainty need the model: they take their own passes, as ODIN does, on the
 model's logits. MahalanobisODIN, MultiMahalanobis, Gram and NACUE are fitted, then score through the model (see
 :mod:`harness.kappas.ood_layers`); RankFeat and MCM score through a model split in two, a backbone and a head, or
-CLIP's image encoder and class-name text embeddings (see :mod:`harness.kappas.ood_split`). Every other pytorch-ood detector is accounted for in :data:`NOT_BRIDGED` with the reason.
+CLIP's image encoder and class-name text embeddings (see :mod:`harness.kappas.ood_split`). Every other pytorch-ood
+detector is accounted for in :data:`NOT_BRIDGED` with the reason.
 """
 
 from __future__ import annotations

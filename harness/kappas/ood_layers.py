@@ -83,7 +83,8 @@ def captured(layers: list[torch.nn.Module]):
 
 
 def _channels_first(z: torch.Tensor) -> torch.Tensor:
-    """A layer's output as pytorch-ood reads it: ``B x C x ...``; a timm token sequence ``B x N x D`` as ``B x D x N``."""
+    """A layer's output as pytorch-ood reads it: ``B x C x ...``; a timm token sequence ``B x N x D`` as
+    ``B x D x N``."""
     return z.transpose(1, 2) if z.ndim == 3 else z
 
 

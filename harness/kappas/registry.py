@@ -47,7 +47,8 @@ class Registry:
         return name in self.defs
 
     def get(self, name: str, extra: Iterable[str] = ()) -> KappaDef:
-        """The definition of ``name``; an unknown name is an error that suggests the closest and lists the known ones."""
+        """The definition of ``name``; an unknown name is an error that suggests the closest and lists the known
+        ones."""
         if name not in self.defs:
             raise HarnessError(unknown_kappa(name, [*self.defs, *extra]))
         return self.defs[name]

@@ -13,7 +13,10 @@ from scipy.stats import rankdata
 
 from harness.errors import HarnessError
 
-FPR_CONVENTION = "fpr_at_95_tpr: ID positive; threshold = largest t keeping >= 95% of ID (kappa >= t); fraction of OOD with kappa >= t"
+FPR_CONVENTION = (
+    "fpr_at_95_tpr: ID positive; threshold = largest t keeping >= 95% of ID (kappa >= t); "
+    "fraction of OOD with kappa >= t"
+)
 AUROC_CONVENTION = "mann-whitney with average ranks (a tied ID/OOD pair counts 1/2)"
 AUPR_CONVENTION = (
     "average precision (step-wise, as scikit-learn); aupr_in: ID positive, aupr_out: OOD positive on -kappa"

@@ -4,10 +4,9 @@ A split's shards are packed in manifest order into groups that fill a batch (:fu
 of 50 images still give the model full batches), divided among DataLoader workers that live across a run's passes
 (:class:`Loader`), or read by a background thread when there are none (and, under torchrun, among ranks by the caller).
 Each shard is fetched (a Hub shard is downloaded on first use), checked against the manifest's size and sha256, and
-decoded by the run's decoder (:mod:`harness.runtime.decoding`) in the workers, or in this process for a GPU decoder, on a
-CUDA stream of its own (:class:`DecodeLane`). A batch's content depends only on the
-manifest and the batch size, which keeps stochastic kappas and resumed runs reproducible whatever the number of
-workers."""
+decoded by the run's decoder (:mod:`harness.runtime.decoding`) in the workers, or in this process for a GPU decoder,
+on a CUDA stream of its own (:class:`DecodeLane`). A batch's content depends only on the manifest and the batch size,
+which keeps stochastic kappas and resumed runs reproducible whatever the number of workers."""
 
 from __future__ import annotations
 
@@ -60,8 +59,8 @@ class ShardStream(torch.utils.data.IterableDataset):
     shard is missing, corrupt or holds an unreadable sample (the consumer raises it). In place of ``"images"``: the
     images' bytes, ``"data"``, when ``decode`` is None, and their uint8 model inputs before normalising, ``"pixels"``,
     for a decoder with ``pixels`` (the consumer normalises them: see :class:`Loader`). With a ``decoded`` cache
-    (:mod:`harness.runtime.decoded_cache`, for such a decoder), a shard decoded before is read from it, and one decoded now is
-    kept in it."""
+    (:mod:`harness.runtime.decoded_cache`, for such a decoder), a shard decoded before is read from it, and one decoded
+    now is kept in it."""
 
     def __init__(
         self,
@@ -330,8 +329,9 @@ class _Passes(torch.utils.data.IterableDataset):
 class Loader:
     """The reading side of a run (see :class:`ShardStream`): one pass after another over groups of shards, read in
     ``workers`` processes (0: in a background thread of this one) and decoded by ``decoder``
-    (:mod:`harness.runtime.decoding`): in the workers on the CPU, here on a GPU (on its own stream: :class:`DecodeLane`);
-    through the ``decoded`` image cache when given and the decoder decodes on the CPU. The worker processes start with
+    (:mod:`harness.runtime.decoding`): in the workers on the CPU, here on a GPU (on its own stream:
+    :class:`DecodeLane`); through the ``decoded`` image cache when given and the decoder decodes on the CPU. The worker
+    processes start with
     the first pass and live across passes; a pass that stops early (an error, a consumer that stops) shuts them down,
     so the next pass starts clean, and :meth:`close` ends them. A decoder's uint8 pixels are normalised here, in the
     consumer's thread: the reading thread or workers run no multi-threaded torch op beside the model's, and carry a

@@ -182,7 +182,8 @@ class LocalForward:
 
 
 def _to_host(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` on the host: from a GPU, an asynchronous copy into pinned memory (valid once the stream gets there)."""
+    """``tensor`` on the host: from a GPU, an asynchronous copy into pinned memory (valid once the stream gets
+    there)."""
     if tensor.device.type != "cuda":
         return tensor.cpu()
     host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
@@ -409,5 +410,6 @@ def score_shards(
     if pending:
         shard = next(iter(pending))
         raise HarnessError(
-            f"shard {shard} yielded {sum(len(p) for p in pending[shard])} samples, the manifest says {shard_sizes[shard]}"
+            f"shard {shard} yielded {sum(len(p) for p in pending[shard])} samples, "
+            f"the manifest says {shard_sizes[shard]}"
         )

@@ -144,7 +144,8 @@ class ScoreCache:
         except OSError as exc:
             self.writable = False
             warn(
-                f"cannot write the score cache in {self.folder} ({exc.strerror or exc}); the run goes on without caching"
+                f"cannot write the score cache in {self.folder} ({exc.strerror or exc}); "
+                "the run goes on without caching"
             )
 
 

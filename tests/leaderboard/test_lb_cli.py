@@ -112,7 +112,8 @@ def test_bad_input_is_one_line_on_stderr_and_writes_nothing(tmp_path):
     result = _cli("show", "-d", board, "--sort", "x")
     assert (result.returncode, result.stderr) == (
         1,
-        f"cood-leaderboard: error: {board} is not a leaderboard (no leaderboard.json); create it with `cood-leaderboard init`\n",
+        f"cood-leaderboard: error: {board} is not a leaderboard (no leaderboard.json);"
+        " create it with `cood-leaderboard init`\n",
     )
 
 

@@ -30,7 +30,8 @@ ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-EVIL = '<img src=x onerror="window.pwned=1"><svg onload="window.pwned=2"><b>&amp;'  # no "/": names never hold a path separator
+# no "/": names never hold a path separator
+EVIL = '<img src=x onerror="window.pwned=1"><svg onload="window.pwned=2"><b>&amp;'
 ROWS = "#leaderboard tbody tr"
 
 

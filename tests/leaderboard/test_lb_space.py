@@ -156,7 +156,8 @@ def test_rerun_after_a_network_failure_mid_upload(board, hub_server, monkeypatch
     assert set(_tags(api, repo, "dataset")) == set(_tags(api, space, "space")) == {"v1"}
     assert _tags(api, space, "space")["v1"] == result["space"]["commit"]
     assert len(api.list_repo_commits(space, repo_type="space")) == 2  # the site committed once, either way
-    # a dropped call never reached the Hub; after a lost reply the rerun's call finds every file there and commits nothing
+    # a dropped call never reached the Hub; after a lost reply the rerun's call finds every file there and commits
+    # nothing
     assert [kind for kind, _ in spy.calls] == ["dataset", "space"] + (["space"] if fail == "after" else [])
 
 

@@ -109,7 +109,8 @@ REJECTED = [
     (
         "revision",
         lambda: _mismatch("manifest_sha256", "cd" * 32),
-        f"record 2: benchmark revision mismatch: benchmark.manifest_sha256 is '{'cd' * 32}', this leaderboard holds '{'ab' * 32}'",
+        f"record 2: benchmark revision mismatch: benchmark.manifest_sha256 is '{'cd' * 32}',"
+        f" this leaderboard holds '{'ab' * 32}'",
     ),
     (
         "version",
