@@ -293,7 +293,7 @@ def worker(
     ),
     space: str | None = typer.Option(None, "--space", show_default="the --publish repo id", help="Space for the site."),
     device: str = typer.Option("auto", help="cuda, cpu, cuda:N or auto."),
-    batch_size: int = typer.Option(256, help="Images per forward pass."),
+    batch_size: int | None = typer.Option(None, show_default="the harness's", help="Images per forward pass."),
     work_dir: Path = typer.Option(Path("cood-worker"), help="Where each request's run folder goes."),
     max_requests: int | None = typer.Option(None, "--max", help="Stop after this many requests."),
     poll: float = typer.Option(0.0, help="Seconds between looks at an empty queue; 0: stop when it is empty."),
@@ -304,7 +304,8 @@ def worker(
 ) -> None:
     """Claim pending requests one at a time, evaluate each, add its records as verified, release, republish."""
 
-    evaluator = workers.load_evaluator()(benchmark, device=device, work_dir=work_dir, batch_size=batch_size)
+    sized = {} if batch_size is None else {"batch_size": batch_size}
+    evaluator = workers.load_evaluator()(benchmark, device=device, work_dir=work_dir, **sized)
     api = requests.hub_api(endpoint)
     served = workers.Worker(
         api, requests_repo, directory, evaluator, publish_repo, space or publish_repo, name, log=typer.echo
