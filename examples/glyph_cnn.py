@@ -18,15 +18,8 @@ NUM_CLASSES = 36
 class GlyphCNN(nn.Module):
     def __init__(self, num_classes: int = NUM_CLASSES):
         super().__init__()
-
         def block(cin, cout):
-            return nn.Sequential(
-                nn.Conv2d(cin, cout, 3, padding=1, bias=False),
-                nn.BatchNorm2d(cout),
-                nn.ReLU(inplace=True),
-                nn.MaxPool2d(2),
-            )
-
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2))
         self.features = nn.Sequential(block(1, 16), block(16, 32), block(32, 64), nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.head = nn.Sequential(nn.Dropout(0.3), nn.Linear(64, num_classes))
 

@@ -52,20 +52,10 @@ def platform_info() -> dict:
     """What bit-identical training depends on: torch's version and CPU kernels, and the CPU."""
     cpu = platform.processor()
     if Path("/proc/cpuinfo").is_file():
-        cpu = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            cpu,
-        )
-    return {
-        "torch": torch.__version__,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "machine": platform.machine(),
-        "cpu": cpu,
-    }
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), cpu)
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine(), "cpu": cpu}
 
 
 def train(name: str, images: torch.Tensor, labels: torch.Tensor, epochs: int, lr: float) -> dict[str, torch.Tensor]:
@@ -89,17 +79,13 @@ def train(name: str, images: torch.Tensor, labels: torch.Tensor, epochs: int, lr
             schedule.step()
             total += loss.item() * len(batch)
             correct += (logits.argmax(1) == labels[batch]).sum().item()
-        print(
-            f"{name} epoch {epoch + 1}/{epochs}: loss {total / len(images):.4f}, train acc {correct / len(images):.4f}"
-        )
+        print(f"{name} epoch {epoch + 1}/{epochs}: loss {total / len(images):.4f}, train acc {correct / len(images):.4f}")
     return {k: v.contiguous() for k, v in model.state_dict().items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--benchmark", type=Path, default=None, help="glyph benchmark folder [default: the embedded one]"
-    )
+    parser.add_argument("--benchmark", type=Path, default=None, help="glyph benchmark folder [default: the embedded one]")
     parser.add_argument("--out", type=Path, default=HERE / "weights")
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     args = parser.parse_args()

@@ -1,5 +1,5 @@
 """The kappa interface: a kappa's kind declares what it needs and which methods the harness calls, and a detector is
-one file that registers itself, dropped into harness.kappas.detectors: examples/detectors/flip_agreement.py (its own
+one file that registers itself, dropped into harness.kappas.detectors: docs/examples/flip_agreement.py (its own
 passes through the model) and a reader of intermediate layers (fitted on what the model's process extracts)."""
 
 import shutil
@@ -29,7 +29,7 @@ from harness.kappas.base import DECLARED
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward, fit_on_layers, score_batch
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "detectors" / "flip_agreement.py"
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "flip_agreement.py"
 
 
 LAYER_DETECTOR = '''
