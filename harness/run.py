@@ -177,11 +177,10 @@ class Scorer:
     def wants_features(self) -> bool:
         return any(k.reads_features for k in self.kappas)
 
-    def split(self, split: str, kappas: list[KappaSpec] | None = None, outputs: bool = False) -> SplitScores:
-        """The scores of a split's ``kappas`` (default: the run's); with ``outputs``, also its logits and features."""
-        kappas = self.kappas if kappas is None else kappas
+    def _plan(self, split: str, shards: list[dict], kappas: list[KappaSpec], outputs: bool):
+        """This rank's shard groups of ``split`` sorted out by the score cache: the parts it serves whole, its entries
+        for the groups to score, those groups, the kappas they lack and the shards among them that need scoring."""
         names = [k.name for k in kappas]
-        shards = self.benchmark.shards(split)
         parts, hits, todo, needed, scoring = [], {}, [], set(), set()
         for group in self.ranks.mine(shard_groups(shards, self.config.batch_size)):
             states = [(shard, *self._from_cache(split, shard, kappas, outputs)) for shard in group]
@@ -193,19 +192,31 @@ class Scorer:
             hits |= {shard["path"]: cached for shard, cached, _ in states}
             needed |= {k.name for _, missing in wanted for k in missing or []}
             scoring |= {shard["path"] for shard, _ in wanted}
+        return parts, hits, todo, needed, scoring
+
+    def _bar(self, split: str, total: int) -> tqdm:
+        """The split's progress bar (off without ``progress`` or with nothing to score)."""
+        return tqdm(
+            total=total,
+            desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
+            unit="img",
+            disable=not self.config.progress or not total,
+            leave=False,
+        )
+
+    def split(self, split: str, kappas: list[KappaSpec] | None = None, outputs: bool = False) -> SplitScores:
+        """The scores of a split's ``kappas`` (default: the run's); with ``outputs``, also its logits and features."""
+        kappas = self.kappas if kappas is None else kappas
+        names = [k.name for k in kappas]
+        shards = self.benchmark.shards(split)
+        parts, hits, todo, needed, scoring = self._plan(split, shards, kappas, outputs)
         kappas = [k for k in kappas if k.name in needed]
         manifest = {shard["path"]: shard for group in todo for shard in group}
         sizes = {path: shard["num_samples"] for path, shard in manifest.items()}
         batches = self._timed(split, self.batches(split, todo))
         with (
             closing(batches),
-            tqdm(
-                total=sum(sizes.values()),
-                desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
-                unit="img",
-                disable=not self.config.progress or not sizes,
-                leave=False,
-            ) as bar,
+            self._bar(split, sum(sizes.values())) as bar,
         ):
             for path, scored in score_shards(
                 self.forward,
@@ -521,32 +532,9 @@ def _scorer(
         images = make_decoder(config.decoder, submission.transform, submission.channels, bench.max_image_pixels, on)
     except ValueError as exc:
         raise HarnessError(str(exc)) from exc
-    score_cache = decoded = None
-    root = Path(config.cache_dir) if config.cache_dir is not None else None
-    if config.cache:
-        key = run_key(
-            bench.sha256,
-            submission.weights_sha256,
-            submission.bundle_sha256 or submission.source,
-            _preprocessing(submission, images),
-            {**execution.numerics(), "feature_dtype": config.feature_dtype, "batches": "shard groups"},
-        )
-        score_cache = ScoreCache(
-            (root or cache_root() / "scores") / key,
-            {k.name: kappa_id(k, config.seed, config.batch_size) for k in specs},
-            config.feature_dtype,
-        )
-    if (
-        config.cache
-        and config.decoded_cache_gb > 0
-        and isinstance(images, TensorDecoder)
-        and images.device.type == "cpu"
-    ):
-        decoded = DecodedCache(
-            (root or cache_root()) / "decoded",
-            decoded_key(bench.sha256, images.plan, submission.channels),
-            int(config.decoded_cache_gb * 1e9),
-        )
+    score_cache, decoded = (
+        _caches(config, execution, submission, bench, specs, images) if config.cache else (None, None)
+    )
     torch.manual_seed(config.seed)
     return Scorer(
         forward=forward,
@@ -559,6 +547,38 @@ def _scorer(
         cache=score_cache,
         decoded=decoded,
     )
+
+
+def _caches(
+    config: EvalConfig,
+    execution: Execution,
+    submission: Submission,
+    bench: Benchmark,
+    specs: list[KappaSpec],
+    images,
+) -> tuple[ScoreCache, DecodedCache | None]:
+    """The run's score cache, and its decoded-image cache where the images are decoded on the CPU."""
+    root = Path(config.cache_dir) if config.cache_dir is not None else None
+    key = run_key(
+        bench.sha256,
+        submission.weights_sha256,
+        submission.bundle_sha256 or submission.source,
+        _preprocessing(submission, images),
+        {**execution.numerics(), "feature_dtype": config.feature_dtype, "batches": "shard groups"},
+    )
+    scores = ScoreCache(
+        (root or cache_root() / "scores") / key,
+        {k.name: kappa_id(k, config.seed, config.batch_size) for k in specs},
+        config.feature_dtype,
+    )
+    if config.decoded_cache_gb <= 0 or not isinstance(images, TensorDecoder) or images.device.type != "cpu":
+        return scores, None
+    decoded = DecodedCache(
+        (root or cache_root()) / "decoded",
+        decoded_key(bench.sha256, images.plan, submission.channels),
+        int(config.decoded_cache_gb * 1e9),
+    )
+    return scores, decoded
 
 
 def _fit(scorer: Scorer) -> dict:
