@@ -15,19 +15,30 @@ PARTIAL = ".partial"
 _TOKEN = re.compile(r"\.[0-9a-f]{12}$")  # what write_atomic adds before PARTIAL: secrets.token_hex(6)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make the entries of folder ``path`` (new names, renames) durable."""
-    handle = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
+    """Flush the file ``path`` to disk, or for a folder its entries (new names, renames)."""
+    handle = os.open(path, flags)
     try:
         os.fsync(handle)
     finally:
         os.close(handle)
 
 
+def fsync_dir(path: Path) -> None:
+    """Make the entries of folder ``path`` (new names, renames) durable."""
+    fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flush every file and folder under ``folder``, and ``folder`` itself (so that a rename after it publishes whole
+    files)."""
+    for path in [*sorted(folder.rglob("*")), folder]:
+        fsync_path(path)
+
+
 def commit(partial: Path, path: Path) -> None:
     """Flush the finished file ``partial`` to disk, rename it over ``path`` and flush the folder."""
-    with open(partial, "rb+") as handle:
-        os.fsync(handle.fileno())
+    fsync_path(partial)
     os.replace(partial, path)
     fsync_dir(path.parent)
 

@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from dataset_builder.files import fsync_tree
 from dataset_builder.levels import level_table, write_level_table
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult
@@ -194,7 +195,7 @@ def write_outputs(
         plot_curves(model_name, results, staging / names["plot"], benchmark)
         if per_class is not None:
             per_class.write(staging)
-        sync_tree(staging)
+        fsync_tree(staging)
         previous = None
         if out.exists() and any(out.iterdir()):
             stamp = datetime.datetime.now().strftime("%Y%m%dT%H%M%S")
@@ -212,13 +213,3 @@ def write_outputs(
         "plot": out / names["plot"],
         "previous": previous,
     }
-
-
-def sync_tree(folder: Path) -> None:
-    """fsync every file and folder under ``folder`` (so that a rename after it publishes whole files)."""
-    for path in [*sorted(folder.rglob("*")), folder]:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -15,6 +15,15 @@ FLOOR = (
     "dataset_builder.faults",
     "dataset_builder.files",
 )  # light; any module may import them
+BEFORE_TORCH = (
+    "harness.kappas",
+    "harness.adapters",
+    "harness.runtime",
+    "harness.run",
+    "harness.submission",
+    "dataset_builder",
+    "leaderboard",
+)
 # module prefix -> project modules it may never import
 FORBIDDEN = {
     "dataset_builder": ("harness", "leaderboard"),
@@ -40,34 +49,8 @@ FORBIDDEN = {
         "leaderboard",
     ),
     "harness.adapters": ("harness.runtime", "harness.run", "harness.cli", "harness.outputs", "leaderboard"),
-    # what the command line checks before torch is imported
-    "harness.options": (
-        "harness.kappas",
-        "harness.adapters",
-        "harness.runtime",
-        "harness.run",
-        "harness.submission",
-        "dataset_builder",
-        "leaderboard",
-    ),
-    "harness.zoo": (
-        "harness.kappas",
-        "harness.adapters",
-        "harness.runtime",
-        "harness.run",
-        "harness.submission",
-        "dataset_builder",
-        "leaderboard",
-    ),
-    "harness.config": (
-        "harness.kappas",
-        "harness.adapters",
-        "harness.runtime",
-        "harness.run",
-        "harness.submission",
-        "dataset_builder",
-        "leaderboard",
-    ),
+    # what the command line reads before torch is imported
+    **dict.fromkeys(("harness.options", "harness.zoo", "harness.config"), BEFORE_TORCH),
 }
 
 
