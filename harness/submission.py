@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,9 +30,12 @@ import torch
 from PIL import Image
 
 from harness.errors import HarnessError
-from harness.kappas import LogitKappa, registry, split_output
+from harness.kappas import LogitKappa, check_kappa_name, registry, split_output
 from harness.options import MAX_NAME_BYTES, check_name  # noqa: F401 (re-exported)
 from harness.runtime.bundle import Bundle
+
+MAX_SIDE = 1024
+MAX_PIXELS = MAX_SIDE * MAX_SIDE  # per image the harness decodes and transforms for a data config
 
 
 @dataclass
@@ -121,10 +125,28 @@ def timm_transform(config: dict) -> Callable:
 
 
 def check_data_config(config, what: str) -> dict:
-    """A timm data config whose ``input_size`` is (channels, height, width) with 1 or 3 channels."""
+    """A timm data config whose ``input_size`` is (channels, height, width) with 1 or 3 channels, and whose images, the
+    input and its resize before the crop (``input_size / crop_pct``), hold at most ``MAX_PIXELS`` pixels each: the
+    harness decodes and transforms the images outside the submission's memory limit."""
+    from timm.data import DEFAULT_CROP_PCT
+
     size = config.get("input_size") if isinstance(config, dict) else None
-    if not isinstance(size, (tuple, list)) or len(size) != 3 or size[0] not in (1, 3):
+    if not (
+        isinstance(size, (tuple, list))
+        and len(size) == 3
+        and size[0] in (1, 3)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in size[1:])
+    ):
         raise HarnessError(f"{what}: input_size must be (channels, height, width) with 1 or 3 channels")
+    crop = config.get("crop_pct") or DEFAULT_CROP_PCT  # as timm reads it
+    if not isinstance(crop, (int, float)) or isinstance(crop, bool) or not 0 < crop < math.inf:
+        raise HarnessError(f"{what}: crop_pct must be a positive number")
+    resized = [math.floor(n / crop) for n in size[1:]]
+    if max(size[1] * size[2], resized[0] * resized[1]) > MAX_PIXELS:
+        raise HarnessError(
+            f"{what}: input_size {size[1]}x{size[2]} (resized to {resized[0]}x{resized[1]} before the crop) makes "
+            f"images of more than {MAX_SIDE}x{MAX_SIDE} pixels, the most the harness makes"
+        )
     return config
 
 
@@ -156,6 +178,7 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
         raise HarnessError(f"submission {path}: build_model() returned {type(model).__name__}, not a torch.nn.Module")
     kappas = {}
     for name, fn in (getattr(module, "KAPPAS", None) or {}).items():
+        check_kappa_name(name, f"submission {path}")
         if name in registry():
             raise HarnessError(
                 f"submission {path}: kappa '{name}' clashes with a registered kappa (see cood-harness kappas)"

@@ -34,7 +34,16 @@ from harness.kappas.model import (
     odin,
     split_output,
 )
-from harness.kappas.registry import DEFAULT_KAPPAS, ENTRY_POINT_GROUP, Registry, rebuild_kappa, registry, resolve_kappas
+from harness.kappas.registry import (
+    DEFAULT_KAPPAS,
+    ENTRY_POINT_GROUP,
+    NAME_RULE,
+    Registry,
+    check_kappa_name,
+    rebuild_kappa,
+    registry,
+    resolve_kappas,
+)
 
 __all__ = [
     "NEEDS",
@@ -65,7 +74,9 @@ __all__ = [
     "split_output",
     "DEFAULT_KAPPAS",
     "ENTRY_POINT_GROUP",
+    "NAME_RULE",
     "Registry",
+    "check_kappa_name",
     "rebuild_kappa",
     "registry",
     "resolve_kappas",

@@ -5,20 +5,22 @@ The built-in kappas register with :func:`~harness.kappas.base.register_kappa` wh
 module in :mod:`harness.kappas.detectors` is imported when the registry is built, so a new detector is one file there.
 A plugin is a package with an entry point in the group ``cood_bench.kappas`` (as timm and lm-eval register models
 and tasks) that loads to a :class:`KappaDef`, a list of them, or a function returning either; its kappas are listed
-with source ``plugin``. Names are unique across all sources; the harness dispatches on what a kappa declares.
+with source ``plugin``. Names are unique across all sources and follow ``NAME_RULE`` (a submission's own kappas too),
+since records, file names and log lines carry them; the harness dispatches on what a kappa declares.
 """
 
 from __future__ import annotations
 
 import difflib
 import pkgutil
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 from functools import cache
 from importlib import import_module
 from importlib.metadata import entry_points
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, escaped
 from harness.kappas import detectors
 from harness.kappas.base import DECLARED, KappaDef, KappaSpec
 from harness.kappas.builtin import submission_kappa
@@ -26,6 +28,18 @@ from harness.kappas.logit import LogitKappa
 
 ENTRY_POINT_GROUP = "cood_bench.kappas"
 DEFAULT_KAPPAS = ("softmax", "entropy", "max_logit", "energy")
+NAME_RULE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def check_kappa_name(name, what: str) -> None:
+    """A kappa name that records, file names and log lines can carry: a lower-case letter, then up to 63 lower-case
+    letters, digits and underscores (``NAME_RULE``); anything else is refused in one line naming ``what`` it came
+    from."""
+    if not (isinstance(name, str) and NAME_RULE.fullmatch(name)):
+        raise HarnessError(
+            f"{what}: kappa name {escaped(repr(name), 80)} is not a lower-case letter followed by at most 63 "
+            "lower-case letters, digits and '_'"
+        )
 
 
 class Registry:
@@ -37,6 +51,7 @@ class Registry:
             self.add(kdef)
 
     def add(self, kdef: KappaDef) -> None:
+        check_kappa_name(kdef.name, f"a {kdef.source} kappa")
         if kdef.name in self.defs:
             raise HarnessError(
                 f"kappa '{kdef.name}' is registered twice (by {self.defs[kdef.name].source} and by {kdef.source})"

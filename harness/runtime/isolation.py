@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from harness.config import Limits
-from harness.errors import HarnessError
-from harness.kappas import LogitKappa, StatefulModelKappa, registry
+from harness.errors import HarnessError, escaped
+from harness.kappas import LogitKappa, StatefulModelKappa, check_kappa_name, registry
 from harness.runtime import sandbox
 from harness.runtime.channel import Malformed
 from harness.runtime.execution import Execution
@@ -121,9 +121,8 @@ class ChildForward:
         try:
             transform = timm_transform(config)
         except Exception as exc:
-            raise HarnessError(
-                f"submission {file}: DATA_CONFIG is not a timm data config: {type(exc).__name__}: {exc}"
-            ) from exc
+            why = escaped(f"{type(exc).__name__}: {exc}", 300)  # the child's values may be in timm's message
+            raise HarnessError(f"submission {file}: DATA_CONFIG is not a timm data config: {why}") from exc
         self.head = self._head(meta["head"])
         weights, count = self._identity(meta["state"], meta["parameters"])
         return Submission(
@@ -189,6 +188,7 @@ class ChildForward:
             raise Malformed("its kappas are not an object")
         out = {}
         for name, spec in kappas.items():
+            check_kappa_name(name, f"submission {self.sandbox.file}")
             if name in registry().defs or not (
                 isinstance(spec, dict)
                 and set(spec) == {"params", "wants_features"}

@@ -22,7 +22,6 @@ import errno
 import importlib.util
 import json
 import os
-import re
 import shutil
 import signal
 import site
@@ -33,7 +32,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, escaped
 from harness.runtime.bundle import Bundle
 from harness.runtime.channel import Arena, Channel, Malformed, Timeout
 
@@ -310,11 +309,7 @@ class Tail:
 
     def last_line(self) -> str:
         lines = bytes(self.data).decode(errors="replace").strip().splitlines()
-        return _one_line(lines[-1], 300) if lines else ""
-
-
-def _one_line(text: str, limit: int) -> str:
-    return re.sub(r"[\x00-\x1f\x7f]", " ", text)[:limit]
+        return escaped(lines[-1], 300) if lines else ""
 
 
 def _start_time() -> str:
@@ -433,7 +428,7 @@ class Sandbox:
             if not isinstance(text, str):
                 self.close()
                 raise Malformed(f"an '{kind}' message without a message")
-            raise (OutOfMemory if kind == "oom" else HarnessError)(_one_line(text, 1000))
+            raise (OutOfMemory if kind == "oom" else HarnessError)(escaped(text, 1000))
         if kind != expected:
             self.close()
             raise Malformed(f"'{kind}' where '{expected}' was due")
