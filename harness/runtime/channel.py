@@ -20,7 +20,7 @@ import numpy as np
 from harness.errors import HarnessError
 
 MAX_HEADER_BYTES = 1 << 20
-MAX_ARRAY_BYTES = 1 << 36  # one message's arrays together
+ARENA_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # the machine's memory: no message holds more
 MAX_DIMS = 4
 MAX_DEPTH = 8
 ALIGN = 64
@@ -42,37 +42,40 @@ class Timeout(HarnessError):
 
 
 class Arena:
-    """A shared-memory file that one side writes arrays into and the other reads them from, sealed by its creator
-    against shrinking and further seals: neither side can pull pages from under the other's mapping (a SIGBUS)
-    or stop the other from writing."""
+    """A shared-memory file that one side writes arrays into and the other reads them from. Its creator (the harness)
+    gives it its size, ``ARENA_BYTES`` (sparse: a page costs memory once written), and seals it against growing,
+    shrinking and further seals: neither side can pull pages from under the other's mapping (a SIGBUS), stop the other
+    from writing, or make the other map more than it chose to read. Each side maps only what it writes or reads."""
 
     def __init__(self, fd: int | None = None):
         if fd is None:
             fd = os.memfd_create("cood-arena", os.MFD_ALLOW_SEALING)
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
-        self.fd, self.view = fd, None
+            os.ftruncate(fd, ARENA_BYTES)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        self.fd, self.size, self.view = fd, os.fstat(fd).st_size, None
 
     def write(self, arrays: list[np.ndarray]) -> list[list]:
-        """Place ``arrays`` in the arena (grown when needed); return their ``[dtype, shape, offset]``."""
+        """Place ``arrays`` in the arena; return their ``[dtype, shape, offset]``."""
         specs, end = [], 0
         for array in arrays:
             if array.dtype.str not in DTYPES:
                 raise HarnessError(f"cannot send an array of dtype {array.dtype}")
             specs.append([array.dtype.str, list(array.shape), end])
             end = _aligned(end + array.nbytes)
-        if end > os.fstat(self.fd).st_size:
-            os.ftruncate(self.fd, end)
+        if end > self.size:
+            raise HarnessError(f"arrays of {end} bytes do not fit the {self.size}-byte shared memory")
         if end and (self.view is None or len(self.view) < end):
             self.close_view()
-            self.view = mmap.mmap(self.fd, os.fstat(self.fd).st_size)
+            self.view = mmap.mmap(self.fd, end)
         for array, (_, _, offset) in zip(arrays, specs):
             np.frombuffer(self.view, dtype=array.dtype, count=array.size, offset=offset).reshape(array.shape)[...] = (
                 array
             )
         return specs
 
-    def read(self, specs) -> list[np.ndarray]:
-        """Private copies of the arrays ``specs`` describes, once every spec is checked against the arena."""
+    def read(self, specs, budget: int) -> list[np.ndarray]:
+        """Private copies of the arrays ``specs`` describes, once every spec is checked against the arena and their
+        bytes together against ``budget`` (what the reader expects at most): nothing is mapped or copied before."""
         if not isinstance(specs, list):
             raise Malformed("the array table is not a list")
         checked, total = [], 0
@@ -90,16 +93,17 @@ class Arena:
             dtype, shape, offset = np.dtype(spec[0]), tuple(spec[1]), spec[2]
             nbytes = math.prod(shape) * dtype.itemsize
             total += nbytes
-            if total > MAX_ARRAY_BYTES:
-                raise Malformed(f"its arrays exceed {MAX_ARRAY_BYTES} bytes")
+            if total > budget:
+                raise Malformed(f"its arrays hold more than the {budget} bytes expected")
+            if offset + nbytes > self.size:
+                raise Malformed(
+                    f"an array of {nbytes} bytes at offset {offset} lies outside the {self.size}-byte arena"
+                )
             checked.append((dtype, shape, offset, nbytes))
-        size = os.fstat(self.fd).st_size  # sealed against shrinking: what is there now stays there
-        for _, _, offset, nbytes in checked:
-            if offset + nbytes > size:
-                raise Malformed(f"an array of {nbytes} bytes at offset {offset} lies outside the {size}-byte arena")
-        if not checked or size == 0:
+        extent = max((offset + nbytes for _, _, offset, nbytes in checked), default=0)
+        if extent == 0:
             return [np.zeros(shape, dtype) for dtype, shape, _, _ in checked]
-        with mmap.mmap(self.fd, size, prot=mmap.PROT_READ) as view:
+        with mmap.mmap(self.fd, extent, prot=mmap.PROT_READ) as view:
             return [
                 np.frombuffer(view, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape).copy()
                 for dtype, shape, offset, _ in checked
@@ -169,9 +173,10 @@ class Channel:
             raise HarnessError(f"a '{kind}' message's header is {len(header)} bytes, more than {MAX_HEADER_BYTES}")
         self.sock.sendall(len(header).to_bytes(4, "big") + header)
 
-    def receive(self, timeout: float | None = None) -> tuple[str, object]:
+    def receive(self, timeout: float | None = None, budget: int = ARENA_BYTES) -> tuple[str, object]:
         """The next message's kind and body; :class:`Timeout` when it does not come whole within ``timeout`` seconds,
-        ``EOFError`` when the other side closed, :class:`Malformed` when it breaks the protocol."""
+        ``EOFError`` when the other side closed, :class:`Malformed` when it breaks the protocol or its arrays hold more
+        than ``budget`` bytes (the harness gives what the answer it waits for can hold)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         length = int.from_bytes(self._exactly(4, deadline), "big")
         if length > MAX_HEADER_BYTES:
@@ -182,7 +187,7 @@ class Channel:
             raise Malformed("its header is not JSON") from exc
         if not isinstance(header, dict) or set(header) != {"kind", "body", "arrays"} or header["kind"] not in KINDS:
             raise Malformed(f"an unknown header {str(header)[:80]}")
-        return header["kind"], unpack(header["body"], self.into.read(header["arrays"]))
+        return header["kind"], unpack(header["body"], self.into.read(header["arrays"], budget))
 
     def _exactly(self, count: int, deadline: float | None) -> bytes:
         data = bytearray()

@@ -5,9 +5,10 @@ built-in kappas from the logits, forms levels, measures and writes records. The 
 the sandbox of :mod:`harness.runtime.sandbox`) imports the file from a copy of its bundle, builds the model and runs
 only what needs the submitter's code or the model: forward passes, ODIN, MC-dropout and the file's own kappas, and the
 passes of fitted kappas that read the model (their fit, arrays only, is handed over once). Everything it sends crosses
-the channel of :mod:`harness.runtime.channel` as data, and is checked here before use: shapes, dtypes, finiteness, the
-kappas asked for. What names the model in records is computed here: the bundle's hash, and the weights hash and
-parameter count of the parameter bytes the child hands over.
+the channel of :mod:`harness.runtime.channel` as data, and is checked here before use: its size (an answer's bytes
+against what it can hold, before anything is copied), shapes, dtypes, finiteness, the kappas asked for and their names.
+What names the model in records is computed here: the bundle's hash, and the weights hash and parameter count of the
+parameter bytes the child hands over.
 
 Before the file is imported the child checks from inside that the guards hold; the harness checks that its probe
 listener on 127.0.0.1 was not reached, and refuses to go on unless every guard holds. Limits: a wall-clock limit per
@@ -55,6 +56,7 @@ TORCH_DTYPES = {
     )
 }
 CONFIG_KEYS = {"input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode"}
+MAX_FEATURES = 1 << 16  # the features' width an answer may hold before the first one gives it
 
 
 class ChildForward:
@@ -93,17 +95,18 @@ class ChildForward:
                 ),
                 "loaded",
                 limits.load_timeout_s,
+                limits.memory_bytes,
             )
         except BaseException:
             self.close()
             raise
 
-    def _ask(self, message, expected: str, limit: float):
-        """One exchange with the child within ``limit`` and what is left of the run's limit (see
-        :meth:`Sandbox.ask`)."""
+    def _ask(self, message, expected: str, limit: float, budget: int):
+        """One exchange with the child within ``limit`` and what is left of the run's limit, its answer's arrays within
+        ``budget`` bytes (see :meth:`Sandbox.ask`)."""
         try:
             return self.sandbox.ask(
-                message, expected, min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started))
+                message, expected, min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started)), budget
             )
         except sandbox.OutOfMemory as exc:
             raise torch.cuda.OutOfMemoryError(str(exc)) from exc
@@ -209,6 +212,7 @@ class ChildForward:
             ("batch", {"images": images.numpy(), "keys": list(keys), "kappas": [(k.name, k.params) for k in kappas]}),
             "answer",
             self.limits.batch_timeout_s,
+            self._answer_budget(len(images), kappas),
         )
         n = len(keys)
         if not isinstance(body, dict) or set(body) != {"logits", "features", "scores", "confs"}:
@@ -224,6 +228,11 @@ class ChildForward:
                 raise Malformed(f"its {part} are not those of the kappas asked for")
             values[part] = {name: self._floats(v, f"kappa '{name}' {part}", (n,)) for name, v in body[part].items()}
         return ModelOutput(logits, features, values["scores"], values["confs"])
+
+    def _answer_budget(self, n: int, kappas) -> int:
+        """The most bytes an answer for ``n`` images holds: float64 logits and features (``MAX_FEATURES`` wide until an
+        answer gives their width), and a score and a confidence per image for each kappa."""
+        return 8 * n * (self.num_classes + (self.features_dim or MAX_FEATURES) + 2 * len(kappas))
 
     @staticmethod
     def _floats(array, what: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -243,6 +252,7 @@ class ChildForward:
             ("extract", {"images": images.numpy(), "kappas": [(k.name, k.params) for k in kappas]}),
             "extracted",
             self.limits.batch_timeout_s,
+            self.limits.memory_bytes,
         )
         if (
             not isinstance(body, dict)
@@ -256,7 +266,7 @@ class ChildForward:
         """Hand the fitted state of kappas computed in the child (arrays only) to the child, once."""
         states = {k.name: as_numpy(k.impl.state()) for k in kappas if isinstance(k.impl, StatefulModelKappa)}
         if states:
-            self._ask(("states", states), "ok", self.limits.batch_timeout_s)
+            self._ask(("states", states), "ok", self.limits.batch_timeout_s, 0)
 
     def close(self) -> None:
         """End the sandbox: its every process dies with it, and the bundle's copy is removed."""

@@ -371,7 +371,7 @@ class Sandbox:
         (else one line naming those that did not)."""
         if self.guards is None:
             try:
-                guards = self.ask(None, "ready", timeout)
+                guards = self.ask(None, "ready", timeout, budget=0)
             except HarnessError as exc:
                 raise unavailable(f"the sandbox did not start ({exc})") from exc
             try:
@@ -399,14 +399,14 @@ class Sandbox:
             }
         return self.guards
 
-    def ask(self, message, expected: str, timeout: float):
-        """Send ``message`` (kind, body) unless None, and wait up to ``timeout`` seconds for an ``expected`` answer; a
-        silence, a death or a malformed message stops the child and is one line, an error the child reports is one
-        line (:class:`OutOfMemory` for the device's memory)."""
+    def ask(self, message, expected: str, timeout: float, budget: int):
+        """Send ``message`` (kind, body) unless None, and wait up to ``timeout`` seconds for an ``expected`` answer
+        whose arrays hold at most ``budget`` bytes; a silence, a death or a malformed message stops the child and is one
+        line, an error the child reports is one line (:class:`OutOfMemory` for the device's memory)."""
         try:
             if message is not None:
                 self.channel.send(*message)
-            kind, body = self.channel.receive(max(timeout, 0))
+            kind, body = self.channel.receive(max(timeout, 0), budget)
         except Timeout as exc:
             self.close()
             raise HarnessError(

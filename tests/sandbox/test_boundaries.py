@@ -9,7 +9,7 @@ import pytest
 
 from harness import HarnessError
 from harness.runtime.bundle import Bundle, tag_cache
-from harness.runtime.channel import MAX_HEADER_BYTES, Arena, Channel, Malformed
+from harness.runtime.channel import ARENA_BYTES, MAX_HEADER_BYTES, Arena, Channel, Malformed
 from harness.worker import RequestEvaluator
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
@@ -60,7 +60,7 @@ MALFORMED = {
     "extra field": (frame(b'{"kind": "ok", "body": null, "arrays": [], "code": "x"}'), "an unknown header"),
     "object dtype": (frame(b'{"kind": "ok", "body": {"$array": 0}, "arrays": [["|O", [1], 0]]}'), "bad array entry"),
     "outside the arena": (
-        frame(b'{"kind": "ok", "body": {"$array": 0}, "arrays": [["<f4", [1000], 0]]}'),
+        frame(b'{"kind": "ok", "body": {"$array": 0}, "arrays": [["<f4", [1000], %d]]}' % (ARENA_BYTES - 64)),
         "lies outside",
     ),
     "dangling reference": (frame(b'{"kind": "ok", "body": {"$array": 3}, "arrays": []}'), "refers to array 3"),
@@ -78,11 +78,22 @@ def test_a_malformed_message_is_refused(pair, case):
         ours.receive(5)
 
 
-def test_the_arenas_cannot_be_shrunk_or_sealed(pair):
+def test_arrays_over_the_readers_budget_are_refused_before_any_copy(pair):
+    ours, theirs = pair
+    theirs.send("answer", {"logits": np.ones((10, 10))})
+    with pytest.raises(Malformed, match=r"\(its arrays hold more than the 799 bytes expected\)"):
+        ours.receive(5, budget=799)
+    theirs.send("answer", {"logits": np.ones((10, 10))})
+    np.testing.assert_array_equal(ours.receive(5, budget=800)[1]["logits"], np.ones((10, 10)))
+
+
+def test_the_arenas_cannot_be_grown_shrunk_or_sealed(pair):
     ours, _ = pair
     ours.send("ok", {"x": np.ones(1000)})
-    with pytest.raises(OSError):
-        os.ftruncate(ours.out.fd, 10)
+    assert os.fstat(ours.out.fd).st_size == ARENA_BYTES  # the harness's size, sparse: only what was written costs
+    for size in (10, ARENA_BYTES + 1):
+        with pytest.raises(OSError):
+            os.ftruncate(ours.out.fd, size)
     with pytest.raises(OSError):
         __import__("fcntl").fcntl(ours.out.fd, __import__("fcntl").F_ADD_SEALS, __import__("fcntl").F_SEAL_WRITE)
 
