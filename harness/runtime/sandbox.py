@@ -6,13 +6,14 @@ system calls that could undo them. Neither is rewritten here. The child gets:
 
 - its own PID namespace: it sees no process of the host, and every process it starts dies with it;
 - its own network namespace (only its own loopback), IPC, UTS and cgroup namespaces;
-- a read-only view of what it needs and nothing else: the system's libraries (``/usr``), Python and its packages,
-  the harness's own packages and a copy of the submission bundle at ``/submission``; ``/tmp`` is an empty tmpfs and
-  its home; a minimal ``/dev`` (plus the GPU's device nodes on a CUDA run) and its own ``/proc``;
+- a read-only view of what it needs and nothing else: the system's libraries (``/usr``), Python and its installed
+  packages, the harness's own package folders (each alone: never the folder holding it, a checkout with a benchmark
+  beside it) and a copy of the submission bundle at ``/submission``; ``/tmp`` is an empty tmpfs and its home; a
+  minimal ``/dev`` (plus the GPU's device nodes on a CUDA run) and its own ``/proc``;
 - no privilege: as root, the harness's child drops to the ``nobody`` user with no capabilities (a setuid drop,
   :mod:`harness.runtime.child`); as an ordinary user, bubblewrap maps the user into a user namespace with no
   capabilities and no nested user namespaces; ``no_new_privs`` either way;
-- the seccomp filter below, and a scrubbed environment.
+- the seccomp filter below, and a scrubbed environment (no ``PYTHONPATH`` or ``LD_LIBRARY_PATH`` of the user's).
 """
 
 from __future__ import annotations
@@ -108,9 +109,7 @@ ALLOWED_ENV = (
     "LC_ALL",
     "LC_CTYPE",
     "TZ",
-    "PYTHONPATH",
     "VIRTUAL_ENV",
-    "LD_LIBRARY_PATH",
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
     "NVIDIA_VISIBLE_DEVICES",
@@ -121,6 +120,7 @@ ALLOWED_ENV = (
     "OPENBLAS_L2_SIZE",
     "COOD_FAULT",
 )
+PACKAGES = ("harness", "dataset_builder", "leaderboard")
 GUARDS = (
     "unprivileged_user",
     "no_capabilities",
@@ -195,25 +195,30 @@ def privileged() -> bool:
     return bool(caps >> 21 & 1)  # CAP_SYS_ADMIN
 
 
+def site_folders() -> set[str]:
+    """The folders Python's installed packages live in."""
+    return {*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])}
+
+
+def package_folders() -> list[str]:
+    """The folders of the harness's own packages, as this process imports them."""
+    specs = [importlib.util.find_spec(package) for package in PACKAGES]
+    return [os.path.dirname(spec.origin) for spec in specs if spec is not None and spec.origin]
+
+
 def read_only_paths() -> list[str]:
-    """What the child reads besides ``/usr``: Python, its packages, the harness's packages, library folders the
-    environment names. Folders inside another are left out (the outer one's mount covers them)."""
+    """What the child reads besides ``/usr``: Python, its installed packages and the harness's own package folders;
+    never a ``PYTHONPATH`` or ``LD_LIBRARY_PATH`` entry or the working folder. Folders inside another are left out
+    (the outer one's mount covers them)."""
     wanted = {
         sys.prefix,
         sys.base_prefix,
         sys.exec_prefix,
         sys.base_exec_prefix,
         os.path.dirname(os.path.realpath(sys.executable)),
-        *site.getsitepackages(),
+        *site_folders(),
+        *package_folders(),
     }
-    if site.ENABLE_USER_SITE:
-        wanted.add(site.getusersitepackages())
-    for package in ("harness", "dataset_builder", "leaderboard"):
-        spec = importlib.util.find_spec(package)
-        if spec is not None and spec.origin:
-            wanted.add(os.path.dirname(spec.origin))
-    for variable in ("PYTHONPATH", "LD_LIBRARY_PATH"):
-        wanted.update(p for p in os.environ.get(variable, "").split(os.pathsep) if p)
     real = sorted({os.path.realpath(p) for p in wanted} | {os.path.abspath(p) for p in wanted})
     real = [
         p
@@ -221,6 +226,15 @@ def read_only_paths() -> list[str]:
         if os.path.isdir(p) and p not in ("/", "/usr") and not p.startswith(("/usr/", "/proc", "/dev", "/sys"))
     ]
     return [p for p in real if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in real)]
+
+
+def child_pythonpath() -> str:
+    """The child's ``PYTHONPATH``: the folders holding those of the harness's packages that installed packages do not
+    (a development checkout), so that the child imports the same code as this process; in the sandbox those folders
+    hold the mounted package folders only."""
+    sites = {os.path.realpath(p) for p in site_folders()}
+    parents = dict.fromkeys(os.path.dirname(folder) for folder in package_folders())
+    return os.pathsep.join(p for p in parents if os.path.realpath(p) not in sites)
 
 
 def gpu_devices() -> list[str]:
@@ -352,7 +366,7 @@ class Sandbox:
             "probe_port": self.probe.getsockname()[1],
             "bundle": BUNDLE_MOUNT,
         }
-        env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
+        env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ} | {"PYTHONPATH": child_pythonpath()}
         env.update(HOME=HOME, TMPDIR=HOME, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
         try:
             self.process = launch(
