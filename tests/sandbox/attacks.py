@@ -1,8 +1,10 @@
 """What the sandbox tests share besides fixtures: hostile variants of the example CNN (its model, with an attack run
-when the file is imported or the model built), a sandboxed run, the comparison with the honest run, and a look for
-processes left behind."""
+when the file is imported or the model built), a sandboxed run, the command line in a subprocess, the comparison with
+the honest run, and a look for processes left behind."""
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +23,17 @@ def hostile(folder: Path, attack: str, name: str = "'glyph_cnn'") -> Path:
 
 def run(path: Path, benchmark: Path, **options) -> list[dict]:
     return evaluate(path, benchmark=benchmark, kappas=KAPPAS, progress=False, **options).records
+
+
+def run_cli(*args, wrap=(), **options) -> subprocess.CompletedProcess:
+    """``cood-harness ARGS`` in a subprocess (under ``wrap``, such as ``unshare -r``), its output captured as text
+    unless ``text=False``."""
+    return subprocess.run(
+        [*wrap, sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
+        capture_output=True,
+        timeout=300,
+        **{"text": True, **options},
+    )
 
 
 def same_scores(records: list[dict], honest: list[dict]) -> bool:

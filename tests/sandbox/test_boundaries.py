@@ -81,7 +81,7 @@ def test_a_malformed_message_is_refused(pair, case):
 def test_arrays_over_the_readers_budget_are_refused_before_any_copy(pair):
     ours, theirs = pair
     theirs.send("answer", {"logits": np.ones((10, 10))})
-    with pytest.raises(Malformed, match=r"\(its arrays hold more than the 799 bytes expected\)"):
+    with pytest.raises(Malformed, match=r"\(its arrays hold at least 800 bytes, more than the 799 bytes expected\)"):
         ours.receive(5, budget=799)
     theirs.send("answer", {"logits": np.ones((10, 10))})
     np.testing.assert_array_equal(ours.receive(5, budget=800)[1]["logits"], np.ones((10, 10)))

@@ -4,8 +4,6 @@ records equal the honest run's (or the run ends in one line and writes nothing),
 import hashlib
 import json
 import socket
-import subprocess
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -13,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import harness
-from attacks import KAPPAS, hostile, processes_with, run, same_scores
+from attacks import KAPPAS, hostile, processes_with, run, run_cli, same_scores
 from glyph_fixtures import cnn_variant
 from harness import HarnessError, evaluate
 
@@ -74,26 +72,18 @@ found += [s for s in ("hf_planted_secret", "s3cret_value") if s in str(os.enviro
         "COOD_PLANTED_SECRET": "s3cret_value",
         "HOME": str(home),
     }
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from harness.cli import main; main()",
-            "submit",
-            str(path),
-            "--benchmark",
-            str(tiny_glyphs),
-            "--out",
-            str(tmp_path / "out"),
-            "--no-progress",
-            "--no-cache",
-            "-k",
-            "softmax",
-        ],
-        capture_output=True,
-        text=True,
+    done = run_cli(
+        "submit",
+        path,
+        "--benchmark",
+        tiny_glyphs,
+        "--out",
+        tmp_path / "out",
+        "--no-progress",
+        "--no-cache",
+        "-k",
+        "softmax",
         env=env,
-        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     record = json.loads(next((tmp_path / "out" / "records").glob("*.json")).read_text())

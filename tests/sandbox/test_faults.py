@@ -1,27 +1,15 @@
 """A stranger's submission file that misbehaves: a hang, a crash, a memory grab or a failing pass ends in one line
 naming the shard, and nothing is written; where no sandbox can be had, a file is refused in one line."""
 
-import subprocess
-import sys
-
 import pytest
 
+from attacks import run_cli
 from glyph_fixtures import cnn_variant
 from harness import HarnessError, evaluate
 from harness.runtime import sandbox
 from harness.runtime.isolation import Limits
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
-
-
-def run_cli(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
 
 
 def test_a_submission_cannot_patch_the_harness(tiny_glyphs, tmp_path, honest):
