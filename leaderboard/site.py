@@ -26,6 +26,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from dataset_builder.files import write_atomic
+from leaderboard.csvsafe import csv_bytes
 from leaderboard.drilldown import level_classes, resolve, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.report import win_rates
@@ -184,7 +185,7 @@ def _records(table: pd.DataFrame, board: str | Path | None) -> dict[str, dict]:
 
 def _downloads(table: pd.DataFrame, folder: Path) -> None:
     csv, parquet = (folder / name for name in DOWNLOADS)
-    write_atomic(csv, table.to_csv(index=False).encode())
+    write_atomic(csv, csv_bytes(table))
     write_atomic(parquet, table.to_parquet(index=False))
 
 
