@@ -21,6 +21,7 @@ SCHEMA_VERSION = 1
 PROVENANCES = ("harness", "paper")
 VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
 MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
+NOT_NAMES = (".", "..")  # a name is never a path's "here" or "up"
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")  # a Hub repo, owner/name
 # string formats: name -> (pattern, what a value must be); "name" also has the byte and character rules of the validator
@@ -30,7 +31,11 @@ FORMATS = {
     "kappa_name": (re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$"), "a kappa name (letters, digits, _ . -)"),
     "request_id": (re.compile(r"^[0-9a-f]{12}$"), "a request id (12 hex digits)"),
     "repo_id": (REPO_ID, "a Hub repo id (owner/name)"),
-    "relative_path": (re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$"), "a relative path"),
+    # no part starting with "." (no ".", "..", hidden file or folder), no absolute path
+    "relative_path": (
+        re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*(/[A-Za-z0-9_\-][A-Za-z0-9_.\-]*)*$"),
+        "a relative path",
+    ),
     "date-time": (None, "an ISO-8601 date-time"),
     "params": (None, "kappa parameters"),
 }
@@ -338,8 +343,9 @@ def json_schema() -> dict:
                 "type": "string",
                 "minLength": 1,
                 "pattern": _NAME_CHARS,
+                "not": {"enum": list(NOT_NAMES)},
                 "description": f"at most {MAX_NAME_BYTES} UTF-8 bytes (the validator checks bytes), no path "
-                "separator or control character",
+                "separator or control character, not '.' or '..'",
             },
             "relative_path": {"type": "string", "pattern": FORMATS["relative_path"][0].pattern},
             "scalar": {"anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, {"type": "number"}]},

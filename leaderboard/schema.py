@@ -19,6 +19,7 @@ from leaderboard.errors import LeaderboardError
 from leaderboard.record import (
     FORMATS,
     MAX_NAME_BYTES,
+    NOT_NAMES,
     PROVENANCES,
     SCHEMA_VERSION,
     VERIFIED,
@@ -88,8 +89,10 @@ def _string(value, path: str, nullable: bool = False, pattern: re.Pattern | None
 
 def _name(value, path: str, pattern: re.Pattern | None = None, what: str = "") -> str:
     """A name: a non-empty string of at most :data:`MAX_NAME_BYTES` UTF-8 bytes, no path separator or control
-    character."""
+    character, not ``.`` or ``..``."""
     _string(value, path)
+    if value in NOT_NAMES:
+        raise _fail(path, f"{value!r} is not a name (it means a folder in a path)")
     if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         raise _fail(path, f"longer than {MAX_NAME_BYTES} bytes: {value[:40]!r}...")
     bad = next((c for c in value if c in "/\\" or unicodedata.category(c) in ("Cc", "Cs")), None)
@@ -152,6 +155,10 @@ def _text(value, path: str, format: str | None, nullable: bool = False) -> None:
     if format in ("name", "kappa_name"):
         _name(value, path, pattern, what)
         return
+    if format == "relative_path" and isinstance(value, str):
+        hidden = next((part for part in value.split("/") if part.startswith(".") and part not in NOT_NAMES), None)
+        if hidden is not None:
+            raise _fail(path, f"names a hidden file or folder ({hidden[:40]!r}): {value[:80]!r}")
     if _string(value, path, nullable, pattern, what) is not None and format == "date-time":
         try:
             datetime.fromisoformat(value)

@@ -102,6 +102,7 @@ REJECTIONS = [
     ("benchmark.manifest_sha256", None, "benchmark.manifest_sha256: must be a non-empty string"),
     ("model.weights_sha256", None, "model.weights_sha256: must be a non-empty string"),
     ("model.name", "", "model.name: must be a non-empty string"),
+    ("model.name", "..", "model.name: '..' is not a name"),
     ("model.num_parameters", 1.5, "model.num_parameters: must be an integer, got float"),
     ("kappa.name", "soft max", "kappa.name: not a kappa name"),
     ("kappa.params", {"temperature": math.inf}, "kappa.params.temperature: must be a finite number, got inf"),
