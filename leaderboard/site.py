@@ -279,6 +279,7 @@ def _entry_page(entry: dict, row: pd.Series, record: dict | None, board, out: Pa
         "entry": row["entry_id"],
         "source": row["model_source"],
         "weights": row["weights_sha256"],
+        "bundle": None if pd.isna(row.get("bundle_sha256")) else row["bundle_sha256"],  # absent: a table from before
         "idconf": _num(row["id_avg_conf"]),
         "definition": row["ood_auroc_definition"],
         "created": row["created"],

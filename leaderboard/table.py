@@ -39,6 +39,7 @@ BACK = [
     "num_parameters",
     "model_source",
     "weights_sha256",
+    "bundle_sha256",
     "benchmark_id",
     "benchmark_version",
     "manifest_sha256",
@@ -82,8 +83,9 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> 
 
 
 def _at(record: dict, path: tuple[str, ...]):
+    """The value at ``path``; None for a field a record made before it existed leaves out."""
     for key in path:
-        record = record[key]
+        record = record.get(key)
     return record
 
 

@@ -1,8 +1,10 @@
-"""What a leaderboard trusts: a name is never a path, every CSV the project writes opens in a spreadsheet as data,
-and a record's attachments are only the drill-down's own files."""
+"""What a leaderboard trusts: an entry's identity is the code the harness hashed (never what a model's code reports),
+a record that claims another's identity never displaces it, every CSV opens in a spreadsheet as data, and a record's
+attachments are only the drill-down's own files."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import io
@@ -20,10 +22,12 @@ from lb_records import record
 from leaderboard import drilldown
 from leaderboard.csvsafe import csv_bytes, safe_cell
 from leaderboard.errors import LeaderboardError
-from leaderboard.schema import validate_record
+from leaderboard.schema import entry_id, model_identity, validate_record
 from leaderboard.site import build_site
 from leaderboard.store import add_files, add_records, current_table
 from leaderboard.table import CSV
+
+HONEST, CHEAT, WEIGHTS = "a1" * 32, "c4" * 32, "77" * 32
 
 
 def _snapshot(directory: Path) -> dict[str, str]:
@@ -32,6 +36,146 @@ def _snapshot(directory: Path) -> dict[str, str]:
         for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != ".lock"
     }
+
+
+def _bundle(bundle: str, aurocs: list[float] | None = None, **kwargs) -> dict:
+    """A submission file's record: its bundle (the harness's hash of its folder) and the weights it handed over."""
+    return record(weights=WEIGHTS, bundle=bundle, aurocs=aurocs, **kwargs)
+
+
+def _old(rec: dict) -> dict:
+    """The same record as the harness wrote it before the bundle hash was a field of the model."""
+    rec = copy.deepcopy(rec)
+    del rec["model"]["bundle_sha256"]
+    return rec
+
+
+# identity
+
+
+@pytest.mark.parametrize("first", ["honest", "cheat"])
+def test_other_code_with_the_same_weights_is_another_entry_in_either_order(tmp_path, first):
+    honest = _bundle(HONEST)
+    cheat = _bundle(CHEAT, aurocs=[0.99] * 11)  # the honest weights behind other code: other results
+    assert honest["model"]["weights_sha256"] == cheat["model"]["weights_sha256"]
+    board = tmp_path / "b"
+    order = [honest, cheat] if first == "honest" else [cheat, honest]
+    ids = [add_records(board, [rec], create=True)[0] for rec in order]
+    assert len(set(ids)) == 2
+    table = current_table(board)
+    assert sorted(table["bundle_sha256"]) == sorted([HONEST, CHEAT])
+    assert table.set_index("bundle_sha256").loc[HONEST, "mean_ood_auroc"] == pytest.approx(0.85)
+
+
+def test_the_same_bundle_twice_is_one_entry(tmp_path):
+    board = tmp_path / "b"
+    [key] = add_records(board, [_bundle(HONEST)], create=True)
+    before = _snapshot(board)
+    again = {**_bundle(HONEST), "created": "2026-12-09T08:00:00+00:00", "timings": {"total_s": 12.5}}
+    lines = []
+    assert add_records(board, [again], say=lines.append) == [key]
+    assert lines == [
+        f"record 1: entry {key} (model 'glyph_cnn', kappa softmax) is already in 000001-{key}.json with the same "
+        "results; skipped"
+    ]
+    assert _snapshot(board) == before and len(current_table(board)) == 1
+
+
+def test_the_cli_says_which_records_were_already_there(tmp_path):
+    from typer.testing import CliRunner
+
+    from leaderboard.cli import app
+
+    board, paths = tmp_path / "b", []
+    for name, rec in (("a", _bundle(HONEST)), ("b", _bundle(HONEST, kappa="entropy"))):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(rec))
+    runner = CliRunner()
+    assert runner.invoke(app, ["add", str(paths[0]), "--init", "-d", str(board)]).exit_code == 0
+    result = runner.invoke(app, ["add", *map(str, paths), "-d", str(board)])
+    assert result.exit_code == 0, result.output
+    first, second = entry_id(_bundle(HONEST)), entry_id(_bundle(HONEST, kappa="entropy"))
+    assert result.output == (
+        f"{paths[0]}: entry {first} (model 'glyph_cnn', kappa softmax) is already in 000001-{first}.json with the "
+        "same results; skipped\n"
+        f"added 1 entry to {board} (1 already there): {first}, {second}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("forged", "where"),
+    [
+        (lambda: _bundle(HONEST, aurocs=[0.99] * 11), "levels[0].ood_auroc"),  # other results under its identity
+        (lambda: _bundle(HONEST, model="glyph_cnn_v2"), "model.name"),
+        (lambda: _bundle(HONEST, acc=0.99), "id.acc"),
+    ],
+)
+def test_a_record_claiming_an_entrys_identity_cannot_replace_it(tmp_path, forged, where):
+    board = tmp_path / "b"
+    [key] = add_records(board, [_bundle(HONEST)], create=True)
+    before = _snapshot(board)
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(forged()))
+    with pytest.raises(LeaderboardError) as error:
+        add_files(board, [path])
+    assert str(error.value) == (
+        f"{path}: duplicate entry {key} (model {forged()['model']['name']!r}, kappa softmax) differs from "
+        f"000001-{key}.json (model 'glyph_cnn') in {where}; refused, the existing entry is kept"
+    )
+    assert _snapshot(board) == before
+    assert current_table(board)["mean_ood_auroc"].tolist() == pytest.approx([0.85])
+
+
+def test_a_forged_record_in_a_batch_refuses_the_whole_batch(tmp_path):
+    board = tmp_path / "b"
+    add_records(board, [_bundle(HONEST)], create=True)
+    before = _snapshot(board)
+    with pytest.raises(LeaderboardError, match=r"^record 2: duplicate entry .* in levels\[0\]\.ood_auroc; refused"):
+        add_records(board, [_bundle(CHEAT), _bundle(HONEST, aurocs=[0.99] * 11)], say=pytest.fail)
+    assert _snapshot(board) == before
+
+
+def test_old_records_keep_their_identity_and_old_boards_still_load(tmp_path):
+    old = _old(record())
+    validate_record(old)  # a record states what it has
+    identity = {"model": "11" * 32, "kappa": ["softmax", {}], "benchmark": "ab" * 32}  # the rule before the bundle
+    assert entry_id(old) == hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    assert entry_id(old) == "23d3616564391c8d"
+    board = tmp_path / "b"
+    [key] = add_records(board, [old], create=True)
+    table = current_table(board)
+    assert table["record_file"].tolist() == [f"records/000001-{key}.json"] and table["entry_id"].tolist() == [key]
+    assert table["bundle_sha256"].isna().all()
+    # a table written before the field: still read, and a site built from it
+    pd.read_parquet(board / "table.parquet").drop(columns=["bundle_sha256"]).to_parquet(board / "table.parquet")
+    build_site(current_table(board), tmp_path / "site", "current", board=board)
+    # a new record of the same model (its bundle now known) is its own entry; the old one is the same entry again
+    lines = []
+    assert add_records(board, [_old(record()), record(bundle=HONEST)], say=lines.append)[0] == key
+    assert len(current_table(board)) == 2 and len(lines) == 1
+
+
+def test_the_identity_of_each_kind_of_model():
+    def model(**fields):
+        base = {"name": "m", "source": "timm:resnet18", "file_sha256": "f0" * 32, "weights_sha256": "e0" * 32}
+        return {**base, "bundle_sha256": None, **fields}
+
+    assert model_identity(model(source="examples/cnn.py", bundle_sha256=HONEST)) == f"bundle:{HONEST}"
+    assert model_identity(model()) == ["timm:resnet18", "f0" * 32, "e0" * 32]  # the target and its weights file
+    assert model_identity(model(file_sha256=None, weights_sha256=None)) == "name:m"  # published results
+    old = model()
+    del old["bundle_sha256"]
+    assert model_identity(old) == "e0" * 32  # as it was added
+    zoo = record(weights="e0" * 32)
+    zoo["model"].update(source="timm:resnet18", file_sha256="f0" * 32)
+    other_target = copy.deepcopy(zoo)
+    other_target["model"]["source"] = "timm:resnet34"
+    other_file = copy.deepcopy(zoo)
+    other_file["model"]["file_sha256"] = "f1" * 32
+    assert len({entry_id(zoo), entry_id(other_target), entry_id(other_file)}) == 3
+    cheat = copy.deepcopy(zoo)
+    cheat["model"].update(source="examples/cheat.py", bundle_sha256=CHEAT)
+    assert entry_id(cheat) != entry_id(zoo)
 
 
 # names
