@@ -21,6 +21,7 @@ from dataset_builder.files import fsync_tree
 from dataset_builder.levels import level_table, write_level_table
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult
+from leaderboard.csvsafe import csv_bytes
 from leaderboard.record import make_record
 
 PAPER_COLUMNS = {
@@ -191,7 +192,7 @@ def write_outputs(
                 ood_class_ids,
             )
             write_level_table(table, staging / "levels", model_name, result.kappa)
-        per_level_frame(model_name, results).to_csv(staging / names["csv"], index=False)
+        (staging / names["csv"]).write_bytes(csv_bytes(per_level_frame(model_name, results)))
         plot_curves(model_name, results, staging / names["plot"], benchmark)
         if per_class is not None:
             per_class.write(staging)

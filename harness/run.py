@@ -680,6 +680,7 @@ def _records(
         "source": submission.source,
         "file_sha256": submission.file_sha256,
         "weights_sha256": submission.weights_sha256,
+        "bundle_sha256": submission.bundle_sha256,  # a submission file's identity, hashed here (not by its code)
         "num_parameters": submission.num_parameters,
         "preprocessing": _preprocessing(submission, scorer.decoder),
     }

@@ -120,10 +120,19 @@ def add(
     directory: Path = DIR,
     create: bool = typer.Option(False, "--init", help="Create the leaderboard from the first record if needed."),
 ) -> None:
-    """Validate records and append them; all or nothing."""
+    """Validate records and append them; all or nothing. A record already on the board with the same results is
+    skipped (one line each); one with other results is refused."""
 
-    ids = store.add_files(directory, records, create=create)
-    typer.echo(f"added {len(ids)} entr{'y' if len(ids) == 1 else 'ies'} to {directory}: {', '.join(ids)}")
+    skipped = []
+
+    def skip(line: str) -> None:
+        skipped.append(line)
+        typer.echo(line)
+
+    ids = store.add_files(directory, records, create=create, say=skip)
+    added = len(ids) - len(skipped)
+    there = f" ({len(skipped)} already there)" if skipped else ""
+    typer.echo(f"added {added} entr{'y' if added == 1 else 'ies'} to {directory}{there}: {', '.join(ids)}")
 
 
 @app.command("import-paper")

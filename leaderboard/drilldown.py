@@ -3,6 +3,11 @@
 A record's ``per_class`` paths (``file``, thumbnails) are relative to its **folder**: for a run's outputs, the folder
 that holds ``records/``; in a leaderboard, ``attachments/<seq>-<entry>/`` beside ``records/``, where the store keeps
 the files of each record it accepts (:func:`record_folder` finds it from the record file's path).
+
+What a store takes and a site publishes is only what the harness's drill-down writes (``harness/drilldown.py``): the
+sidecar, a parquet file, and thumbnails, PNG or JPEG images, each checked by its magic bytes, under a visible relative
+path (no part starting with ``.``, no absolute path, no ``..``), within :data:`MAX_FILE_BYTES` per file and
+:data:`MAX_RECORD_BYTES` per record.
 """
 
 from __future__ import annotations
@@ -14,7 +19,12 @@ import pandas as pd
 from leaderboard.errors import LeaderboardError
 
 ATTACHMENTS = "attachments"
-MAX_FILE_BYTES = 64 << 20  # a sidecar of 10,000 classes x a few kappas is a few MiB; a thumbnail a few KiB
+MAX_FILE_BYTES = 64 << 20  # one file: a sidecar of 10,000 classes x a few kappas is a few MiB; a thumbnail a few KiB
+MAX_RECORD_BYTES = 128 << 20  # all the files of one record together
+PARQUET = b"PAR1"  # a parquet file starts and ends with it
+IMAGES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # PNG, JPEG: how a thumbnail starts
+SIDECAR_TYPES = (".parquet",)
+THUMBNAIL_TYPES = (".png", ".jpg", ".jpeg")
 
 
 def files(record: dict) -> list[str]:
@@ -35,21 +45,80 @@ def resolve(folder: str | Path, relative: str) -> Path:
     return path
 
 
+def name_problem(name: str, types: tuple[str, ...]) -> str | None:
+    """Why a file a record names may not be kept or published (``types``: the suffixes its role allows), or None."""
+    parts = name.split("/")
+    if name.startswith("/") or "\\" in name or any(part in ("", ".", "..") for part in parts):
+        return "is not a relative path inside the record's folder"
+    if any(part.startswith(".") for part in parts):
+        return "is a hidden file or in a hidden folder"
+    if not name.lower().endswith(types):
+        return f"is not a {' or '.join(types)} file"
+    return None
+
+
+def content_problem(name: str, head: bytes, tail: bytes) -> str | None:
+    """Why a file's bytes (its first and last few) are not what its name says, or None."""
+    if name.lower().endswith(SIDECAR_TYPES):
+        return None if head.startswith(PARQUET) and tail.endswith(PARQUET) else "is not a parquet file (no PAR1)"
+    return None if head.startswith(IMAGES) else "is not a PNG or JPEG image (by its first bytes)"
+
+
+def _types(record: dict, name: str) -> tuple[str, ...]:
+    return SIDECAR_TYPES if name == record["per_class"]["file"] else THUMBNAIL_TYPES
+
+
 def read_files(source: str, record: dict, folder: str | Path | None) -> list[tuple[str, bytes]]:
     """The bytes of every file a record's ``per_class`` names, read from its ``folder``; a one-line error naming the
-    first that is missing or too large."""
+    first that is missing, too large, hidden, or not of the drill-down's types (see the module's docstring)."""
     names = files(record)
     if names and folder is None:
         raise LeaderboardError(f"{source}: per_class names {names[0]}, but no folder holding it was given")
-    out = []
+    out, total = [], 0
     for name in names:
+        problem = name_problem(name, _types(record, name))
+        if problem is not None:
+            raise LeaderboardError(f"{source}: per_class names {name[:80]!r}, which {problem}")
         path = resolve(folder, name)
         if not path.is_file():
             raise LeaderboardError(f"{source}: per_class names {name}, which is not in {folder}")
-        if path.stat().st_size > MAX_FILE_BYTES:
+        if any(part.startswith(".") for part in path.relative_to(Path(folder).resolve()).parts):
+            raise LeaderboardError(f"{source}: per_class names {name}, which leads to a hidden file")
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
             raise LeaderboardError(f"{source}: {name} is over the size limit of {MAX_FILE_BYTES:,} bytes")
-        out.append((name, path.read_bytes()))
+        total += size
+        if total > MAX_RECORD_BYTES:
+            raise LeaderboardError(
+                f"{source}: the files per_class names are over the size limit of {MAX_RECORD_BYTES:,} bytes per record"
+            )
+        data = path.read_bytes()
+        problem = content_problem(name, data[:8], data[-4:])
+        if problem is not None:
+            raise LeaderboardError(f"{source}: per_class names {name}, which {problem}")
+        out.append((name, data))
     return out
+
+
+def publishable(folder: str | Path, record: dict, name: str) -> Path | None:
+    """The file ``name`` of a record's ``folder`` when a site may publish it (a visible path of the drill-down's types
+    whose bytes say so, within the size limit), else None: a store refuses the others at ``add``, and one kept from
+    before that check is left out."""
+    if name_problem(name, _types(record, name)) is not None:
+        return None
+    try:
+        path = resolve(folder, name)
+        if any(part.startswith(".") for part in path.relative_to(Path(folder).resolve()).parts):
+            return None
+        if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
+            return None
+        with path.open("rb") as file:
+            head = file.read(8)
+            file.seek(max(0, path.stat().st_size - 4))
+            tail = file.read(4)
+    except (OSError, LeaderboardError):
+        return None
+    return None if content_problem(name, head, tail) is not None else path
 
 
 def stored_folder(directory: str | Path, record_file: str) -> Path:

@@ -21,6 +21,7 @@ SCHEMA_VERSION = 1
 PROVENANCES = ("harness", "paper")
 VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
 MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
+NOT_NAMES = (".", "..")  # a name is never a path's "here" or "up"
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")  # a Hub repo, owner/name
 # string formats: name -> (pattern, what a value must be); "name" also has the byte and character rules of the validator
@@ -30,7 +31,11 @@ FORMATS = {
     "kappa_name": (re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$"), "a kappa name (letters, digits, _ . -)"),
     "request_id": (re.compile(r"^[0-9a-f]{12}$"), "a request id (12 hex digits)"),
     "repo_id": (REPO_ID, "a Hub repo id (owner/name)"),
-    "relative_path": (re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$"), "a relative path"),
+    # no part starting with "." (no ".", "..", hidden file or folder), no absolute path
+    "relative_path": (
+        re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*(/[A-Za-z0-9_\-][A-Za-z0-9_.\-]*)*$"),
+        "a relative path",
+    ),
     "date-time": (None, "an ISO-8601 date-time"),
     "params": (None, "kappa parameters"),
 }
@@ -48,13 +53,15 @@ def spec(
     items: tuple[int, int | None] | None = None,
     keys: tuple = (),
     optional: bool = False,
+    absent_in_older: bool = False,
     column: str | None = None,
     doc: str | None = None,
 ):
     """A record field: ``unit`` in [0, 1]; ``minimum`` for an integer; a ``format`` of :data:`FORMATS`; ``reported``:
     null allowed in a paper record only; ``const``/``enum``: the allowed values; ``items``: (min, max) list length;
-    ``keys``: keys an open object must hold; ``optional``: left out of the record when None; ``column``: its table
-    column; ``doc``: a description for the JSON Schema."""
+    ``keys``: keys an open object must hold; ``optional``: left out of the record when None; ``absent_in_older``: always
+    written (null when None), but records made before the field existed leave it out and stay valid (a record states
+    what it has); ``column``: its table column; ``doc``: a description for the JSON Schema."""
     assert format is None or format in FORMATS, format
     meta = {
         "unit": unit,
@@ -66,6 +73,7 @@ def spec(
         "items": items,
         "keys": keys,
         "optional": optional,
+        "absent_in_older": absent_in_older,
         "column": column,
         "doc": doc,
     }
@@ -94,10 +102,21 @@ class Benchmark:
 
 @_shape
 class Model:
+    """What was evaluated. Its identity (:func:`leaderboard.schema.model_identity`) is the code the harness hashed
+    itself: a submission file's bundle, or a zoo target with its weights file; the weights hash is informational."""
+
     name: str = spec(format="name", column="model")
     source: str | None = spec(column="model_source")
     file_sha256: str | None = spec(format="sha256")
     weights_sha256: str | None = spec(format="sha256", reported=True, column="weights_sha256")
+    bundle_sha256: str | None = spec(
+        format="sha256",
+        absent_in_older=True,
+        column="bundle_sha256",
+        doc="a submission file's identity: the sha256 of every file of its folder, computed by the harness (not the "
+        "submission's code); null for zoo targets, in-memory models and published results; absent from records made "
+        "before it existed",
+    )
     num_parameters: int | None = spec(minimum=0, reported=True, column="num_parameters")
     preprocessing: dict = spec()
 
@@ -248,7 +267,13 @@ def is_part(kind) -> bool:
 
 
 def required_keys(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in shape_fields(cls) if not f.meta["optional"])
+    """The keys every record holds (not the optional parts, nor the fields older records may lack)."""
+    return tuple(f.name for f in shape_fields(cls) if not f.meta["optional"] and not f.meta["absent_in_older"])
+
+
+def older_keys(cls: type) -> tuple[str, ...]:
+    """The keys a record always writes but one made before they existed may lack."""
+    return tuple(f.name for f in shape_fields(cls) if f.meta["absent_in_older"])
 
 
 def optional_keys(cls: type) -> tuple[str, ...]:
@@ -338,8 +363,9 @@ def json_schema() -> dict:
                 "type": "string",
                 "minLength": 1,
                 "pattern": _NAME_CHARS,
+                "not": {"enum": list(NOT_NAMES)},
                 "description": f"at most {MAX_NAME_BYTES} UTF-8 bytes (the validator checks bytes), no path "
-                "separator or control character",
+                "separator or control character, not '.' or '..'",
             },
             "relative_path": {"type": "string", "pattern": FORMATS["relative_path"][0].pattern},
             "scalar": {"anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, {"type": "number"}]},

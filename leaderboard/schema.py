@@ -19,6 +19,7 @@ from leaderboard.errors import LeaderboardError
 from leaderboard.record import (
     FORMATS,
     MAX_NAME_BYTES,
+    NOT_NAMES,
     PROVENANCES,
     SCHEMA_VERSION,
     VERIFIED,
@@ -27,6 +28,7 @@ from leaderboard.record import (
     PerClass,
     Record,
     Verification,
+    older_keys,
     optional_keys,
     required_keys,
     shape_fields,
@@ -39,14 +41,15 @@ def _fail(path: str, reason: str) -> LeaderboardError:
     return LeaderboardError(f"{path}: {reason}")
 
 
-def _object(value, path: str, fields: tuple[str, ...] | None = None) -> dict:
+def _object(value, path: str, fields: tuple[str, ...] | None = None, older: tuple[str, ...] = ()) -> dict:
+    """An object holding ``fields`` and nothing else but ``older`` (fields a record made before them may lack)."""
     if not isinstance(value, dict):
         raise _fail(path, f"must be an object, got {type(value).__name__}")
     if fields is not None:
         for key in fields:
             if key not in value:
                 raise _fail(path, f"missing field '{key}'")
-        unknown = sorted(set(value) - set(fields))
+        unknown = sorted(set(value) - set(fields) - set(older))
         if unknown:
             raise _fail(path, f"unknown field '{unknown[0]}'")
     return value
@@ -88,8 +91,10 @@ def _string(value, path: str, nullable: bool = False, pattern: re.Pattern | None
 
 def _name(value, path: str, pattern: re.Pattern | None = None, what: str = "") -> str:
     """A name: a non-empty string of at most :data:`MAX_NAME_BYTES` UTF-8 bytes, no path separator or control
-    character."""
+    character, not ``.`` or ``..``."""
     _string(value, path)
+    if value in NOT_NAMES:
+        raise _fail(path, f"{value!r} is not a name (it means a folder in a path)")
     if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         raise _fail(path, f"longer than {MAX_NAME_BYTES} bytes: {value[:40]!r}...")
     bad = next((c for c in value if c in "/\\" or unicodedata.category(c) in ("Cc", "Cs")), None)
@@ -105,8 +110,10 @@ def _part(value, path: str, cls: type, paper: bool = False) -> dict:
     rules, but for the parts in a list that is one."""
     fields, optional = [f for f in shape_fields(cls) if not f.meta["optional"]], optional_keys(cls)
     present = {k: v for k, v in value.items() if k not in optional} if optional and isinstance(value, dict) else value
-    _object(present, path or "record", tuple(f.name for f in fields))
+    _object(present, path or "record", required_keys(cls), older_keys(cls))
     for field in fields:
+        if field.name not in value:  # a field a record made before it existed lacks
+            continue
         where, item = f"{path}.{field.name}" if path else field.name, value[field.name]
         if field.parts and isinstance(item, list):
             for index, entry in enumerate(item):
@@ -152,6 +159,10 @@ def _text(value, path: str, format: str | None, nullable: bool = False) -> None:
     if format in ("name", "kappa_name"):
         _name(value, path, pattern, what)
         return
+    if format == "relative_path" and isinstance(value, str):
+        hidden = next((part for part in value.split("/") if part.startswith(".") and part not in NOT_NAMES), None)
+        if hidden is not None:
+            raise _fail(path, f"names a hidden file or folder ({hidden[:40]!r}): {value[:80]!r}")
     if _string(value, path, nullable, pattern, what) is not None and format == "date-time":
         try:
             datetime.fromisoformat(value)
@@ -166,7 +177,8 @@ def validate_record(record) -> None:
         raise _fail(
             "schema_version", f"unsupported {record.get('schema_version')!r} (this leaderboard reads {SCHEMA_VERSION})"
         )
-    _object({k: v for k, v in record.items() if k not in optional_keys(Record)}, "record", required_keys(Record))
+    present = {k: v for k, v in record.items() if k not in optional_keys(Record)}
+    _object(present, "record", required_keys(Record), older_keys(Record))
     if record["provenance"] not in PROVENANCES:
         raise _fail("provenance", f"must be one of {', '.join(PROVENANCES)}, got {record['provenance']!r}")
     paper = record["provenance"] == "paper"
@@ -313,15 +325,33 @@ def revision(benchmark: dict) -> dict:
     return {key: benchmark[key] for key in required_keys(Benchmark)}
 
 
-def entry_id(record: dict) -> str:
-    """16 hex digits naming the entry: (model weights hash, kappa + params, benchmark revision).
+def model_identity(model: dict) -> str | list:
+    """What names the model of an entry: the code the harness itself hashed, never what the model's code reports.
 
-    A null weights hash (reported results) falls back to the model name, a null manifest hash to
-    the benchmark id and version.
+    - a submission file (``bundle_sha256``): its bundle, the sha256 of every file of its folder, computed by the
+      harness's own process; other code with the same weights is another model;
+    - a zoo target or an in-memory model (``bundle_sha256`` null): its source (``timm:resnet18``) with the hash of the
+      weights file the harness read and the weights hash;
+    - a record made before the bundle hash existed (no ``bundle_sha256`` field): the weights hash, as when it was added;
+    - published results without hashes: the model's name.
+    """
+    if "bundle_sha256" not in model:
+        return model["weights_sha256"] or f"name:{model['name']}"
+    if model["bundle_sha256"] is not None:
+        return f"bundle:{model['bundle_sha256']}"
+    if model["file_sha256"] is None and model["weights_sha256"] is None:
+        return f"name:{model['name']}"
+    return [model["source"], model["file_sha256"], model["weights_sha256"]]
+
+
+def entry_id(record: dict) -> str:
+    """16 hex digits naming the entry: (model identity (:func:`model_identity`), kappa + params, benchmark revision).
+
+    A null manifest hash (reported results) falls back to the benchmark id and version.
     """
     model, bench = record["model"], record["benchmark"]
     identity = {
-        "model": model["weights_sha256"] or f"name:{model['name']}",
+        "model": model_identity(model),
         "kappa": [record["kappa"]["name"], canonical_params(record["kappa"]["params"])],
         "benchmark": bench["manifest_sha256"] or f"{bench['id']}@{bench['version']}",
     }

@@ -26,7 +26,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from dataset_builder.files import write_atomic
-from leaderboard.drilldown import level_classes, resolve, stored_folder
+from leaderboard.csvsafe import csv_bytes
+from leaderboard.drilldown import level_classes, publishable, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.report import win_rates
 from leaderboard.schema import VERIFIED, canonical_params
@@ -184,7 +185,7 @@ def _records(table: pd.DataFrame, board: str | Path | None) -> dict[str, dict]:
 
 def _downloads(table: pd.DataFrame, folder: Path) -> None:
     csv, parquet = (folder / name for name in DOWNLOADS)
-    write_atomic(csv, table.to_csv(index=False).encode())
+    write_atomic(csv, csv_bytes(table))
     write_atomic(parquet, table.to_parquet(index=False))
 
 
@@ -278,6 +279,7 @@ def _entry_page(entry: dict, row: pd.Series, record: dict | None, board, out: Pa
         "entry": row["entry_id"],
         "source": row["model_source"],
         "weights": row["weights_sha256"],
+        "bundle": None if pd.isna(row.get("bundle_sha256")) else row["bundle_sha256"],  # absent: a table from before
         "idconf": _num(row["id_avg_conf"]),
         "definition": row["ood_auroc_definition"],
         "created": row["created"],
@@ -295,15 +297,15 @@ def _per_class(entry: dict, record: dict, board, out: Path) -> dict:
     and the classes (from the sidecar when present, else the record's hardest classes), thumbnails as site paths."""
     source = stored_folder(board, entry["rec"])
     target = Path("attachments") / Path(entry["rec"]).stem
-    sidecar = resolve(source, record["per_class"]["file"])
-    folder = source if sidecar.is_file() else None
+    sidecar = publishable(source, record, record["per_class"]["file"])
+    folder = source if sidecar is not None else None
     if folder is not None:
         _copy(sidecar, out / target / record["per_class"]["file"])
     levels = []
     for summary in record["per_class"]["levels"]:
         classes = level_classes(record, summary["level"], folder)
         for item in classes[:MAX_CLASSES]:
-            item["thumbnails"] = [_thumbnail(source, out, target, t) for t in item["thumbnails"]]
+            item["thumbnails"] = [_thumbnail(source, out, target, record, t) for t in item["thumbnails"]]
             item["thumbnails"] = [t for t in item["thumbnails"] if t]
         levels.append(
             {
@@ -320,10 +322,11 @@ def _per_class(entry: dict, record: dict, board, out: Path) -> dict:
     }
 
 
-def _thumbnail(source: Path, out: Path, target: Path, relative: str) -> str | None:
-    """Copy one thumbnail into the site; its path from a model page, or None when the leaderboard lacks it."""
-    path = resolve(source, relative)
-    if not path.is_file():
+def _thumbnail(source: Path, out: Path, target: Path, record: dict, relative: str) -> str | None:
+    """Copy one thumbnail into the site; its path from a model page, or None when the leaderboard lacks it or it is not
+    one a site publishes (a hidden file, another type: :func:`leaderboard.drilldown.publishable`)."""
+    path = publishable(source, record, relative)
+    if path is None:
         return None
     _copy(path, out / target / relative)
     return f"../{(target / relative).as_posix()}"

@@ -24,6 +24,8 @@ import hashlib
 import json
 import re
 import shutil
+import sys
+from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -51,6 +53,7 @@ RECORDS = "records"
 LOCK = ".lock"
 FORMAT_VERSION = 1
 LOCK_TIMEOUT_S = 300
+RUN_DETAILS = ("created", "timings", "harness_version")  # what two runs of one model may differ in: not its results
 _RECORD_FILE = re.compile(r"^([0-9]{6,})-([0-9a-f]{16})\.json$")
 
 
@@ -156,14 +159,19 @@ def add_records(
     create: bool = False,
     folder: str | Path | None = None,
     verified: dict | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> list[str]:
-    """Validate and append result records (dicts); return their entry ids.
+    """Validate and append result records (dicts); return their entry ids (one per record).
 
     All or nothing: if any record is rejected, nothing is written and the error names it; an
     interrupted add leaves none of its records visible, or all of them. With ``create``, a
     directory that is not yet a leaderboard is initialised from the first record's benchmark
     revision and level count. Safe to call from concurrent processes. The files a record's ``per_class`` names are
     read from ``folder`` (the run's output folder) and kept beside it.
+
+    A record with the identity of an entry already on the board (or earlier in the batch) never replaces it: with the
+    same results (it may differ only in :data:`RUN_DETAILS`) it is that entry, skipped with a line to ``say`` (default:
+    stderr); with other results the whole add is refused in one line naming both.
 
     Records are self-reported; only the leaderboard's worker passes ``verified`` (``request``, ``requests_repo``,
     ``worker``), which stamps them ``verification: verified``. A record that arrives already claiming it is refused.
@@ -177,10 +185,12 @@ def add_records(
         if jsonio.too_deep(record):
             raise LeaderboardError(f"record {i + 1}: nested deeper than {jsonio.MAX_DEPTH} levels")
         items.append((f"record {i + 1}", record, (json.dumps(record, indent=1) + "\n").encode()))
-    return _add(Path(directory), items, create, [folder] * len(items))
+    return _add(Path(directory), items, create, [folder] * len(items), say)
 
 
-def add_files(directory: str | Path, paths: list[str | Path], create: bool = False) -> list[str]:
+def add_files(
+    directory: str | Path, paths: list[str | Path], create: bool = False, say: Callable[[str], None] | None = None
+) -> list[str]:
     """Like :func:`add_records` for record files, which are stored byte for byte (their ``per_class`` files are read
     from the folder above ``records/``, or from the record's own folder)."""
     items = []
@@ -189,10 +199,16 @@ def add_files(directory: str | Path, paths: list[str | Path], create: bool = Fal
         items.append((str(path), jsonio.parse(data, str(path)), data))
         _refuse_claimed(str(path), items[-1][1])
     folders = [p.parent.parent if p.parent.name == RECORDS else p.parent for p in map(Path, paths)]
-    return _add(Path(directory), items, create, folders)
+    return _add(Path(directory), items, create, folders, say)
 
 
-def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool, folders: list | None = None) -> list[str]:
+def _add(
+    directory: Path,
+    items: list[tuple[str, dict, bytes]],
+    create: bool,
+    folders: list | None = None,
+    say: Callable[[str], None] | None = None,
+) -> list[str]:
     if not items:
         raise LeaderboardError("no records given")
     for source, record, data in items:
@@ -209,21 +225,26 @@ def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool, fo
         first = items[0][1]
         config = _new_config(first["benchmark"], first["num_levels"]) if fresh else load_config(directory)
         names = [] if fresh else _index(directory)
-        known = {_RECORD_FILE.match(name).group(2): name for name in names}
-        accepted = []
-        for source, record, data in items:
+        known = {_RECORD_FILE.match(name).group(2): (name, None) for name in names}  # entry -> (where, record)
+        accepted, files, ids, skipped = [], [], [], []
+        for (source, record, data), attachments in zip(items, attached):
             _check_belongs(source, record, config)
             key = entry_id(record)
+            ids.append(key)
             if key in known:
-                raise LeaderboardError(
-                    f"{source}: duplicate entry {key} (model {record['model']['name']!r}, kappa "
-                    f"{kappa_label(record['kappa']['name'], record['kappa']['params'])}) already in {known[key]}"
-                )
-            known[key] = source
+                skipped.append(_same_entry(directory, source, record, key, *known[key]))
+                continue
+            known[key] = (source, record)
             accepted.append((f"{len(names) + len(accepted) + 1:06d}-{key}.json", data))
-        if fresh:
-            _write_config(directory, config)
-        _commit(directory, names, accepted, attached)
+            files.append(attachments)
+        if accepted:
+            if fresh:
+                _write_config(directory, config)
+            _commit(directory, names, accepted, files)
+        for line in skipped:  # once the add stands
+            (say or _to_stderr)(line)
+        if not accepted and _table_is_current(directory, names):
+            return ids
         try:
             faults.point("add:after-commit", directory / PARQUET)
             write_table(directory, records_table(directory, config["num_levels"]))
@@ -232,7 +253,61 @@ def _add(directory: Path, items: list[tuple[str, dict, bytes]], create: bool, fo
                 f"the records are added, but the table could not be written ({exc.strerror or exc}); "
                 "the next add rewrites it"
             ) from exc
-        return [_RECORD_FILE.match(name).group(2) for name, _ in accepted]
+        return ids
+
+
+def _same_entry(directory: Path, source: str, record: dict, key: str, where: str, existing: dict | None) -> str:
+    """A record whose entry is already ``where`` (a stored record file, or an earlier record of the batch): the line
+    that says it is skipped when its results are the same, else a one-line refusal naming both (the existing entry is
+    kept)."""
+    if existing is None:
+        path = directory / RECORDS / where
+        existing = jsonio.parse(jsonio.read_limited(path), str(path))
+    kappa = record["kappa"]
+    what = f"(model {record['model']['name']!r}, kappa {kappa_label(kappa['name'], kappa['params'])})"
+    differs = first_difference(
+        {k: v for k, v in record.items() if k not in RUN_DETAILS},
+        {k: v for k, v in existing.items() if k not in RUN_DETAILS},
+    )
+    if differs is not None:
+        raise LeaderboardError(
+            f"{source}: duplicate entry {key} {what} differs from {where} (model {existing['model']['name']!r}) in "
+            f"{differs}; refused, the existing entry is kept"
+        )
+    return f"{source}: entry {key} {what} is already in {where} with the same results; skipped"
+
+
+def _table_is_current(directory: Path, names: list[str]) -> bool:
+    """Whether ``table.parquet`` lists exactly the accepted records (an add stopped before its table leaves it
+    older)."""
+    try:
+        table = read_table(directory / PARQUET)
+    except LeaderboardError:
+        return False
+    return table["record_file"].tolist() == [f"{RECORDS}/{name}" for name in names]
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def first_difference(a, b, path: str = "") -> str | None:
+    """The first path (``model.name``, ``levels[3].ood_auroc``) where two JSON values differ, or None; a key one
+    object lacks and the other holds as null counts as the same (a field older records leave out)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in dict.fromkeys([*a, *b]):
+            found = first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for index, (x, y) in enumerate(zip(a, b)):
+            found = first_difference(x, y, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))  # 2 and 2.0 are one value
+    return None if a == b and (numbers or type(a) is type(b)) else path or "the record"
 
 
 def _index(directory: Path) -> list[str]:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from dataset_builder import faults
 from dataset_builder.files import write_atomic
+from leaderboard.csvsafe import csv_bytes
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import columns as record_columns
 from leaderboard.schema import entry_id, flags, kappa_label, verification_status
@@ -38,6 +39,7 @@ BACK = [
     "num_parameters",
     "model_source",
     "weights_sha256",
+    "bundle_sha256",
     "benchmark_id",
     "benchmark_version",
     "manifest_sha256",
@@ -81,8 +83,9 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> 
 
 
 def _at(record: dict, path: tuple[str, ...]):
+    """The value at ``path``; None for a field a record made before it existed leaves out."""
     for key in path:
-        record = record[key]
+        record = record.get(key)
     return record
 
 
@@ -102,9 +105,10 @@ def build_table(rows: list[dict], num_levels: int) -> pd.DataFrame:
 def write_table(directory: Path, table: pd.DataFrame) -> None:
     """Write ``table.csv`` then ``table.parquet`` in ``directory``, each by atomic replace.
 
-    Readers check the parquet file against the index, so it is written last.
+    Readers check the parquet file against the index, so it is written last. The CSV's text cells are safe to open
+    in a spreadsheet (:mod:`leaderboard.csvsafe`).
     """
-    write_atomic(directory / CSV, lambda tmp: table.to_csv(tmp, index=False))
+    write_atomic(directory / CSV, csv_bytes(table))
     faults.point("table:after-csv", directory / PARQUET)
     write_atomic(directory / PARQUET, lambda tmp: table.to_parquet(tmp, index=False))
 

@@ -225,7 +225,7 @@ def test_corrupted_shard_is_reported(tiny_glyphs, tmp_path):
     assert not out.exists()
 
 
-def test_records_are_valid_and_go_to_a_leaderboard(tiny_glyphs, tmp_path):
+def test_records_are_valid_and_go_to_a_leaderboard(tiny_glyphs, tmp_path, capsys):
     from leaderboard.schema import validate_record
     from leaderboard.store import current_table
 
@@ -240,12 +240,28 @@ def test_records_are_valid_and_go_to_a_leaderboard(tiny_glyphs, tmp_path):
     )
     for rec in result.records:
         validate_record(rec)
+        assert rec["model"]["bundle_sha256"] == rec["timings"]["isolation"]["bundle_sha256"]  # the file's identity
     table = current_table(board)
     assert sorted(table["kappa"]) == ["energy(temperature=1)", "softmax"]
-    with pytest.raises(HarnessError, match="leaderboard could not take the records.*duplicate"):
-        submit(
-            CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "again", progress=False, leaderboard=board
-        )
+    capsys.readouterr()
+    submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "again", progress=False, leaderboard=board)
+    assert "with the same results; skipped" in capsys.readouterr().err  # the same bundle again: the same entry
+    assert len(current_table(board)) == 2
+    cheat = cnn_variant(
+        tmp_path / "cheat" / "cheat.py" if (tmp_path / "cheat").mkdir() is None else None,
+        """
+NAME = 'glyph_cnn'
+class M(cnn.GlyphCNN):
+    def forward(self, x):
+        return -super().forward(x)
+def build_model():
+    return variant(M)
+""",
+    )
+    other = submit(cheat, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, leaderboard=board)
+    assert other.records[0]["model"]["weights_sha256"] == result.records[0]["model"]["weights_sha256"]
+    table = current_table(board)  # other code with the same weights: its own entry, the first one kept
+    assert len(table) == 3 and table["bundle_sha256"].nunique() == 2
 
 
 def test_user_kappa_with_features(tiny_glyphs, tmp_path):

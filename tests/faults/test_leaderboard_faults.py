@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from huggingface_hub import HfApi
 
@@ -54,6 +55,11 @@ def _one_line_error(result: subprocess.CompletedProcess, pattern: str) -> None:
     assert result.returncode == 1, result.stderr
     assert result.stdout == ""
     assert re.fullmatch(re.escape(ERROR) + pattern + r"\n", result.stderr), result.stderr
+
+
+def _table_lists_every_record(directory: Path) -> bool:
+    listed = pd.read_parquet(directory / "table.parquet")["record_file"].tolist()
+    return listed == [f"records/{name}" for name in accepted_files(directory)]
 
 
 def _write(path: Path, data) -> Path:
@@ -97,16 +103,18 @@ def test_killed_add_leaves_none_or_all(board, batch, point, count, visible):
     assert table["kappa"].tolist() == ["softmax", "entropy", "energy", "max_logit"][: 1 + visible]
     assert table["seq"].tolist() == list(range(1, 2 + visible))
 
-    rerun = _cli("add", *batch, "-d", board)
+    rerun = _cli("add", *batch, "-d", board)  # the same command again: what the killed add made visible is skipped
+    assert rerun.returncode == 0, rerun.stderr
     if visible:
-        _one_line_error(
-            rerun,
-            rf"{re.escape(str(batch[0]))}: duplicate entry [0-9a-f]{{16}} \(model 'glyph_cnn', kappa entropy\) "
-            r"already in 000002-[0-9a-f]{16}\.json",
-        )
+        assert re.fullmatch(
+            rf"{re.escape(str(batch[0]))}: entry [0-9a-f]{{16}} \(model 'glyph_cnn', kappa entropy\) is already in "
+            r"000002-[0-9a-f]{16}\.json with the same results; skipped\n(.*skipped\n){2}"
+            rf"added 0 entries to {re.escape(str(board))} \(3 already there\): .*\n",
+            rerun.stdout,
+        ), rerun.stdout
+        assert _table_lists_every_record(board)  # the stale table rewritten by the rerun
         assert _cli("add", _write(batch[0].with_name("new.json"), record(kappa="odin")), "-d", board).returncode == 0
     else:
-        assert rerun.returncode == 0, rerun.stderr
         assert rerun.stdout.startswith(f"added 3 entries to {board}: ")
     final = _snapshot(board)
     assert sorted(n for n in final if n.startswith("records/")) == [

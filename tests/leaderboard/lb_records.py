@@ -22,8 +22,10 @@ def record(
     aurocs: list[float] | None = None,
     acc: float = 0.81,
     num_levels: int = 11,
+    bundle: str | None = None,
 ) -> dict:
-    """A valid harness record; ood-auroc falls from 0.95 by 0.02 per level unless ``aurocs`` is given."""
+    """A valid harness record; ood-auroc falls from 0.95 by 0.02 per level unless ``aurocs`` is given. ``bundle``: a
+    submission file's bundle hash (its identity); without it the model is known by its source and hashes."""
     aurocs = aurocs or [round(0.95 - 0.02 * i, 6) for i in range(num_levels)]
     levels = [
         {
@@ -48,6 +50,7 @@ def record(
             "source": "examples/glyph_cnn.py",
             "file_sha256": "22" * 32,
             "weights_sha256": weights,
+            "bundle_sha256": bundle,
             "num_parameters": 123456,
             "preprocessing": {"size": 32},
         },
@@ -102,6 +105,8 @@ REJECTIONS = [
     ("benchmark.manifest_sha256", None, "benchmark.manifest_sha256: must be a non-empty string"),
     ("model.weights_sha256", None, "model.weights_sha256: must be a non-empty string"),
     ("model.name", "", "model.name: must be a non-empty string"),
+    ("model.name", "..", "model.name: '..' is not a name"),
+    ("model.bundle_sha256", "XYZ", "model.bundle_sha256: not a lowercase 64-digit hex sha256"),
     ("model.num_parameters", 1.5, "model.num_parameters: must be an integer, got float"),
     ("kappa.name", "soft max", "kappa.name: not a kappa name"),
     ("kappa.params", {"temperature": math.inf}, "kappa.params.temperature: must be a finite number, got inf"),

@@ -65,12 +65,14 @@ def test_records_are_valid_and_keep_what_the_paper_did_not_report(paper_table):
     assert first["model"]["weights_sha256"] is None and first["benchmark"]["manifest_sha256"] is None
 
 
-def test_importing_twice_is_a_duplicate(paper_table, tmp_path):
+def test_importing_twice_adds_nothing(paper_table, tmp_path):
     records = paper_records(paper_table[paper_table["model name"] == "resnet50"])
     assert len(records) == 4
-    add_records(tmp_path / "b", records, create=True)
-    with pytest.raises(LeaderboardError, match="record 1: duplicate entry"):
-        add_records(tmp_path / "b", records, create=True)
+    ids = add_records(tmp_path / "b", records, create=True)
+    lines = []
+    assert add_records(tmp_path / "b", records, create=True, say=lines.append) == ids  # the same entries
+    assert len(lines) == 4 and all(line.endswith("with the same results; skipped") for line in lines)
+    assert len(current_table(tmp_path / "b")) == 4
 
 
 def test_not_the_paper_table(tmp_path, paper_table):

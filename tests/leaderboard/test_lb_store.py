@@ -9,6 +9,7 @@ import pytest
 from lb_records import GLYPHS, record
 from leaderboard import store
 from leaderboard.errors import LeaderboardError
+from leaderboard.schema import entry_id
 from leaderboard.store import add_files, add_records, current_table, init_leaderboard, load_config
 from leaderboard.table import CSV, PARQUET
 
@@ -137,16 +138,37 @@ def test_rejected_batch_writes_nothing(board, bad, message):
 
 
 def test_duplicate_within_a_batch(board):
+    lines = []
+    ids = add_records(board, [record(kappa="entropy"), record(kappa="entropy")], say=lines.append)
+    assert ids[0] == ids[1] and current_table(board)["kappa"].tolist() == ["softmax", "entropy"]
+    assert lines == [
+        f"record 2: entry {ids[0]} (model 'glyph_cnn', kappa entropy) is already in record 1 with the same results; "
+        "skipped"
+    ]
+    before = _snapshot(board)
     with pytest.raises(
         LeaderboardError,
-        match=r"record 2: duplicate entry [0-9a-f]{16} \(model 'glyph_cnn', kappa entropy\) already in record 1",
+        match=r"^record 2: duplicate entry [0-9a-f]{16} \(model 'glyph_cnn', kappa energy\) differs from record 1 "
+        r"\(model 'glyph_cnn'\) in levels\[0\]\.ood_auroc; refused, the existing entry is kept$",
     ):
-        add_records(board, [record(kappa="entropy"), record(kappa="entropy")])
+        add_records(board, [record(kappa="energy"), record(kappa="energy", aurocs=[0.9] * 11)])
+    assert _snapshot(board) == before
 
 
-def test_duplicate_of_stored_entry_names_its_file(board):
-    with pytest.raises(LeaderboardError, match=r"duplicate entry [0-9a-f]{16} .* already in 000001-[0-9a-f]{16}\.json"):
-        add_records(board, [record()])
+def test_duplicate_of_stored_entry_names_its_file(board, capsys):
+    before = _snapshot(board)
+    rerun = {**record(), "created": "2026-12-03T10:00:00+00:00", "timings": {"total_s": 58.0}, "harness_version": "0.2"}
+    [key] = add_records(board, [rerun])  # another run of the same model: other run details, the same results
+    assert _snapshot(board) == before
+    assert capsys.readouterr().err == (
+        f"record 1: entry {key} (model 'glyph_cnn', kappa softmax) is already in 000001-{key}.json with the same "
+        "results; skipped\n"
+    )
+    with pytest.raises(
+        LeaderboardError, match=r"duplicate entry [0-9a-f]{16} .* differs from 000001-[0-9a-f]{16}\.json .* in id\.acc"
+    ):
+        add_records(board, [record(acc=0.5)])
+    assert _snapshot(board) == before
 
 
 def test_malformed_json_file(tmp_path, board):
@@ -233,13 +255,14 @@ def test_crash_before_the_commit_leaves_nothing(board, monkeypatch):
 
 def test_leftovers_of_an_interrupted_add_are_ignored_then_removed(board):
     records = board / "records"
+    first = f"000001-{entry_id(record())}.json"
     (records / "000002-0123456789abcdef.json").write_bytes(b'{"half": "a batch"}')
     (records / "000003-fedcba9876543210.json.partial").write_bytes(b'{"half')
     (records / "000004-00112233445566ff.json.0123456789ab.partial").write_bytes(b'{"half')  # a writer's own name
     assert current_table(board)["kappa"].tolist() == ["softmax"]
     [key] = add_records(board, [record(kappa="entropy")])
-    assert sorted(p.name for p in records.iterdir()) == ["000001-23d3616564391c8d.json", f"000002-{key}.json"]
-    assert (board / "index.txt").read_text() == f"000001-23d3616564391c8d.json\n000002-{key}.json\n"
+    assert sorted(p.name for p in records.iterdir()) == [first, f"000002-{key}.json"]
+    assert (board / "index.txt").read_text() == f"{first}\n000002-{key}.json\n"
 
 
 def test_a_leaderboard_without_an_index_lists_every_record_file(board):
@@ -247,7 +270,7 @@ def test_a_leaderboard_without_an_index_lists_every_record_file(board):
     (board / "records" / "notes.json").write_text("{}")  # not a record file name: never listed nor removed
     assert current_table(board)["kappa"].tolist() == ["softmax"]
     add_records(board, [record(kappa="entropy")])
-    assert (board / "index.txt").read_text().splitlines()[0] == "000001-23d3616564391c8d.json"
+    assert (board / "index.txt").read_text().splitlines()[0] == f"000001-{entry_id(record())}.json"
     assert current_table(board)["seq"].tolist() == [1, 2]
     assert (board / "records" / "notes.json").read_text() == "{}"
 
