@@ -99,7 +99,8 @@ def test_escape_sequences_from_the_child_are_shown_escaped(tiny_glyphs, tmp_path
     (tmp_path / "cwd").mkdir()  # the default --out, cood-results/<model name>, would be made here
     path = hostile(tmp_path / "file", *ESCAPES[case])
     done = submit(user, path, tiny_glyphs, cwd=tmp_path / "cwd", text=False)
-    line = error_line(done, r"(cannot load submission |submission |the model name |the submission's process died).*").group(0)
+    expected = r"(cannot load submission |submission |the model name |the submission's process died).*"
+    line = error_line(done, expected).group(0)
     assert b"\x1b" not in done.stdout + done.stderr and "\x1b" not in line
     assert "\\x1b[" in line  # what the child sent, shown escaped
     assert not any(b"\x1b" in name for name in files_under(tmp_path))
