@@ -97,3 +97,19 @@ def cnn_variant(path: Path, body: str) -> Path:
         shutil.copy(CNN.parent / "weights" / "glyph_cnn.safetensors", path.parent / "weights")
     path.write_text(CNN_PREAMBLE + body)
     return path
+
+
+NEGATED = """
+NAME = 'glyph_cnn'
+class M(cnn.GlyphCNN):
+    def forward(self, x):
+        return -super().forward(x)
+def build_model():
+    return variant(M)
+"""
+
+
+def negated_cnn(folder: Path) -> Path:
+    """Other code with the example CNN's weights and name: its logits negated, in a bundle of its own in ``folder``."""
+    folder.mkdir()
+    return cnn_variant(folder / f"{folder.name}.py", NEGATED)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from glyph_fixtures import cnn_variant, load_example
+from glyph_fixtures import cnn_variant, load_example, negated_cnn
 from harness.errors import HarnessError
 from harness.run import submit
 
@@ -247,17 +247,7 @@ def test_records_are_valid_and_go_to_a_leaderboard(tiny_glyphs, tmp_path, capsys
     submit(CNN, benchmark=tiny_glyphs, kappas=["softmax"], out=tmp_path / "again", progress=False, leaderboard=board)
     assert "with the same results; skipped" in capsys.readouterr().err  # the same bundle again: the same entry
     assert len(current_table(board)) == 2
-    cheat = cnn_variant(
-        tmp_path / "cheat" / "cheat.py" if (tmp_path / "cheat").mkdir() is None else None,
-        """
-NAME = 'glyph_cnn'
-class M(cnn.GlyphCNN):
-    def forward(self, x):
-        return -super().forward(x)
-def build_model():
-    return variant(M)
-""",
-    )
+    cheat = negated_cnn(tmp_path / "cheat")
     other = submit(cheat, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, leaderboard=board)
     assert other.records[0]["model"]["weights_sha256"] == result.records[0]["model"]["weights_sha256"]
     table = current_table(board)  # other code with the same weights: its own entry, the first one kept

@@ -12,7 +12,7 @@ import pytest
 
 import harness
 from attacks import KAPPAS, hostile, processes_with, run, run_cli, same_scores
-from glyph_fixtures import cnn_variant
+from glyph_fixtures import cnn_variant, negated_cnn
 from harness import HarnessError, evaluate
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
@@ -224,17 +224,7 @@ forged.send("loaded", {"name": "glyph_cnn", "data_config": cnn.DATA_CONFIG, "kap
 
 
 def test_other_code_with_the_same_weights_never_shares_the_score_cache(tiny_glyphs, tmp_path, honest):
-    negated = cnn_variant(
-        tmp_path / "negated" / "negated.py" if (tmp_path / "negated").mkdir() is None else None,
-        """
-NAME = 'glyph_cnn'
-class M(cnn.GlyphCNN):
-    def forward(self, x):
-        return -super().forward(x)
-def build_model():
-    return variant(M)
-""",
-    )
+    negated = negated_cnn(tmp_path / "negated")
     cache = tmp_path / "cache"
     poisoned = evaluate(negated, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False, cache=True, cache_dir=cache)
     assert poisoned.records[0]["model"]["weights_sha256"] == honest[0]["model"]["weights_sha256"]
