@@ -4,12 +4,14 @@ and images, and the files it can read. Each hostile file proves the attack ran: 
 file names itself after what it found."""
 
 import json
+import math
 import os
 import re
 import resource
 from pathlib import Path
 
 import pytest
+from timm.data import DEFAULT_CROP_PCT
 
 import harness
 from attacks import hostile, run_cli
@@ -77,7 +79,8 @@ def test_a_kappa_named_like_a_path_is_refused_and_writes_nothing(tiny_glyphs, tm
     before = files_under(tmp_path)
     done = submit(user, path, tiny_glyphs, "--out", tmp_path / "out", *TRUSTED[mode])
     source = "hostile.py" if mode == "sandboxed" else re.escape(str(path))  # the harness's check, not the child's
-    error_line(done, f"submission {source}: kappa name {re.escape(repr(name))} {NAME_RULE}")
+    shown = repr(name if len(name) <= 60 else name[:60] + "...")
+    error_line(done, f"submission {source}: kappa name {re.escape(shown)} {NAME_RULE}")
     assert files_under(tmp_path) == before and done.stdout == ""
 
 
@@ -99,7 +102,9 @@ def test_escape_sequences_from_the_child_are_shown_escaped(tiny_glyphs, tmp_path
     (tmp_path / "cwd").mkdir()  # the default --out, cood-results/<model name>, would be made here
     path = hostile(tmp_path / "file", *ESCAPES[case])
     done = submit(user, path, tiny_glyphs, cwd=tmp_path / "cwd", text=False)
-    line = error_line(done, r"(cannot load submission |submission |the model name |the submission's process died).*").group(0)
+    line = error_line(
+        done, r"(cannot load submission |submission |the model name |the submission's process died).*"
+    ).group(0)
     assert b"\x1b" not in done.stdout + done.stderr and "\x1b" not in line
     assert "\\x1b[" in line  # what the child sent, shown escaped
     assert not any(b"\x1b" in name for name in files_under(tmp_path))
@@ -179,13 +184,14 @@ def test_a_data_config_of_huge_images_is_refused_before_decoding(tiny_glyphs, tm
     path = cnn_variant(
         tmp_path / "hostile.py",
         off_in_child("check_data_config", mode)
-        + f"DATA_CONFIG = {{**cnn.DATA_CONFIG, {change}}}\n"
+        + f"DATA_CONFIG = {{**{{k: v for k, v in cnn.DATA_CONFIG.items() if k != 'crop_pct'}}, {change}}}\n"
         + "class M(cnn.GlyphCNN):\n    def forward(self, x):\n        return super().forward(x[..., :32, :32])\n"
         + "def build_model():\n    return variant(M)\n",
     )
     done = submit(user, path, tiny_glyphs, "--out", tmp_path / "out", *TRUSTED[mode])
     source = "hostile.py" if mode == "sandboxed" else re.escape(str(path))
-    size, resized = {"input_size": ("4096x4096", "4096x4096"), "crop_pct": ("32x32", "3200x3200")}[config]
+    side = math.floor(4096 / DEFAULT_CROP_PCT)  # timm's crop where the config names none
+    size, resized = {"input_size": ("4096x4096", f"{side}x{side}"), "crop_pct": ("32x32", "3200x3200")}[config]
     error_line(
         done,
         f"submission {source}: DATA_CONFIG: input_size {size} \\(resized to {resized} before the crop\\) makes images "
