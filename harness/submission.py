@@ -36,6 +36,7 @@ from harness.runtime.bundle import Bundle
 
 MAX_SIDE = 1024
 MAX_PIXELS = MAX_SIDE * MAX_SIDE  # per image the harness decodes and transforms for a data config
+DEFAULT_CROP_PCT = 0.875  # timm's, for a data config that names none (written here: the child never imports timm)
 
 
 @dataclass
@@ -128,8 +129,6 @@ def check_data_config(config, what: str) -> dict:
     """A timm data config whose ``input_size`` is (channels, height, width) with 1 or 3 channels, and whose images, the
     input and its resize before the crop (``input_size / crop_pct``), hold at most ``MAX_PIXELS`` pixels each: the
     harness decodes and transforms the images outside the submission's memory limit."""
-    from timm.data import DEFAULT_CROP_PCT
-
     size = config.get("input_size") if isinstance(config, dict) else None
     if not (
         isinstance(size, (tuple, list))

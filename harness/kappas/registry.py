@@ -36,8 +36,9 @@ def check_kappa_name(name, what: str) -> None:
     letters, digits and underscores (``NAME_RULE``); anything else is refused in one line naming ``what`` it came
     from."""
     if not (isinstance(name, str) and NAME_RULE.fullmatch(name)):
+        shown = repr(name[:60] + "..." if isinstance(name, str) and len(name) > 60 else name)
         raise HarnessError(
-            f"{what}: kappa name {escaped(repr(name), 80)} is not a lower-case letter followed by at most 63 "
+            f"{what}: kappa name {escaped(shown, 80)} is not a lower-case letter followed by at most 63 "
             "lower-case letters, digits and '_'"
         )
 

@@ -94,7 +94,7 @@ class Arena:
             nbytes = math.prod(shape) * dtype.itemsize
             total += nbytes
             if total > budget:
-                raise Malformed(f"its arrays hold more than the {budget} bytes expected")
+                raise Malformed(f"its arrays hold at least {total} bytes, more than the {budget} bytes expected")
             if offset + nbytes > self.size:
                 raise Malformed(
                     f"an array of {nbytes} bytes at offset {offset} lies outside the {self.size}-byte arena"

@@ -4,12 +4,14 @@ and images, and the files it can read. Each hostile file proves the attack ran: 
 file names itself after what it found."""
 
 import json
+import math
 import os
 import re
-import resource
+import sys
 from pathlib import Path
 
 import pytest
+from timm.data import DEFAULT_CROP_PCT
 
 import harness
 from attacks import hostile, run_cli
@@ -23,6 +25,10 @@ USERS = {"root": (), "user_namespace": ("unshare", "-r")}
 MODES = ("sandboxed", "trusted")
 TRUSTED = {"sandboxed": (), "trusted": ("--trust-submission",)}
 NAME_RULE = r"is not a lower-case letter followed by at most 63 lower-case letters, digits and '_'"
+PEAK = (  # run a command, then write the largest resident set (KiB) of it and of every process it started to a file
+    "import resource, subprocess, sys; code = subprocess.run(sys.argv[2:]).returncode; "
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(code)"
+)
 
 
 def off_in_child(check: str, mode: str) -> str:
@@ -33,8 +39,9 @@ def off_in_child(check: str, mode: str) -> str:
     return f"import harness.submission as submission\nsubmission.{check} = lambda value, what=None: value\n"
 
 
-def submit(user: str, path: Path, benchmark: Path, *options, env: dict | None = None, **run):
-    """``cood-harness submit`` as ``user`` (root, or root of a new user namespace), writing no bytecode."""
+def submit(user: str, path: Path, benchmark: Path, *options, env: dict | None = None, peak: Path | None = None, **run):
+    """``cood-harness submit`` as ``user`` (root, or root of a new user namespace), writing no bytecode; with ``peak``,
+    the largest resident set of the run's processes is written there."""
     return run_cli(
         "submit",
         path,
@@ -45,7 +52,7 @@ def submit(user: str, path: Path, benchmark: Path, *options, env: dict | None = 
         "--workers",
         0,
         *options,
-        wrap=USERS[user],
+        wrap=(*USERS[user], *(() if peak is None else (sys.executable, "-c", PEAK, peak))),
         env={**os.environ, **(env or {}), "PYTHONDONTWRITEBYTECODE": "1"},
         **run,
     )
@@ -77,7 +84,8 @@ def test_a_kappa_named_like_a_path_is_refused_and_writes_nothing(tiny_glyphs, tm
     before = files_under(tmp_path)
     done = submit(user, path, tiny_glyphs, "--out", tmp_path / "out", *TRUSTED[mode])
     source = "hostile.py" if mode == "sandboxed" else re.escape(str(path))  # the harness's check, not the child's
-    error_line(done, f"submission {source}: kappa name {re.escape(repr(name))} {NAME_RULE}")
+    shown = repr(name if len(name) <= 60 else name[:60] + "...")
+    error_line(done, f"submission {source}: kappa name {re.escape(shown)} {NAME_RULE}")
     assert files_under(tmp_path) == before and done.stdout == ""
 
 
@@ -99,8 +107,9 @@ def test_escape_sequences_from_the_child_are_shown_escaped(tiny_glyphs, tmp_path
     (tmp_path / "cwd").mkdir()  # the default --out, cood-results/<model name>, would be made here
     path = hostile(tmp_path / "file", *ESCAPES[case])
     done = submit(user, path, tiny_glyphs, cwd=tmp_path / "cwd", text=False)
-    expected = r"(cannot load submission |submission |the model name |the submission's process died).*"
-    line = error_line(done, expected).group(0)
+    line = error_line(
+        done, r"(cannot load submission |submission |the model name |the submission's process died).*"
+    ).group(0)
     assert b"\x1b" not in done.stdout + done.stderr and "\x1b" not in line
     assert "\\x1b[" in line  # what the child sent, shown escaped
     assert not any(b"\x1b" in name for name in files_under(tmp_path))
@@ -154,7 +163,7 @@ build_model = cnn.build_model
 def test_a_huge_answer_is_refused_before_the_harness_copies_it(tiny_glyphs, tmp_path, user, when):
     code, options, prefix = HUGE[when]
     path = cnn_variant(tmp_path / "hostile.py", code)
-    done = submit(user, path, tiny_glyphs, "--out", tmp_path / "out", *options)
+    done = submit(user, path, tiny_glyphs, "--out", tmp_path / "out", *options, peak=tmp_path / "peak")
     declared, budget = map(
         int,
         error_line(
@@ -168,7 +177,7 @@ def test_a_huge_answer_is_refused_before_the_harness_copies_it(tiny_glyphs, tmp_
         assert budget == 1 << 30  # --memory-limit 1 (GiB)
     else:  # float64 logits of 36 classes and features of the widest kind, per image of the batch
         assert budget % (8 * (36 + MAX_FEATURES)) == 0
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 4 << 20  # KiB: no process here ever held 4 GiB
+    assert int((tmp_path / "peak").read_text()) < 3 << 20  # KiB: neither the harness nor its child held 3 GiB
     assert not (tmp_path / "out").exists()
 
 
@@ -180,13 +189,14 @@ def test_a_data_config_of_huge_images_is_refused_before_decoding(tiny_glyphs, tm
     path = cnn_variant(
         tmp_path / "hostile.py",
         off_in_child("check_data_config", mode)
-        + f"DATA_CONFIG = {{**cnn.DATA_CONFIG, {change}}}\n"
+        + f"DATA_CONFIG = {{**{{k: v for k, v in cnn.DATA_CONFIG.items() if k != 'crop_pct'}}, {change}}}\n"
         + "class M(cnn.GlyphCNN):\n    def forward(self, x):\n        return super().forward(x[..., :32, :32])\n"
         + "def build_model():\n    return variant(M)\n",
     )
     done = submit(user, path, tiny_glyphs, "--out", tmp_path / "out", *TRUSTED[mode])
     source = "hostile.py" if mode == "sandboxed" else re.escape(str(path))
-    size, resized = {"input_size": ("4096x4096", "4096x4096"), "crop_pct": ("32x32", "3200x3200")}[config]
+    side = math.floor(4096 / DEFAULT_CROP_PCT)  # timm's crop where the config names none
+    size, resized = {"input_size": ("4096x4096", f"{side}x{side}"), "crop_pct": ("32x32", "3200x3200")}[config]
     error_line(
         done,
         f"submission {source}: DATA_CONFIG: input_size {size} \\(resized to {resized} before the crop\\) makes images "

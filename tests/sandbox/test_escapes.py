@@ -286,15 +286,14 @@ for fd in (setup["answers"], setup["batches"]):
 class M(cnn.GlyphCNN):
     def forward(self, x):  # the previous answer was taken and this batch read: scribble over both, try to shrink them
         for fd in (setup["answers"], setup["batches"]):
-            size = os.fstat(fd).st_size
-            if size:
-                with mmap.mmap(fd, size) as view:
-                    view[:] = b"\\xff" * size
-                try:
-                    os.ftruncate(fd, size // 2)
-                except OSError:
-                    continue
-                raise RuntimeError("an arena shrank")
+            size = min(os.fstat(fd).st_size, 1 << 24)  # a sparse arena as large as the memory; both lie at its start
+            with mmap.mmap(fd, size) as view:
+                view[:] = b"\\xff" * size
+            try:
+                os.ftruncate(fd, size // 2)
+            except OSError:
+                continue
+            raise RuntimeError("an arena shrank")
         return super().forward(x)
 NAME = "shm_" + "_".join(outcome)
 def build_model():
