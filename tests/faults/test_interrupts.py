@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from glyph_fixtures import cnn_variant
 from image_fixtures import write_class
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "leaderboard"))
@@ -42,6 +43,22 @@ BAR = re.compile(r"^[\w ]+: +\d+%\|")  # a progress bar's line (the builders sho
 GLYPH_ARGS = ["--pool-size", "2", "--images-per-class", "3", "--n-test", "1", "--id-test-per-class", "1"]
 GLYPH_ARGS += ["--id-train-per-class", "0", "--workers", "2"]
 FOLDER_ARGS = ["--images-per-class", "4", "--test-fraction", "0.25", "--min-images", "4", "--workers", "2"]
+SLEEPS_WHILE_BUILT = """
+def build_model():
+    import ctypes, time
+    ctypes.CDLL(None).prctl(15, {token!r}.encode(), 0, 0, 0)  # PR_SET_NAME: seen from the host, the model is built now
+    time.sleep(600)
+"""
+SLOW_BATCHES = """
+import time
+class M(cnn.GlyphCNN):
+    def forward(self, x):
+        if len(x) > 1:
+            time.sleep(0.5)
+        return super().forward(x)
+def build_model():
+    return variant(M)
+"""
 
 
 class Command:
@@ -189,6 +206,98 @@ def test_an_image_build_interrupted_keeps_what_resumes(point, images, tmp_path):
     resumed = Command("cood-dataset", args, tmp_path)
     assert resumed.process.wait(timeout=300) == 0, resumed.stderr()
     assert (out / "manifest.json").is_file() and not partial.exists()
+
+
+# ------------------------------------------------------------------------------------------------------ the harness
+
+
+def harness_run(tmp_path: Path, benchmark: Path, path: Path, *options) -> tuple[Command, Path]:
+    """``cood-harness submit`` of ``path`` with a temporary folder of its own (where the bundle's copy goes)."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    args = ["submit", path, "--benchmark", benchmark, "--quiet", "-k", "softmax", "--workers", "0"]
+    args += ["--out", tmp_path / "out", "--cache-dir", tmp_path / "cache", *options]
+    return Command("cood-harness", args, tmp_path, env={"TMPDIR": str(temporary)}), temporary
+
+
+def sleeping_submission(folder: Path) -> tuple[Path, str]:
+    """A submission whose ``build_model`` names its process with a token of its own, then sleeps."""
+    folder.mkdir()
+    token = f"cood-{os.urandom(4).hex()}"
+    return cnn_variant(folder / "slow.py", SLEEPS_WHILE_BUILT.format(token=token)), token
+
+
+def pids_with(what: str, marker: str) -> list[int]:
+    """Host processes whose ``what`` (``comm``, ``cmdline``) holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / what).read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def left_behind(temporary: Path, token: str | None = None, wait_s: float = 10) -> list:
+    """The bundle copies in ``temporary`` and the sandbox's processes (bubblewrap names the copy; the child, the token)
+    still there after at most ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [*temporary.glob("cood-bundle-*"), *pids_with("cmdline", str(temporary))]
+        left += pids_with("comm", token) if token else []
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+SCORES_KEPT = (
+    "nothing was written to the outputs; the score cache keeps every shard scored so far: rerun the same command to "
+    "resume"
+)
+
+
+@pytest.mark.parametrize("point", ["starting", "loading", "scoring"])
+def test_the_harness_interrupted_keeps_only_whole_cache_entries(point, tiny_glyphs, tmp_path):
+    if point == "scoring":
+        (tmp_path / "file").mkdir()
+        path, token = cnn_variant(tmp_path / "file" / "slow.py", SLOW_BATCHES), None
+    else:
+        path, token = sleeping_submission(tmp_path / "file")
+    command, temporary = harness_run(tmp_path, tiny_glyphs, path)
+    if point == "starting":  # its sandbox started, PyTorch being imported
+        command.wait_for(lambda: any(temporary.glob("cood-bundle-*")), "bundle copy")
+    elif point == "loading":
+        command.wait_for(lambda: pids_with("comm", token), "model being built")
+    else:
+        command.wait_for(lambda: any((tmp_path / "cache").rglob("*.scores")), "score cache entry")
+    assert_interrupted(command, command.interrupt(), SCORES_KEPT)
+    assert not (tmp_path / "out").exists() and left_behind(temporary, token) == []
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.name.endswith(".partial")]
+
+
+def test_the_harness_without_a_cache_writes_nothing(tiny_glyphs, tmp_path):
+    path, token = sleeping_submission(tmp_path / "file")
+    command, temporary = harness_run(tmp_path, tiny_glyphs, path, "--no-cache")
+    command.wait_for(lambda: pids_with("comm", token), "model being built")
+    assert_interrupted(command, command.interrupt(), "nothing was written")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+    assert left_behind(temporary, token) == []
+
+
+def test_the_harness_stopped_by_sigterm_removes_its_bundle_copy(tiny_glyphs, tmp_path):
+    path, token = sleeping_submission(tmp_path / "file")
+    command, temporary = harness_run(tmp_path, tiny_glyphs, path)
+    try:
+        command.wait_for(lambda: pids_with("comm", token), "model being built")
+        assert list(temporary.glob("cood-bundle-*"))
+        os.kill(command.pid, signal.SIGTERM)
+        assert command.process.wait(timeout=30) == -signal.SIGTERM  # it still ends as SIGTERM ends it
+        assert left_behind(temporary, token) == []
+    finally:
+        if command.processes():
+            os.killpg(command.pid, signal.SIGKILL)
 
 
 # -------------------------------------------------------------------------------------------------- the leaderboard
