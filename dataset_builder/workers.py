@@ -21,17 +21,20 @@ def worker_pool(processes: int, initializer: Callable | None = None, initargs: t
     """A :class:`multiprocessing.pool.Pool` of ``processes`` spawned workers, each running ``initializer(*initargs)``
     first. Leaving the block normally waits for the workers; leaving it by an error or an interruption ends them at
     once."""
-    with _sigint_held():
-        pool = multiprocessing.get_context("spawn").Pool(processes, _start_worker, (initializer, initargs))
+    pool = None
     try:
+        with _sigint_held():  # a Ctrl-C held while the workers start comes as the block ends, the pool made
+            pool = multiprocessing.get_context("spawn").Pool(processes, _start_worker, (initializer, initargs))
         yield pool
     except BaseException:
-        pool.terminate()
+        if pool is not None:
+            pool.terminate()
         raise
     else:
         pool.close()
     finally:
-        pool.join()
+        if pool is not None:
+            pool.join()
 
 
 def _start_worker(initializer: Callable | None, initargs: tuple) -> None:

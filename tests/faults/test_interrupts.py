@@ -208,6 +208,30 @@ def test_an_image_build_interrupted_keeps_what_resumes(point, images, tmp_path):
     assert (out / "manifest.json").is_file() and not partial.exists()
 
 
+def test_a_ctrl_c_while_the_workers_start_ends_them(monkeypatch):
+    """Ctrl-C while the pool starts its workers waits until the pool exists, then ends it at once."""
+    import multiprocessing
+
+    from dataset_builder.workers import worker_pool
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a command's main thread has it
+    real, made = multiprocessing.context.SpawnContext.Pool, []
+
+    def then_ctrl_c(self, *args, **kwargs):
+        made.append(real(self, *args, **kwargs))
+        os.kill(os.getpid(), signal.SIGINT)  # while the workers start
+        return made[-1]
+
+    monkeypatch.setattr(multiprocessing.context.SpawnContext, "Pool", then_ctrl_c)
+    before = {p.pid for p in multiprocessing.active_children()}
+    try:
+        with pytest.raises(KeyboardInterrupt), worker_pool(2):
+            pytest.fail("the block ran")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert made and not {p.pid for p in multiprocessing.active_children()} - before
+
+
 # ------------------------------------------------------------------------------------------------------ the harness
 
 
