@@ -14,6 +14,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 
 
 @contextmanager
@@ -52,6 +53,7 @@ def _sigint_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread() or not callable(previous):
         yield  # ignored (the workers inherit that) or not ours to change
         return
+    resource_tracker.ensure_running()  # started now, as it would be by the pool, it would unblock SIGINT here
     held = []
     signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

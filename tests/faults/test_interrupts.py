@@ -155,6 +155,16 @@ def spawned_worker(command: Command) -> bool:
     return any(b"spawn_main" in cmdline for cmdline in command.processes().values())
 
 
+def assert_workers_shielded(command: Command) -> None:
+    """Every worker the command has started, from its first instruction on, has Ctrl-C blocked or ignored (else a
+    Ctrl-C during its start-up imports prints its traceback)."""
+    for pid, cmdline in command.processes().items():
+        if b"spawn_main" in cmdline:
+            status = Path(f"/proc/{pid}/status").read_text()
+            masks = [int(re.search(rf"{field}:\s*([0-9a-f]+)", status).group(1), 16) for field in ("SigBlk", "SigIgn")]
+            assert any(mask >> (signal.SIGINT - 1) & 1 for mask in masks), f"worker {pid} would take Ctrl-C"
+
+
 def tree(folder: Path) -> dict[str, str]:
     return {
         p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -180,6 +190,7 @@ def images(tmp_path_factory) -> dict[str, Path]:
 def test_glyphs_interrupted_while_its_workers_start(tmp_path):
     command = Command("cood-dataset", ["glyphs", tmp_path / "out", *GLYPH_ARGS], tmp_path)
     command.wait_for(lambda: spawned_worker(command), "worker process", timeout=120)
+    assert_workers_shielded(command)
     assert_interrupted(command, command.interrupt(), "nothing was written")
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("logs-")) == []
 
@@ -198,6 +209,7 @@ def test_an_image_build_interrupted_keeps_what_resumes(point, images, tmp_path):
     args = ["folder", out, "--id", images["id"], "--ood", images["ood"], *FOLDER_ARGS]
     command = Command("cood-dataset", args, tmp_path, fault=None if point == "workers" else f"{point}=stop")
     command.wait_for(lambda: spawned_worker(command) if point == "workers" else command.stopped(), point)
+    assert_workers_shielded(command)
     partial = out.with_name("bench.partial")
     kept = point != "swap-before"  # a finished build, stopped before its swap, cannot resume: it leaves nothing
     note = f"the finished part of the build is kept in {partial}: rerun the same command to resume"
