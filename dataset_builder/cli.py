@@ -10,7 +10,7 @@ from dataset_builder import __version__
 from dataset_builder.console import make_app, require_torch_extra, run_app
 
 require_torch_extra("cood-dataset")  # before the imports below, which need it
-from dataset_builder.errors import BenchmarkError  # noqa: E402
+from dataset_builder.errors import NOTHING_WRITTEN, BenchmarkError, on_interrupt  # noqa: E402
 from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS  # noqa: E402
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS  # noqa: E402
 
@@ -104,6 +104,7 @@ def imagenet(
     shards; rerun to resume an interrupted build."""
     from dataset_builder.imagenet import build_imagenet
 
+    on_interrupt(lambda: _kept_for_resuming(out))
     sha = build_imagenet(
         out,
         imagenet21k,
@@ -151,6 +152,7 @@ def folder(
     from dataset_builder.imagenet import n_test_of
     from dataset_builder.images import ImageSettings
 
+    on_interrupt(lambda: _kept_for_resuming(out))
     settings = ImageSettings(
         seed=seed,
         images_per_class=images_per_class,
@@ -211,8 +213,19 @@ def publish(
     from dataset_builder.publish import publish as publish_folder
 
     tag = tag or load_manifest(benchmark)[0]["benchmark"]["version"]
+    on_interrupt("what was uploaded is kept: rerun the same command to finish publishing")
     sha = publish_folder(benchmark, repo_id, tag=tag, private=private)
     typer.echo(f"{repo_id}: tag {tag} = commit {sha}")
+
+
+def _kept_for_resuming(out: Path) -> str:
+    """What an interrupted image build leaves: its finished blocks, which the same command resumes from."""
+    from dataset_builder.assemble import partial_of
+
+    partial = partial_of(out)
+    if not partial.is_dir():
+        return NOTHING_WRITTEN
+    return f"the finished part of the build is kept in {partial}: rerun the same command to resume"
 
 
 def _summary(out: Path, sha: str) -> None:

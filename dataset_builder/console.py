@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from typing import NoReturn
 
-import click
 import typer
 
-from dataset_builder.errors import CoodError, describe_os_error, fail, one_line
+from dataset_builder.errors import (
+    INTERRUPTED,
+    CoodError,
+    describe_os_error,
+    exit_interrupted,
+    fail,
+    interruptions,
+    one_line,
+)
 
 HELP = {"help_option_names": ["-h", "--help"]}
 TORCH_EXTRA = (
@@ -67,23 +75,41 @@ def make_app(help: str, version: str) -> typer.Typer:
     return app
 
 
+def click_kind(exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` is click's exception ``name`` (``Abort``, ``Exit``, ``ClickException``), from click itself or
+    from the copy of click that newer typer versions carry (whose classes are not click's)."""
+    return any(cls.__name__ == name and cls.__module__.split(".")[0] in ("click", "typer") for cls in type(exc).__mro__)
+
+
 def run_app(app: typer.Typer) -> None:
     """Run ``app``: a user's problem (a :class:`CoodError`) exits 2 with ``error: <message>``; an OSError exits 1 with
     ``error: <file>: <reason>``; anything unexpected exits 1 in one line (``COOD_DEBUG=1``: a traceback instead of
-    the line, see :func:`dataset_builder.errors.fail`)."""
-    try:
-        app(standalone_mode=False)
-    except CoodError as exc:
+    the line, see :func:`dataset_builder.errors.fail`). Ctrl-C exits 130 with one line saying what it left
+    (:func:`dataset_builder.errors.exit_interrupted`), whether typer and click raise it, turn it into ``Abort`` or
+    return 130 (their versions differ), and whatever error it caused on its way out."""
+    with interruptions() as interrupted:
+        try:
+            status = app(standalone_mode=False)
+        except KeyboardInterrupt as exc:
+            exit_interrupted(exc)
+        except Exception as exc:
+            if interrupted() or click_kind(exc, "Abort"):  # or an error the Ctrl-C caused: a worker, the sandbox
+                exit_interrupted(exc)
+            if not click_kind(exc, "Exit"):
+                _fail(exc)
+            status = exc.exit_code
+        if interrupted() or status == INTERRUPTED:
+            exit_interrupted()
+        if isinstance(status, int) and status:
+            sys.exit(status)
+
+
+def _fail(exc: Exception) -> NoReturn:
+    if isinstance(exc, CoodError):
         fail(exc, f"error: {exc}", 2)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
+    if click_kind(exc, "ClickException"):  # a usage error: click's own message and status
         exc.show()
         sys.exit(exc.exit_code)
-    except click.Abort:
-        typer.echo("aborted", err=True)
-        sys.exit(130)
-    except OSError as exc:  # a full disk, a denied permission, a missing folder: the file and the reason
+    if isinstance(exc, OSError):  # a full disk, a denied permission, a missing folder: the file and the reason
         fail(exc, f"error: {describe_os_error(exc)}", 1)
-    except Exception as exc:
-        fail(exc, f"error: {one_line(exc)} (set COOD_DEBUG=1 for the traceback)", 1)
+    fail(exc, f"error: {one_line(exc)} (set COOD_DEBUG=1 for the traceback)", 1)

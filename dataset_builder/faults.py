@@ -2,13 +2,16 @@
 
 Off unless ``COOD_FAULT`` is set: ``COOD_FAULT=<point>`` ends the process at that point as ``kill -9`` would (exit
 status 137, no cleanup, no ``finally``); ``COOD_FAULT=<point>=<ERRNO>`` (e.g. ``swap-aside=ENOSPC``) raises that
-:class:`OSError` there instead, as a full disk or a refused write would.
+:class:`OSError` there instead, as a full disk or a refused write would; ``COOD_FAULT=<point>=stop`` stops the process
+there (``SIGSTOP``, as a debugger would), so that a test can send it a signal at exactly that point and then continue
+it (``SIGCONT``).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
 
 ENV = "COOD_FAULT"
 POINTS = (
@@ -37,6 +40,9 @@ def point(name: str, path: object = None) -> None:
         return
     if not error:
         os._exit(137)
+    if error == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
     code = getattr(errno, error, None)
     if not isinstance(code, int):
         raise ValueError(f"{ENV} names an unknown error {error!r}; use a name of the errno module, e.g. ENOSPC")

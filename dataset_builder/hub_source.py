@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import multiprocessing
 import re
 import tarfile
-from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.sources import Member, MemberSource
+from dataset_builder.workers import worker_pool
 
 IMAGE_FIELDS = ("jpg", "jpeg", "png", "webp")
 WNID = re.compile(r"^n\d{8}$")
@@ -115,8 +115,8 @@ def hub_source(url: str, keep: set[str] | None, workers: int = 2) -> MemberSourc
     tasks = [(repo, sha, f, None if keep is None else frozenset(keep)) for f in files]
     members: dict[str, dict[str, Member]] = {}
     seen: set[str] = set()
-    with ProcessPoolExecutor(max(1, min(workers, len(tasks))), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for classes, kept in pool.map(index_shard, tasks) if workers > 1 else map(index_shard, tasks):
+    with worker_pool(min(workers, len(tasks))) if workers > 1 else nullcontext() as pool:
+        for classes, kept in map(index_shard, tasks) if pool is None else pool.imap(index_shard, tasks):
             seen.update(classes)
             for class_id, images in kept.items():
                 both = members.setdefault(class_id, {})

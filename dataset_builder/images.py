@@ -31,7 +31,6 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -49,6 +48,7 @@ from dataset_builder.manifest import MAX_IMAGE_PIXELS
 from dataset_builder.shards import ShardInfo, ShardWriter, make_sample, sample_key, write_shard
 from dataset_builder.sources import FolderSource, ImageSource, SourceError
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS, SPLIT_RULE, split_class, split_order
+from dataset_builder.workers import worker_pool
 
 TEST_GROUP_SIZE = 1000
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff")
@@ -418,22 +418,19 @@ def _run(tasks: list[tuple[Path, Block, ImageSettings]], workers: int, bar: tqdm
         finally:
             _set_progress(None)
         return results
-    context = multiprocessing.get_context("spawn")
-    done_classes = context.SimpleQueue()
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_set_progress, initargs=(done_classes,)) as pool:
-        futures = {pool.submit(run_block, task) for task in tasks}
-        try:
-            while futures:
-                finished, futures = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
-                while not done_classes.empty():
-                    bar.update(done_classes.get())
-                for future in finished:
-                    result = future.result()
-                    results[result["block"]] = result
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    if not tasks:
+        return results
+    done_classes = multiprocessing.get_context("spawn").SimpleQueue()
+    with worker_pool(workers, _set_progress, (done_classes,)) as pool:
+        finished = pool.imap_unordered(run_block, tasks)
+        while len(results) < len(tasks):
+            try:
+                result = finished.next(timeout=0.5)
+                results[result["block"]] = result
+            except multiprocessing.TimeoutError:
+                pass
+            while not done_classes.empty():
+                bar.update(done_classes.get())
     while not done_classes.empty():
         bar.update(done_classes.get())
     return results

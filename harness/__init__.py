@@ -4,6 +4,22 @@
 the outputs. Exports load on first use, so ``harness.method`` (pure numpy) imports without torch.
 """
 
+import os as _os
+import sys as _sys
+
+# ``python -m harness.cli`` (torchrun's -m too) puts the current folder first on sys.path, so a submission's folder
+# could stand in for typer or numpy (its ``typer.py`` imported by the harness). While this package is imported as the
+# parent of a -m module (sys.argv[0] is still "-m"), before any of those imports, that entry is dropped, unless it is
+# where this package itself comes from (a checkout run in place). ``python -P`` and the console scripts are safe as
+# they are.
+if (
+    _sys.argv[:1] == ["-m"]
+    and not getattr(_sys.flags, "safe_path", False)
+    and _sys.path[:1] in ([""], [_os.getcwd()])
+    and _os.path.realpath(_os.path.dirname(_os.path.dirname(__file__))) != _os.path.realpath(_os.getcwd())
+):
+    del _sys.path[0]
+
 from importlib import import_module
 from importlib.metadata import version
 

@@ -9,17 +9,23 @@ from pathlib import Path
 import typer
 
 from dataset_builder.console import make_app, require_torch_extra, run_app
+from dataset_builder.errors import NOTHING_WRITTEN, on_interrupt
 from harness import __version__, phases
 from harness.config import SUBMIT_DEFAULTS as DEFAULTS
 from harness.config import EvalConfig, Limits
 from harness.errors import HarnessError
 from harness.options import check_target
 from harness.phases import plural
+from harness.runtime import bundle
 from harness.zoo import weights_kinds, zoo_usage
 
 # Nothing above imports torch: --help, and the options and targets that cannot work, answer at once (and help works
 # on the light install); each command imports the heavy modules only once its arguments are checked.
 LISTING_WIDTH = 120
+SCORES_KEPT = (
+    "nothing was written to the outputs; the score cache keeps every shard scored so far: rerun the same command to "
+    "resume"
+)
 
 app = make_app("Evaluate classifiers on a C-OOD benchmark.", f"cood-harness {__version__}")
 
@@ -126,6 +132,12 @@ def submit(
     memory_limit: float | None = typer.Option(
         None, show_default="the machine's memory", help="GiB of memory a sandboxed submission may use."
     ),
+    max_bundle_gb: float = typer.Option(
+        bundle.DEFAULT_MAX_BYTES / 2**30,
+        "--max-bundle-gb",
+        help="GiB a submission file's folder may hold, counted from its files' sizes before any is read (the sandbox "
+        "runs a copy of it).",
+    ),
 ) -> None:
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
     config = EvalConfig(
@@ -155,22 +167,26 @@ def submit(
         decoded_cache_gb=decoded_cache_gb,
     )
     check_target(target, weights)
-    require_torch_extra("cood-harness submit")
-    with phases.shown(not quiet and int(os.environ.get("RANK", "0")) == 0):  # under torchrun, rank 0 speaks for all
-        phases.say(
-            f"cood-harness {__version__}: {target} on {benchmark}; starting"
-            + ("" if trust_submission or weights is not None or not Path(target).is_file() else " its sandbox and")
-            + " PyTorch"
-        )
-        if (
-            not trust_submission and weights is None and Path(target).is_file()
-        ):  # a file: its sandbox starts beside our imports
-            from harness.runtime import sandbox
+    is_file = weights is None and Path(target).is_file()
+    with bundle.limited_to(int(max_bundle_gb * 2**30)):
+        if is_file:
+            bundle.Bundle.of(target)  # a folder that cannot be a bundle is refused at once, before torch is imported
+        require_torch_extra("cood-harness submit")
+        on_interrupt(SCORES_KEPT if cache else NOTHING_WRITTEN)
+        with phases.shown(not quiet and int(os.environ.get("RANK", "0")) == 0):  # under torchrun, rank 0 speaks
+            sandboxed = is_file and not trust_submission
+            phases.say(
+                f"cood-harness {__version__}: {target} on {benchmark}; starting"
+                + (" its sandbox and" if sandboxed else "")
+                + " PyTorch"
+            )
+            if sandboxed:  # a file: its sandbox starts beside our imports
+                from harness.runtime import sandbox
 
-            sandbox.prestart(target, device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices()))
-        from harness.run import submit as run_submit
+                sandbox.prestart(target, device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices()))
+            from harness.run import submit as run_submit
 
-        result = run_submit(target, config, out=out, leaderboard=leaderboard)
+            result = run_submit(target, config, out=out, leaderboard=leaderboard)
     if result is None:  # a torchrun rank other than 0
         return
     bench = result.benchmark.identity()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import typer
 
-from dataset_builder.errors import describe_os_error, fail
+from dataset_builder.errors import INTERRUPTED, describe_os_error, exit_interrupted, fail, interruptions, on_interrupt
 from leaderboard import (
     __version__,
     jsonio,
@@ -67,6 +68,22 @@ def _main(
     pass
 
 
+def _note_added(directory: Path) -> None:
+    """An interrupted add says whether its records were added (all or nothing: the interruption came before or
+    after)."""
+    before = _accepted(directory)
+    on_interrupt(
+        lambda: "nothing was written" if _accepted(directory) == before else f"the entries were added to {directory}"
+    )
+
+
+def _accepted(directory: Path) -> int:
+    try:
+        return len(store.accepted_files(directory))
+    except (LeaderboardError, OSError):
+        return 0
+
+
 def _table(directory: Path, version: int | None):
     return store.current_table(directory) if version is None else releases.release_table(directory, version)
 
@@ -123,6 +140,7 @@ def add(
     """Validate records and append them; all or nothing. A record already on the board with the same results is
     skipped (one line each); one with other results is refused."""
 
+    _note_added(directory)
     skipped = []
 
     def skip(line: str) -> None:
@@ -145,6 +163,7 @@ def import_paper(
     directory: Path = DIR,
 ) -> None:
     """Import the paper's published results (provenance "paper") into a leaderboard of their own."""
+    _note_added(directory)
     records = paper.paper_records(paper.read_paper_table(csv))
     store.add_records(directory, records, create=True)
     table = store.current_table(directory)
@@ -224,6 +243,7 @@ def publish(
 
     if space is not None and no_space:
         raise LeaderboardError("give --space or --no-space, not both")
+    on_interrupt("what was uploaded is kept: rerun the same command to finish publishing")
     result = hub.publish(directory, repo_id, version, endpoint, space_id=None if no_space else space or repo_id)
     for item, kind in ((result, ""), (result.get("space"), "Space ")):
         if item is None:
@@ -313,6 +333,7 @@ def worker(
 ) -> None:
     """Claim pending requests one at a time, evaluate each, add its records as verified, release, republish."""
 
+    on_interrupt("the request being evaluated, if any, went back to pending")
     sized = {} if batch_size is None else {"batch_size": batch_size}
     evaluator = workers.load_evaluator()(benchmark, device=device, work_dir=work_dir, **sized)
     api = requests.hub_api(endpoint)
@@ -328,9 +349,32 @@ def worker(
 
 def main() -> None:
     """Run the command; a bad input or a failed file operation (disk full, permission denied) is one line on stderr
-    (``COOD_DEBUG=1``: its traceback)."""
-    try:
-        app(prog_name="cood-leaderboard")
-    except (LeaderboardError, OSError) as exc:
-        message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-        fail(exc, f"cood-leaderboard: error: {message}".replace("\n", "\\n"), 1)
+    (``COOD_DEBUG=1``: its traceback); Ctrl-C is one line saying what it left, and exit status 130, whatever the
+    versions of typer and click (which raise it, turn it into ``Abort`` or return 130)."""
+    with interruptions() as interrupted:
+        try:
+            status = app(prog_name="cood-leaderboard", standalone_mode=False)
+        except KeyboardInterrupt as exc:
+            exit_interrupted(exc)
+        except Exception as exc:
+            if interrupted() or _click_kind(exc, "Abort"):
+                exit_interrupted(exc)
+            if _click_kind(exc, "ClickException"):  # a usage error: click's own message and status
+                exc.show()
+                sys.exit(exc.exit_code)
+            if not _click_kind(exc, "Exit"):
+                if not isinstance(exc, (LeaderboardError, OSError)):
+                    raise
+                message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+                fail(exc, f"cood-leaderboard: error: {message}".replace("\n", "\\n"), 1)
+            status = exc.exit_code
+        if interrupted() or status == INTERRUPTED:
+            exit_interrupted()
+        if isinstance(status, int) and status:
+            sys.exit(status)
+
+
+def _click_kind(exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` is click's ``name`` (``Abort``, ``Exit``, ``ClickException``), from click or from the copy of
+    click newer typer versions carry."""
+    return any(cls.__name__ == name and cls.__module__.split(".")[0] in ("click", "typer") for cls in type(exc).__mro__)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import shutil
 import unicodedata
 from pathlib import Path
@@ -16,6 +15,7 @@ from dataset_builder.glyphs import render
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
 from dataset_builder.shards import RollingShards, make_sample, sample_key, write_shard
 from dataset_builder.split import SPLIT_RULE, split_class
+from dataset_builder.workers import worker_pool
 
 BENCHMARK_ID = "glyphs"
 BENCHMARK_VERSION = "1.0.0"
@@ -122,7 +122,7 @@ def _write(
     id_train = RollingShards(partial, "id/train", "id_train")
     estimation = RollingShards(partial, "ood/estimation", "ood_estimation")
     with (
-        multiprocessing.get_context("spawn").Pool(workers) as workers_pool,
+        worker_pool(workers) as workers_pool,
         tqdm(
             total=len(id_tasks) + len(ood_tasks), desc="rendering glyph classes", unit="class", disable=not progress
         ) as bar,

@@ -19,10 +19,12 @@ system calls that could undo them. Neither is rewritten here. The child gets:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import signal
 import site
@@ -341,9 +343,16 @@ class Sandbox:
     def __init__(self, path: str | Path, cuda: bool):
         bundle = Bundle.of(path)
         self.key, self.file = (str(Path(path).resolve()), cuda), bundle.file
-        self.copy = Path(tempfile.mkdtemp(prefix="cood-bundle-"))
-        self.process = self.channel = self.guards = None
+        self.copy = self.process = self.channel = self.guards = None
+        free = shutil.disk_usage(tempfile.gettempdir()).free
+        if bundle.size > free:
+            raise HarnessError(
+                f"the submission's folder holds {bundle.size / 2**30:.3g} GiB and its copy for the sandbox would not "
+                f"fit in the temporary folder ({free / 2**30:.3g} GiB free); set TMPDIR to a folder with room"
+            )
+        _end_on_termination()
         try:
+            self._make_copy_folder()
             self.bundle_sha256, digests = bundle.hash(copy_to=self.copy)
             self.file_sha256 = digests[bundle.file]
             self._launch(cuda)
@@ -456,7 +465,57 @@ class Sandbox:
         if self.channel is not None:
             self.channel.close()
             self.channel = None
-        shutil.rmtree(self.copy, ignore_errors=True)
+        if self.copy is not None:
+            shutil.rmtree(self.copy, ignore_errors=True)
+        _LIVE.discard(self)
+
+    def _make_copy_folder(self) -> None:
+        """A new folder for the bundle's copy (as ``tempfile.mkdtemp`` makes one), recorded before it exists, so that a
+        signal coming at any point finds it to remove."""
+        for _ in range(100):
+            self.copy = Path(tempfile.gettempdir(), f"cood-bundle-{secrets.token_hex(8)}")
+            _LIVE.add(self)
+            try:
+                self.copy.mkdir(mode=0o700)
+                return
+            except FileExistsError:
+                self.copy = None  # not ours to remove
+        raise HarnessError(f"no new folder for the bundle's copy could be made in {tempfile.gettempdir()}")
+
+    def _end_now(self) -> None:
+        """End the sandbox from a signal handler: kill its child (no waiting, no lock) and remove the copy."""
+        if self.process is not None and self.process.returncode is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.process.pid, signal.SIGKILL)
+        if self.copy is not None:
+            shutil.rmtree(self.copy, ignore_errors=True)
+
+
+_LIVE: set[Sandbox] = set()  # every sandbox whose copy exists: ended on SIGTERM or SIGHUP, and at exit
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _end_on_termination() -> None:
+    """Where SIGTERM and SIGHUP would end this process at once (their default), first end every sandbox and remove its
+    copy, then end as they would have; Ctrl-C unwinds through :meth:`Sandbox.close` as any error does."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in TERMINATING:
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, _terminated)
+
+
+def _terminated(signum, frame) -> None:
+    for sandbox in list(_LIVE):
+        sandbox._end_now()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+@atexit.register
+def _end_all() -> None:
+    for sandbox in list(_LIVE):
+        sandbox.close()
 
 
 _STARTED: dict[tuple[str, bool], Sandbox] = {}
