@@ -329,7 +329,8 @@ def model_identity(model: dict) -> str | list:
     """What names the model of an entry: the code the harness itself hashed, never what the model's code reports.
 
     - a submission file (``bundle_sha256``): its bundle, the sha256 of every file of its folder, computed by the
-      harness's own process; other code with the same weights is another model;
+      harness's own process, and the file of the bundle that was run (``source``: one folder may hold several);
+      other code with the same weights is another model;
     - a zoo target or an in-memory model (``bundle_sha256`` null): its source (``timm:resnet18``) with the hash of the
       weights file the harness read and the weights hash;
     - a record made before the bundle hash existed (no ``bundle_sha256`` field): the weights hash, as when it was added;
@@ -338,7 +339,7 @@ def model_identity(model: dict) -> str | list:
     if "bundle_sha256" not in model:
         return model["weights_sha256"] or f"name:{model['name']}"
     if model["bundle_sha256"] is not None:
-        return f"bundle:{model['bundle_sha256']}"
+        return ["bundle", model["bundle_sha256"], model["source"]]
     if model["file_sha256"] is None and model["weights_sha256"] is None:
         return f"name:{model['name']}"
     return [model["source"], model["file_sha256"], model["weights_sha256"]]

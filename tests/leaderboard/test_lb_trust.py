@@ -160,7 +160,10 @@ def test_the_identity_of_each_kind_of_model():
         base = {"name": "m", "source": "timm:resnet18", "file_sha256": "f0" * 32, "weights_sha256": "e0" * 32}
         return {**base, "bundle_sha256": None, **fields}
 
-    assert model_identity(model(source="examples/cnn.py", bundle_sha256=HONEST)) == f"bundle:{HONEST}"
+    assert model_identity(model(source="cnn.py", bundle_sha256=HONEST)) == ["bundle", HONEST, "cnn.py"]
+    assert model_identity(model(source="mlp.py", bundle_sha256=HONEST)) != model_identity(
+        model(source="cnn.py", bundle_sha256=HONEST)
+    )  # two files of one folder: two models
     assert model_identity(model()) == ["timm:resnet18", "f0" * 32, "e0" * 32]  # the target and its weights file
     assert model_identity(model(file_sha256=None, weights_sha256=None)) == "name:m"  # published results
     old = model()
