@@ -72,7 +72,7 @@ def measure(label: str, target: str, weights: str | None, bench, splits, args) -
     pixels = (images - torch.cat(decoded["torchvision"][1]).to(images.device)).abs().max().item()
     n = len(images)
     pure_forward(model, images[: args.batch_size], execution, args.batch_size)  # warm-up
-    forward = LocalForward(model, execution, len(bench.id_classes), seed=0)
+    forward = LocalForward(model, execution, len(bench.id_classes))
     forward_s, decode_s = [], {name: [seconds] for name, (seconds, _) in decoded.items()}
     runs = {**{name: name for name in DECODERS}, "torchvision, decoded cache": "torchvision"}
     harness_s: dict[str, list[float]] = {run: [] for run in runs}

@@ -109,7 +109,7 @@ def main() -> None:
     pure_forward(model, images[: args.batch_size], execution, args.batch_size)  # warm-up
     forward_s = pure_forward(model, images, execution, args.batch_size)  # all cores to torch
     execution.share_cpu(args.workers)  # as the harness runs: the loader workers keep their cores
-    local = LocalForward(model, execution, len(bench.id_classes), seed=0)
+    local = LocalForward(model, execution, len(bench.id_classes))
     one_pass_s = harness_pass(submission, local, bench, KAPPAS, execution, args.split, args.batch_size, args.workers)
     separate_s = sum(
         harness_pass(submission, local, bench, [k], execution, args.split, args.batch_size, args.workers)

@@ -89,7 +89,7 @@ def main() -> None:
     starts, closes, loads = [], [], []
     for _ in range(args.repeats):
         start = time.perf_counter()
-        sandboxed, child = load_isolated(args.model, execution, num_id, 0, Limits())
+        sandboxed, child = load_isolated(args.model, execution, num_id, Limits())
         starts.append(time.perf_counter() - start)
         start = time.perf_counter()
         child.close()
@@ -100,8 +100,8 @@ def main() -> None:
         loads.append(time.perf_counter() - start)
     start_s, close_s, load_s = (statistics.median(x) for x in (starts, closes, loads))
 
-    sandboxed, child = load_isolated(args.model, execution, num_id, 0, Limits())
-    local = LocalForward(execution.prepare(trusted.model), execution, num_id, seed=0)
+    sandboxed, child = load_isolated(args.model, execution, num_id, Limits())
+    local = LocalForward(execution.prepare(trusted.model), execution, num_id)
     in_sandbox, in_process = [], []
     try:
         for _ in range(args.repeats):

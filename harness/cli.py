@@ -84,6 +84,12 @@ def submit(
     ),
     compile: bool = typer.Option(DEFAULTS.compile, "--compile", help="torch.compile the model."),
     seed: int = typer.Option(DEFAULTS.seed, help="Seed for stochastic kappas (MC-dropout)."),
+    order_seed: int | None = typer.Option(
+        None,
+        show_default="drawn per run",
+        help="Seed of the secret order the images cross the model in; the records name the one used: give it to "
+        "rerun the same batches.",
+    ),
     odin_preset: str | None = typer.Option(
         None,
         show_default="paper",
@@ -154,6 +160,7 @@ def submit(
         channels_last=channels_last,
         compile=compile,
         seed=seed,
+        order_seed=order_seed,
         odin_preset=odin_preset,
         mc_passes=mc_passes,
         verify=verify,

@@ -46,7 +46,8 @@ class EvalConfig:
     ``keep_logits`` the logits and features too (in ``feature_dtype``, float32 or float16, which the kappas then read
     in every run alike), so that a rerun resumes and a new kappa needs no new pass; and, with the ``torchvision``
     decoder on the CPU, the decoded images (up to ``decoded_cache_gb``; 0: none), so that the next model with the same
-    preprocessing skips decoding."""
+    preprocessing skips decoding. ``order_seed``: the secret order the images cross the model in (None: drawn from
+    the operating system; every record names the one used, and a rerun given it streams the same batches)."""
 
     benchmark: str | Path = "glyphs"
     kappas: tuple[str, ...] | None = None
@@ -62,6 +63,7 @@ class EvalConfig:
     channels_last: bool | None = None
     compile: bool = False
     seed: int = 0
+    order_seed: int | None = None
     odin_preset: str | None = None
     mc_passes: int | None = None
     verify: bool = True
@@ -87,6 +89,8 @@ class EvalConfig:
             raise HarnessError(
                 f"--levels must be at least 2 (the method needs a first and a last level), got {self.num_levels}"
             )
+        if self.order_seed is not None and not 0 <= self.order_seed < 1 << 63:
+            raise HarnessError(f"--order-seed must be from 0 to 2**63 - 1, got {self.order_seed}")
         if self.batch_size < 1:
             raise HarnessError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.workers is not None and self.workers < 0:

@@ -56,9 +56,11 @@ from harness.runtime.inference import (
     gives_features,
     named,
     resolve_kappas,
-    score_shards,
+    score_mixed,
 )
+from harness.runtime.interleave import Mixer, derived, new_order_seed, secret_order
 from harness.runtime.isolation import ChildForward, load_isolated
+from harness.runtime.recheck import Recheck, tolerance
 from harness.runtime.score_cache import ScoreCache, kappa_id, run_key
 from harness.submission import Submission, in_memory
 from leaderboard.errors import LeaderboardError
@@ -106,6 +108,18 @@ def open_benchmark(spec: str | Path, progress: bool = True) -> Benchmark:
     return Benchmark.open(path)
 
 
+@dataclass
+class Plan:
+    """A pass's shards sorted out by the score cache: per split, the scores it serves whole (``parts``, to which the
+    pass adds what it scores); by path, the shards to score with their split (``todo``) and what the cache has of
+    them (``hits``); the names of the kappas they lack (``needed``)."""
+
+    parts: dict[str, list[SplitScores]]
+    todo: dict[str, tuple[str, dict]] = field(default_factory=dict)
+    hits: dict[str, SplitScores | None] = field(default_factory=dict)
+    needed: set[str] = field(default_factory=set)
+
+
 @dataclass(kw_only=True)
 class Scorer:
     """Scores the evaluation splits of one benchmark with one model, shard by shard, through the caches, with the
@@ -125,11 +139,14 @@ class Scorer:
             ["images_forwarded", "shards_scored", "shards_from_cache", "shards_from_logits"], 0
         )
     )
-    first_batch_s: dict = field(default_factory=dict)  # split -> seconds until its first batch reached the model
+    order_seed: int = 0  # the run's secret order (see :mod:`harness.runtime.interleave`)
+    first_batch_s: dict = field(default_factory=dict)  # pass -> seconds until its first batch reached the model
+    recheck: dict = field(default_factory=dict)  # the evaluation pass's re-check, as the records give it
     _loader: Loader | None = field(default=None, init=False, repr=False)
 
-    def batches(self, split: str, groups: list[list[dict]]) -> Iterator[dict]:
-        """One pass over ``groups`` of a split's shards, by the run's loader (its workers live across passes)."""
+    def batches(self, groups: list[list[dict]], label_of: dict[str, int], order_seed: int | None = None):
+        """One pass over ``groups`` of shards, by the run's loader (its workers live across passes); with an
+        ``order_seed``, merged in the run's secret order (see :meth:`Loader.batches`)."""
         if self._loader is None:
             self._loader = Loader(
                 self.benchmark,
@@ -140,7 +157,7 @@ class Scorer:
                 self.execution.device.type == "cuda",
                 self.decoded,
             )
-        return self._loader.batches(groups, self.labels(split))
+        return self._loader.batches(groups, label_of, order_seed)
 
     def close(self) -> None:
         """End the loader's worker processes."""
@@ -177,78 +194,96 @@ class Scorer:
     def wants_features(self) -> bool:
         return any(k.reads_features for k in self.kappas)
 
-    def _plan(self, split: str, shards: list[dict], kappas: list[KappaSpec], outputs: bool):
-        """This rank's shard groups of ``split`` sorted out by the score cache: the parts it serves whole, its entries
-        for the groups to score, those groups, the kappas they lack and the shards among them that need scoring."""
+    def _plan(self, splits: tuple[str, ...], kappas: list[KappaSpec], outputs: bool) -> Plan:
+        """This rank's shards of ``splits`` sorted out by the score cache (see :class:`Plan`)."""
         names = [k.name for k in kappas]
-        parts, hits, todo, needed, scoring = [], {}, [], set(), set()
-        for group in self.ranks.mine(shard_groups(shards, self.config.batch_size)):
-            states = [(shard, *self._from_cache(split, shard, kappas, outputs)) for shard in group]
-            wanted = [(shard, missing) for shard, _, missing in states if missing is None or missing]
-            if not wanted:
-                parts += [cached.only(names, keep_logits=outputs) for _, cached, _ in states]
-                continue
-            todo.append(group)  # scored whole: its batch is the same whichever of its shards a resumed run needs
-            hits |= {shard["path"]: cached for shard, cached, _ in states}
-            needed |= {k.name for _, missing in wanted for k in missing or []}
-            scoring |= {shard["path"] for shard, _ in wanted}
-        return parts, hits, todo, needed, scoring
+        plan = Plan({split: [] for split in splits})
+        everything = [(split, shard) for split in splits for shard in self.benchmark.shards(split)]
+        for split, shard in self.ranks.mine(everything):
+            cached, missing = self._from_cache(split, shard, kappas, outputs)
+            if missing is None or missing:
+                plan.todo[shard["path"]] = (split, shard)
+                plan.hits[shard["path"]] = cached
+                plan.needed |= {k.name for k in missing or []}
+            else:
+                plan.parts[split].append(cached.only(names, keep_logits=outputs))
+        return plan
 
-    def _bar(self, split: str, total: int) -> tqdm:
-        """The split's progress bar (off without ``progress`` or with nothing to score)."""
+    def _bar(self, desc: str, total: int) -> tqdm:
+        """A pass's progress bar (off without ``progress`` or with nothing to score)."""
         return tqdm(
             total=total,
-            desc=f"{split} (rank {self.ranks.rank})" if self.ranks.world > 1 else split,
+            desc=f"{desc} (rank {self.ranks.rank})" if self.ranks.world > 1 else desc,
             unit="img",
             disable=not self.config.progress or not total,
             leave=False,
         )
 
-    def split(self, split: str, kappas: list[KappaSpec] | None = None, outputs: bool = False) -> SplitScores:
-        """The scores of a split's ``kappas`` (default: the run's); with ``outputs``, also its logits and features."""
+    def passes(
+        self, splits: tuple[str, ...], kappas: list[KappaSpec] | None = None, outputs: bool = False, check: bool = True
+    ) -> dict[str, SplitScores]:
+        """The scores of ``splits``' ``kappas`` (default: the run's), with ``outputs`` also their logits and features:
+        the shards the score cache lacks, of every split at once, through the model in the run's secret order
+        (:mod:`harness.runtime.interleave`); with ``check``, a sample of their images asked again at the end
+        (:mod:`harness.runtime.recheck`, its account in :attr:`recheck`)."""
         kappas = self.kappas if kappas is None else kappas
         names = [k.name for k in kappas]
-        shards = self.benchmark.shards(split)
-        parts, hits, todo, needed, scoring = self._plan(split, shards, kappas, outputs)
-        kappas = [k for k in kappas if k.name in needed]
-        manifest = {shard["path"]: shard for group in todo for shard in group}
-        sizes = {path: shard["num_samples"] for path, shard in manifest.items()}
-        batches = self._timed(split, self.batches(split, todo))
-        with (
-            closing(batches),
-            self._bar(split, sum(sizes.values())) as bar,
-        ):
-            for path, scored in score_shards(
+        plan = self._plan(splits, kappas, outputs)
+        kappas = [k for k in kappas if k.name in plan.needed]
+        sizes = {path: shard["num_samples"] for path, (_, shard) in plan.todo.items()}
+        seed = derived(self.order_seed, "rank", self.ranks.rank, *splits)
+        recheck = Recheck(sum(sizes.values()) if check else 0, self.config.batch_size, seed, tolerance(self.execution))
+        shards = secret_order([shard for _, shard in plan.todo.values()], seed)
+        chunks = self.batches([[shard] for shard in shards], self._labels_of(splits), seed)
+        batches = recheck.kept(self._seeded(" + ".join(splits), Mixer(self.config.batch_size, seed), chunks, seed))
+        with closing(chunks), closing(batches), self._bar(" + ".join(splits), sum(sizes.values())) as bar:
+            for path, scored in score_mixed(
                 self.forward,
                 batches,
                 sizes,
                 len(self.benchmark.id_classes),
                 kappas,
-                self.config.keep_logits or outputs,
                 bar,
                 self.config.feature_dtype,
+                recheck.answered,
             ):
-                self.stats["images_forwarded"] += len(scored)
-                if path not in scoring:  # scored again beside a shard of its batch: the same values as its cache entry
-                    parts.append(hits[path].only(names, keep_logits=outputs))
-                    continue
-                merged = scored if hits[path] is None else hits[path].with_kappas(scored)
-                if self.cache:
-                    self.cache.save(split, manifest[path], merged)
-                parts.append(merged.only(names, keep_logits=outputs))
-                self.stats["shards_scored"] += 1
+                self._done(path, scored, plan, names, outputs)
+        if check:
+            self.recheck = recheck.run(self.forward, self.execution.device)
+        return {split: self._gathered(split, plan.parts[split]) for split in splits}
+
+    def _seeded(self, what: str, mixer: Mixer, chunks: Iterator[dict], seed: int) -> Iterator[dict]:
+        """The mixer's batches, each with its seed for the seeded kappas; notes how long the first took to come."""
+        start = time.perf_counter()
+        for i, batch in enumerate(mixer.batches(chunks)):
+            self.first_batch_s.setdefault(what, round(time.perf_counter() - start, 3))
+            yield batch | {"seed": derived(seed, "batch", i)}
+
+    def _labels_of(self, splits: tuple[str, ...]) -> dict[str, int]:
+        """The labels of the classes of ``splits``, ID and OOD together (their class ids never meet: refused
+        otherwise)."""
+        tables = {split.startswith("id"): self.labels(split) for split in splits}
+        if len(tables) == 2 and tables[True].keys() & tables[False].keys():
+            raise HarnessError("the benchmark's ID and OOD classes share class ids; it cannot be evaluated")
+        return {cls: label for table in tables.values() for cls, label in table.items()}
+
+    def _done(self, path: str, scored: SplitScores, plan: Plan, names: list[str], outputs: bool) -> None:
+        """A shard scored: merged with what the cache had of it, saved there, and kept for its split."""
+        self.stats["images_forwarded"] += len(scored)
+        self.stats["shards_scored"] += 1
+        (split, shard), hit = plan.todo[path], plan.hits[path]
+        merged = scored if hit is None else hit.with_kappas(scored)
+        if self.cache:
+            self.cache.save(split, shard, merged.only(list(merged.scores), self.config.keep_logits or outputs))
+        plan.parts[split].append(merged.only(names, keep_logits=outputs))
+
+    def _gathered(self, split: str, parts: list[SplitScores]) -> SplitScores:
+        """A split's scores from every rank, checked against the manifest's count."""
         everyone = SplitScores.concat(self.ranks.gather(parts))
-        expected = sum(s["num_samples"] for s in shards)
+        expected = sum(s["num_samples"] for s in self.benchmark.shards(split))
         if len(everyone) != expected:
             raise HarnessError(f"{split}: {len(everyone)} samples were scored, the manifest lists {expected}")
         return everyone
-
-    def _timed(self, split: str, batches: Iterator[dict]) -> Iterator[dict]:
-        """``batches``, noting in ``first_batch_s`` how long the first took to come (the loader's start-up)."""
-        start = time.perf_counter()
-        for batch in batches:
-            self.first_batch_s.setdefault(split, round(time.perf_counter() - start, 3))
-            yield batch
 
     def fit_on_layers(self, split: str, kappas: list[KappaSpec]) -> np.ndarray:
         """Fit the kappas that read intermediate layers: a pass over the split in the model's process gives what their
@@ -256,7 +291,7 @@ class Scorer:
         groups = self.ranks.mine(shard_groups(self.benchmark.shards(split), self.config.batch_size))
         mine = []
         with (
-            closing(self.batches(split, groups)) as batches,
+            closing(self.batches(groups, self.labels(split))) as batches,
             tqdm(
                 total=sum(s["num_samples"] for group in groups for s in group),
                 desc=f"{split} (layers)",
@@ -359,7 +394,6 @@ def _load(
     channels: int,
     num_id: int,
     execution: Execution,
-    seed: int,
     trust_submission: bool,
     limits: Limits,
 ) -> tuple[Submission, LocalForward | ChildForward]:
@@ -378,12 +412,12 @@ def _load(
     elif weights is not None:
         raise HarnessError(misplaced_weights(f"the file {target}"))
     else:
-        submission, forward = load_isolated(target, execution, num_id, seed, limits)
+        submission, forward = load_isolated(target, execution, num_id, limits)
     if name is not None:
         submission.name = name
     if submission.model is None:
         return submission, forward
-    return submission, LocalForward(execution.prepare(submission.model), execution, num_id, seed)
+    return submission, LocalForward(execution.prepare(submission.model), execution, num_id)
 
 
 def evaluate(
@@ -454,7 +488,10 @@ def _resolve(config: EvalConfig, device: str, ranks: Ranks) -> tuple[EvalConfig,
     workers = default_workers(execution.device) if config.workers is None else config.workers
     execution.share_cpu(workers)
     phases.say(execution.summary())
-    return replace(config, workers=workers, progress=config.progress and ranks.is_main), execution
+    order_seed = ranks.gather([new_order_seed() if config.order_seed is None else config.order_seed])[0]  # rank 0's
+    return replace(
+        config, workers=workers, progress=config.progress and ranks.is_main, order_seed=order_seed
+    ), execution
 
 
 def _benchmark_before_loading(config: EvalConfig) -> tuple[Benchmark | None, int]:
@@ -483,7 +520,6 @@ def _load_submission(
             config.channels,
             num_id,
             execution,
-            config.seed,
             config.trust_submission,
             config.limits,
         )
@@ -546,6 +582,7 @@ def _scorer(
         config=config,
         cache=score_cache,
         decoded=decoded,
+        order_seed=config.order_seed,
     )
 
 
@@ -564,11 +601,11 @@ def _caches(
         submission.weights_sha256,
         submission.bundle_sha256 or submission.source,
         _preprocessing(submission, images),
-        {**execution.numerics(), "feature_dtype": config.feature_dtype, "batches": "shard groups"},
+        {**execution.numerics(), "feature_dtype": config.feature_dtype, "batches": "secret order"},
     )
     scores = ScoreCache(
         (root or cache_root() / "scores") / key,
-        {k.name: kappa_id(k, config.seed, config.batch_size) for k in specs},
+        {k.name: kappa_id(k, config.seed, config.batch_size, config.order_seed) for k in specs},
         config.feature_dtype,
     )
     if config.decoded_cache_gb <= 0 or not isinstance(images, TensorDecoder) or images.device.type != "cpu":
@@ -591,7 +628,7 @@ def _fit(scorer: Scorer) -> dict:
     phases.say(f"reading the fit split {split} for {', '.join(k.name for k in fitted)}")
     on_layers = [k for k in fitted if k.reads_layers]
     if len(on_layers) < len(fitted):
-        fit_data = scorer.split(split, kappas=[], outputs=True)
+        fit_data = scorer.passes((split,), kappas=[], outputs=True, check=False)[split]
         fit_kappas(fitted, fit_data, scorer.forward.head, scorer.config.seed)
     if on_layers:
         fit_data = scorer.fit_on_layers(split, on_layers)
@@ -600,20 +637,33 @@ def _fit(scorer: Scorer) -> dict:
 
 
 def _score_splits(scorer: Scorer) -> tuple[dict[str, SplitScores], dict]:
-    """The scores of every evaluation split, and their timings."""
-    scores, timings = {}, {}
-    for split in EVAL_SPLITS:
-        split_start, before = time.perf_counter(), dict(scorer.stats)
-        size = sum(shard["num_samples"] for shard in scorer.benchmark.shards(split))
-        phases.say(f"{split}: {plural(len(scorer.kappas), 'kappa')} on {plural(size, 'image')}")
-        scores[split] = scorer.split(split)
-        phases.say(
-            _split_line(split, {k: scorer.stats[k] - before[k] for k in before}, time.perf_counter() - split_start)
-        )
-        timings[f"{split}_s"] = round(time.perf_counter() - split_start, 3)
-        timings[f"{split}_images"] = len(scores[split])
-        timings[f"{split}_first_batch_s"] = scorer.first_batch_s.get(split)
-    return scores, timings
+    """The scores of every evaluation split, from one pass in the run's secret order and its re-check, and their
+    timings."""
+    start, before = time.perf_counter(), dict(scorer.stats)
+    sizes = {split: sum(shard["num_samples"] for shard in scorer.benchmark.shards(split)) for split in EVAL_SPLITS}
+    phases.say(
+        f"{', '.join(EVAL_SPLITS)}: {plural(len(scorer.kappas), 'kappa')} on {plural(sum(sizes.values()), 'image')}, "
+        "in one secret order"
+    )
+    scores = scorer.passes(EVAL_SPLITS)
+    seconds = time.perf_counter() - start
+    phases.say(_split_line("evaluation", {k: scorer.stats[k] - before[k] for k in before}, seconds))
+    check = scorer.recheck
+    if check.get("recheck_images"):
+        phases.say(_recheck_line(check, seconds))
+    timings = {"evaluation_s": round(seconds, 3), **{f"{split}_images": len(scores[split]) for split in EVAL_SPLITS}}
+    timings["evaluation_first_batch_s"] = scorer.first_batch_s.get(" + ".join(EVAL_SPLITS))
+    return scores, timings | check
+
+
+def _recheck_line(check: dict, seconds: float) -> str:
+    """The line that closes the re-check: how many images, how close the answers, what it cost."""
+    share = check["recheck_s"] / max(seconds - check["recheck_s"], 1e-9)
+    return (
+        f"re-check: {plural(check['recheck_images'], 'image')} asked again in "
+        f"{plural(check['recheck_batches'], 'batch')} of other sizes, every answer the same within "
+        f"{check['recheck_tolerance']:.2g} ({check['recheck_s']:.1f} s, {share:.1%} of the pass)"
+    )
 
 
 def _summed_stats(scorer: Scorer, timings: dict) -> dict | None:
@@ -691,6 +741,7 @@ def _records(
             model=model_info,
             kappa_params=spec.params,
             seed=config.seed,
+            order_seed=config.order_seed,
             version=__version__,
             created=created,
             timings=run_info,

@@ -204,6 +204,12 @@ class Record:
     summary: Summary = spec()
     metric_definitions: dict[str, str] = spec(keys=("ood_auroc",))
     seed: int | None = spec(minimum=0, reported=True, column="seed")
+    order_seed: int | None = spec(
+        minimum=0,
+        optional=True,
+        doc="optional: the seed of the secret order the harness streamed the images in (drawn per run; a rerun given "
+        "it streams the same batches); absent from records made before it existed and from reported results",
+    )
     harness_version: str | None = spec(reported=True, column="harness_version")
     created: str | None = spec(format="date-time", reported=True, column="created")
     timings: dict | None = spec(reported=True)

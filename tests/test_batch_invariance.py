@@ -64,14 +64,14 @@ def glyph_split():
     model = Split()
     model.load_state_dict(module.build_model().state_dict())
     model.eval()
-    forward = LocalForward(model, Execution(torch.device("cpu"), "none", False, False), 36, seed=0)
+    forward = LocalForward(model, Execution(torch.device("cpu"), "none", False, False), 36)
     fit_x, x = glyphs(ID_CHARS, FIT_PER_CLASS, "fit"), glyphs(EVAL_CHARS, PER_SHARD, "eval")
-    fit = forward(fit_x, ["fit"], [])
+    fit = forward(fit_x, 0, [])
     labels = np.repeat(np.arange(36), FIT_PER_CLASS)
     fit_data = SplitScores(
         np.arange(len(fit_x)).astype(str), labels, fit.logits.argmax(1), {}, {}, fit.logits, fit.features
     )
-    out = forward(x, ["x"], [])
+    out = forward(x, 0, [])
     return model, forward, fit_x, fit_data, x, out.logits, out.features
 
 
@@ -95,11 +95,10 @@ def regroupings(n: int, per_shard: bool) -> dict[str, list[np.ndarray]]:
 
 def scored(spec, glyph_split, groups: list[np.ndarray]) -> np.ndarray:
     _, forward, _, _, x, logits, features = glyph_split
-    keys = np.array([f"s{i:03d}" for i in range(len(x))])
     out = np.empty(len(x))
     for idx in groups:
         if spec.in_model:  # its own passes through the model, beside the forward pass
-            out[idx] = forward(x[idx], list(keys[idx]), [spec]).scores[spec.name]
+            out[idx] = forward(x[idx], int(idx[0]), [spec]).scores[spec.name]
         else:  # from one pass's outputs, as a batch's or a cached shard's
             out[idx] = kappa_scores(logits[idx], features[idx], forward.head, [spec])[0][spec.name]
     return out

@@ -210,9 +210,9 @@ def test_a_model_without_features_is_refused_before_any_image_pass(tiny_glyphs, 
 
 def test_features_are_the_input_of_the_last_layer_from_the_same_pass():
     model = load_example(CNN).build_model().eval()
-    forward = LocalForward(model, Execution.resolve("cpu"), 36, seed=0)
+    forward = LocalForward(model, Execution.resolve("cpu"), 36)
     images = torch.randn(4, 1, 32, 32, generator=torch.Generator().manual_seed(0))
-    out = forward(images, ["a", "b", "c", "d"], [])
+    out = forward(images, 0, [])
     with torch.no_grad():
         np.testing.assert_allclose(out.features, model.features(images).numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(out.logits, model(images).numpy(), rtol=1e-5, atol=1e-5)
@@ -225,9 +225,9 @@ def test_timm_features_are_forward_head_pre_logits(arch):
     import timm
 
     model = timm.create_model(arch, pretrained=False, num_classes=36).eval()
-    forward = LocalForward(model, Execution.resolve("cpu"), 36, seed=0)
+    forward = LocalForward(model, Execution.resolve("cpu"), 36)
     images = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
-    out = forward(images, ["a", "b"], [])
+    out = forward(images, 0, [])
     with torch.no_grad():
         expected = model.forward_head(model.forward_features(images), pre_logits=True)
     np.testing.assert_allclose(out.features, expected.numpy(), rtol=1e-4, atol=1e-5)

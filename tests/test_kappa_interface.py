@@ -99,7 +99,7 @@ def test_it_scores_through_the_models_pass(dropped_in):
     images = torch.randn(4, 1, 3, 4)
     (spec,) = resolve_kappas(["flip_agreement:temperature=2"])
     assert spec.in_model and spec.params == {"temperature": 2.0}
-    forward = LocalForward(model, Execution.resolve("cpu"), 3, seed=0)
+    forward = LocalForward(model, Execution.resolve("cpu"), 3)
     scored = score_batch(forward, images, list("abcd"), np.zeros(4, dtype=int), 3, [spec])
     with torch.no_grad():
         p, q = (torch.softmax(model(x).double() / 2, dim=1) for x in (images, images.flip(-1)))
@@ -119,7 +119,7 @@ def test_a_layer_reader_in_one_file_is_fitted_on_extracted_layers_and_scored_thr
     model = torch.nn.Sequential(
         torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)
     ).eval()
-    forward = LocalForward(model, Execution.resolve("cpu"), 3, seed=0)
+    forward = LocalForward(model, Execution.resolve("cpu"), 3)
     fit_images, images = torch.randn(10, 1, 3, 4), torch.randn(4, 1, 3, 4)
     parts = [forward.extract(fit_images[i : i + 4], [spec])[spec.name] for i in range(0, 10, 4)]
     fit_on_layers([spec], {spec.name: parts}, np.zeros(10, dtype=int), seed=0)

@@ -94,7 +94,7 @@ def test_one_forward_pass_serves_every_logit_kappa():
             calls.append(len(x))
             return self.linear(x)
 
-    forward = LocalForward(Counting().eval(), Execution.resolve("cpu"), 3, seed=0)
+    forward = LocalForward(Counting().eval(), Execution.resolve("cpu"), 3)
     scored = score_batch(
         forward,
         torch.randn(2, 4),

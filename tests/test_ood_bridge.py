@@ -150,10 +150,10 @@ def test_a_gradient_detector_beside_the_feature_tap_across_batches():
         torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)
     ).eval()
     execution = Execution(torch.device("cpu"), "none", False, False)
-    forward = LocalForward(execution.prepare(model), execution, CLASSES, seed=0)
+    forward = LocalForward(execution.prepare(model), execution, CLASSES)
     kappas = resolve_kappas(["gradnorm"])
     for batch in (torch.randn(6, 3, 2, 2), torch.randn(5, 3, 2, 2)):
-        out = forward(batch, [f"k{i}" for i in range(len(batch))], kappas)
+        out = forward(batch, 0, kappas)
         expected_features = torch.relu(model[1](batch.flatten(1))).detach()
         np.testing.assert_allclose(out.features, expected_features.numpy(), rtol=1e-5, atol=1e-6)
         assert out.scores["gradnorm"].shape == (len(batch),) and np.all(out.scores["gradnorm"] > 0)
@@ -197,12 +197,12 @@ def fitted_like_the_harness(spec, model, x, y, batch=64):
     from harness.runtime.execution import Execution
     from harness.runtime.inference import LocalForward, fit_kappas, fit_on_layers
 
-    forward = LocalForward(model, Execution(torch.device("cpu"), "none", False, False), 36, seed=0)
+    forward = LocalForward(model, Execution(torch.device("cpu"), "none", False, False), 36)
     if "layers" in spec.needs:
         parts = [forward.extract(x[i : i + batch], [spec])[spec.name] for i in range(0, len(x), batch)]
         fit_on_layers([spec], {spec.name: parts}, y.numpy(), seed=0)
     else:
-        outs = [forward(x[i : i + batch], [str(i)], []) for i in range(0, len(x), batch)]
+        outs = [forward(x[i : i + batch], i, []) for i in range(0, len(x), batch)]
         logits, features = np.concatenate([o.logits for o in outs]), np.concatenate([o.features for o in outs])
         data = SplitScores(np.arange(len(x)).astype(str), y.numpy(), logits.argmax(1), {}, {}, logits, features)
         fit_kappas([spec], data, forward.head, seed=0)

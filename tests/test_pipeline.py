@@ -3,6 +3,7 @@ reused while in use, a failed run leaves the process clean, errors name a batch'
 across passes, and per-batch bookkeeping gives exactly the per-shard results."""
 
 import multiprocessing
+import re
 import threading
 import time
 from pathlib import Path
@@ -142,22 +143,12 @@ def test_after_a_run_fails_mid_split_the_next_run_in_the_process_is_normal(tiny_
     assert _leftovers() == before
 
 
-def _batches(bench, split: str, size: int) -> int:
-    """How many batches of ``size`` a split's pass takes."""
-    return sum(-(-sum(s["num_samples"] for s in group) // size) for group in shard_groups(bench.shards(split), size))
-
-
 def test_a_failing_batch_names_its_first_shard_and_how_many_more(tiny_glyphs):
     cnn = load_example(CNN)
     bench = Benchmark.open(tiny_glyphs)
-    groups = shard_groups(bench.shards("ood_test"), 64)
-    first = groups[0]
-    assert len(first) > 2
     with pytest.raises(HarnessError) as failed:
         evaluate(
-            _nan_on_batch(
-                cnn.build_model(), bad=2 + _batches(bench, "id_test", 64) + _batches(bench, "ood_estimation", 64)
-            ),
+            _nan_on_batch(cnn.build_model(), bad=3),  # the trial pass, the features' check, then the first batch
             cnn.DATA_CONFIG,
             benchmark=tiny_glyphs,
             kappas=["softmax"],
@@ -166,10 +157,11 @@ def test_a_failing_batch_names_its_first_shard_and_how_many_more(tiny_glyphs):
             workers=0,
             progress=False,
         )
-    assert str(failed.value).startswith(
-        f"shard {first[0]['path']} (and {len(first) - 1} more shards in its batch): the model returned"
-    ), str(failed.value)
-    assert first[1]["path"] not in str(failed.value)
+    pattern = r"shard (\S+) \(and (\d+) more shards in its batch\): the model returned .*"
+    named = re.fullmatch(pattern, str(failed.value))
+    assert named, str(failed.value)  # a batch mixes rows of many shards of every split
+    paths = {s["path"] for split in ("id_test", "ood_estimation", "ood_test") for s in bench.shards(split)}
+    assert named[1] in paths and 1 <= int(named[2]) < len(paths)
 
 
 def test_loader_workers_live_across_passes_and_give_the_same_batches(tiny_glyphs):
@@ -231,62 +223,63 @@ def test_a_batchs_pieces_are_its_shards_results_sorted_as_concat_sorts_them():
 
 
 class Recording:
-    """A forward pass whose logits are each image's first pixels; it logs when batches are launched and collected,
-    and runs out of memory on batches larger than ``fits``."""
+    """A forward pass whose logits are each image's first pixels; it logs when batches are launched and collected (by
+    their seed: all it is told besides the pixels), and runs out of memory on batches larger than ``fits``."""
 
     head = None
 
     def __init__(self, fits: int = 1 << 30):
         self.log, self.fits = [], fits
 
-    def launch(self, images, keys, kappas):
+    def launch(self, images, seed, kappas):
         from harness.runtime.inference import ModelOutput
 
-        if len(keys) > self.fits:
+        if len(images) > self.fits:
             raise torch.cuda.OutOfMemoryError("simulated")
-        self.log.append(("launch", keys[0]))
+        self.log.append(("launch", seed))
         output = ModelOutput(images.flatten(1)[:, :3].numpy().astype(np.float32), None, {}, {})
         log = self.log
 
         class Later:
             def result(self):
-                log.append(("collect", keys[0]))
+                log.append(("collect", seed))
                 return output
 
         return Later()
 
 
-def _batch(shards: list[tuple[str, list[str]]], seed: int) -> dict:
-    keys = [k for _, ks in shards for k in ks]
+def _batch(keys: list[str], seed: int) -> dict:
+    """A mixed batch of ``keys`` (``<shard>_<name>``): each row names its shard."""
     return {
-        "shard": shards[0][0],
-        "shards": [(s, len(ks)) for s, ks in shards],
         "keys": keys,
+        "rows": [key.split("_")[0] for key in keys],
         "labels": torch.arange(len(keys)),
         "images": torch.from_numpy(np.random.default_rng(seed).normal(size=(len(keys), 4))),
+        "seed": seed,
     }
 
 
 def test_a_batch_is_collected_after_the_next_is_launched_with_the_same_results():
-    from harness.runtime.inference import resolve_kappas, score_batch, score_shards
+    from harness.runtime.inference import resolve_kappas, score_batch, score_mixed
 
     kappas = resolve_kappas(["softmax", "energy"])
-    batches = [
-        _batch([("s1", ["s1_b", "s1_a"]), ("s0", ["s0_a"])], 0),
-        _batch([("s2", ["s2_a", "s2_b", "s2_c"])], 1),
-        _batch([("s2", ["s2_d"]), ("s3", ["s3_z", "s3_y"])], 2),
+    batches = [  # rows of shards mixed across batches, as the secret order mixes them
+        _batch(["s1_b", "s2_c", "s0_a", "s1_a"], 10),
+        _batch(["s2_a", "s3_z", "s2_b"], 11),
+        _batch(["s3_y", "s2_d"], 12),
     ]
     sizes = {"s1": 2, "s0": 1, "s2": 4, "s3": 2}
     forward = Recording()
-    got = dict(score_shards(forward, iter(batches), sizes, 3, kappas, keep_logits=True))
+    got = dict(score_mixed(forward, iter(batches), sizes, 3, kappas))
     assert forward.log == [
-        ("launch", "s1_b"),
-        ("launch", "s2_a"),
-        ("collect", "s1_b"),
-        ("launch", "s2_d"),
-        ("collect", "s2_a"),
-        ("collect", "s2_d"),
+        ("launch", 10),
+        ("launch", 11),
+        ("collect", 10),
+        ("launch", 12),
+        ("collect", 11),
+        ("collect", 12),
     ]
+    assert set(got) == set(sizes)
     one = [score_batch(Recording(), b["images"], b["keys"], b["labels"].numpy(), 3, kappas, True) for b in batches]
     whole = SplitScores.concat(one)
     for shard, scores in got.items():
@@ -295,8 +288,9 @@ def test_a_batch_is_collected_after_the_next_is_launched_with_the_same_results()
         assert np.array_equal(scores.logits, want.logits) and np.array_equal(
             scores.scores["energy"], want.scores["energy"]
         )
-    halved = dict(score_shards(Recording(fits=1), iter(batches[:1]), sizes, 3, kappas, keep_logits=True))
-    for shard in ("s1", "s0"):  # out of memory: halves, each shard still given its own samples (s0 sorts first)
+    halved = dict(score_mixed(Recording(fits=1), iter(batches[:1]), {"s1": 2, "s0": 1, "s2": 1}, 3, kappas))
+    for shard in ("s1", "s0"):  # out of memory: halves, each shard still given its own samples
         assert np.array_equal(halved[shard].keys, got[shard].keys) and np.array_equal(
             halved[shard].logits, got[shard].logits
         )
+    assert np.array_equal(halved["s2"].logits, got["s2"].take(np.array([2])).logits)

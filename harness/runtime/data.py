@@ -24,6 +24,7 @@ from dataset_builder.shards import read_shard
 from harness.config import EvalConfig
 from harness.runtime.decoded_cache import MAX_ENTRY_BYTES, DecodedCache
 from harness.runtime.decoding import joined
+from harness.runtime.interleave import derived, merged
 
 
 def _collate(shard: str, examples: list, decode: Callable | None, field: str) -> dict:
@@ -78,6 +79,7 @@ class ShardStream(torch.utils.data.IterableDataset):
         self.field = "pixels" if hasattr(decode, "pixels") else "images"
         self.decode_into = getattr(decode, "pixels", decode)  # what fills ``field``
         self._class_ids: dict[bytes, str] = {}
+        self.order_seed: int | None = None  # set: the groups' shards are read merged (see :meth:`_merged`)
 
     def _example(self, shard: dict, sample: dict) -> tuple:
         key = sample.get("__key__")
@@ -151,9 +153,24 @@ class ShardStream(torch.utils.data.IterableDataset):
         )
         yield from self._keeping(shard, batches) if self.decoded is not None else batches
 
+    def _guarded(self, shard: dict) -> Iterator[dict]:
+        """A shard's batches, ending in an error batch where it is missing, corrupt or unreadable."""
+        try:
+            yield from self._batches(shard)
+        except BenchmarkError as exc:
+            yield {"shard": shard["path"], "error": str(exc)}
+
+    def _merged(self, shards: list[dict], reader: int) -> Iterator[dict]:
+        """The chunks of ``shards`` read a few at once in the run's secret order (:func:`interleave.merged`)."""
+        opened = [(shard["num_samples"], lambda shard=shard: self._guarded(shard)) for shard in shards]
+        return merged(opened, derived(self.order_seed, "reader", reader))
+
     def __iter__(self) -> Iterator[dict]:
         worker = torch.utils.data.get_worker_info()
         mine = self.groups if worker is None else self.groups[worker.id :: worker.num_workers]
+        if self.order_seed is not None:
+            yield from self._merged([shard for group in mine for shard in group], 0 if worker is None else worker.id)
+            return
         for group in mine:
             shard = group[0]
             try:
@@ -322,7 +339,8 @@ class _Passes(torch.utils.data.IterableDataset):
         self.stream, self.plans = stream, plans
 
     def __iter__(self) -> Iterator[dict]:
-        self.stream.groups, self.stream.label_of = self.plans[torch.utils.data.get_worker_info().id].get()
+        plan = self.plans[torch.utils.data.get_worker_info().id].get()
+        self.stream.groups, self.stream.label_of, self.stream.order_seed = plan
         return iter(self.stream)
 
 
@@ -355,21 +373,25 @@ class Loader:
         self.lane = lane if lane is not None or self.in_stream else DecodeLane(decoder.device)
         self._loader, self._plans = None, []
 
-    def batches(self, groups: list[list[dict]], label_of: dict[str, int]) -> Iterator[dict]:
-        """The batches of one pass over ``groups`` (see :class:`ShardStream`); close the iterator to stop early."""
+    def batches(
+        self, groups: list[list[dict]], label_of: dict[str, int], order_seed: int | None = None
+    ) -> Iterator[dict]:
+        """The batches of one pass over ``groups`` (see :class:`ShardStream`); close the iterator to stop early. With
+        an ``order_seed``, each reader's shards are read merged in the run's secret order (chunks of one shard each,
+        which :class:`harness.runtime.interleave.Mixer` mixes into batches)."""
         if not groups:
             return iter(())
         if self.workers:
-            batches = self._loaded(groups, label_of)
+            batches = self._loaded(groups, label_of, order_seed)
             batches = batches if self.in_stream else prefetched(_decoded(batches, self.decoder, self.lane))
         else:
-            self.stream.groups, self.stream.label_of = groups, label_of
+            self.stream.groups, self.stream.label_of, self.stream.order_seed = groups, label_of, order_seed
             batches = iter(self.stream) if self.in_stream else _decoded(iter(self.stream), self.decoder, self.lane)
             batches = prefetched(_pinned(batches) if self.pin_memory and self.in_stream else batches)
         batches = batches if self.lane is None else _taken(batches, self.lane)
         return _normalized(batches, self.decoder) if self.stream.field == "pixels" else batches
 
-    def _loaded(self, groups: list[list[dict]], label_of: dict[str, int]) -> Iterator[dict]:
+    def _loaded(self, groups: list[list[dict]], label_of: dict[str, int], order_seed: int | None) -> Iterator[dict]:
         """One pass of the persistent worker processes (started on the first pass)."""
         if self._loader is None:
             context = torch.multiprocessing.get_context()
@@ -383,7 +405,7 @@ class Loader:
                 multiprocessing_context=context,
             )
         for plan in self._plans:
-            plan.put((groups, label_of))
+            plan.put((groups, label_of, order_seed))
         whole = False
         try:
             yield from iter(self._loader)

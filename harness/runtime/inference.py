@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from harness.kappas.features import FeatureTap, check_features, check_head
 from harness.kappas.registry import resolve_kappas as resolve_registered
 from harness.method.scores import SplitScores
 from harness.runtime.execution import Execution
+from harness.runtime.interleave import derived
 
 
 def resolve_kappas(
@@ -93,10 +93,6 @@ def _seeded_fit(spec: KappaSpec, seed: int, fit, *args) -> None:
             raise HarnessError(f"fitting kappa '{spec.name}' failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _batch_seed(seed: int, first_key: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}/{first_key}".encode()).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
-
-
 @dataclass
 class ModelOutput:
     """One batch through the model: logits, features (or None), and the kappas computed beside the model."""
@@ -109,12 +105,13 @@ class ModelOutput:
 
 class LocalForward:
     """The model's forward pass (logits and features), and the kappas computed beside the model
-    (:attr:`KappaSpec.in_model`), in this process."""
+    (:attr:`KappaSpec.in_model`), in this process. A batch comes with pixels and a seed for the seeded kappas
+    (MC-dropout's masks), nothing else: no key, class or split."""
 
     isolation = {"mode": "in-process"}
 
-    def __init__(self, model: torch.nn.Module, execution: Execution, num_classes: int, seed: int):
-        self.model, self.execution, self.num_classes, self.seed = model, execution, num_classes, seed
+    def __init__(self, model: torch.nn.Module, execution: Execution, num_classes: int):
+        self.model, self.execution, self.num_classes = model, execution, num_classes
         self.tap = FeatureTap(model, num_classes)
 
     @property
@@ -122,10 +119,10 @@ class LocalForward:
         """The model's last layer ``(weight, bias)``, float64, or None."""
         return self.tap.head
 
-    def __call__(self, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]) -> ModelOutput:
-        return self.launch(images, keys, kappas).result()
+    def __call__(self, images: torch.Tensor, seed: int, kappas: list[KappaSpec]) -> ModelOutput:
+        return self.launch(images, seed, kappas).result()
 
-    def launch(self, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]) -> Pending:
+    def launch(self, images: torch.Tensor, seed: int, kappas: list[KappaSpec]) -> Pending:
         """A batch's forward pass and the passes of the kappas that need the model; its logits and features on their
         way to the host (from a GPU, copied asynchronously into pinned memory: :meth:`Pending.result` waits)."""
         images = self.execution.inputs(images)
@@ -150,7 +147,7 @@ class LocalForward:
                 continue
             try:
                 with self.execution.autocast():
-                    score, conf = spec.impl.score_model(self.model, images, _batch_seed(self.seed, keys[0]))
+                    score, conf = spec.impl.score_model(self.model, images, seed)
                 scores[spec.name], confs[spec.name] = score.cpu().numpy(), conf.cpu().numpy()
             except HarnessError:
                 raise
@@ -235,7 +232,7 @@ class Done:
 def gives_features(forward, transform, channels: int) -> bool:
     """Whether the model returns features of its own: one trial pass on a blank image (no image of the benchmark)."""
     image = transform(Image.new("L" if channels == 1 else "RGB", (320, 240)))
-    return forward(image[None], ["trial"], []).features is not None
+    return forward(image[None], 0, []).features is not None
 
 
 def score_batch(
@@ -247,8 +244,10 @@ def score_batch(
     kappas: list[KappaSpec],
     keep_logits: bool = False,
     feature_dtype: str = EvalConfig.feature_dtype,
+    seed: int = 0,
 ) -> SplitScores:
-    """All kappas of one batch from one forward pass (plus the extra passes of the kappas that need the model).
+    """All kappas of one batch from one forward pass (plus the extra passes of the kappas that need the model, seeded
+    by ``seed``).
 
     ``forward`` (:class:`LocalForward`, or a model in a child process) returns the logits, the features and the kappas
     computed beside the model; every other kappa is computed here from them. ``keep_logits`` keeps logits and features.
@@ -256,7 +255,7 @@ def score_batch(
     """
     return _finish(
         forward,
-        _launch(forward, images, keys, kappas).result(),
+        _launch(forward, images, seed, kappas).result(),
         keys,
         labels,
         num_classes,
@@ -266,11 +265,11 @@ def score_batch(
     )
 
 
-def _launch(forward, images: torch.Tensor, keys: list[str], kappas: list[KappaSpec]):
+def _launch(forward, images: torch.Tensor, seed: int, kappas: list[KappaSpec]):
     """``forward``'s pass over a batch, launched (:class:`Pending`) where it can be, else done (:class:`Done`)."""
     in_model = [k for k in kappas if k.in_model]
     return (
-        forward.launch(images, keys, in_model) if hasattr(forward, "launch") else Done(forward(images, keys, in_model))
+        forward.launch(images, seed, in_model) if hasattr(forward, "launch") else Done(forward(images, seed, in_model))
     )
 
 
@@ -329,10 +328,10 @@ def launch_adaptive(
 ) -> Callable[[], SplitScores]:
     """:func:`score_batch_adaptive` launched: the forward pass now, the rest when the returned function is called
     (after the next batch's launch, so that the device and the host work at once). The results are in the batch's
-    order."""
-    keys, labels = batch["keys"], batch["labels"].numpy()
+    order; the seeded kappas take the batch's ``"seed"`` (its halves, seeds derived from it)."""
+    keys, labels, seed = batch["keys"], batch["labels"].numpy(), batch.get("seed", 0)
     try:
-        pending = _launch(forward, batch["images"], keys, kappas)
+        pending = _launch(forward, batch["images"], seed, kappas)
         return lambda: _finish(forward, pending.result(), keys, labels, num_classes, kappas, keep_logits, feature_dtype)
     except torch.cuda.OutOfMemoryError as exc:
         if len(keys) == 1:
@@ -343,8 +342,8 @@ def launch_adaptive(
         torch.cuda.empty_cache()
     half = len(keys) // 2
     halves = [
-        {"keys": keys[part], "images": batch["images"][part], "labels": batch["labels"][part]}
-        for part in (slice(0, half), slice(half, None))
+        {"keys": keys[part], "images": batch["images"][part], "labels": batch["labels"][part], "seed": derived(seed, i)}
+        for i, part in enumerate((slice(0, half), slice(half, None)))
     ]
     joined = SplitScores.concat(
         [score_batch_adaptive(forward, h, num_classes, kappas, keep_logits, feature_dtype) for h in halves]
@@ -355,49 +354,51 @@ def launch_adaptive(
 
 def named(batch: dict) -> str:
     """A batch's shards in a few words, for a one-line error: its first shard, and how many more."""
-    paths = list(dict.fromkeys(path for path, _ in batch.get("shards", []))) or [batch["shard"]]
+    paths = list(dict.fromkeys(batch.get("rows", []))) or [batch["shard"]]
     more = len(paths) - 1
     return paths[0] + (f" (and {phases.plural(more, 'more shard')} in its batch)" if more else "")
 
 
-def score_shards(
+def score_mixed(
     forward,
     batches: Iterable[dict],
     shard_sizes: dict[str, int],
     num_classes: int,
     kappas: list[KappaSpec],
-    keep_logits: bool = False,
     progress: tqdm | None = None,
     feature_dtype: str = EvalConfig.feature_dtype,
+    answered: Callable[[dict, SplitScores], None] | None = None,
 ) -> Iterator[tuple[str, SplitScores]]:
-    """Score streamed batches (each naming its shards and their samples in it) and yield ``(shard path, its scores)``
-    as soon as a shard is complete; a batch is split into its shards' pieces at once (:meth:`SplitScores.pieces`),
-    and only a shard spread over several batches is joined. An error names the first shard of the batch that failed,
-    and how many more it held."""
+    """Score mixed batches (:class:`harness.runtime.interleave.Mixer`: each row names its shard under ``"rows"``)
+    and yield ``(shard path, its scores)``, sorted by key, logits and features kept, as soon as a shard's every row is
+    scored. ``answered(batch, scores)`` sees each batch's scores (the re-check's first answers). The next batch is
+    launched before the last is collected; an error names the first shard of the batch that failed."""
     pending: dict[str, list[SplitScores]] = {}
+    done: dict[str, int] = {}
 
     def collected(batch: dict, launched: Callable[[], SplitScores]) -> Iterator[tuple[str, SplitScores]]:
         try:
             scored = launched()
         except HarnessError as exc:
             raise HarnessError(f"shard {named(batch)}: {exc}") from exc
+        if answered is not None:
+            answered(batch, scored)
         if progress is not None:
             progress.update(len(batch["keys"]))
-        shards = batch["shards"]
-        for (shard, count), piece in zip(shards, scored.pieces([count for _, count in shards])):
-            if shard not in pending and count == shard_sizes[shard]:
-                yield shard, piece
-                continue
-            pending.setdefault(shard, []).append(piece)
-            if sum(len(part) for part in pending[shard]) == shard_sizes[shard]:
-                yield shard, SplitScores.concat(pending.pop(shard))
+        paths, rows = np.unique(batch["rows"], return_inverse=True)
+        for i, path in enumerate(paths.tolist()):
+            mine = np.flatnonzero(rows == i)
+            pending.setdefault(path, []).append(scored.take(mine))
+            done[path] = done.get(path, 0) + len(mine)
+            if done[path] == shard_sizes[path]:
+                yield path, SplitScores.concat(pending.pop(path))
 
     in_flight = None  # the batch launched last, collected once the next one is launched
     for batch in batches:
         failure, launched = batch.get("error"), None
         if failure is None:
             try:
-                launched = launch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)
+                launched = launch_adaptive(forward, batch, num_classes, kappas, True, feature_dtype)
             except HarnessError as exc:
                 failure = f"shard {named(batch)}: {exc}"
         if in_flight is not None:  # the batch before is collected (its shards cached) even when this one failed
@@ -409,7 +410,4 @@ def score_shards(
         yield from collected(*in_flight)
     if pending:
         shard = next(iter(pending))
-        raise HarnessError(
-            f"shard {shard} yielded {sum(len(p) for p in pending[shard])} samples, "
-            f"the manifest says {shard_sizes[shard]}"
-        )
+        raise HarnessError(f"shard {shard} yielded {done[shard]} samples, the manifest says {shard_sizes[shard]}")

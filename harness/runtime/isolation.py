@@ -66,7 +66,7 @@ class ChildForward:
     It takes the sandbox the command line started for the file before importing the harness (its Python and torch
     start-up then overlap the harness's own), or starts one."""
 
-    def __init__(self, path: Path, execution: Execution, num_classes: int, seed: int, limits: Limits):
+    def __init__(self, path: Path, execution: Execution, num_classes: int, limits: Limits):
         self.limits, self.num_classes, self.started = limits, num_classes, time.monotonic()
         self.features_dim = None
         cuda = execution.device.type == "cuda"
@@ -89,7 +89,6 @@ class ChildForward:
                         "compile": execution.compile,
                         "threads": torch.get_num_threads(),
                         "num_classes": num_classes,
-                        "seed": seed,
                         "memory_bytes": limits.memory_bytes,
                     },
                 ),
@@ -205,16 +204,18 @@ class ChildForward:
             )
         return out
 
-    def __call__(self, images: torch.Tensor, keys: list[str], kappas) -> ModelOutput:
+    def __call__(self, images: torch.Tensor, seed: int, kappas) -> ModelOutput:
+        """A batch's answer: only its pixels and a seed for the seeded kappas cross to the child (no key, class,
+        shard or split)."""
         from harness.runtime.inference import ModelOutput
 
         body = self._ask(
-            ("batch", {"images": images.numpy(), "keys": list(keys), "kappas": [(k.name, k.params) for k in kappas]}),
+            ("batch", {"images": images.numpy(), "seed": int(seed), "kappas": [(k.name, k.params) for k in kappas]}),
             "answer",
             self.limits.batch_timeout_s,
             self._answer_budget(len(images), kappas),
         )
-        n = len(keys)
+        n = len(images)
         if not isinstance(body, dict) or set(body) != {"logits", "features", "scores", "confs"}:
             raise Malformed("its answer has other fields than logits, features, scores, confs")
         logits = self._floats(body["logits"], "logits", (n, self.num_classes))
@@ -274,10 +275,10 @@ class ChildForward:
 
 
 def load_isolated(
-    path: str | Path, execution: Execution, num_classes: int, seed: int, limits: Limits
+    path: str | Path, execution: Execution, num_classes: int, limits: Limits
 ) -> tuple[Submission, ChildForward]:
     """A submission file loaded in a sandboxed child process: the harness's view of it, and its forward pass."""
-    forward = ChildForward(Path(path), execution, num_classes, seed, limits)
+    forward = ChildForward(Path(path), execution, num_classes, limits)
     try:
         return forward.submission(), forward
     except BaseException:

@@ -53,7 +53,7 @@ def load(options: dict):
         submission.model, torch.zeros(submission.preprocessing["input_size"]), options["num_classes"], submission.source
     )
     execution = Execution(torch.device(options["device"]), options["amp"], options["channels_last"], options["compile"])
-    forward = LocalForward(execution.prepare(submission.model), execution, options["num_classes"], options["seed"])
+    forward = LocalForward(execution.prepare(submission.model), execution, options["num_classes"])
     meta = {
         "name": submission.name,
         "data_config": {k: v for k, v in submission.preprocessing.items() if k != "transform"},
@@ -108,7 +108,7 @@ def serve(channel: Channel) -> None:
                 images = torch.from_numpy(body["images"])
                 channel.send("extracted", as_numpy(forward.extract(images, rebuilt(body["kappas"]))))
             else:
-                out = forward(torch.from_numpy(body["images"]), body["keys"], rebuilt(body["kappas"]))
+                out = forward(torch.from_numpy(body["images"]), body["seed"], rebuilt(body["kappas"]))
                 channel.send(
                     "answer", {"logits": out.logits, "features": out.features, "scores": out.scores, "confs": out.confs}
                 )
