@@ -41,6 +41,7 @@ from harness.method.severity import SEVERITY_CONVENTION, num_windows
 from harness.options import is_zoo_target, misplaced_weights
 from harness.outputs import check_out, per_level_frame, record, summary_table, write_outputs
 from harness.phases import plural
+from harness.runtime import interleave
 from harness.runtime.data import Loader, default_workers, shard_groups
 from harness.runtime.decoded_cache import DecodedCache
 from harness.runtime.decoded_cache import cache_key as decoded_key
@@ -58,7 +59,7 @@ from harness.runtime.inference import (
     resolve_kappas,
     score_mixed,
 )
-from harness.runtime.interleave import Mixer, derived, new_order_seed, secret_order
+from harness.runtime.interleave import Mixer, derived, secret_order
 from harness.runtime.isolation import ChildForward, load_isolated
 from harness.runtime.recheck import Recheck, tolerance
 from harness.runtime.score_cache import ScoreCache, kappa_id, run_key
@@ -488,7 +489,9 @@ def _resolve(config: EvalConfig, device: str, ranks: Ranks) -> tuple[EvalConfig,
     workers = default_workers(execution.device) if config.workers is None else config.workers
     execution.share_cpu(workers)
     phases.say(execution.summary())
-    order_seed = ranks.gather([new_order_seed() if config.order_seed is None else config.order_seed])[0]  # rank 0's
+    order_seed = ranks.gather([interleave.new_order_seed() if config.order_seed is None else config.order_seed])[
+        0
+    ]  # rank 0's
     return replace(
         config, workers=workers, progress=config.progress and ranks.is_main, order_seed=order_seed
     ), execution

@@ -53,7 +53,8 @@ RECORDS = "records"
 LOCK = ".lock"
 FORMAT_VERSION = 1
 LOCK_TIMEOUT_S = 300
-RUN_DETAILS = ("created", "timings", "harness_version")  # what two runs of one model may differ in: not its results
+RUN_DETAILS = ("created", "timings", "harness_version", "order_seed")  # two runs of one model differ in these
+SAME_WITHIN = 1e-6  # two runs in other secret orders sum in other batches: their metrics agree to float rounding
 _RECORD_FILE = re.compile(r"^([0-9]{6,})-([0-9a-f]{16})\.json$")
 
 
@@ -293,7 +294,8 @@ def _to_stderr(line: str) -> None:
 
 def first_difference(a, b, path: str = "") -> str | None:
     """The first path (``model.name``, ``levels[3].ood_auroc``) where two JSON values differ, or None; a key one
-    object lacks and the other holds as null counts as the same (a field older records leave out)."""
+    object lacks and the other holds as null counts as the same (a field older records leave out), and numbers within
+    ``SAME_WITHIN`` are the same."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in dict.fromkeys([*a, *b]):
             found = first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
@@ -307,7 +309,9 @@ def first_difference(a, b, path: str = "") -> str | None:
                 return found
         return None
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))  # 2 and 2.0 are one value
-    return None if a == b and (numbers or type(a) is type(b)) else path or "the record"
+    if numbers:
+        return None if abs(a - b) <= SAME_WITHIN else path or "the record"
+    return None if a == b and type(a) is type(b) else path or "the record"
 
 
 def _index(directory: Path) -> list[str]:

@@ -18,6 +18,15 @@ def hub_server() -> str:
     return _LOCAL_HUB.start().url
 
 
+@pytest.fixture(autouse=True)
+def one_secret_order(monkeypatch):
+    """Runs in this process draw one order seed, so that two runs in a test stream the same batches and give the same
+    bytes (a run draws its own otherwise; tests/sandbox/test_order.py gives its runs theirs)."""
+    from harness.runtime import interleave
+
+    monkeypatch.setattr(interleave, "new_order_seed", lambda: 7)
+
+
 def pytest_collection_modifyitems(items):
     """A test that asks for the local Hub is marked ``hub`` (``-m "not hub"`` leaves them out)."""
     for item in items:

@@ -158,9 +158,9 @@ def test_a_second_run_says_it_forwarded_nothing(tiny_glyphs, tmp_path):  # noqa:
         )
         assert done.exit_code == 0, done.output
         lines.append(next(line for line in done.output.splitlines() if line.startswith("scored ")))
-        splits = [line for line in done.output.splitlines() if line.startswith("ood_test: done")]
-        assert len(splits) == 1 and splits[0].endswith(
-            "(0 shards forwarded, 48 from the score cache)" if run == "b" else "(48 shards forwarded)"
+        passes = [line for line in done.output.splitlines() if line.startswith("evaluation: done")]
+        assert len(passes) == 1 and passes[0].endswith(
+            f"(0 shards forwarded, {shards} from the score cache)" if run == "b" else f"({shards} shards forwarded)"
         ), done.output
     assert lines[0] == f"scored {shards} shards ({images:,} images forwarded); 0 shards from the score cache"
     assert lines[1] == f"scored 0 shards (0 images forwarded); {shards} shards from the score cache"

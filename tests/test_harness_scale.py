@@ -32,7 +32,7 @@ def build_model():
 
 
 def stable(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in ("created", "timings")}
+    return {k: v for k, v in record.items() if k not in ("created", "timings", "order_seed")}
 
 
 def records_in(folder: Path) -> dict:

@@ -23,7 +23,7 @@ ALL_KAPPAS = ["softmax", "entropy", "max_logit", "energy", "odin", "mc_dropout"]
 
 
 def stable(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in ("created", "timings")}
+    return {k: v for k, v in record.items() if k not in ("created", "timings", "order_seed")}
 
 
 def test_submit_writes_every_output(tiny_glyphs, tmp_path):

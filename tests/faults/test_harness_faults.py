@@ -16,10 +16,12 @@ import pytest
 from dataset_builder.levels import level_file_name
 from glyph_fixtures import CNN, cnn_variant
 from harness.runtime.score_cache import decode, encode
+from leaderboard.store import first_difference
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
-STABLE_EXCEPT = ("created", "timings")
+# a resumed run scores its last shards in other batches: its metrics agree with a clean run's to float rounding
+STABLE_EXCEPT = ("created", "timings", "order_seed")
 
 
 def cli(*args, cwd=None, wrap=()) -> subprocess.CompletedProcess:
@@ -109,7 +111,7 @@ def healing_run(common, clean, earlier, entry: Path, reason: str) -> None:
         rf"warning: score cache entry {re.escape(str(entry))} is unusable \({reason}\); "
         r"it is discarded and its shard scored again",
     )
-    assert records(earlier["out"]) == clean["records"]
+    assert first_difference(records(earlier["out"]), clean["records"]) is None
     stats = timings(earlier["out"])
     assert stats["shards_scored"] == 1 and stats["shards_from_cache"] == clean["shards"] - 1
     assert_outputs_moved_aside(earlier)
@@ -164,7 +166,10 @@ def test_a_cache_under_a_regular_file_is_skipped_and_the_run_completes(common, c
         rf"warning: cannot write the score cache in {re.escape(str(blocker / 'cache'))}/\w+ "
         r"\(Not a directory\); the run goes on without caching",
     )
-    assert records(earlier["out"]) == clean["records"] and timings(earlier["out"])["shards_scored"] == clean["shards"]
+    assert (
+        first_difference(records(earlier["out"]), clean["records"]) is None
+        and timings(earlier["out"])["shards_scored"] == clean["shards"]
+    )
     assert blocker.read_text() == "not a folder\n"
     assert_outputs_moved_aside(earlier)
 
@@ -196,7 +201,7 @@ def test_a_read_only_cache_is_still_read(common, clean, earlier):
     )
     stats = timings(earlier["out"])
     assert stats["shards_from_cache"] == clean["shards"] - 1 and stats["shards_scored"] == 1
-    assert records(earlier["out"]) == clean["records"] and tree(earlier["cache"]) == before
+    assert first_difference(records(earlier["out"]), clean["records"]) is None and tree(earlier["cache"]) == before
     assert_outputs_moved_aside(earlier)
 
 
