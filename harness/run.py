@@ -489,9 +489,8 @@ def _resolve(config: EvalConfig, device: str, ranks: Ranks) -> tuple[EvalConfig,
     workers = default_workers(execution.device) if config.workers is None else config.workers
     execution.share_cpu(workers)
     phases.say(execution.summary())
-    order_seed = ranks.gather([interleave.new_order_seed() if config.order_seed is None else config.order_seed])[
-        0
-    ]  # rank 0's
+    drawn = interleave.new_order_seed() if config.order_seed is None else config.order_seed
+    order_seed = ranks.gather([drawn])[0]  # rank 0's, on every rank
     return replace(
         config, workers=workers, progress=config.progress and ranks.is_main, order_seed=order_seed
     ), execution
