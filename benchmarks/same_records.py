@@ -2,6 +2,7 @@
 
     python benchmarks/same_records.py                    # against the merge base of HEAD with main
     python benchmarks/same_records.py --before 6f0bbba   # against any commit, branch or tag
+    python benchmarks/same_records.py --before HEAD --order-seed 5   # a rerun given a run's order seed
 
 Checks out the ``--before`` ref in a temporary git worktree, runs the quick start (``cood-harness submit
 examples/glyph_cnn.py``, the embedded ``glyphs`` benchmark) from that tree and from this one, one after the other, each
@@ -36,10 +37,11 @@ def git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def run_quick_start(tree: Path, work: Path) -> Path:
-    """Run the quick start with ``tree``'s code into fresh folders under ``work``; return the output folder."""
+def run_quick_start(tree: Path, work: Path, extra: tuple[str, ...] = (), benchmarks: Path | None = None) -> Path:
+    """Run the quick start with ``tree``'s code and ``extra`` options into fresh folders under ``work`` (the
+    benchmark built there too, unless a ``benchmarks`` cache folder is given); return the output folder."""
     work.mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": str(tree), "COOD_BENCH_CACHE": str(work / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(tree), "COOD_BENCH_CACHE": str(benchmarks or work / "cache")}
     found = subprocess.run(
         [sys.executable, "-c", "import harness; print(harness.__file__)"],
         cwd=tree,
@@ -56,6 +58,7 @@ def run_quick_start(tree: Path, work: Path) -> Path:
         "-c",
         "from harness.cli import main; main()",
         *QUICK_START,
+        *extra,
         "--out",
         str(out),
         "--cache-dir",
@@ -101,6 +104,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", help="the git ref to compare against (default: the merge base of HEAD with main)")
     parser.add_argument("--keep", type=Path, help="keep both runs' folders here (default: a temporary folder, removed)")
+    parser.add_argument(
+        "--order-seed", type=int, help="give both runs this order seed (both trees must know --order-seed)"
+    )
     args = parser.parse_args()
     ref = args.before or git("merge-base", "HEAD", "main")
     commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
@@ -109,7 +115,8 @@ def main() -> int:
     git("worktree", "add", "--detach", str(tree), commit)
     try:
         print(f"before: {ref} ({commit[:12]}); after: the working tree {ROOT}", flush=True)
-        outs = [run_quick_start(tree, work / "before"), run_quick_start(ROOT, work / "after")]
+        extra = () if args.order_seed is None else ("--order-seed", str(args.order_seed))
+        outs = [run_quick_start(tree, work / "before", extra), run_quick_start(ROOT, work / "after", extra)]
         names = sorted({p.relative_to(out).as_posix() for out in outs for p in out.rglob("*") if p.is_file()})
         results = {name: compare(*outs, name) for name in names}
     finally:
