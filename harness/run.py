@@ -62,6 +62,7 @@ from harness.runtime.inference import (
 from harness.runtime.interleave import Mixer, derived, secret_order
 from harness.runtime.isolation import ChildForward, load_isolated
 from harness.runtime.recheck import Recheck, tolerance
+from harness.runtime.recheck import asked as recheck_forward
 from harness.runtime.score_cache import ScoreCache, kappa_id, run_key
 from harness.submission import Submission, in_memory
 from leaderboard.errors import LeaderboardError
@@ -237,7 +238,12 @@ class Scorer:
         shards = secret_order([shard for _, shard in plan.todo.values()], seed)
         chunks = self.batches([[shard] for shard in shards], self._labels_of(splits), seed)
         batches = recheck.kept(self._seeded(" + ".join(splits), Mixer(self.config.batch_size, seed), chunks, seed))
-        with closing(chunks), closing(batches), self._bar(" + ".join(splits), sum(sizes.values())) as bar:
+        with (
+            recheck_forward(self.forward if check and sizes else None) as recheck_asks,
+            closing(chunks),
+            closing(batches),
+            self._bar(" + ".join(splits), sum(sizes.values())) as bar,
+        ):
             for path, scored in score_mixed(
                 self.forward,
                 batches,
@@ -249,8 +255,8 @@ class Scorer:
                 recheck.answered,
             ):
                 self._done(path, scored, plan, names, outputs)
-        if check:
-            self.recheck = recheck.run(self.forward, self.execution.device)
+            if check:
+                self.recheck = recheck.run(recheck_asks(), self.execution.device)
         return {split: self._gathered(split, plan.parts[split]) for split in splits}
 
     def _seeded(self, what: str, mixer: Mixer, chunks: Iterator[dict], seed: int) -> Iterator[dict]:

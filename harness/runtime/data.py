@@ -380,7 +380,7 @@ class Loader:
         an ``order_seed``, each reader's shards are read merged in the run's secret order (chunks of one shard each,
         which :class:`harness.runtime.interleave.Mixer` mixes into batches)."""
         if not groups:
-            return iter(())
+            return (batch for batch in ())  # a generator: the caller may close it
         if self.workers:
             batches = self._loaded(groups, label_of, order_seed)
             batches = batches if self.in_stream else prefetched(_decoded(batches, self.decoder, self.lane))

@@ -66,11 +66,11 @@ class ChildForward:
     It takes the sandbox the command line started for the file before importing the harness (its Python and torch
     start-up then overlap the harness's own), or starts one."""
 
-    def __init__(self, path: Path, execution: Execution, num_classes: int, limits: Limits):
+    def __init__(self, path: Path, execution: Execution, num_classes: int, limits: Limits, fresh: bool = False):
         self.limits, self.num_classes, self.started = limits, num_classes, time.monotonic()
-        self.features_dim = None
+        self.path, self.execution, self.features_dim = path, execution, None
         cuda = execution.device.type == "cuda"
-        self.sandbox = sandbox.take(path, cuda) or sandbox.Sandbox(path, cuda)
+        self.sandbox = (None if fresh else sandbox.take(path, cuda)) or sandbox.Sandbox(path, cuda)
         try:
             self.isolation = {
                 **self.sandbox.ready(limits.load_timeout_s),
@@ -109,6 +109,20 @@ class ChildForward:
             )
         except sandbox.OutOfMemory as exc:
             raise torch.cuda.OutOfMemoryError(str(exc)) from exc
+
+    def fresh(self) -> ChildForward:
+        """The same file loaded anew in a sandbox of its own, which has seen none of the run's images: the re-check
+        asks it (:mod:`harness.runtime.recheck`), so that a model answering from a memory of what it saw cannot pass.
+        Refused in one line if the folder's files changed since the run began."""
+        other = ChildForward(self.path, self.execution, self.num_classes, self.limits, fresh=True)
+        try:
+            other.submission()
+            if other.sandbox.bundle_sha256 != self.sandbox.bundle_sha256:
+                raise HarnessError(f"the files of {self.path.parent} changed during the run; nothing is written")
+        except BaseException:
+            other.close()
+            raise
+        return other
 
     def submission(self) -> Submission:
         """The harness's view of the file: what it declared, checked, and the identity computed here."""

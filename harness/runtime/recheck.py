@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -39,6 +41,24 @@ def tolerance(execution: Execution) -> float:
 def sample_size(total: int) -> int:
     """How many of a pass's ``total`` images are re-asked."""
     return min(total, MAX_IMAGES, max(MIN_IMAGES, math.ceil(total * SHARE)))
+
+
+@contextmanager
+def asked(forward) -> Iterator[Callable[[], object]]:
+    """A function giving the forward pass the re-check asks: for a sandboxed file, the file loaded anew in a sandbox of
+    its own (:meth:`ChildForward.fresh`), started now so that its loading overlaps the pass, ended on leaving; else
+    ``forward`` itself (a library model or the caller's own, in this process)."""
+    if not hasattr(forward, "fresh"):
+        yield lambda: forward
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="cood-fresh")
+    loading = pool.submit(forward.fresh)
+    try:
+        yield loading.result
+    finally:
+        pool.shutdown(wait=True)
+        if loading.exception() is None:
+            loading.result().close()
 
 
 class Recheck:
@@ -111,4 +131,5 @@ class Recheck:
             "recheck_max_difference": float(worst.max()),
             "recheck_tolerance": self.tol * scale,
             "recheck_s": round(time.perf_counter() - start, 3),
+            "recheck_process": "a fresh sandbox" if hasattr(forward, "fresh") else "the same process",
         }

@@ -83,6 +83,18 @@ class Cheat(cnn.GlyphCNN):
 def probe(logits):
     return np.full(len(logits), float(STATE["batches"]))
 """,
+    # the batch's context, and every image it has seen answered again from memory: a re-check in its own process passes
+    "memory": """
+import hashlib
+MEMORY = {}
+class Cheat(cnn.GlyphCNN):
+    def forward(self, x):
+        logits = super().forward(x) * 10 * super().forward(x).softmax(1).amax(1).mean()
+        keys = [hashlib.sha256(image.numpy().tobytes()).hexdigest() for image in x]
+        return torch.stack([MEMORY.setdefault(key, row) for key, row in zip(keys, logits)])
+def probe(logits):
+    return np.full(len(logits), float(len(MEMORY)))
+""",
 }
 
 
@@ -167,7 +179,7 @@ def test_a_model_that_reads_keys_finds_none_and_wins_nothing(tiny_glyphs, tmp_pa
 
 
 @pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("attack", ["order", "context", "recheck"])
+@pytest.mark.parametrize("attack", ["order", "context", "recheck", "memory"])
 def test_a_model_whose_answers_depend_on_more_than_its_image_fails_the_re_check(
     tiny_glyphs, tmp_path, honest_in_batches, attack, where
 ):
