@@ -70,7 +70,7 @@ class Cheat(cnn.GlyphCNN):
 def probe(logits):
     return np.full(len(logits), float(STATE["batches"]))
 """,
-    # honest in the passes, but answers otherwise once a lone image follows full batches (the re-check's first)
+    # honest in the pass, but answers otherwise once a lone image follows full batches (the re-check's first)
     "recheck": """
 STATE = {"full": 0, "rechecked": False, "batches": 0}
 class Cheat(cnn.GlyphCNN):
@@ -179,7 +179,7 @@ def test_a_model_that_reads_keys_finds_none_and_wins_nothing(tiny_glyphs, tmp_pa
 
 
 @pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("attack", ["order", "context", "recheck", "memory"])
+@pytest.mark.parametrize("attack", ["order", "context", "memory"])
 def test_a_model_whose_answers_depend_on_more_than_its_image_fails_the_re_check(
     tiny_glyphs, tmp_path, honest_in_batches, attack, where
 ):
@@ -188,3 +188,18 @@ def test_a_model_whose_answers_depend_on_more_than_its_image_fails_the_re_check(
     assert run["error"].startswith("the model answered ") and "asked again" in run["error"], run["error"]
     assert "\n" not in run["error"]
     assert not list(tmp_path.glob("**/records"))  # nothing written
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_model_that_would_answer_the_re_check_otherwise_is_never_asked_it(
+    tiny_glyphs, tmp_path, honest_in_batches, where
+):
+    """The re-check asks the file loaded anew, which has seen no full batch: the cheat's trigger never fires, and the
+    run's records are the honest ones (its probe counted the pass's batches in the first process)."""
+    run = attacked(hostile_file(tmp_path, "recheck", tiny_glyphs), tiny_glyphs, where)
+    assert "records" in run, run.get("error")
+    counts = np.concatenate([np.asarray(v) for v in run["probe"].values()])
+    assert counts.min() >= 1 and counts.max() > 10  # it answered batch after batch
+    records = [r for r in run["records"] if r["kappa"]["name"] != "probe"]
+    assert same_scores(records, honest_in_batches)
+    assert {r["timings"]["recheck_process"] for r in records} == {"a fresh sandbox"}
