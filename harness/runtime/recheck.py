@@ -61,6 +61,19 @@ def asked(forward) -> Iterator[Callable[[], object]]:
             loading.result().close()
 
 
+def _logits(forward, images: torch.Tensor, seed: int) -> np.ndarray:
+    """The model's logits of ``images``, the batch halved on the device's out-of-memory as the pass halves it."""
+    try:
+        return np.asarray(forward(images, seed, []).logits, dtype=np.float64)
+    except torch.cuda.OutOfMemoryError:
+        if len(images) == 1:
+            raise
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    half = len(images) // 2
+    return np.concatenate([_logits(forward, images[:half], seed), _logits(forward, images[half:], derived(seed, 1))])
+
+
 class Recheck:
     """Keeps the images and first logits of a secret sample of a pass's rows (:meth:`kept`, :meth:`answered`), then
     re-asks them (:meth:`run`)."""
@@ -112,8 +125,7 @@ class Recheck:
             at += len(rows)
             if not rows:
                 break
-            answer = forward(images[rows].to(device), derived(self.seed, "recheck", batches), [])
-            again[rows] = np.asarray(answer.logits, dtype=np.float64)
+            again[rows] = _logits(forward, images[rows].to(device), derived(self.seed, "recheck", batches))
             batches += 1
         scale = max(1.0, float(np.abs(first).max()))
         worst = np.abs(again - first).max(axis=1)
