@@ -51,7 +51,7 @@ def record(
     model: dict,
     kappa_params: dict,
     seed: int,
-    order_seed: int | None,
+    order_seed: int | None = None,
     version: str,
     created: str,
     timings: dict,

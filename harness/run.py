@@ -246,7 +246,7 @@ class Scorer:
         ):
             for path, scored in score_mixed(
                 self.forward,
-                batches,
+                _then(batches, recheck_asks.start),
                 sizes,
                 len(self.benchmark.id_classes),
                 kappas,
@@ -256,7 +256,7 @@ class Scorer:
             ):
                 self._done(path, scored, plan, names, outputs)
             if check:
-                self.recheck = recheck.run(recheck_asks(), self.execution.device)
+                self.recheck = recheck.run(recheck_asks.get(), self.execution.device)
         return {split: self._gathered(split, plan.parts[split]) for split in splits}
 
     def _seeded(self, what: str, mixer: Mixer, chunks: Iterator[dict], seed: int) -> Iterator[dict]:
@@ -324,6 +324,14 @@ class Scorer:
             kappas, {k.name: [parts[k.name] for _, parts, _ in everyone] for k in kappas}, labels, self.config.seed
         )
         return labels
+
+
+def _then(batches: Iterator[dict], start: Callable[[], None]) -> Iterator[dict]:
+    """``batches``, calling ``start`` once the first has come (the loader's workers are forked by then)."""
+    for i, batch in enumerate(batches):
+        yield batch
+        if i == 0:
+            start()
 
 
 def cache_cost(cache: ScoreCache, head, images: int) -> str:

@@ -49,7 +49,7 @@ def test_the_command_line_defaults_are_the_configs():
     options = {name: param.default.default for name, param in inspect.signature(cli_submit).parameters.items()}
     fields = {"levels": "num_levels", "kappa": "kappas"}
     shared = {name: fields.get(name, name) for name in options if hasattr(SUBMIT_DEFAULTS, fields.get(name, name))}
-    assert len(shared) == 23  # every field but channels (an in-memory model's) and limits (--timeout, --run-timeout...)
+    assert len(shared) == 24  # every field but channels (an in-memory model's) and limits (--timeout, --run-timeout...)
     assert {name: options[name] for name in shared} == {
         name: getattr(SUBMIT_DEFAULTS, field) for name, field in shared.items()
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -43,22 +43,42 @@ def sample_size(total: int) -> int:
     return min(total, MAX_IMAGES, max(MIN_IMAGES, math.ceil(total * SHARE)))
 
 
-@contextmanager
-def asked(forward) -> Iterator[Callable[[], object]]:
-    """A function giving the forward pass the re-check asks: for a sandboxed file, the file loaded anew in a sandbox of
-    its own (:meth:`ChildForward.fresh`), started now so that its loading overlaps the pass, ended on leaving; else
+class Asked:
+    """The forward pass the re-check asks: for a sandboxed file, the file loaded anew in a sandbox of its own
+    (:meth:`ChildForward.fresh`), loading in a thread from :meth:`start` on (called once the pass's loader workers are
+    forked: a fork while that thread runs could copy a lock it holds), so that its loading overlaps the pass; else
     ``forward`` itself (a library model or the caller's own, in this process)."""
-    if not hasattr(forward, "fresh"):
-        yield lambda: forward
-        return
-    pool = ThreadPoolExecutor(1, thread_name_prefix="cood-fresh")
-    loading = pool.submit(forward.fresh)
+
+    def __init__(self, forward):
+        self.forward, self.pool, self.loading = forward, None, None
+
+    def start(self) -> None:
+        if hasattr(self.forward, "fresh") and self.pool is None:
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="cood-fresh")
+            self.loading = self.pool.submit(self.forward.fresh)
+
+    def get(self):
+        if not hasattr(self.forward, "fresh"):
+            return self.forward
+        self.start()
+        return self.loading.result()
+
+    def close(self) -> None:
+        """Wait for a fresh sandbox still loading, and end it."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            if self.loading.exception() is None:
+                self.loading.result().close()
+
+
+@contextmanager
+def asked(forward) -> Iterator[Asked]:
+    """:class:`Asked` for ``forward``, its fresh sandbox ended on leaving."""
+    answering = Asked(forward)
     try:
-        yield loading.result
+        yield answering
     finally:
-        pool.shutdown(wait=True)
-        if loading.exception() is None:
-            loading.result().close()
+        answering.close()
 
 
 def _logits(forward, images: torch.Tensor, seed: int) -> np.ndarray:

@@ -12,6 +12,7 @@ from glyph_fixtures import cnn_variant
 from harness import evaluate
 
 KAPPAS = ["softmax", "energy"]
+MIXED = r"shard \S+\.tar \(and \d+ more shards in its batch\): "  # a failing batch, of rows of many shards
 ORDER_SEED = 1  # one secret order for the honest and the hostile runs: the same batches, so the same bytes
 NOT_COMPARED = ("created", "timings", "order_seed")
 

@@ -138,7 +138,7 @@ def build_model():
     return variant(M)
 """,
         [],
-        r"shard \S+: ",
+        r"shard \S+ \(and \d+ more shards in its batch\): ",
     ),
     # at load: a state entry as large as the shared memory, over the 1 GiB memory limit
     "load": (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import harness
-from attacks import KAPPAS, hostile, processes_with, run, run_cli, same_scores
+from attacks import KAPPAS, MIXED, hostile, processes_with, run, run_cli, same_scores
 from glyph_fixtures import cnn_variant, negated_cnn
 from harness import HarnessError, evaluate
 
@@ -340,7 +340,7 @@ def test_lying_outputs_are_one_line_and_nothing_is_written(tiny_glyphs, tmp_path
         f"class M(cnn.GlyphCNN):\n    def forward(self, x):\n        {code}\n"
         "def build_model():\n    return variant(M)\n",
     )
-    with pytest.raises(HarnessError, match=r"^shard id/test/000000\.tar: " + message):
+    with pytest.raises(HarnessError, match=r"^" + MIXED + r"" + message):
         evaluate(path, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -360,7 +360,8 @@ inference.LocalForward.__call__ = lying
 """,
     )
     with pytest.raises(
-        HarnessError, match=r"^shard id/test/000000\.tar: the model returned logits that are not floating-point"
+        HarnessError,
+        match=r"^" + MIXED + r"the model returned logits that are not floating-point",
     ):
         evaluate(path, benchmark=tiny_glyphs, kappas=KAPPAS, progress=False, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -3,7 +3,7 @@ naming the shard, and nothing is written; where no sandbox can be had, a file is
 
 import pytest
 
-from attacks import run_cli
+from attacks import MIXED, run_cli
 from glyph_fixtures import cnn_variant
 from harness import HarnessError, evaluate
 from harness.runtime import sandbox
@@ -54,7 +54,7 @@ FAULTS = {
         "            time.sleep(600)\n        return super().forward(x)\n",
         ["--timeout", "3"],
         (
-            r"error: shard id/test/000000\.tar: the submission did not answer within 3 s "
+            r"error: " + MIXED + r"the submission did not answer within 3 s "
             r"\(see --timeout and --run-timeout\)"
         ),
     ),
@@ -62,25 +62,25 @@ FAULTS = {
         "import os\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
         "            os._exit(7)\n        return super().forward(x)\n",
         [],
-        r"error: shard id/test/000000\.tar: the submission's process died \(exit code 7\)",
+        r"error: " + MIXED + r"the submission's process died \(exit code 7\)",
     ),
     "segfault": (
         "import ctypes\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
         "            ctypes.string_at(0)\n        return super().forward(x)\n",
         [],
-        r"error: shard id/test/000000\.tar: the submission's process died \(signal SIGSEGV\)",
+        r"error: " + MIXED + r"the submission's process died \(signal SIGSEGV\)",
     ),
     "memory": (
         "import numpy as np\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
         "            np.ones(2**34, dtype=np.uint8)\n        return super().forward(x)\n",
         ["--memory-limit", "4"],
-        r"error: shard id/test/000000\.tar: (kappa|the model's forward pass failed|the submission ran out of memory).*",
+        r"error: " + MIXED + r"(kappa|the model's forward pass failed|the submission ran out of memory).*",
     ),
     "raises": (
         "class M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
         "            raise ValueError('only on real batches')\n        return super().forward(x)\n",
         [],
-        r"error: shard id/test/000000\.tar: the model's forward pass failed: ValueError: only on real batches",
+        r"error: " + MIXED + r"the model's forward pass failed: ValueError: only on real batches",
     ),
     "dict_output": (
         "class M(cnn.GlyphCNN):\n    def forward(self, x):\n        return {'logits': super().forward(x)}\n",
@@ -90,7 +90,7 @@ FAULTS = {
     "kappa_raises": (
         "KAPPAS = {'boom': lambda logits: 1 / 0}\nclass M(cnn.GlyphCNN):\n    pass\n",
         ["-k", "boom"],
-        r"error: shard id/test/000000\.tar: kappa 'boom' failed: ZeroDivisionError: division by zero",
+        r"error: " + MIXED + r"kappa 'boom' failed: ZeroDivisionError: division by zero",
     ),
     "custom_transform": (
         "def transform():\n    return lambda image: image\nclass M(cnn.GlyphCNN):\n    pass\n",
