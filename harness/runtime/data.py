@@ -1,12 +1,13 @@
-"""Streaming benchmark shards into batches for the model.
+"""Streaming benchmark shards for the model.
 
-A split's shards are packed in manifest order into groups that fill a batch (:func:`shard_groups`: per-class shards
-of 50 images still give the model full batches), divided among DataLoader workers that live across a run's passes
-(:class:`Loader`), or read by a background thread when there are none (and, under torchrun, among ranks by the caller).
-Each shard is fetched (a Hub shard is downloaded on first use), checked against the manifest's size and sha256, and
-decoded by the run's decoder (:mod:`harness.runtime.decoding`) in the workers, or in this process for a GPU decoder,
-on a CUDA stream of its own (:class:`DecodeLane`). A batch's content depends only on the manifest and the batch size,
-which keeps stochastic kappas and resumed runs reproducible whatever the number of workers."""
+The evaluation passes read every split's shards together in the run's secret order: each reader (a DataLoader worker
+that lives across a run's passes, :class:`Loader`, or a background thread when there are none) merges its shards a few
+at once (:func:`harness.runtime.interleave.merged`), and the consumer mixes their chunks into batches
+(:class:`harness.runtime.interleave.Mixer`). The fit split's layer pass reads a split's shards in manifest order, packed
+into groups that fill a batch (:func:`shard_groups`). Under torchrun the caller divides the shards among ranks. Each
+shard is fetched (a Hub shard is downloaded on first use), checked against the manifest's size and sha256, and decoded
+by the run's decoder (:mod:`harness.runtime.decoding`) in the readers, or in this process for a GPU decoder, on a CUDA
+stream of its own (:class:`DecodeLane`)."""
 
 from __future__ import annotations
 
