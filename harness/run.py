@@ -59,7 +59,7 @@ from harness.runtime.inference import (
     resolve_kappas,
     score_mixed,
 )
-from harness.runtime.interleave import Mixer, derived, secret_order
+from harness.runtime.interleave import derived, secret_order
 from harness.runtime.isolation import ChildForward, load_isolated
 from harness.runtime.recheck import Recheck, tolerance
 from harness.runtime.recheck import asked as recheck_forward
@@ -236,11 +236,11 @@ class Scorer:
         seed = derived(self.order_seed, "rank", self.ranks.rank, *splits)
         recheck = Recheck(sum(sizes.values()) if check else 0, self.config.batch_size, seed, tolerance(self.execution))
         shards = secret_order([shard for _, shard in plan.todo.values()], seed)
-        chunks = self.batches([[shard] for shard in shards], self._labels_of(splits), seed)
-        batches = recheck.kept(self._seeded(" + ".join(splits), Mixer(self.config.batch_size, seed), chunks, seed))
+        mixed = self.batches([[shard] for shard in shards], self._labels_of(splits), seed)
+        batches = recheck.kept(self._seeded(" + ".join(splits), mixed, seed))
         with (
             recheck_forward(self.forward if check and sizes else None) as recheck_asks,
-            closing(chunks),
+            closing(mixed),
             closing(batches),
             self._bar(" + ".join(splits), sum(sizes.values())) as bar,
         ):
@@ -259,10 +259,10 @@ class Scorer:
                 self.recheck = recheck.run(recheck_asks.get(), self.execution.device)
         return {split: self._gathered(split, plan.parts[split]) for split in splits}
 
-    def _seeded(self, what: str, mixer: Mixer, chunks: Iterator[dict], seed: int) -> Iterator[dict]:
-        """The mixer's batches, each with its seed for the seeded kappas; notes how long the first took to come."""
+    def _seeded(self, what: str, mixed: Iterator[dict], seed: int) -> Iterator[dict]:
+        """The mixed batches, each with its seed for the seeded kappas; notes how long the first took to come."""
         start = time.perf_counter()
-        for i, batch in enumerate(mixer.batches(chunks)):
+        for i, batch in enumerate(mixed):
             self.first_batch_s.setdefault(what, round(time.perf_counter() - start, 3))
             yield batch | {"seed": derived(seed, "batch", i)}
 

@@ -25,7 +25,7 @@ from dataset_builder.shards import read_shard
 from harness.config import EvalConfig
 from harness.runtime.decoded_cache import MAX_ENTRY_BYTES, DecodedCache
 from harness.runtime.decoding import joined
-from harness.runtime.interleave import derived, merged
+from harness.runtime.interleave import Mixer, derived, merged
 
 
 def _collate(shard: str, examples: list, decode: Callable | None, field: str) -> dict:
@@ -382,14 +382,20 @@ class Loader:
         which :class:`harness.runtime.interleave.Mixer` mixes into batches)."""
         if not groups:
             return (batch for batch in ())  # a generator: the caller may close it
+        mixed = Mixer(self.stream.batch_size, order_seed).batches if order_seed is not None else iter
         if self.workers:
             batches = self._loaded(groups, label_of, order_seed)
-            batches = batches if self.in_stream else prefetched(_decoded(batches, self.decoder, self.lane))
+            batches = (
+                batches if self.in_stream else _taken(prefetched(_decoded(batches, self.decoder, self.lane)), self.lane)
+            )
+            batches = mixed(batches)
         else:
             self.stream.groups, self.stream.label_of, self.stream.order_seed = groups, label_of, order_seed
-            batches = iter(self.stream) if self.in_stream else _decoded(iter(self.stream), self.decoder, self.lane)
-            batches = prefetched(_pinned(batches) if self.pin_memory and self.in_stream else batches)
-        batches = batches if self.lane is None else _taken(batches, self.lane)
+            if self.in_stream:  # mixed in the reading thread, beside the model's pass
+                batches = mixed(iter(self.stream))
+                batches = prefetched(_pinned(batches) if self.pin_memory else batches)
+            else:
+                batches = mixed(_taken(prefetched(_decoded(iter(self.stream), self.decoder, self.lane)), self.lane))
         return _normalized(batches, self.decoder) if self.stream.field == "pixels" else batches
 
     def _loaded(self, groups: list[list[dict]], label_of: dict[str, int], order_seed: int | None) -> Iterator[dict]:

@@ -70,20 +70,25 @@ def merged(opened: list[tuple[int, Callable[[], Iterator[dict]]]], seed: int) ->
 class Mixer:
     """Batches drawn at random from a buffer of chunks' rows: each batch of ``batch_size`` rows is drawn once the
     buffer holds ``MIXED_BATCHES`` batches' worth (or the chunks have run out). A batch carries its rows' keys,
-    labels, images and, under ``"rows"``, each row's shard path (the keys stay in this process)."""
+    labels, images (``"pixels"`` or ``"images"``, as the chunks do) and, under ``"rows"``, each row's shard path (the
+    keys stay in this process)."""
 
     def __init__(self, batch_size: int, seed: int):
         self.batch_size, self.rng = batch_size, random.Random(derived(seed, "mixer"))
 
     def batches(self, chunks: Iterator[dict]) -> Iterator[dict]:
+        """The batches of ``chunks`` (closed when the batches are)."""
         buffer: list[tuple[dict, int]] = []
-        for chunk in chunks:
-            if "error" in chunk:
-                yield chunk
-                return
-            buffer += [(chunk, i) for i in range(len(chunk["keys"]))]
-            while len(buffer) >= self.batch_size * MIXED_BATCHES:
-                yield self._draw(buffer)
+        try:
+            for chunk in chunks:
+                if "error" in chunk:
+                    yield chunk
+                    return
+                buffer += [(chunk, i) for i in range(len(chunk["keys"]))]
+                while len(buffer) >= self.batch_size * MIXED_BATCHES:
+                    yield self._draw(buffer)
+        finally:
+            getattr(chunks, "close", lambda: None)()
         self.rng.shuffle(buffer)
         while buffer:
             yield self._draw(buffer)
@@ -96,9 +101,25 @@ class Mixer:
             buffer[j], buffer[-1 - i] = buffer[-1 - i], buffer[j]
         rows = buffer[-size:]
         del buffer[-size:]
+        field = "pixels" if "pixels" in rows[0][0] else "images"
         return {
             "keys": [chunk["keys"][i] for chunk, i in rows],
-            "labels": torch.stack([chunk["labels"][i] for chunk, i in rows]),
-            "images": torch.stack([chunk["images"][i] for chunk, i in rows]),
+            "labels": gathered(rows, "labels"),
+            field: gathered(rows, field),
             "rows": [chunk["shard"] for chunk, _ in rows],
         }
+
+
+def gathered(rows: list[tuple[dict, int]], name: str) -> torch.Tensor:
+    """The tensor ``name`` of ``rows`` (each a chunk and a row of it), in their order: one index per chunk, not one
+    per row."""
+    by_chunk: dict[int, tuple[dict, list[int], list[int]]] = {}
+    for at, (chunk, i) in enumerate(rows):
+        _, picked, places = by_chunk.setdefault(id(chunk), (chunk, [], []))
+        picked.append(i)
+        places.append(at)
+    parts = [chunk[name][torch.tensor(picked)] for chunk, picked, _ in by_chunk.values()]
+    places = torch.tensor([at for _, _, ats in by_chunk.values() for at in ats], device=parts[0].device)
+    out = torch.empty((len(rows), *parts[0].shape[1:]), dtype=parts[0].dtype, device=parts[0].device)
+    out[places] = torch.cat(parts)
+    return out
