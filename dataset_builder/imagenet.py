@@ -1,6 +1,6 @@
 """The ImageNet benchmark (docs/method.md section 2): ImageNet-21K classes as the OOD source, ImageNet-1K val as ID.
 
-Inputs, each in any form :func:`dataset_builder.sources.open_source` reads (class folders, the official tar of
+Inputs, each in any form :func:`dataset_builder.source_forms.open_source` reads (class folders, the official tar of
 per-class tars or its folder of ``<wnid>.tar`` files, Hub WebDataset shards; the same images give the same benchmark):
 
 - ImageNet-21K: the fall11 release (21,841 classes, pool ``imagenet22k``) or winter21 (a subset of Google's
@@ -33,7 +33,8 @@ from dataset_builder.imagenet_classes import (
     rules_record,
 )
 from dataset_builder.images import ImageSettings, build_from_folders
-from dataset_builder.sources import ImageSource, open_source
+from dataset_builder.source_forms import open_source
+from dataset_builder.sources import ImageSource
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS
 
 BENCHMARK_ID = "imagenet"

@@ -11,7 +11,7 @@ the shards) never knows which one it reads, and one set of images gives the same
 
 Nothing is extracted to disk. An archive is indexed once (tar headers only: ``tarfile`` seeks over the data), then
 each worker reads the members it needs by seeking into it, so the work on a class can run on any core in any order.
-The forms (:func:`open_source` tells them apart):
+The forms (:func:`dataset_builder.source_forms.open_source` tells them apart):
 
 - ``<root>/<wnid>/<image>``: class folders;
 - a tar of per-class tars (``fall11_whole.tar``, ``winter21_whole.tar``, ``ILSVRC2012_img_train.tar``: members
@@ -325,28 +325,3 @@ def val_tar_source(path: str, labels: dict[str, str]) -> MemberSource:
     if found != len(labels):
         raise BenchmarkError(f"{path} holds {found} images, the label file labels {len(labels)}")
     return MemberSource(path, dict(members), "val_tar")
-
-
-def open_source(
-    spec: str | Path, what: str, labels: str | Path | None = None, keep: set[str] | None = None, workers: int = 2
-) -> ImageSource:
-    """The source ``spec`` names: ``hf://datasets/...``, a ``.tar`` file (a tar of per-class tars, or with ``labels`` a
-    flat tar of images), a folder of ``<class>.tar`` files, or a folder of class folders. ``keep``: the classes whose
-    images are wanted (an index holds only those); ``what`` names the source in messages."""
-    spec = str(spec)
-    if spec.startswith("hf://"):
-        from dataset_builder.hub_source import hub_source
-
-        return hub_source(spec, keep, workers)
-    path = Path(spec)
-    if labels is not None and not path.is_file():
-        raise BenchmarkError(f"{what}: labels are for a tar of images; {spec} is not a file")
-    if path.is_file():
-        if labels is not None:
-            return val_tar_source(spec, read_val_labels(labels))
-        return ClassTarSource.from_outer_tar(spec)
-    if not path.is_dir():
-        raise BenchmarkError(f"{what}: {spec} is neither a folder, a tar file nor an hf://datasets/ URL")
-    with os.scandir(path) as entries:
-        tars = any(e.is_file() and e.name.endswith(".tar") for e in entries)
-    return ClassTarSource.from_folder(spec) if tars else FolderSource(path)

@@ -10,13 +10,12 @@ import typer
 
 from dataset_builder.console import make_app, require_torch_extra, run_app
 from dataset_builder.errors import NOTHING_WRITTEN, on_interrupt
-from harness import __version__, phases
+from harness import __version__, bundle, phases
 from harness.config import SUBMIT_DEFAULTS as DEFAULTS
 from harness.config import EvalConfig, Limits
 from harness.errors import HarnessError
 from harness.options import check_target
 from harness.phases import plural
-from harness.runtime import bundle
 from harness.zoo import weights_kinds, zoo_usage
 
 # Nothing above imports torch: --help, and the options and targets that cannot work, answer at once (and help works

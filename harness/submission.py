@@ -29,10 +29,10 @@ import numpy as np
 import torch
 from PIL import Image
 
+from harness.bundle import Bundle
 from harness.errors import HarnessError
 from harness.kappas import LogitKappa, check_kappa_name, registry, split_output
 from harness.options import MAX_NAME_BYTES, check_name  # noqa: F401 (re-exported)
-from harness.runtime.bundle import Bundle
 
 MAX_SIDE = 1024
 MAX_PIXELS = MAX_SIDE * MAX_SIDE  # per image the harness decodes and transforms for a data config
@@ -53,7 +53,7 @@ class Submission:
     user_kappas: dict[str, LogitKappa] = field(default_factory=dict)
     weights_sha256: str | None = None  # computed from ``model`` unless given (a model in a child process)
     num_parameters: int | None = None
-    bundle_sha256: str | None = None  # a submission file's code: :mod:`harness.runtime.bundle`
+    bundle_sha256: str | None = None  # a submission file's code: :mod:`harness.bundle`
 
     def __post_init__(self):
         check_name(self.name)

@@ -3,6 +3,7 @@ leaderboard; inside the harness: method <- kappas <- the rest); the floor (one e
 writes) serves all."""
 
 import ast
+import graphlib
 import os
 import subprocess
 import sys
@@ -24,31 +25,26 @@ BEFORE_TORCH = (
     "dataset_builder",
     "leaderboard",
 )
+ENTRY_POINTS = ("harness.run", "harness.cli", "harness.worker", "harness.outputs", "harness.drilldown")
+# the harness's rooms, left to right: each may import those to its left (and the floors), never those to its right
+ROOMS = (
+    ("harness.method",),
+    ("harness.kappas",),
+    ("harness.submission", "harness.bundle"),  # the submission contract and its bundle
+    ("harness.adapters",),
+    ("harness.runtime",),
+    ENTRY_POINTS,
+)
 # module prefix -> project modules it may never import
 FORBIDDEN = {
     "dataset_builder": ("harness", "leaderboard"),
     "leaderboard": ("harness", "dataset_builder"),
-    "harness.method": (
-        "harness.kappas",
-        "harness.adapters",
-        "harness.runtime",
-        "harness.run",
-        "harness.cli",
-        "harness.outputs",
-        "harness.submission",
-        "dataset_builder",
-        "leaderboard",
-    ),
-    "harness.kappas": (
-        "harness.adapters",
-        "harness.runtime",
-        "harness.run",
-        "harness.cli",
-        "harness.outputs",
-        "harness.submission",
-        "leaderboard",
-    ),
-    "harness.adapters": ("harness.runtime", "harness.run", "harness.cli", "harness.outputs", "leaderboard"),
+    **{
+        prefix: (*(name for later in ROOMS[i + 1 :] for name in later), "leaderboard")
+        + (("dataset_builder",) if i == 0 else ())
+        for i, room in enumerate(ROOMS[:-1])
+        for prefix in room
+    },
     # what the command line reads before torch is imported
     **dict.fromkeys(("harness.options", "harness.zoo", "harness.config"), BEFORE_TORCH),
 }
@@ -92,8 +88,33 @@ def test_imports_run_one_way():
             name = module_name(path)
             checked += any(within(name, [prefix]) for prefix in FORBIDDEN)
             wrong += broken_rules(name, project_imports(path))
-    assert checked > 40  # every module of the builder, the leaderboard, the method and the kappas
+    assert checked > 80  # every module of the builder, the leaderboard and the harness's rooms
     assert not wrong, wrong
+
+
+def test_the_runtime_never_imports_an_entry_point_and_the_contract_nothing_above_it():
+    assert set(ENTRY_POINTS) <= set(FORBIDDEN["harness.runtime"])
+    assert {"harness.adapters", "harness.runtime", *ENTRY_POINTS} <= set(FORBIDDEN["harness.submission"])
+    assert broken_rules("harness.runtime.x", {"harness.run", "harness.submission", "harness.kappas"}) == [
+        "harness.runtime.x imports harness.run"
+    ]
+
+
+def test_no_module_imports_itself_back_through_others():
+    """The import graph of the project's modules (package imports resolved to the module they name) has no circle."""
+    modules = {module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
+
+    def resolved(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {name: {resolved(i) for i in project_imports(path)} - {None, name} for name, path in modules.items()}
+    try:
+        order = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        raise AssertionError(f"an import circle: {' -> '.join(exc.args[1])}") from None
+    assert len(order) == len(modules)
 
 
 def test_a_module_that_breaks_the_rule_is_caught(tmp_path):

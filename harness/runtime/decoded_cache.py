@@ -20,7 +20,7 @@ import PIL
 import torchvision
 
 from dataset_builder.files import write_atomic
-from harness.runtime.bundle import tag_cache
+from harness.bundle import tag_cache
 from harness.runtime.score_cache import Damaged, encode, read_entry
 
 MAX_ENTRY_BYTES = 1 << 30  # a shard's images are held in memory until it is whole: larger shards are not kept

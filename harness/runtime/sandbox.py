@@ -35,8 +35,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from harness.bundle import Bundle
 from harness.errors import HarnessError, escaped
-from harness.runtime.bundle import Bundle
 from harness.runtime.channel import Arena, Channel, Malformed, Timeout
 
 BUNDLE_MOUNT = "/submission"

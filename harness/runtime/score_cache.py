@@ -28,9 +28,9 @@ import numpy as np
 
 from dataset_builder.files import write_atomic
 from harness import __version__
+from harness.bundle import tag_cache
 from harness.config import EvalConfig
 from harness.method.scores import SplitScores
-from harness.runtime.bundle import tag_cache
 from harness.runtime.inference import KappaSpec
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness import HarnessError
-from harness.runtime.bundle import Bundle, tag_cache
+from harness.bundle import Bundle, tag_cache
 from harness.runtime.channel import ARENA_BYTES, MAX_HEADER_BYTES, Arena, Channel, Malformed
 from harness.worker import RequestEvaluator
 

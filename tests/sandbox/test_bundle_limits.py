@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import HarnessError
-from harness.runtime import bundle, sandbox
-from harness.runtime.bundle import Bundle, limited_to
+from harness import HarnessError, bundle
+from harness.bundle import Bundle, limited_to
+from harness.runtime import sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 
