@@ -29,7 +29,7 @@ from harness_speed import KAPPAS, harness_pass, pure_forward
 from imagenet_shaped import build
 
 from harness.adapters import load_target
-from harness.run import open_benchmark
+from harness.benchmarks import open_benchmark
 from harness.runtime.data import default_workers, shard_batches, shard_groups
 from harness.runtime.decoded_cache import DecodedCache
 from harness.runtime.decoding import make_decoder

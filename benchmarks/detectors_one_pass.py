@@ -26,11 +26,12 @@ from pytorch_ood import detector as pod
 from torch.utils.data import DataLoader, TensorDataset
 
 from dataset_builder.shards import iter_samples
+from harness.benchmarks import open_benchmark
 from harness.kappas import registry
 from harness.kappas.features import FeatureTap
 from harness.kappas.fitting import fit_split
 from harness.kappas.ood_bridge import MISSING_DEFAULTS, bridged_classes
-from harness.run import evaluate, open_benchmark
+from harness.run import evaluate
 from harness.submission import load_file
 
 MODEL = str(Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py")

@@ -59,9 +59,10 @@ from PIL import Image
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.shards import read_shard
 from harness.method.severity import DEFAULT_NUM_LEVELS
-from harness.run import EVAL_SPLITS, evaluate
+from harness.run import evaluate
 from harness.runtime.decoding import make_decoder
 from harness.runtime.execution import Execution
+from harness.runtime.scoring import EVAL_SPLITS
 
 DECODERS = ("pil", "torchvision")
 FULL = dict(

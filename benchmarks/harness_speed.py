@@ -23,13 +23,14 @@ from PIL import Image
 from sklearn.metrics import roc_auc_score
 
 from dataset_builder.shards import iter_samples
+from harness.benchmarks import open_benchmark
 from harness.config import EvalConfig
 from harness.method.metrics import auroc
-from harness.run import Scorer, open_benchmark
 from harness.runtime.decoding import make_decoder
 from harness.runtime.distributed import Ranks
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward, resolve_kappas
+from harness.runtime.scoring import Scorer
 from harness.submission import load_file
 
 KAPPAS = ["softmax", "entropy", "max_logit", "energy"]

@@ -25,10 +25,12 @@ from pathlib import Path
 import numpy as np
 from gpu_check import NULL  # the same null model as the GPU check's (this folder is on the path)
 
+from harness.benchmarks import open_benchmark
 from harness.method.scores import SplitScores
-from harness.run import EVAL_SPLITS, evaluate, open_benchmark
+from harness.run import evaluate
 from harness.runtime.data import Loader, shard_batches, shard_groups
 from harness.runtime.decoding import make_decoder
+from harness.runtime.scoring import EVAL_SPLITS
 from harness.submission import timm_transform
 
 GLYPH_CONFIG = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}

@@ -28,7 +28,7 @@ from pathlib import Path
 from harness_speed import KAPPAS, harness_pass
 
 from dataset_builder.glyphs.build import build
-from harness.run import open_benchmark
+from harness.benchmarks import open_benchmark
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward
 from harness.runtime.isolation import Limits, load_isolated

@@ -3,8 +3,9 @@
 Exports load on first use (the builders import heavy libraries).
 """
 
-from importlib import import_module
 from importlib.metadata import version
+
+from dataset_builder.exports import lazy_exports
 
 __version__ = version("cood-bench")
 _EXPORTS = {
@@ -20,9 +21,4 @@ _EXPORTS = {
 }
 __all__ = [*_EXPORTS, "__version__"]
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'dataset_builder' has no attribute '{name}'")
-    module, _, attr = _EXPORTS[name].partition(":")
-    return getattr(import_module(module), attr or name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

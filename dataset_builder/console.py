@@ -81,22 +81,23 @@ def click_kind(exc: BaseException, name: str) -> bool:
     return any(cls.__name__ == name and cls.__module__.split(".")[0] in ("click", "typer") for cls in type(exc).__mro__)
 
 
-def run_app(app: typer.Typer) -> None:
-    """Run ``app``: a user's problem (a :class:`CoodError`) exits 2 with ``error: <message>``; an OSError exits 1 with
-    ``error: <file>: <reason>``; anything unexpected exits 1 in one line (``COOD_DEBUG=1``: a traceback instead of
-    the line, see :func:`dataset_builder.errors.fail`). Ctrl-C exits 130 with one line saying what it left
-    (:func:`dataset_builder.errors.exit_interrupted`), whether typer and click raise it, turn it into ``Abort`` or
-    return 130 (their versions differ), and whatever error it caused on its way out."""
+def run_app(app: typer.Typer, name: str | None = None) -> None:
+    """Run ``app`` (its errors prefixed by ``name:`` when given): a user's problem (a :class:`CoodError`) exits 2 with
+    ``error: <message>``; an OSError exits 1 with ``error: <file>: <reason>``; anything unexpected exits 1 in one
+    line (``COOD_DEBUG=1``: a traceback instead of the line, see :func:`dataset_builder.errors.fail`). Ctrl-C exits
+    130 with one line saying what it left (:func:`dataset_builder.errors.exit_interrupted`), whether typer and click
+    raise it, turn it into ``Abort`` or return 130 (their versions differ), and whatever error it caused on its way
+    out."""
     with interruptions() as interrupted:
         try:
-            status = app(standalone_mode=False)
+            status = app(prog_name=name, standalone_mode=False)
         except KeyboardInterrupt as exc:
             exit_interrupted(exc)
         except Exception as exc:
             if interrupted() or click_kind(exc, "Abort"):  # or an error the Ctrl-C caused: a worker, the sandbox
                 exit_interrupted(exc)
             if not click_kind(exc, "Exit"):
-                _fail(exc)
+                _fail(exc, f"{name}: error" if name else "error")
             status = exc.exit_code
         if interrupted() or status == INTERRUPTED:
             exit_interrupted()
@@ -104,12 +105,12 @@ def run_app(app: typer.Typer) -> None:
             sys.exit(status)
 
 
-def _fail(exc: Exception) -> NoReturn:
+def _fail(exc: Exception, error: str) -> NoReturn:
     if isinstance(exc, CoodError):
-        fail(exc, f"error: {exc}", 2)
+        fail(exc, f"{error}: {exc}".replace("\n", "\\n"), 2)
     if click_kind(exc, "ClickException"):  # a usage error: click's own message and status
         exc.show()
         sys.exit(exc.exit_code)
     if isinstance(exc, OSError):  # a full disk, a denied permission, a missing folder: the file and the reason
-        fail(exc, f"error: {describe_os_error(exc)}", 1)
-    fail(exc, f"error: {one_line(exc)} (set COOD_DEBUG=1 for the traceback)", 1)
+        fail(exc, f"{error}: {describe_os_error(exc)}", 1)
+    fail(exc, f"{error}: {one_line(exc)} (set COOD_DEBUG=1 for the traceback)", 1)

@@ -20,23 +20,20 @@ if (
 ):
     del _sys.path[0]
 
-from importlib import import_module
 from importlib.metadata import version
+
+from dataset_builder.exports import lazy_exports
 
 __version__ = version("cood-bench")
 _EXPORTS = {
     "evaluate": "harness.run",
     "submit": "harness.run",
-    "save": "harness.run",
-    "Evaluation": "harness.run",
+    "save": "harness.outputs",
+    "Evaluation": "harness.outputs",
     "EvalConfig": "harness.config",
     "user_kappa": "harness.submission",
     "HarnessError": "harness.errors",
 }
 __all__ = [*_EXPORTS, "__version__"]
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'harness' has no attribute '{name}'")
-    return getattr(import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -12,7 +12,7 @@ from dataset_builder.console import make_app, require_torch_extra, run_app
 from dataset_builder.errors import NOTHING_WRITTEN, on_interrupt
 from harness import __version__, bundle, phases
 from harness.config import SUBMIT_DEFAULTS as DEFAULTS
-from harness.config import EvalConfig, Limits
+from harness.config import Limits, config_from_options
 from harness.errors import HarnessError
 from harness.options import check_target
 from harness.phases import plural
@@ -145,33 +145,7 @@ def submit(
     ),
 ) -> None:
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
-    config = EvalConfig(
-        benchmark=benchmark,
-        kappas=kappa or None,
-        name=name,
-        weights=weights,
-        num_levels=levels,
-        batch_size=batch_size,
-        workers=workers,
-        decoder=decoder,
-        device=device,
-        amp=amp,
-        channels_last=channels_last,
-        compile=compile,
-        seed=seed,
-        order_seed=order_seed,
-        odin_preset=odin_preset,
-        mc_passes=mc_passes,
-        verify=verify,
-        cache=cache,
-        cache_dir=cache_dir,
-        keep_logits=keep_logits,
-        progress=progress and not quiet,
-        trust_submission=trust_submission,
-        limits=Limits(timeout, run_timeout, *_bytes(memory_limit)),
-        feature_dtype=feature_dtype,
-        decoded_cache_gb=decoded_cache_gb,
-    )
+    config = config_from_options(locals())
     check_target(target, weights)
     is_file = weights is None and Path(target).is_file()
     with bundle.limited_to(int(max_bundle_gb * 2**30)):
@@ -263,10 +237,6 @@ def forwarded_line(stats: dict, cache: bool = True) -> str:
     if stats.get("shards_from_logits"):
         line += f", {plural(stats['shards_from_logits'], 'shard')} scored from its cached logits and features"
     return line
-
-
-def _bytes(gib: float | None) -> tuple[int, ...]:
-    return () if gib is None else (int(gib * 2**30),)
 
 
 def main() -> None:

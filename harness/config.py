@@ -4,7 +4,7 @@ cannot work, and the sandbox's :class:`Limits`. Without torch, so that the comma
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from harness.errors import HarnessError
@@ -100,3 +100,22 @@ class EvalConfig:
 
 
 SUBMIT_DEFAULTS = EvalConfig(cache=True)  # submit() and the command line keep the resumable score cache on
+
+# the command line's options: each sets the field of its name, but these (option -> field)
+RENAMED_OPTIONS = {"levels": "num_levels", "kappa": "kappas"}
+LIMIT_OPTIONS = {"timeout": "batch_timeout_s", "run_timeout": "run_timeout_s", "memory_limit": "memory_bytes"}
+NOT_OPTIONS = ("channels",)  # an in-memory model's own: a file or a target brings its own
+
+
+def config_from_options(options: dict) -> EvalConfig:
+    """The config the command line's ``options`` (by parameter name) give: an option sets its field, a limit its
+    field of :class:`Limits` (``memory_limit`` in GiB; None: the default), ``quiet`` turns the progress bars off, and
+    the options that are not fields (the target, ``out``...) are left out."""
+    names = {f.name for f in fields(EvalConfig)}
+    values = {RENAMED_OPTIONS.get(k, k): v for k, v in options.items() if RENAMED_OPTIONS.get(k, k) in names}
+    limits = {LIMIT_OPTIONS[k]: v for k, v in options.items() if k in LIMIT_OPTIONS and v is not None}
+    if "memory_bytes" in limits:
+        limits["memory_bytes"] = int(limits["memory_bytes"] * 2**30)
+    values |= {"kappas": values.get("kappas") or None, "limits": Limits(**limits)}
+    values["progress"] = values.get("progress", True) and not options.get("quiet", False)
+    return EvalConfig(**values)

@@ -9,6 +9,8 @@ import math
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -17,12 +19,22 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from dataset_builder.benchmark import Benchmark
 from dataset_builder.files import fsync_tree
 from dataset_builder.levels import level_table, write_level_table
+from harness import __version__, phases
+from harness.drilldown import PerClass
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult
+from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
+from harness.method.scores import SplitScores
+from harness.method.severity import SEVERITY_CONVENTION
+from harness.runtime.scoring import Scorer, preprocessing
+from harness.submission import Submission
 from leaderboard.csvsafe import csv_bytes
+from leaderboard.errors import LeaderboardError
 from leaderboard.record import make_record
+from leaderboard.store import add_records
 
 PAPER_COLUMNS = {
     "level": "severity level",
@@ -216,3 +228,121 @@ def write_outputs(
         "plot": out / names["plot"],
         "previous": previous,
     }
+
+
+METRIC_DEFINITIONS = {
+    "ood_auroc": AUROC_CONVENTION,
+    "fpr_at_95_tpr": FPR_CONVENTION,
+    "aupr": AUPR_CONVENTION,
+    "severity_levels": SEVERITY_CONVENTION,
+}
+
+
+@dataclass
+class Evaluation:
+    """The results of one model on one benchmark: a :class:`KappaResult` and a record per kappa, the per-sample
+    scores of each split, the run's statistics, and (once written) the output paths."""
+
+    submission: Submission
+    benchmark: Benchmark
+    results: list[KappaResult]
+    records: list[dict]
+    stats: dict
+    scores: dict[str, SplitScores]
+    paths: dict = field(default_factory=dict)
+    per_class: PerClass | None = None
+
+    @property
+    def table(self) -> str:
+        """The per-level table printed at the end of a run."""
+        return summary_table(self.results)
+
+    @property
+    def per_level(self) -> pd.DataFrame:
+        """Every level of every kappa in the paper's columns (then fpr@95, aupr-in, aupr-out, level score)."""
+        return per_level_frame(self.submission.name, self.results)
+
+
+def records_of(
+    scorer: Scorer,
+    submission: Submission,
+    results: list[KappaResult],
+    drilldown: PerClass,
+    timings: dict,
+    stats: dict,
+    created: str,
+) -> list[dict]:
+    """A record per kappa: its results, the benchmark, the model, and the run's timings, statistics and execution."""
+    config, forward, bench = scorer.config, scorer.forward, scorer.benchmark
+    run_info = {
+        **timings,
+        **stats,
+        **scorer.execution.describe(),
+        "batch_size": config.batch_size,
+        "workers": config.workers,
+        "world_size": scorer.ranks.world,
+        "feature_dtype": config.feature_dtype,
+        "isolation": {**forward.isolation, "bundle_sha256": submission.bundle_sha256}
+        if submission.bundle_sha256
+        else forward.isolation,
+    }
+    model_info = {
+        "name": submission.name,
+        "source": submission.source,
+        "file_sha256": submission.file_sha256,
+        "weights_sha256": submission.weights_sha256,
+        "bundle_sha256": submission.bundle_sha256,  # a submission file's identity, hashed here (not by its code)
+        "num_parameters": submission.num_parameters,
+        "preprocessing": preprocessing(submission, scorer.decoder),
+    }
+    return [
+        record(
+            result,
+            benchmark=bench.identity(),
+            model=model_info,
+            kappa_params=spec.params,
+            seed=config.seed,
+            order_seed=config.order_seed,
+            version=__version__,
+            created=created,
+            timings=run_info,
+            metric_definitions=METRIC_DEFINITIONS,
+            per_class=drilldown.summaries[spec.name],
+        )
+        for spec, result in zip(scorer.kappas, results)
+    ]
+
+
+def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path | None = None) -> None:
+    """Write an evaluation's records, CSV, level manifests and plot to ``out``; add its records to ``leaderboard``."""
+    bench = evaluation.benchmark
+    if out is not None:
+        phases.say(f"writing the outputs to {out}")
+        evaluation.paths = write_outputs(
+            Path(out),
+            evaluation.submission.name,
+            evaluation.results,
+            evaluation.records,
+            list(bench.ood_classes["id"]),
+            bench.identity(),
+            per_class=evaluation.per_class,
+        )
+    if leaderboard is not None:
+        try:
+            with _run_folder(evaluation, out) as folder:
+                add_records(Path(leaderboard), evaluation.records, create=True, folder=folder)
+        except (LeaderboardError, OSError) as exc:
+            where = f"the run's outputs are in {out}, but " if out is not None else ""
+            raise HarnessError(f"{where}the leaderboard could not take the records: {exc}") from exc
+
+
+@contextmanager
+def _run_folder(evaluation: Evaluation, out: str | Path | None):
+    """The folder the records' ``per_class`` paths are relative to: ``out``, or a temporary one holding the
+    drill-down."""
+    if out is not None or evaluation.per_class is None:
+        yield None if out is None else Path(out)
+        return
+    with tempfile.TemporaryDirectory(prefix="cood-per-class-") as folder:
+        evaluation.per_class.write(Path(folder))
+        yield Path(folder)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from harness.benchmarks import open_benchmark
 from harness.config import SUBMIT_DEFAULTS
 from harness.errors import HarnessError
-from harness.run import open_benchmark, submit
+from harness.run import submit
 from harness.zoo import kinds_listed, zoo_kind
 
 

@@ -4,8 +4,9 @@ Imports neither torch nor the harness or dataset builder; results arrive as JSON
 first use; the modules ``release``, ``report`` and ``publish`` hold the functions of the same name.
 """
 
-from importlib import import_module
 from importlib.metadata import version
+
+from dataset_builder.exports import lazy_exports
 
 __version__ = version("cood-bench")
 _EXPORTS = {
@@ -22,8 +23,4 @@ _EXPORTS = {
 }
 __all__ = [*_EXPORTS, "__version__"]
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'leaderboard' has no attribute '{name}'")
-    return getattr(import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from pathlib import Path
 
 import typer
 
-from dataset_builder.errors import INTERRUPTED, describe_os_error, exit_interrupted, fail, interruptions, on_interrupt
+from dataset_builder.console import make_app, run_app
+from dataset_builder.errors import on_interrupt
 from leaderboard import (
     __version__,
     jsonio,
@@ -33,13 +33,9 @@ from leaderboard import (
 from leaderboard import worker as workers
 from leaderboard.errors import LeaderboardError
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    help="Validated, versioned C-OOD results: add records, release versions, view and publish them.",
+app = make_app(
+    "Validated, versioned C-OOD results: add records, release versions, view and publish them.",
+    f"cood-leaderboard {__version__}",
 )
 DIR = typer.Option(
     Path("cood-leaderboard"),
@@ -51,21 +47,6 @@ DIR = typer.Option(
 VERSION = typer.Option(
     None, "--version", "-v", show_default="the current, unreleased table", help="A released version N."
 )
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        typer.echo(f"cood-leaderboard {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _main(
-    _version: bool = typer.Option(
-        False, "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
-    ),
-) -> None:
-    pass
 
 
 def _note_added(directory: Path) -> None:
@@ -348,33 +329,4 @@ def worker(
 
 
 def main() -> None:
-    """Run the command; a bad input or a failed file operation (disk full, permission denied) is one line on stderr
-    (``COOD_DEBUG=1``: its traceback); Ctrl-C is one line saying what it left, and exit status 130, whatever the
-    versions of typer and click (which raise it, turn it into ``Abort`` or return 130)."""
-    with interruptions() as interrupted:
-        try:
-            status = app(prog_name="cood-leaderboard", standalone_mode=False)
-        except KeyboardInterrupt as exc:
-            exit_interrupted(exc)
-        except Exception as exc:
-            if interrupted() or _click_kind(exc, "Abort"):
-                exit_interrupted(exc)
-            if _click_kind(exc, "ClickException"):  # a usage error: click's own message and status
-                exc.show()
-                sys.exit(exc.exit_code)
-            if not _click_kind(exc, "Exit"):
-                if not isinstance(exc, (LeaderboardError, OSError)):
-                    raise
-                message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-                fail(exc, f"cood-leaderboard: error: {message}".replace("\n", "\\n"), 1)
-            status = exc.exit_code
-        if interrupted() or status == INTERRUPTED:
-            exit_interrupted()
-        if isinstance(status, int) and status:
-            sys.exit(status)
-
-
-def _click_kind(exc: BaseException, name: str) -> bool:
-    """Whether ``exc`` is click's ``name`` (``Abort``, ``Exit``, ``ClickException``), from click or from the copy of
-    click newer typer versions carry."""
-    return any(cls.__name__ == name and cls.__module__.split(".")[0] in ("click", "typer") for cls in type(exc).__mro__)
+    run_app(app, "cood-leaderboard")

@@ -7,7 +7,15 @@ import inspect
 import pytest
 
 from harness.cli import submit as cli_submit
-from harness.config import SUBMIT_DEFAULTS, EvalConfig, Limits
+from harness.config import (
+    LIMIT_OPTIONS,
+    NOT_OPTIONS,
+    RENAMED_OPTIONS,
+    SUBMIT_DEFAULTS,
+    EvalConfig,
+    Limits,
+    config_from_options,
+)
 from harness.errors import HarnessError
 
 
@@ -45,12 +53,42 @@ def test_submit_differs_from_evaluate_only_by_its_score_cache():
     assert (plain.cache, SUBMIT_DEFAULTS.cache) == (False, True)
 
 
-def test_the_command_line_defaults_are_the_configs():
-    options = {name: param.default.default for name, param in inspect.signature(cli_submit).parameters.items()}
-    fields = {"levels": "num_levels", "kappa": "kappas"}
-    shared = {name: fields.get(name, name) for name in options if hasattr(SUBMIT_DEFAULTS, fields.get(name, name))}
-    assert len(shared) == 24  # every field but channels (an in-memory model's) and limits (--timeout, --run-timeout...)
-    assert {name: options[name] for name in shared} == {
-        name: getattr(SUBMIT_DEFAULTS, field) for name, field in shared.items()
-    }
-    assert (options["timeout"], options["run_timeout"]) == (Limits().batch_timeout_s, Limits().run_timeout_s)
+def cli_options() -> dict:
+    """The command line's options of ``submit`` with their defaults, by parameter name."""
+    return {name: param.default.default for name, param in inspect.signature(cli_submit).parameters.items()}
+
+
+def field_of(option: str) -> str | None:
+    """The config field an option sets (None for options that are not fields, such as the target)."""
+    name = RENAMED_OPTIONS.get(option, option)
+    return name if name in {f.name for f in dataclasses.fields(EvalConfig)} else None
+
+
+def test_every_field_of_the_config_is_an_option_of_the_command_line_with_the_configs_default():
+    options = cli_options()
+    given = {field_of(name) for name in options} - {None}
+    missing = {f.name for f in dataclasses.fields(EvalConfig)} - given - {"limits", *NOT_OPTIONS}
+    assert not missing, f"fields with no option of cood-harness submit: {sorted(missing)}"
+    for name in options:
+        if field_of(name) and field_of(name) != "kappas":
+            assert options[name] == getattr(SUBMIT_DEFAULTS, field_of(name)), name
+    assert set(LIMIT_OPTIONS.values()) <= {f.name for f in dataclasses.fields(Limits)}
+    for option, limit in LIMIT_OPTIONS.items():
+        assert options[option] in (None, getattr(Limits(), limit)), option
+
+
+def test_each_option_sets_its_field_of_the_config():
+    defaults = cli_options()
+    assert config_from_options(defaults) == SUBMIT_DEFAULTS
+    checked = {"decoder": "pil", "feature_dtype": "float16"}  # the string fields the config checks: a valid other
+    changed = {bool: lambda v: not v, int: lambda v: v + 3, float: lambda v: v * 2, str: lambda v: v + "2"}
+    for option, default in defaults.items():
+        field = field_of(option)
+        if field is None or default is None or type(default) not in changed:
+            continue
+        value = checked.get(field) or changed[type(default)](default)
+        assert getattr(config_from_options(defaults | {option: value}), field) == value, option
+    assert config_from_options(defaults | {"kappa": ["softmax"]}).kappas == ("softmax",)
+    assert config_from_options(defaults | {"quiet": True}).progress is False
+    limits = config_from_options(defaults | {"timeout": 5.0, "memory_limit": 1.5}).limits
+    assert (limits.batch_timeout_s, limits.memory_bytes) == (5.0, int(1.5 * 2**30))

@@ -31,7 +31,7 @@ FAILING = {
     "cood-leaderboard": (
         "leaderboard.cli",
         ["show", "-d", "{tmp}"],
-        1,
+        2,
         "cood-leaderboard: error: {tmp} is not a leaderboard (no leaderboard.json); create it with "
         "`cood-leaderboard init`",
         "leaderboard.errors.LeaderboardError",

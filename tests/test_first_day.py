@@ -118,14 +118,14 @@ def test_the_closing_line():
         forwarded_line({"shards_scored": 3, "images_forwarded": 30, "shards_from_cache": 0}, cache=False)
         == "scored 3 shards (30 images forwarded); no score cache (--no-cache)"
     )
-    from harness.run import _split_line
+    from harness.runtime.scoring import split_line
 
     assert (
-        _split_line("ood_test", {"shards_scored": 1, "shards_from_cache": 38, "shards_from_logits": 2}, 1.234)
+        split_line("ood_test", {"shards_scored": 1, "shards_from_cache": 38, "shards_from_logits": 2}, 1.234)
         == "ood_test: done in 1.2 s (1 shard forwarded, 38 from the score cache, 2 from cached logits and features)"
     )
     assert (
-        _split_line("id_test", {"shards_scored": 3, "shards_from_cache": 0, "shards_from_logits": 0}, 60)
+        split_line("id_test", {"shards_scored": 3, "shards_from_cache": 0, "shards_from_logits": 0}, 60)
         == "id_test: done in 60.0 s (3 shards forwarded)"
     )
 

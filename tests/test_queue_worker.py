@@ -16,7 +16,7 @@ import torch
 from huggingface_hub import HfApi, hf_hub_download
 from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
 
-from harness.run import open_benchmark
+from harness.benchmarks import open_benchmark
 from leaderboard import requests as queue
 from leaderboard.release import list_releases
 from leaderboard.store import current_table, init_leaderboard

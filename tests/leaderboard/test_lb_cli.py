@@ -105,13 +105,13 @@ def test_bad_input_is_one_line_on_stderr_and_writes_nothing(tmp_path):
     good = _write(tmp_path / "good.json", record())
     bad = _write(tmp_path / "bad.json", record(kappa="entropy", aurocs=[float("nan")] * 11))
     result = _cli("add", good, bad, "--init", "-d", board)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr == f"cood-leaderboard: error: {bad}: levels[0].ood_auroc: must be a finite number, got nan\n"
     assert not (board / "leaderboard.json").exists() and not list(board.glob("records/*"))
     result = _cli("show", "-d", board, "--sort", "x")
     assert (result.returncode, result.stderr) == (
-        1,
+        2,
         f"cood-leaderboard: error: {board} is not a leaderboard (no leaderboard.json);"
         " create it with `cood-leaderboard init`\n",
     )
@@ -137,7 +137,7 @@ def test_errors(tmp_path, args, message):
 
 
 def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
-    """Of the builder, only its floor (errors, fault points, atomic writes): nothing heavy."""
+    """Of the builder, only its floor (errors, fault points, atomic writes, lazy exports, console): nothing heavy."""
     code = (
         "import sys, leaderboard.cli; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'harness', 'dataset_builder')))"
@@ -145,5 +145,6 @@ def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (
         result.stdout
-        == "['dataset_builder', 'dataset_builder.errors', 'dataset_builder.faults', 'dataset_builder.files']\n"
+        == "['dataset_builder', 'dataset_builder.console', 'dataset_builder.errors', 'dataset_builder.exports', "
+        "'dataset_builder.faults', 'dataset_builder.files']\n"
     ), result.stderr

@@ -1,0 +1,51 @@
+"""The benchmark a run reads: an embedded one by name (built on first use), a folder or a Hub dataset, opened, its
+number of levels checked against its classes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dataset_builder.benchmark import Benchmark
+from dataset_builder.embedded import EMBEDDED, embedded_benchmark, embedded_num_id_classes, embedded_num_ood_classes
+from dataset_builder.errors import BenchmarkError
+from harness.config import EvalConfig
+from harness.errors import HarnessError
+from harness.method.severity import num_windows
+
+
+def open_benchmark(spec: str | Path, progress: bool = True) -> Benchmark:
+    """An embedded benchmark by name (built on first use), a benchmark folder, or ``hf://datasets/<repo>@<revision>``."""
+    path = embedded_benchmark(str(spec), progress=progress) if str(spec) in EMBEDDED else spec
+    return Benchmark.open(path)
+
+
+def open_checked(benchmark: str | Path, progress: bool, num_levels: int) -> Benchmark:
+    """The benchmark, refused when it has fewer distinct windows of |ID| classes than ``num_levels``."""
+    try:
+        bench = open_benchmark(benchmark, progress)
+    except BenchmarkError as exc:
+        raise HarnessError(str(exc)) from exc
+    check_levels(num_levels, len(bench.ood_classes), len(bench.id_classes), benchmark)
+    return bench
+
+
+def check_levels(num_levels: int, num_ood: int, window: int, benchmark) -> None:
+    """Refuse more levels than the benchmark has distinct windows of |ID| classes."""
+    windows = num_windows(num_ood, window)
+    if num_levels > windows:
+        raise HarnessError(
+            f"--levels {num_levels} is more than the benchmark {benchmark} allows: "
+            f"its {num_ood} OOD classes in windows "
+            f"of {window} (its ID classes) give {windows} distinct levels at most"
+        )
+
+
+def benchmark_before_loading(config: EvalConfig) -> tuple[Benchmark | None, int]:
+    """The benchmark (None for an embedded one, built only once everything that can fail fast has: a minute on first
+    use) and its number of ID classes, its levels checked either way."""
+    if str(config.benchmark) not in EMBEDDED:
+        bench = open_checked(config.benchmark, config.progress, config.num_levels)
+        return bench, len(bench.id_classes)
+    num_id = embedded_num_id_classes(str(config.benchmark))
+    check_levels(config.num_levels, embedded_num_ood_classes(str(config.benchmark)), num_id, config.benchmark)
+    return None, num_id

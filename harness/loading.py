@@ -1,0 +1,121 @@
+"""Loading what a run evaluates: a submission file (in its sandbox, unless trusted), a zoo target or an in-memory
+model, checked by a trial forward pass, and the kappas it is scored with."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from dataset_builder.benchmark import Benchmark
+from harness import phases
+from harness.adapters import ClassCountMismatch, load_target
+from harness.config import EvalConfig, Limits
+from harness.errors import HarnessError
+from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
+from harness.kappas.features import require_exposed
+from harness.kappas.registry import split_request
+from harness.options import is_zoo_target, misplaced_weights
+from harness.phases import plural
+from harness.runtime.execution import Execution
+from harness.runtime.inference import KappaSpec, LocalForward, gives_features, resolve_kappas
+from harness.runtime.isolation import ChildForward, load_isolated
+from harness.submission import Submission, in_memory
+
+
+def model_kappa_options(kappas: list[str] | None, odin_preset: str | None, mc_passes: int | None) -> tuple[str, int]:
+    """The ODIN preset and MC-dropout passes with their defaults filled in; each is refused when given without its
+    kappa (which the default kappas never include)."""
+    requested = {split_request(k)[0] for k in kappas or ()}
+    if odin_preset is not None and "odin" not in requested:
+        raise HarnessError("--odin-preset applies to the odin kappa, which is not requested (-k odin)")
+    if mc_passes is not None and "mc_dropout" not in requested:
+        raise HarnessError("--mc-passes applies to the mc_dropout kappa, which is not requested (-k mc_dropout)")
+    return (
+        DEFAULT_ODIN_PRESET if odin_preset is None else odin_preset,
+        MC_DROPOUT_PASSES if mc_passes is None else mc_passes,
+    )
+
+
+def _loading_line(target, trust_submission: bool) -> str:
+    """The line that opens the loading phase: what is loaded, and where it runs."""
+    if isinstance(target, torch.nn.Module):
+        return f"checking the model {type(target).__name__} with a trial forward pass"
+    if is_zoo_target(target):
+        return f"loading {target}"
+    return f"loading {target} " + ("in this process (--trust-submission)" if trust_submission else "in its sandbox")
+
+
+def _load(
+    target,
+    transform,
+    name: str | None,
+    weights,
+    channels: int,
+    num_id: int,
+    execution: Execution,
+    trust_submission: bool,
+    limits: Limits,
+) -> tuple[Submission, LocalForward | ChildForward]:
+    """The submission and its forward pass, checked by a trial forward pass: a submission file in a child process
+    (unless trusted); a zoo target (our code) or an in-memory model (the caller's own) in this one."""
+    if isinstance(target, torch.nn.Module):
+        if weights is not None:
+            raise HarnessError(misplaced_weights("a module", "weights="))
+        submission = in_memory(target, transform, name=name, channels=channels, num_classes=num_id)
+    elif transform is not None:
+        raise HarnessError("transform= applies to an in-memory model; a target brings its own preprocessing")
+    elif is_zoo_target(target) or trust_submission:
+        submission = load_target(
+            str(target), weights=None if weights is None else str(weights), num_classes_expected=num_id
+        )
+    elif weights is not None:
+        raise HarnessError(misplaced_weights(f"the file {target}"))
+    else:
+        submission, forward = load_isolated(target, execution, num_id, limits)
+    if name is not None:
+        submission.name = name
+    if submission.model is None:
+        return submission, forward
+    return submission, LocalForward(execution.prepare(submission.model), execution, num_id)
+
+
+def load_submission(
+    model, transform, config: EvalConfig, execution: Execution, num_id: int, bench: Benchmark | None
+) -> tuple[Submission, LocalForward | ChildForward]:
+    """The loading phase: the submission and its forward pass (see :func:`_load`) between its two phase lines."""
+    loading = time.perf_counter()
+    phases.say(_loading_line(model, config.trust_submission))
+    try:
+        submission, forward = _load(
+            model,
+            transform,
+            config.name,
+            config.weights,
+            config.channels,
+            num_id,
+            execution,
+            config.trust_submission,
+            config.limits,
+        )
+    except ClassCountMismatch as exc:
+        raise exc.on(
+            str(config.benchmark) if bench is None else bench.manifest.get("id", str(config.benchmark))
+        ) from exc
+    phases.say(
+        f"loaded {submission.name}: {plural(num_id, 'class')}"
+        + (f", {submission.num_parameters:,} parameters" if submission.num_parameters else "")
+        + f" ({time.perf_counter() - loading:.1f} s)"
+    )
+    return submission, forward
+
+
+def kappa_specs(
+    config: EvalConfig, submission: Submission, forward: LocalForward | ChildForward, odin_preset: str, mc_passes: int
+) -> list[KappaSpec]:
+    """The requested kappas (default: the default kappas, then the submission's own), refused unless the model exposes
+    what they need."""
+    kappas = [*DEFAULT_KAPPAS, *submission.user_kappas] if config.kappas is None else config.kappas
+    specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
+    require_exposed(specs, forward.head, lambda: gives_features(forward, submission.transform, submission.channels))
+    return specs
