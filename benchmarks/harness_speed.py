@@ -24,12 +24,13 @@ from sklearn.metrics import roc_auc_score
 
 from dataset_builder.shards import iter_samples
 from harness.config import EvalConfig
+from harness.kappas import resolve_kappas
 from harness.method.metrics import auroc
 from harness.run import Scorer, open_benchmark
 from harness.runtime.decoding import make_decoder
 from harness.runtime.distributed import Ranks
 from harness.runtime.execution import Execution
-from harness.runtime.inference import LocalForward, resolve_kappas
+from harness.runtime.inference import LocalForward
 from harness.submission import load_file
 
 KAPPAS = ["softmax", "entropy", "max_logit", "energy"]

@@ -30,7 +30,7 @@ from harness.adapters import ClassCountMismatch, load_target
 from harness.config import SUBMIT_DEFAULTS, EvalConfig, Limits
 from harness.drilldown import PerClass, per_class
 from harness.errors import HarnessError
-from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
+from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, resolve_kappas
 from harness.kappas.features import require_exposed
 from harness.kappas.fitting import with_fit
 from harness.kappas.registry import split_request
@@ -56,7 +56,6 @@ from harness.runtime.inference import (
     from_outputs,
     gives_features,
     named,
-    resolve_kappas,
     score_mixed,
 )
 from harness.runtime.interleave import derived, secret_order
@@ -557,7 +556,7 @@ def _kappa_specs(
     """The requested kappas (default: the default kappas, then the submission's own), refused unless the model exposes
     what they need."""
     kappas = [*DEFAULT_KAPPAS, *submission.user_kappas] if config.kappas is None else config.kappas
-    specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
+    specs = resolve_kappas(kappas, submission.user_kappas, odin_preset=odin_preset, mc_passes=mc_passes)
     require_exposed(specs, forward.head, lambda: gives_features(forward, submission.transform, submission.channels))
     return specs
 
