@@ -23,14 +23,7 @@ from pathlib import Path
 from pytorch_ood import detector as pod
 
 from harness.kappas import registry
-from harness.kappas.ood_bridge import (
-    FITTED_MODEL_DETECTORS,
-    GRADIENT_DETECTORS,
-    NOT_BRIDGED,
-    SAME_AS_PAPER_KAPPA,
-    SPLIT_MODEL_DETECTORS,
-    bridged_classes,
-)
+from harness.kappas.ood_bridge import KAPPA_OF, NOT_BRIDGED, SAME_AS_PAPER_KAPPA
 from harness.run import evaluate
 
 MODEL = str(Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py")
@@ -52,14 +45,8 @@ NOT_ON_GLYPH_CNN = {
 
 
 def kappa_of(cls_name: str) -> str | None:
-    bridged = {cls.__name__: name for name, cls in bridged_classes().items()}
-    return {
-        **SAME_AS_PAPER_KAPPA,
-        **bridged,
-        **{g: g.lower() for g in GRADIENT_DETECTORS},
-        **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
-        **{c: k for c, (k, _, _) in SPLIT_MODEL_DETECTORS.items()},
-    }.get(cls_name)
+    registry()  # registers every kappa, KAPPA_OF filled
+    return {**SAME_AS_PAPER_KAPPA, **KAPPA_OF}.get(cls_name)
 
 
 def run(kappa: str, cache_dir: Path, mc_passes: int) -> dict:

@@ -25,11 +25,12 @@ from sklearn.metrics import roc_auc_score
 from dataset_builder.shards import iter_samples
 from harness.benchmarks import open_benchmark
 from harness.config import EvalConfig
+from harness.kappas import resolve_kappas
 from harness.method.metrics import auroc
 from harness.runtime.decoding import make_decoder
 from harness.runtime.distributed import Ranks
 from harness.runtime.execution import Execution
-from harness.runtime.inference import LocalForward, resolve_kappas
+from harness.runtime.inference import LocalForward
 from harness.runtime.scoring import Scorer
 from harness.submission import load_file
 

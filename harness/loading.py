@@ -12,13 +12,13 @@ from harness import phases
 from harness.adapters import ClassCountMismatch, load_target
 from harness.config import EvalConfig, Limits
 from harness.errors import HarnessError
-from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES
+from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, resolve_kappas
 from harness.kappas.features import require_exposed
 from harness.kappas.registry import split_request
 from harness.options import is_zoo_target, misplaced_weights
 from harness.phases import plural
 from harness.runtime.execution import Execution
-from harness.runtime.inference import KappaSpec, LocalForward, gives_features, resolve_kappas
+from harness.runtime.inference import KappaSpec, LocalForward, gives_features
 from harness.runtime.isolation import ChildForward, load_isolated
 from harness.submission import Submission, in_memory
 
@@ -116,6 +116,6 @@ def kappa_specs(
     """The requested kappas (default: the default kappas, then the submission's own), refused unless the model exposes
     what they need."""
     kappas = [*DEFAULT_KAPPAS, *submission.user_kappas] if config.kappas is None else config.kappas
-    specs = resolve_kappas(kappas, submission.user_kappas, odin_preset, mc_passes)
+    specs = resolve_kappas(kappas, submission.user_kappas, odin_preset=odin_preset, mc_passes=mc_passes)
     require_exposed(specs, forward.head, lambda: gives_features(forward, submission.transform, submission.channels))
     return specs

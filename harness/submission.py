@@ -31,7 +31,7 @@ from PIL import Image
 
 from harness.bundle import Bundle
 from harness.errors import HarnessError
-from harness.kappas import LogitKappa, check_kappa_name, registry, split_output
+from harness.kappas import LogitFunction, check_kappa_name, registry, split_output
 from harness.options import MAX_NAME_BYTES, check_name  # noqa: F401 (re-exported)
 
 MAX_SIDE = 1024
@@ -50,7 +50,7 @@ class Submission:
     preprocessing: dict
     source: str
     file_sha256: str | None
-    user_kappas: dict[str, LogitKappa] = field(default_factory=dict)
+    user_kappas: dict[str, LogitFunction] = field(default_factory=dict)
     weights_sha256: str | None = None  # computed from ``model`` unless given (a model in a child process)
     num_parameters: int | None = None
     bundle_sha256: str | None = None  # a submission file's code: :mod:`harness.bundle`
@@ -185,7 +185,7 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
         if not callable(fn):
             raise HarnessError(f"submission {path}: KAPPAS['{name}'] is not callable")
         params = {"source": "submission", "code_sha256": hashlib.sha256(_code_of(fn).encode()).hexdigest()}
-        kappas[name] = LogitKappa(name, fn, params=params, wants_features=getattr(fn, "wants_features", False))
+        kappas[name] = LogitFunction(name, fn, params=params, wants_features=getattr(fn, "wants_features", False))
     preprocessing = recorded(config)
     preprocessing["transform"] = "custom" if callable(custom) else "timm.create_transform"
     bundle_sha256, digests = (None, None) if sandboxed else Bundle.of(path).hash()

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from harness.kappas import LayersKappa, register_kappa
-from harness.kappas.ood_layers import layer_outputs, named_layers
+from harness.kappas.layers import layer_outputs, named_layers
 
 
 @register_kappa("norm_gap", defaults={"layers": "auto"})
@@ -89,7 +89,7 @@ def test_a_detector_in_one_file_is_listed_with_its_needs(dropped_in):
     listing = CliRunner().invoke(app, ["kappas", "--needs", "model"], prog_name="cood-harness")
     assert listing.exit_code == 0, listing.output
     rows = [line.split()[:4] for line in listing.output.splitlines()[:-1] if not line[:1].isspace()]
-    assert rows[-1] == ["flip_agreement", "built-in", "needs", "model"]  # after the built-in modules' kappas
+    assert rows[-1] == ["flip_agreement", "built-in", "needs", "model"]  # declared last: dropped in after the others
     assert listing.output.splitlines()[-1] == "11 kappas"
 
 

@@ -6,9 +6,9 @@ import torch
 from scipy.special import softmax
 
 from harness.errors import HarnessError
-from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits, mc_dropout, odin
+from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits, mc_dropout, odin, resolve_kappas
 from harness.runtime.execution import Execution
-from harness.runtime.inference import LocalForward, resolve_kappas, score_batch
+from harness.runtime.inference import LocalForward, score_batch
 
 LOGITS = np.array([[2.0, 1.0, 0.0], [0.0, 0.0, 0.0], [-1.0, 3.0, 0.5]])
 

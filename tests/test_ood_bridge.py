@@ -1,5 +1,7 @@
 """The pytorch-ood bridge: every bridged detector gives pytorch-ood's own scores (negated), run the usual way."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -95,28 +97,19 @@ def test_needs_follow_pytorch_ood_base_classes():
 
 
 def test_every_pytorch_ood_detector_is_a_kappa_or_excluded_with_a_reason():
-    from harness.kappas.ood_bridge import (
-        FITTED_MODEL_DETECTORS,
-        GRADIENT_DETECTORS,
-        NOT_BRIDGED,
-        SAME_AS_PAPER_KAPPA,
-        SPLIT_MODEL_DETECTORS,
-    )
+    from harness.kappas.ood_bridge import IN_DETECTORS, KAPPA_OF, NOT_BRIDGED, SAME_AS_PAPER_KAPPA
 
     classes = [name for name in pod.__all__ if isinstance(getattr(pod, name), type)]
     assert len(classes) == 35
     names = set(registry().defs)
     for name in classes:
-        as_kappa = {
-            **SAME_AS_PAPER_KAPPA,
-            **{c.__name__: k for k, c in bridged_classes().items()},
-            **{g: g.lower() for g in GRADIENT_DETECTORS},
-            **{c: k for c, (k, _, _) in FITTED_MODEL_DETECTORS.items()},
-            **{c: k for c, (k, _, _) in SPLIT_MODEL_DETECTORS.items()},
-        }.get(name)
+        as_kappa = {**SAME_AS_PAPER_KAPPA, **KAPPA_OF}.get(name)
         assert (as_kappa in names) != (name in NOT_BRIDGED), name
         assert name not in NOT_BRIDGED or len(NOT_BRIDGED[name]) > 20
     assert len(names) >= 34 and set(NOT_BRIDGED) == {"WeightedEBO"}
+    # those implemented in harness.kappas.detectors: one module each, named as its kappa
+    detectors = Path(__file__).resolve().parents[1] / "harness" / "kappas" / "detectors"
+    assert all((detectors / f"{KAPPA_OF[c]}.py").is_file() for c in IN_DETECTORS)
 
 
 @pytest.mark.parametrize("name,cls", [("gradnorm", pod.GradNorm), ("graduncertainty", pod.GradUncertainty)])
@@ -251,7 +244,7 @@ def test_model_reading_detectors_agree_with_pytorch_ood(name, request_, glyph_mo
 def test_layers_default_to_a_timm_models_feature_info():
     import timm
 
-    from harness.kappas.ood_layers import named_layers
+    from harness.kappas.layers import named_layers
 
     model = timm.create_model("resnet10t", pretrained=False, num_classes=CLASSES).eval()
     assert [name for name, _ in named_layers(model, "auto", "gram")] == ["act1", "layer1", "layer2", "layer3", "layer4"]

@@ -260,7 +260,8 @@ def _batch(keys: list[str], seed: int) -> dict:
 
 
 def test_a_batch_is_collected_after_the_next_is_launched_with_the_same_results():
-    from harness.runtime.inference import resolve_kappas, score_batch, score_mixed
+    from harness.kappas import resolve_kappas
+    from harness.runtime.inference import score_batch, score_mixed
 
     kappas = resolve_kappas(["softmax", "energy"])
     batches = [  # rows of shards mixed across batches, as the secret order mixes them

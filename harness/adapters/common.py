@@ -22,7 +22,7 @@ class ZooTarget:
     classnames: Sequence[str] | None = None
 
 
-def _optional(module: str, package: str):
+def import_optional(module: str, package: str):
     """Import an adapter's optional dependency, or say which package to install."""
     try:
         return importlib.import_module(module)
@@ -30,10 +30,12 @@ def _optional(module: str, package: str):
         raise HarnessError(f"this target needs the {package} package: pip install {package}") from exc
 
 
-def _did_you_mean(name: str, known: list[str]) -> str:
+def did_you_mean(name: str, known: list[str]) -> str:
+    """``"; did you mean a, b?"`` with the up to three names of ``known`` closest to ``name``, or ``""``."""
     close = difflib.get_close_matches(name, known, n=3)
     return f"; did you mean {', '.join(close)}?" if close else ""
 
 
-def _listed(value):
+def list_if_tuple(value):
+    """A tuple as a list (as JSON writes it); anything else as it is."""
     return list(value) if isinstance(value, tuple) else value

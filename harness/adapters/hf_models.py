@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from harness.adapters.common import ZooTarget, _listed, _optional
+from harness.adapters.common import ZooTarget, import_optional, list_if_tuple
 from harness.errors import HarnessError
 from harness.submission import Submission
 
@@ -25,7 +25,7 @@ class LogitsOf(torch.nn.Module):
 
 def hf_target(target: ZooTarget) -> Submission:
     """A transformers image classifier from a local folder, with its AutoImageProcessor preprocessing."""
-    transformers = _optional("transformers", "transformers")
+    transformers = import_optional("transformers", "transformers")
     path = Path(target.name)
     if not (path / "config.json").is_file():
         raise HarnessError(f"hf: {path} is not a folder saved with save_pretrained (no config.json)")
@@ -36,7 +36,7 @@ def hf_target(target: ZooTarget) -> Submission:
         raise HarnessError(f"hf: cannot load {path}: {str(exc).splitlines()[0]}") from exc
     settings = processor.to_dict()
     preprocessing = {
-        k: _listed(settings[k])
+        k: list_if_tuple(settings[k])
         for k in (
             "size",
             "crop_size",
@@ -50,8 +50,8 @@ def hf_target(target: ZooTarget) -> Submission:
         if k in settings
     }
     preprocessing |= {
-        "mean": _listed(settings.get("image_mean")),
-        "std": _listed(settings.get("image_std")),
+        "mean": list_if_tuple(settings.get("image_mean")),
+        "std": list_if_tuple(settings.get("image_std")),
         "transform": type(processor).__name__,
     }
     if "resample" in settings:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from harness.adapters.common import ZooTarget, _optional
+from harness.adapters.common import ZooTarget, import_optional
 from harness.adapters.weights import load_weights
 from harness.errors import HarnessError
 from harness.submission import Submission
@@ -65,7 +65,7 @@ class ZeroShotClassifier(torch.nn.Module):
 def open_clip_options(arch: str, tag: str) -> dict:
     """``create_model_and_transforms`` options for a pretrained tag: activation and preprocessing, as open_clip would
     set them."""
-    open_clip = _optional("open_clip", "open_clip_torch")
+    open_clip = import_optional("open_clip", "open_clip_torch")
 
     if arch not in open_clip.list_models():
         raise HarnessError(f"open_clip: unknown architecture '{arch}'")
@@ -87,7 +87,7 @@ def open_clip_options(arch: str, tag: str) -> dict:
 def open_clip_target(target: ZooTarget) -> Submission:
     """An open_clip model (``ARCH[/TAG]``) as a zero-shot classifier over ``target.classnames`` (None: CLIP's curated
     ImageNet-1K class names); preprocessing from the tag's config (mean, std, interpolation, resize)."""
-    open_clip = _optional("open_clip", "open_clip_torch")
+    open_clip = import_optional("open_clip", "open_clip_torch")
 
     spec, classnames = target.name, target.classnames
     arch, _, tag = spec.partition("/")

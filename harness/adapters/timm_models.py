@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.adapters.common import ZooTarget, _did_you_mean
+from harness.adapters.common import ZooTarget, did_you_mean
 from harness.adapters.weights import load_weights
 from harness.errors import HarnessError
 from harness.submission import Submission, recorded, timm_transform
@@ -17,7 +17,7 @@ def timm_target(target: ZooTarget) -> Submission:
     try:
         model = timm.create_model(name, pretrained=False, **({"num_classes": num_classes} if num_classes else {}))
     except RuntimeError as exc:
-        raise HarnessError(f"timm: {exc}{_did_you_mean(name, timm.list_models())}") from exc
+        raise HarnessError(f"timm: {exc}{did_you_mean(name, timm.list_models())}") from exc
     sha = load_weights(model, target.weights)
     config = resolve_data_config({}, model=model)
     preprocessing = recorded(config) | {"transform": "timm.create_transform"}

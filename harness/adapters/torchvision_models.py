@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.adapters.common import ZooTarget, _did_you_mean
+from harness.adapters.common import ZooTarget, did_you_mean
 from harness.adapters.weights import load_weights
 from harness.errors import HarnessError
 from harness.submission import Submission
@@ -28,7 +28,7 @@ def torchvision_target(target: ZooTarget) -> Submission:
     name, num_classes = target.name, target.num_classes
     known = torchvision.models.list_models(module=torchvision.models)
     if name not in known:
-        raise HarnessError(f"torchvision: unknown classification model '{name}'{_did_you_mean(name, known)}")
+        raise HarnessError(f"torchvision: unknown classification model '{name}'{did_you_mean(name, known)}")
     model = torchvision.models.get_model(name, weights=None, **({"num_classes": num_classes} if num_classes else {}))
     sha = load_weights(model, target.weights)
     entry, how = torchvision_weights_entry(name, sha)

@@ -24,7 +24,7 @@ from harness.kappas.base import (
     StatefulModelKappa,
     register_kappa,
 )
-from harness.kappas.logit import BUILTIN_LOGIT_KAPPAS, LogitKappa, check_logits
+from harness.kappas.logit import BUILTIN_LOGIT_KAPPAS, LogitFunction, check_logits
 from harness.kappas.model import (
     DEFAULT_ODIN_PRESET,
     MC_DROPOUT_PASSES,
@@ -63,7 +63,7 @@ __all__ = [
     "StatefulModelKappa",
     "register_kappa",
     "BUILTIN_LOGIT_KAPPAS",
-    "LogitKappa",
+    "LogitFunction",
     "check_logits",
     "DEFAULT_ODIN_PRESET",
     "MC_DROPOUT_PASSES",

@@ -7,17 +7,17 @@ from functools import partial
 
 from harness.errors import HarnessError
 from harness.kappas.base import FeaturesKappa, KappaDef, LogitsKappa, ModelKappa, Outputs, register_kappa
-from harness.kappas.logit import BUILTIN_LOGIT_KAPPAS, LogitKappa
+from harness.kappas.logit import BUILTIN_LOGIT_KAPPAS, LogitFunction
 from harness.kappas.model import DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, ODIN_PRESETS, mc_dropout, odin
 
 PAPER = "Galil, Dabbah & El-Yaniv, ICLR 2023"
 
 
 class FromLogits(LogitsKappa):
-    """A :class:`LogitKappa` as an implementation: scores from the logits (and features, if it wants them), with
+    """A :class:`LogitFunction` as an implementation: scores from the logits (and features, if it wants them), with
     ``params`` passed to its score function where they differ from the kappa's defaults."""
 
-    kappa: LogitKappa
+    kappa: LogitFunction
 
     def __init__(self, params: dict):
         super().__init__(params)
@@ -28,7 +28,7 @@ class FromLogits(LogitsKappa):
         return self.kappa(outputs.logits, outputs.features)
 
 
-def from_logits(kappa: LogitKappa) -> type[FromLogits]:
+def from_logits(kappa: LogitFunction) -> type[FromLogits]:
     """The implementation of ``kappa`` (a kind that reads the features too, if it wants them)."""
     kinds = (FromLogits, FeaturesKappa) if kappa.wants_features else (FromLogits,)
     return type(f"FromLogits_{kappa.name}", kinds, {"kappa": kappa})
@@ -86,7 +86,7 @@ class McDropout(ModelKappa):
         return score, score
 
 
-def submission_kappa(kappa: LogitKappa) -> KappaDef:
+def submission_kappa(kappa: LogitFunction) -> KappaDef:
     """A submission's own kappa (its code runs beside the model, in the submission's process)."""
     own = from_logits(kappa)
     return KappaDef(kappa.name, "the submission's own", "submission", own.needs(), dict(kappa.params), own)

@@ -37,8 +37,10 @@ def _energy(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class LogitKappa:
-    """A kappa computed from logits alone (and, for user kappas, optional features)."""
+class LogitFunction:
+    """A kappa as a function of the logits (a submission's own may read the features too): the paper's logit kappas
+    and a submission's ``KAPPAS``; :class:`~harness.kappas.builtin.FromLogits` makes it a kappa of the kind
+    :class:`~harness.kappas.base.LogitsKappa`."""
 
     name: str
     score: Callable[..., np.ndarray]
@@ -60,11 +62,11 @@ class LogitKappa:
         return scores, (scores if self.confidence is None else self.confidence(scores))
 
 
-BUILTIN_LOGIT_KAPPAS: dict[str, LogitKappa] = {
-    "softmax": LogitKappa("softmax", _max_log_softmax, confidence=np.exp),
-    "entropy": LogitKappa("entropy", _neg_entropy),
-    "max_logit": LogitKappa("max_logit", lambda logits: logits.max(axis=1)),
-    "energy": LogitKappa("energy", _energy, params={"temperature": 1.0}),
+BUILTIN_LOGIT_KAPPAS: dict[str, LogitFunction] = {
+    "softmax": LogitFunction("softmax", _max_log_softmax, confidence=np.exp),
+    "entropy": LogitFunction("entropy", _neg_entropy),
+    "max_logit": LogitFunction("max_logit", lambda logits: logits.max(axis=1)),
+    "energy": LogitFunction("energy", _energy, params={"temperature": 1.0}),
 }
 
 

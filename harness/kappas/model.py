@@ -1,4 +1,5 @@
-"""Kappas that need the model, not just its logits: ODIN and MC-dropout (docs/method.md section 5)."""
+"""A model's output as logits (and features), and the paper's kappas that need the model, not just its logits: ODIN
+and MC-dropout (docs/method.md section 5)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,17 @@ def split_output(output) -> tuple[torch.Tensor, torch.Tensor | None]:
 def logits_of(output) -> torch.Tensor:
     """The logits of a model output (see :func:`split_output`)."""
     return split_output(output)[0]
+
+
+class LogitsOnly(torch.nn.Module):
+    """The model with its logits as its only output (a submission's may return ``(logits, features)``)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return logits_of(self.model(x))
 
 
 def odin(

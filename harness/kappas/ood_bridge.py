@@ -12,10 +12,9 @@ never depends on the samples scored beside it: OpenMax, whose pytorch-ood predic
 (see :mod:`harness.kappas.openmax`).
 
 The gradient detectors GradNorm and GradUncertainty need the model: they take their own passes, as ODIN does, on the
-model's logits. MahalanobisODIN, MultiMahalanobis, Gram and NACUE are fitted, then score through the model (see
-:mod:`harness.kappas.ood_layers`); RankFeat and MCM score through a model split in two, a backbone and a head, or
-CLIP's image encoder and class-name text embeddings (see :mod:`harness.kappas.ood_split`). Every other pytorch-ood
-detector is accounted for in :data:`NOT_BRIDGED` with the reason.
+model's logits. MahalanobisODIN, MultiMahalanobis, Gram, NACUE, RankFeat and MCM score through the model in ways of
+their own: each is a module of :mod:`harness.kappas.detectors` (:data:`IN_DETECTORS`), registered with
+:func:`register_pytorch_ood`. Every other pytorch-ood detector is accounted for in :data:`NOT_BRIDGED` with the reason.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from pytorch_ood import detector as pod
 from pytorch_ood.api import FeatureMapsDetector, FeaturesDetector, LogitsDetector
 
 from harness.errors import HarnessError
-from harness.kappas import ood_layers, ood_split, openmax
+from harness.kappas import openmax
 from harness.kappas.base import (
     FeaturesKappa,
     FittedKappa,
@@ -39,7 +38,7 @@ from harness.kappas.base import (
     OutputsKappa,
     register_kappa,
 )
-from harness.kappas.model import logits_of
+from harness.kappas.model import LogitsOnly
 
 SAME_AS_PAPER_KAPPA = {
     "MaxSoftmax": "softmax",
@@ -58,21 +57,10 @@ GRADIENT_DETECTORS = {
     "GradNorm": {"temperature": 1.0, "parameters": "last_layer"},
     "GradUncertainty": {"parameters": "all"},
 }
-# fitted on the fit split, then scored through the model: our name, its implementation (its kind says what it
-# reads), its parameters
-# (``layers``: module names, comma-separated, or auto for a timm model's feature_info; a per-layer value: a,b,...)
-FITTED_MODEL_DETECTORS = {
-    "MahalanobisODIN": ("mahalanobis_odin", ood_layers.MahalanobisOdin, {"eps": 0.002}),
-    "MultiMahalanobis": ("multi_mahalanobis", ood_layers.MultiMahalanobis, {"layers": "auto", "alpha": None}),
-    "Gram": ("gram", ood_layers.Gram, {"layers": "auto", "num_poles_list": None}),
-    "NACUE": ("nacue", ood_layers.Nacue, {"layers": "auto", "m_bins": 50, "alpha": 100.0, "o_star": 50}),
-}
-# scored through a model split in two (see :mod:`harness.kappas.ood_split`): our name, its implementation, its
-# parameters (MCM's temperature: the paper's 1)
-SPLIT_MODEL_DETECTORS = {
-    "RankFeat": ("rankfeat", ood_split.RankFeat, {}),
-    "MCM": ("mcm", ood_split.Mcm, {"temperature": 1.0}),
-}
+# implemented in harness.kappas.detectors, one module each (they score through the model in ways of their own)
+IN_DETECTORS = ("MahalanobisODIN", "MultiMahalanobis", "Gram", "NACUE", "RankFeat", "MCM")
+# pytorch-ood's class name -> the kappa registered for it, here or in harness.kappas.detectors
+KAPPA_OF: dict[str, str] = {}
 NAMES = {"KLMatching": "kl_matching", "TemperatureScaling": "temperature_scaling"}
 INPUTS = ("model", "encoder", "backbone", "head", "w", "b", "detector", "criterion")
 # parameters without a default in pytorch-ood: ViM's principal dimension (None: half the feature dimension, about
@@ -168,24 +156,13 @@ class Bridged(OutputsKappa):
         return scores, scores
 
 
-class _LogitsOnly(torch.nn.Module):
-    """The model with logits as its only output (a submission may return ``(logits, features)``)."""
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        return logits_of(self.model(x))
-
-
 class GradientBridged(ModelKappa):
     """A pytorch-ood gradient detector on the model itself, its own passes per batch."""
 
     cls: type
 
     def score_model(self, model: torch.nn.Module, images: torch.Tensor, seed: int):
-        wrapped = _LogitsOnly(model)
+        wrapped = LogitsOnly(model)
         kwargs = {k: v for k, v in self.params.items() if k != "parameters"}
         if self.params["parameters"] == "last_layer":
             last = [name for name, m in wrapped.named_modules() if isinstance(m, torch.nn.Linear)]
@@ -222,8 +199,7 @@ def bridged_classes() -> dict[str, type]:
             not inspect.isclass(cls)
             or name in SAME_AS_PAPER_KAPPA
             or name in NOT_BRIDGED
-            or name in FITTED_MODEL_DETECTORS
-            or name in SPLIT_MODEL_DETECTORS
+            or name in IN_DETECTORS
             or _kind(cls) is None
         ):
             continue
@@ -231,10 +207,11 @@ def bridged_classes() -> dict[str, type]:
     return classes
 
 
-def _register(name: str, cls, implementation: type, defaults: dict) -> None:
-    register_kappa(name, _summary(cls), defaults=defaults, reference=_reference(cls), source="pytorch-ood")(
-        implementation
-    )
+def register_pytorch_ood(cls, name: str, defaults: dict):
+    """Class decorator: register an implementation of pytorch-ood's ``cls`` as kappa ``name``, with the title and
+    venue of the class's paper as its summary and reference."""
+    KAPPA_OF[cls.__name__] = name
+    return register_kappa(name, _summary(cls), defaults=defaults, reference=_reference(cls), source="pytorch-ood")
 
 
 def _bridged(base: type, cls, *kinds: type, **attributes) -> type:
@@ -243,16 +220,13 @@ def _bridged(base: type, cls, *kinds: type, **attributes) -> type:
 
 
 def _register_all() -> None:
-    """Every bridged detector, in pytorch-ood's order, then the gradient detectors, those fitted, then scored through
-    the model, and those that read a split model."""
+    """Every bridged detector, in pytorch-ood's order, then the gradient detectors."""
     for name, cls in bridged_classes().items():
         kind = _kind(cls)
-        _register(name, cls, _bridged(Bridged, cls, *_kinds(cls, kind), kind=kind), _defaults(cls))
+        register_pytorch_ood(cls, name, _defaults(cls))(_bridged(Bridged, cls, *_kinds(cls, kind), kind=kind))
     for cls_name, defaults in GRADIENT_DETECTORS.items():
         cls = getattr(pod, cls_name)
-        _register(cls_name.lower(), cls, _bridged(GradientBridged, cls), defaults)
-    for cls_name, (name, implementation, defaults) in {**FITTED_MODEL_DETECTORS, **SPLIT_MODEL_DETECTORS}.items():
-        _register(name, getattr(pod, cls_name), implementation, defaults)
+        register_pytorch_ood(cls, cls_name.lower(), defaults)(_bridged(GradientBridged, cls))
 
 
 _register_all()

@@ -24,7 +24,7 @@ from harness.errors import HarnessError, escaped
 from harness.kappas import detectors
 from harness.kappas.base import DECLARED, KappaDef, KappaSpec
 from harness.kappas.builtin import submission_kappa
-from harness.kappas.logit import LogitKappa
+from harness.kappas.logit import LogitFunction
 
 ENTRY_POINT_GROUP = "cood_bench.kappas"
 DEFAULT_KAPPAS = ("softmax", "entropy", "max_logit", "energy")
@@ -151,10 +151,11 @@ def _with_overrides(kdef: KappaDef, params: dict, overrides: dict[str, str]) -> 
 
 
 def resolve_kappas(
-    names: Iterable[str], user_kappas: dict[str, LogitKappa] | None = None, **options
+    names: Iterable[str], user_kappas: dict[str, LogitFunction] | None = None, **options
 ) -> list[KappaSpec]:
     """Turn kappa requests (``name`` or ``name:key=value,...``) into specs (a submission's own kappas among them);
-    ``options`` (``odin_preset``, ``mc_passes``) set the parameters of the kappas that read them."""
+    ``options`` (``odin_preset``, ``mc_passes``) set the parameters of the kappas that read them. An unknown name is
+    an error that suggests the closest and lists the known ones."""
     user_kappas = user_kappas or {}
     specs: dict[str, KappaSpec] = {}
     for request in dict.fromkeys(names):
@@ -170,12 +171,12 @@ def resolve_kappas(
     return list(specs.values())
 
 
-def rebuild_kappa(name: str, params: dict, user_kappas: dict[str, LogitKappa]) -> KappaSpec:
+def rebuild_kappa(name: str, params: dict, user_kappas: dict[str, LogitFunction]) -> KappaSpec:
     """A resolved kappa again from its name and parameters (in the submission's process)."""
     return _spec(_definition(name, user_kappas), params)
 
 
-def _definition(name: str, user_kappas: dict[str, LogitKappa]) -> KappaDef:
+def _definition(name: str, user_kappas: dict[str, LogitFunction]) -> KappaDef:
     return submission_kappa(user_kappas[name]) if name in user_kappas else registry().get(name, user_kappas)
 
 

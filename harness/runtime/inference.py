@@ -13,30 +13,11 @@ from tqdm import tqdm
 from harness import phases
 from harness.config import EvalConfig
 from harness.errors import HarnessError
-from harness.kappas import (
-    DEFAULT_ODIN_PRESET,
-    MC_DROPOUT_PASSES,
-    KappaSpec,
-    LogitKappa,
-    Outputs,
-    check_logits,
-    split_output,
-)
+from harness.kappas import KappaSpec, Outputs, check_logits, split_output
 from harness.kappas.features import FeatureTap, check_features, check_head
-from harness.kappas.registry import resolve_kappas as resolve_registered
 from harness.method.scores import SplitScores
 from harness.runtime.execution import Execution
 from harness.runtime.interleave import derived
-
-
-def resolve_kappas(
-    names: Iterable[str],
-    user_kappas: dict[str, LogitKappa] | None = None,
-    odin_preset: str = DEFAULT_ODIN_PRESET,
-    mc_passes: int = MC_DROPOUT_PASSES,
-) -> list[KappaSpec]:
-    """Turn kappa names into specs; an unknown name is an error that suggests the closest and lists the known ones."""
-    return resolve_registered(names, user_kappas, odin_preset=odin_preset, mc_passes=mc_passes)
 
 
 def outputs_for(

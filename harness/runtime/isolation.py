@@ -27,7 +27,7 @@ import torch
 
 from harness.config import Limits
 from harness.errors import HarnessError, escaped
-from harness.kappas import LogitKappa, StatefulModelKappa, check_kappa_name, registry
+from harness.kappas import LogitFunction, StatefulModelKappa, check_kappa_name, registry
 from harness.runtime import sandbox
 from harness.runtime.channel import Malformed
 from harness.runtime.execution import Execution
@@ -199,7 +199,7 @@ class ChildForward:
             raise Malformed("it names parameters that are not in its state")
         return state_sha256(entries), sum(sizes[p] for p in parameters)
 
-    def _kappas(self, kappas) -> dict[str, LogitKappa]:
+    def _kappas(self, kappas) -> dict[str, LogitFunction]:
         if not isinstance(kappas, dict):
             raise Malformed("its kappas are not an object")
         out = {}
@@ -213,7 +213,7 @@ class ChildForward:
                 and set(spec["params"]) == {"source", "code_sha256"}
             ):
                 raise Malformed(f"kappa {name[:60]!r} is not a submission kappa")
-            out[name] = LogitKappa(
+            out[name] = LogitFunction(
                 name, _computed_in_child, params=spec["params"], wants_features=spec["wants_features"]
             )
         return out
