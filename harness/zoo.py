@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 
+from dataset_builder.zoo_groups import registered_kinds
 from harness.errors import HarnessError
-
-GROUPS = {"cood_bench.zoo": False, "cood_bench.zoo_folders": True}  # entry-point group -> its kinds name a folder
 
 
 @dataclass(frozen=True)
@@ -31,13 +30,10 @@ class ZooKind:
 def zoo_kinds() -> dict[str, ZooKind]:
     """Every registered kind by name, in name order; a kind registered twice is an error."""
     kinds: dict[str, ZooKind] = {}
-    for group, folder in GROUPS.items():
-        for entry in entry_points(group=group):
-            if entry.name in kinds:
-                raise HarnessError(
-                    f"zoo kind '{entry.name}' is registered twice ({kinds[entry.name].adapter.value} and {entry.value})"
-                )
-            kinds[entry.name] = ZooKind(entry.name, folder, entry)
+    for name, folder, entry in registered_kinds():
+        if name in kinds:
+            raise HarnessError(f"zoo kind '{name}' is registered twice ({kinds[name].adapter.value} and {entry.value})")
+        kinds[name] = ZooKind(name, folder, entry)
     return dict(sorted(kinds.items()))
 
 

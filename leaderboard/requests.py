@@ -9,8 +9,8 @@ anything was committed in between, and the writer reads again and retries. So tw
 request, and no update overwrites another.
 
 A request names a model the harness can build without running anyone's code: a model-zoo kind the harness registers
-(the entry points of :data:`ZOO_GROUPS`, read here without importing the harness), as ``timm:<name>`` with a weights
-file from a Hub model repo, or, for a folder kind, as ``hf:<owner>/<name>``, a model repo saved with
+(the entry points :mod:`dataset_builder.zoo_groups` reads, without importing the harness), as ``timm:<name>``
+with a weights file from a Hub model repo, or, for a folder kind, as ``hf:<owner>/<name>``, a model repo saved with
 ``save_pretrained``. The revision is pinned to a commit when the request is made, and the weights are checked at once.
 """
 
@@ -20,13 +20,13 @@ import hashlib
 import json
 import os
 from datetime import datetime, timezone
-from importlib.metadata import entry_points
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
 from dataset_builder.errors import one_line
+from dataset_builder.zoo_groups import registered_kinds
 from leaderboard import store
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import REPO_ID
@@ -36,7 +36,6 @@ from leaderboard.weights_check import WEIGHT_SUFFIXES, check_weights_file
 QUEUE_JSON = "queue.json"
 FOLDER = "requests"
 STATUSES = ("pending", "running", "done", "failed")
-ZOO_GROUPS = {"cood_bench.zoo": False, "cood_bench.zoo_folders": True}  # as harness.zoo.GROUPS; True: its own repo
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 MAX_TRIES = 30  # commits refused because another writer got there first, before giving up
 REFUSED = (409, 412)  # what the Hub answers a commit whose parent is no longer the head
@@ -117,8 +116,7 @@ def read_queue(api: HfApi, repo_id: str) -> dict:
 def zoo_kinds() -> dict[str, bool]:
     """The model-zoo kinds the installed harness registers, in name order, each with whether its target is its own Hub
     repo (else it needs --weights and --file)."""
-    found = ((entry.name, own_repo) for group, own_repo in ZOO_GROUPS.items() for entry in entry_points(group=group))
-    return dict(sorted(found))
+    return dict(sorted((name, own_repo) for name, own_repo, _ in registered_kinds()))
 
 
 def target_usage() -> str:

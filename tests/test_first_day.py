@@ -14,6 +14,7 @@ from harness.cli import app, forwarded_line, kappa_table
 from harness.config import EvalConfig
 from harness.errors import HarnessError
 from harness.options import check_target, is_zoo_target
+from harness.zoo import weights_kinds
 
 # runs the command line, then says on the last line of stdout whether torch was imported
 PROBE = (
@@ -46,7 +47,7 @@ def test_a_missing_file_is_refused_before_torch(tmp_path):
         (["--name", "a/b"], "the model name 'a/b' contains '/' or '\\'"),
         (
             ["--weights", "w.pt"],
-            f"--weights applies to open_clip:, timm: and torchvision: targets, not to the file {CNN}",
+            f"--weights applies to {weights_kinds()} targets, not to the file {CNN}",
         ),
     ],
     ids=lambda v: v[0] if isinstance(v, list) else None,

@@ -17,6 +17,7 @@ FLOOR = (
     "dataset_builder.files",
     "dataset_builder.exports",
     "dataset_builder.console",
+    "dataset_builder.zoo_groups",
 )  # light; any module may import them
 BEFORE_TORCH = (
     "harness.kappas",

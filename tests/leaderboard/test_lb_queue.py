@@ -94,11 +94,9 @@ def test_a_request_is_validated_pinned_and_added_once(api, requests_repo):
         (
             "my_model.py",
             {},
-            "target 'my_model.py': give open_clip:<name>, timm:<name>, torchvision:<name> (with --weights "
-            "and --file) or hf:<owner>/<name> (a model repo); a submission file is never run from a "
-            "request",
+            f"target 'my_model.py': give {queue.target_usage()}; a submission file is never run from a request",
         ),
-        ("keras:resnet", {}, "target 'keras:resnet': give open_clip:<name>"),
+        ("keras:resnet", {}, f"target 'keras:resnet': give {queue.target_usage()}"),
         ("timm:resnet18", {}, "timm: targets need --weights <owner>/<name>"),
         (
             "timm:resnet18",
