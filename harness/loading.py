@@ -10,7 +10,7 @@ import torch
 from dataset_builder.benchmark import Benchmark
 from harness import phases
 from harness.adapters import ClassCountMismatch, load_target
-from harness.config import EvalConfig, Limits
+from harness.config import EvalConfig
 from harness.errors import HarnessError
 from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, resolve_kappas
 from harness.kappas.features import require_exposed
@@ -47,34 +47,26 @@ def _loading_line(target, trust_submission: bool) -> str:
 
 
 def _load(
-    target,
-    transform,
-    name: str | None,
-    weights,
-    channels: int,
-    num_id: int,
-    execution: Execution,
-    trust_submission: bool,
-    limits: Limits,
+    target, transform, config: EvalConfig, num_id: int, execution: Execution
 ) -> tuple[Submission, LocalForward | ChildForward]:
     """The submission and its forward pass, checked by a trial forward pass: a submission file in a child process
     (unless trusted); a zoo target (our code) or an in-memory model (the caller's own) in this one."""
     if isinstance(target, torch.nn.Module):
-        if weights is not None:
+        if config.weights is not None:
             raise HarnessError(misplaced_weights("a module", "weights="))
-        submission = in_memory(target, transform, name=name, channels=channels, num_classes=num_id)
+        submission = in_memory(target, transform, name=config.name, channels=config.channels, num_classes=num_id)
     elif transform is not None:
         raise HarnessError("transform= applies to an in-memory model; a target brings its own preprocessing")
-    elif is_zoo_target(target) or trust_submission:
+    elif is_zoo_target(target) or config.trust_submission:
         submission = load_target(
-            str(target), weights=None if weights is None else str(weights), num_classes_expected=num_id
+            str(target), weights=None if config.weights is None else str(config.weights), num_classes_expected=num_id
         )
-    elif weights is not None:
+    elif config.weights is not None:
         raise HarnessError(misplaced_weights(f"the file {target}"))
     else:
-        submission, forward = load_isolated(target, execution, num_id, limits)
-    if name is not None:
-        submission.name = name
+        submission, forward = load_isolated(target, execution, num_id, config.limits)
+    if config.name is not None:
+        submission.name = config.name
     if submission.model is None:
         return submission, forward
     return submission, LocalForward(execution.prepare(submission.model), execution, num_id)
@@ -87,17 +79,7 @@ def load_submission(
     loading = time.perf_counter()
     phases.say(_loading_line(model, config.trust_submission))
     try:
-        submission, forward = _load(
-            model,
-            transform,
-            config.name,
-            config.weights,
-            config.channels,
-            num_id,
-            execution,
-            config.trust_submission,
-            config.limits,
-        )
+        submission, forward = _load(model, transform, config, num_id, execution)
     except ClassCountMismatch as exc:
         raise exc.on(
             str(config.benchmark) if bench is None else bench.manifest.get("id", str(config.benchmark))

@@ -27,9 +27,14 @@ from harness.kappas import (
 )
 from harness.kappas.base import DECLARED
 from harness.runtime.execution import Execution
-from harness.runtime.inference import LocalForward, fit_on_layers, score_batch
+from harness.runtime.inference import LocalForward, fit_on_layers, score_batch_adaptive
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "flip_agreement.py"
+
+
+def batch_of(images: torch.Tensor, keys: str) -> dict:
+    """A batch of ``images`` keyed by the letters of ``keys``, every label 0."""
+    return {"keys": list(keys), "images": images, "labels": torch.zeros(len(keys), dtype=torch.int64)}
 
 
 LAYER_DETECTOR = '''
@@ -100,13 +105,13 @@ def test_it_scores_through_the_models_pass(dropped_in):
     (spec,) = resolve_kappas(["flip_agreement:temperature=2"])
     assert spec.in_model and spec.params == {"temperature": 2.0}
     forward = LocalForward(model, Execution.resolve("cpu"), 3)
-    scored = score_batch(forward, images, list("abcd"), np.zeros(4, dtype=int), 3, [spec])
+    scored = score_batch_adaptive(forward, batch_of(images, "abcd"), 3, [spec])
     with torch.no_grad():
         p, q = (torch.softmax(model(x).double() / 2, dim=1) for x in (images, images.flip(-1)))
     expected = (p * q).sum(dim=1).numpy()
     np.testing.assert_allclose(scored.scores["flip_agreement"], expected, rtol=1e-6)
     np.testing.assert_array_equal(scored.confs["flip_agreement"], scored.scores["flip_agreement"])
-    alone = score_batch(forward, images[2:3], ["c"], np.zeros(1, dtype=int), 3, [spec]).scores["flip_agreement"]
+    alone = score_batch_adaptive(forward, batch_of(images[2:3], "c"), 3, [spec]).scores["flip_agreement"]
     np.testing.assert_allclose(alone, expected[2:3], rtol=1e-6)
     assert np.ptp(expected) > 1e-3  # the samples differ: a score that ignored its input would fail
 
@@ -125,7 +130,7 @@ def test_a_layer_reader_in_one_file_is_fitted_on_extracted_layers_and_scored_thr
     fit_on_layers([spec], {spec.name: parts}, np.zeros(10, dtype=int), seed=0)
     beside_the_model = rebuild_kappa(spec.name, spec.params, {})  # as the model's process rebuilds it
     beside_the_model.impl.load(spec.impl.state())
-    scored = score_batch(forward, images, list("abcd"), np.zeros(4, dtype=int), 3, [beside_the_model])
+    scored = score_batch_adaptive(forward, batch_of(images, "abcd"), 3, [beside_the_model])
     with torch.no_grad():
         norms = lambda x: torch.stack([model[:2](x).norm(dim=1), model(x).norm(dim=1)], dim=1).double()  # noqa: E731
         expected = -(norms(images) - norms(fit_images).mean(dim=0)).abs().sum(dim=1).numpy()

@@ -8,7 +8,7 @@ from scipy.special import softmax
 from harness.errors import HarnessError
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits, mc_dropout, odin, resolve_kappas
 from harness.runtime.execution import Execution
-from harness.runtime.inference import LocalForward, score_batch
+from harness.runtime.inference import LocalForward, score_batch_adaptive
 
 LOGITS = np.array([[2.0, 1.0, 0.0], [0.0, 0.0, 0.0], [-1.0, 3.0, 0.5]])
 
@@ -95,13 +95,7 @@ def test_one_forward_pass_serves_every_logit_kappa():
             return self.linear(x)
 
     forward = LocalForward(Counting().eval(), Execution.resolve("cpu"), 3)
-    scored = score_batch(
-        forward,
-        torch.randn(2, 4),
-        ["a", "b"],
-        np.array([0, 1]),
-        3,
-        resolve_kappas(["softmax", "entropy", "max_logit", "energy"]),
-    )
+    batch = {"keys": ["a", "b"], "images": torch.randn(2, 4), "labels": torch.tensor([0, 1])}
+    scored = score_batch_adaptive(forward, batch, 3, resolve_kappas(["softmax", "entropy", "max_logit", "energy"]))
     assert calls == [2]
     assert set(scored.scores) == {"softmax", "entropy", "max_logit", "energy"}

@@ -73,7 +73,8 @@ class OffCpuDecoder:
 
 
 def _expected(bench, groups, decoder, label_of, batch_size):
-    return [(b["keys"], b["images"]) for b in shard_batches(bench, groups, decoder, label_of, batch_size, workers=0)]
+    loader = Loader(bench, decoder, batch_size, workers=0)
+    return [(b["keys"], b["images"]) for b in loader.batches(groups, label_of)]
 
 
 @pytest.mark.parametrize("workers", [0, 1])
@@ -261,7 +262,7 @@ def _batch(keys: list[str], seed: int) -> dict:
 
 def test_a_batch_is_collected_after_the_next_is_launched_with_the_same_results():
     from harness.kappas import resolve_kappas
-    from harness.runtime.inference import score_batch, score_mixed
+    from harness.runtime.inference import score_batch_adaptive, score_mixed
 
     kappas = resolve_kappas(["softmax", "energy"])
     batches = [  # rows of shards mixed across batches, as the secret order mixes them
@@ -281,7 +282,7 @@ def test_a_batch_is_collected_after_the_next_is_launched_with_the_same_results()
         ("collect", 12),
     ]
     assert set(got) == set(sizes)
-    one = [score_batch(Recording(), b["images"], b["keys"], b["labels"].numpy(), 3, kappas, True) for b in batches]
+    one = [score_batch_adaptive(Recording(), b, 3, kappas, keep_logits=True) for b in batches]
     whole = SplitScores.concat(one)
     for shard, scores in got.items():
         want = whole.take(np.flatnonzero(np.char.startswith(whole.keys, shard + "_")))

@@ -11,6 +11,7 @@ stream of its own (:class:`DecodeLane`)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
@@ -422,13 +423,12 @@ class Loader:
                 self.close()
 
     def close(self) -> None:
-        """End the worker processes (the next pass starts new ones)."""
-        iterator = getattr(self._loader, "_iterator", None)
-        if iterator is not None:
-            iterator._shutdown_workers()
-        for plan in self._plans:
+        """End the worker processes (the next pass starts new ones): a DataLoader ends its persistent workers when it
+        is collected, which the collection here makes happen now."""
+        plans, self._loader, self._plans = self._plans, None, []
+        gc.collect()
+        for plan in plans:
             plan.close()
-        self._loader, self._plans = None, []
 
 
 def shard_batches(

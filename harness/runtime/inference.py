@@ -216,36 +216,6 @@ def gives_features(forward, transform, channels: int) -> bool:
     return forward(image[None], 0, []).features is not None
 
 
-def score_batch(
-    forward,
-    images: torch.Tensor,
-    keys: list[str],
-    labels: np.ndarray,
-    num_classes: int,
-    kappas: list[KappaSpec],
-    keep_logits: bool = False,
-    feature_dtype: str = EvalConfig.feature_dtype,
-    seed: int = 0,
-) -> SplitScores:
-    """All kappas of one batch from one forward pass (plus the extra passes of the kappas that need the model, seeded
-    by ``seed``).
-
-    ``forward`` (:class:`LocalForward`, or a model in a child process) returns the logits, the features and the kappas
-    computed beside the model; every other kappa is computed here from them. ``keep_logits`` keeps logits and features.
-    Features are rounded to ``feature_dtype`` first, so that kappas read the same values now as from the cache later.
-    """
-    return _finish(
-        forward,
-        _launch(forward, images, seed, kappas).result(),
-        keys,
-        labels,
-        num_classes,
-        kappas,
-        keep_logits,
-        feature_dtype,
-    )
-
-
 def _launch(forward, images: torch.Tensor, seed: int, kappas: list[KappaSpec]):
     """``forward``'s pass over a batch, launched (:class:`Pending`) where it can be, else done (:class:`Done`)."""
     in_model = [k for k in kappas if k.in_model]
@@ -264,7 +234,9 @@ def _finish(
     keep_logits: bool,
     feature_dtype: str,
 ) -> SplitScores:
-    """The batch's scores from its model outputs (see :func:`score_batch`)."""
+    """The batch's scores from its model outputs: every kappa not computed beside the model, from the logits and the
+    features (rounded to ``feature_dtype`` first, so that kappas read the same values now as from the cache later);
+    ``keep_logits`` keeps logits and features."""
     logits = check_logits(out.logits, num_classes)
     features = None if out.features is None else out.features.astype(feature_dtype).astype(np.float32)
     scores, confs = kappa_scores(logits, features, forward.head, [k for k in kappas if not k.in_model])
@@ -295,7 +267,8 @@ def score_batch_adaptive(
     keep_logits: bool = False,
     feature_dtype: str = EvalConfig.feature_dtype,
 ) -> SplitScores:
-    """:func:`score_batch`, halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
+    """All kappas of one batch from one forward pass (plus the passes of the kappas that need the model, seeded by the
+    batch's ``"seed"``), halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
     return launch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)()
 
 
