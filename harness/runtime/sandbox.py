@@ -91,7 +91,16 @@ DENIED = (
     "nfsservctl",
     "uselib",
     "personality",
+    "io_uring_setup",  # io_uring's operations (open, connect, socket...) never pass through this filter
+    "io_uring_enter",
+    "io_uring_register",
 )
+# The socket families the child may make: its channel (AF_UNIX), its own loopback (AF_INET, AF_INET6) and netlink
+# (the C library lists interfaces with it), each confined to its network namespace and this filter. Every other family
+# is refused: some are not namespaced at all (AF_VSOCK reaches the host's and its hypervisor's sockets; AF_ALG is the
+# kernel's crypto), and the rest (AF_PACKET, AF_RDS, AF_TIPC, AF_KCM, AF_CAN, AF_BLUETOOTH, ...) are kernel code the
+# child has no use for, with a history of privilege escalations.
+SOCKET_FAMILIES = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK)
 NAMESPACE_FLAGS = 0x7E020080  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = (
@@ -133,6 +142,8 @@ GUARDS = (
     "no_mount",
     "no_new_namespaces",
     "read_only_bundle",
+    "no_io_uring",
+    "no_vsock",
 )
 LOG_BYTES = 1 << 16
 TRUST_HINT = "pass --trust-submission to run the file in the harness's own process instead, if you trust it"
@@ -153,9 +164,10 @@ def bwrap() -> str:
 
 
 def seccomp_program() -> int:
-    """A file descriptor holding the compiled seccomp filter: every call of ``DENIED`` and every ``clone`` that makes
-    a namespace fail with EPERM; ``clone3``, whose flags a filter cannot read, fails with ENOSYS (the C library then
-    falls back to ``clone``); calls of another architecture kill the process."""
+    """A file descriptor holding the compiled seccomp filter: every call of ``DENIED``, every ``clone`` that makes
+    a namespace and every ``socket`` or ``socketpair`` of a family not in ``SOCKET_FAMILIES`` fail with EPERM;
+    ``clone3``, whose flags a filter cannot read, fails with ENOSYS (the C library then falls back to ``clone``); calls
+    of another architecture kill the process."""
     try:
         import pyseccomp as sc
 
@@ -170,6 +182,10 @@ def seccomp_program() -> int:
             if NAMESPACE_FLAGS >> flag & 1:
                 program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, 1 << flag, 1 << flag))
         program.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        for call in ("socket", "socketpair"):  # the kernel reads the family's low 32 bits: high bits set are refused
+            program.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(0, sc.GT, max(SOCKET_FAMILIES)))
+            for family in sorted(set(range(max(SOCKET_FAMILIES))) - set(SOCKET_FAMILIES)):
+                program.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(0, sc.EQ, family))
         fd = os.memfd_create("cood-seccomp", 0)
         with open(fd, "wb", closefd=False) as out:
             program.export_bpf(out)

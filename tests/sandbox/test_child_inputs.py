@@ -14,14 +14,13 @@ import pytest
 from timm.data import DEFAULT_CROP_PCT
 
 import harness
-from attacks import hostile, run_cli
+from attacks import USERS, hostile, run_cli
 from glyph_fixtures import cnn_variant
 from harness.runtime.channel import ARENA_BYTES
 from harness.runtime.isolation import MAX_FEATURES
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
-USERS = {"root": (), "user_namespace": ("unshare", "-r")}
 MODES = ("sandboxed", "trusted")
 TRUSTED = {"sandboxed": (), "trusted": ("--trust-submission",)}
 NAME_RULE = r"is not a lower-case letter followed by at most 63 lower-case letters, digits and '_'"
