@@ -132,9 +132,16 @@ def submit(
         help="Run a submission file in the harness's own process (no sandbox); needed for a file's transform().",
     ),
     timeout: float = typer.Option(
-        Limits.batch_timeout_s, help="Seconds a sandboxed submission may take to load or to score one batch."
+        Limits.batch_timeout_s, help="Seconds a sandboxed submission may take to score one batch (not to load)."
     ),
-    run_timeout: float = typer.Option(Limits.run_timeout_s, help="Seconds a sandboxed submission may run in all."),
+    load_timeout: float = typer.Option(
+        Limits.load_timeout_s,
+        help="Seconds a sandboxed submission may take to load: its sandbox's start, its import, build_model() and a "
+        "trial forward pass.",
+    ),
+    run_timeout: float = typer.Option(
+        Limits.run_timeout_s, help="Seconds a sandboxed submission may run in all, loading included."
+    ),
     memory_limit: float | None = typer.Option(
         None, show_default="the machine's memory", help="GiB of memory a sandboxed submission may use."
     ),
@@ -169,7 +176,7 @@ def submit(
         keep_logits=keep_logits,
         progress=progress and not quiet,
         trust_submission=trust_submission,
-        limits=Limits(timeout, run_timeout, *_bytes(memory_limit)),
+        limits=Limits(timeout, run_timeout, *_bytes(memory_limit), load_timeout_s=load_timeout),
         feature_dtype=feature_dtype,
         decoded_cache_gb=decoded_cache_gb,
     )

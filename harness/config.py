@@ -20,8 +20,9 @@ def _physical_memory() -> int:
 class Limits:
     """What a submission may use: seconds per batch, seconds per run, bytes of memory, seconds to load.
 
-    Loading (importing torch, building the model, a trial forward pass) has its own, fixed allowance: a tight
-    ``batch_timeout_s`` is meant for batches, and a slow start says nothing about a hang."""
+    Loading (starting the sandbox, importing the file, building the model, a trial forward pass) has its own limit,
+    ``load_timeout_s`` (``--load-timeout``): a tight ``batch_timeout_s`` is meant for batches, and a slow start says
+    nothing about a hang."""
 
     batch_timeout_s: float = 600.0
     run_timeout_s: float = 48 * 3600.0

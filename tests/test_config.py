@@ -53,4 +53,8 @@ def test_the_command_line_defaults_are_the_configs():
     assert {name: options[name] for name in shared} == {
         name: getattr(SUBMIT_DEFAULTS, field) for name, field in shared.items()
     }
-    assert (options["timeout"], options["run_timeout"]) == (Limits().batch_timeout_s, Limits().run_timeout_s)
+    assert (options["timeout"], options["load_timeout"], options["run_timeout"]) == (
+        Limits().batch_timeout_s,
+        Limits().load_timeout_s,
+        Limits().run_timeout_s,
+    )

@@ -410,7 +410,11 @@ class Sandbox:
         (else one line naming those that did not)."""
         if self.guards is None:
             try:
-                guards = self.ask(None, "ready", timeout, budget=0)
+                guards = self.ask(
+                    None, "ready", timeout, 0, f"the sandbox did not start within {timeout:g} s (see --load-timeout)"
+                )
+            except Timeout:
+                raise
             except HarnessError as exc:
                 raise unavailable(f"the sandbox did not start ({exc})") from exc
             try:
@@ -438,27 +442,22 @@ class Sandbox:
             }
         return self.guards
 
-    def ask(self, message, expected: str, timeout: float, budget: int):
+    def ask(self, message, expected: str, timeout: float, budget: int, late: str):
         """Send ``message`` (kind, body) unless None, and wait up to ``timeout`` seconds for an ``expected`` answer
-        whose arrays hold at most ``budget`` bytes; a silence, a death or a malformed message stops the child and is one
-        line, an error the child reports is one line (:class:`OutOfMemory` for the device's memory)."""
+        whose arrays hold at most ``budget`` bytes. A silence (:class:`Timeout`, its line ``late``), a death or a
+        malformed message stops the child and is one line, with the child's last output line; an error the child
+        reports is one line (:class:`OutOfMemory` for the device's memory)."""
         try:
             if message is not None:
                 self.channel.send(*message)
             kind, body = self.channel.receive(max(timeout, 0), budget)
         except Timeout as exc:
-            self.close()
-            raise HarnessError(
-                f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)"
-            ) from exc
+            raise self._ended(Timeout, late) from exc
         except (EOFError, OSError) as exc:
             code = self.process.wait(timeout=30)
             signum = -code if code < 0 else code - 128 if code > 128 else 0  # bubblewrap exits 128 + the child's signal
             how = f"signal {signal.Signals(signum).name}" if signum in signal.valid_signals() else f"exit code {code}"
-            self.log.thread.join(timeout=5)
-            last = self.log.last_line()
-            self.close()
-            raise HarnessError(f"the submission's process died ({how}){': ' + last if last else ''}") from exc
+            raise self._ended(HarnessError, f"the submission's process died ({how})") from exc
         except Malformed:
             self.close()
             raise
@@ -472,6 +471,13 @@ class Sandbox:
             self.close()
             raise Malformed(f"'{kind}' where '{expected}' was due")
         return body
+
+    def _ended(self, error: type[HarnessError], what: str) -> HarnessError:
+        """Stop the child; the ``error`` that says ``what`` happened, with the child's last output line."""
+        self.close()
+        self.log.thread.join(timeout=5)
+        last = self.log.last_line()
+        return error(f"{what}{': ' + last if last else ''}")
 
     def close(self) -> None:
         """End the sandbox (its every process dies with it) and remove the bundle's copy."""
