@@ -96,7 +96,9 @@ def main() -> None:
     if os.getuid() == 0:
         drop_root(libc)
     guards = probe(libc, setup["harness_pid"], setup["harness_start"], setup["probe_port"], setup["bundle"])
-    channel = Channel(socket.socket(fileno=setup["channel"]), Arena(setup["answers"]), Arena(setup["batches"]))
+    channel = Channel(
+        socket.socket(fileno=setup["channel"]), Arena(setup["answers"], "answer"), Arena(setup["batches"], "batch")
+    )
     channel.send("ready", guards)
     from harness.runtime.serving import serve
 

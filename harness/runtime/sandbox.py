@@ -146,6 +146,7 @@ GUARDS = (
     "no_vsock",
 )
 LOG_BYTES = 1 << 16
+EXIT_WAIT_S = 5  # how long a child whose channel closed has to end before it counts as alive
 TRUST_HINT = "pass --trust-submission to run the file in the harness's own process instead, if you trust it"
 
 
@@ -378,7 +379,7 @@ class Sandbox:
 
     def _launch(self, cuda: bool) -> None:
         ours, theirs = socket.socketpair()
-        batches, answers = Arena(), Arena()
+        batches, answers = Arena(what="batch"), Arena(what="answer")
         self.channel = Channel(ours, batches, answers)
         self.probe = socket.create_server(("127.0.0.1", 0))
         self.probe.setblocking(False)
@@ -444,21 +445,25 @@ class Sandbox:
 
     def ask(self, message, expected: str, timeout: float, budget: int, late: str):
         """Send ``message`` (kind, body) unless None, and wait up to ``timeout`` seconds for an ``expected`` answer
-        whose arrays hold at most ``budget`` bytes. A silence (:class:`Timeout`, its line ``late``), a death or a
-        malformed message stops the child and is one line, with the child's last output line; an error the child
-        reports is one line (:class:`OutOfMemory` for the device's memory)."""
+        whose arrays hold at most ``budget`` bytes. A silence (:class:`Timeout`, its line ``late``), a death, a closed
+        channel or a malformed message stops the child and is one line, with the child's last output line; an error
+        the child reports is one line (:class:`OutOfMemory` for the device's memory), and so is one of the harness's
+        own (such as ``cannot map the answer``)."""
         try:
             if message is not None:
                 self.channel.send(*message)
             kind, body = self.channel.receive(max(timeout, 0), budget)
         except Timeout as exc:
             raise self._ended(Timeout, late) from exc
-        except (EOFError, OSError) as exc:
-            code = self.process.wait(timeout=30)
+        except (EOFError, ConnectionError) as exc:
+            try:
+                code = self.process.wait(timeout=EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:  # alive: it closed its end of the channel
+                raise self._ended(HarnessError, "the submission's process closed its channel") from exc
             signum = -code if code < 0 else code - 128 if code > 128 else 0  # bubblewrap exits 128 + the child's signal
             how = f"signal {signal.Signals(signum).name}" if signum in signal.valid_signals() else f"exit code {code}"
             raise self._ended(HarnessError, f"the submission's process died ({how})") from exc
-        except Malformed:
+        except HarnessError:
             self.close()
             raise
         if kind in ("error", "oom"):

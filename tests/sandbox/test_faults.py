@@ -1,6 +1,7 @@
 """A stranger's submission file that misbehaves: a hang, a crash, a memory grab or a failing pass ends in one line
 naming the shard, and nothing is written; where no sandbox can be had, a file is refused in one line."""
 
+import os
 import re
 import time
 
@@ -151,6 +152,28 @@ def test_a_spinning_build_model_ends_at_the_load_limit(tiny_glyphs, tmp_path, us
     seconds, line = timed_run(user, path, tiny_glyphs, "--load-timeout", "3", "--out", tmp_path / "out")
     assert line == "error: the submission did not load within 3 s (see --load-timeout): building, forever"
     assert 3 < seconds < 60 and not (tmp_path / "out").exists()  # the default, 600 s, was the only limit
+
+
+@pytest.mark.parametrize("user", sorted(USERS))
+def test_a_child_that_closes_its_channel_and_lives_on_is_one_line(tiny_glyphs, tmp_path, user):
+    path = cnn_variant(
+        tmp_path / "closing.py",
+        "import json, os, socket, sys, time\n"
+        "socket.socket(fileno=os.dup(json.loads(sys.argv[1])['channel'])).shutdown(socket.SHUT_RDWR)\n"
+        "print('closed it', flush=True)\ntime.sleep(600)\n",
+    )
+    seconds, line = timed_run(user, path, tiny_glyphs, "--out", tmp_path / "out")
+    assert line == "error: the submission's process closed its channel: closed it"
+    assert seconds < 30 and not (tmp_path / "out").exists()  # no wait of 30 s for it to end
+
+
+@pytest.mark.parametrize("user", sorted(USERS))
+def test_the_harnesss_own_failure_is_its_own_line(tiny_glyphs, tmp_path, user):
+    path = cnn_variant(tmp_path / "plain.py", "build_model = cnn.build_model\n")
+    env = {**os.environ, "COOD_FAULT": "map-answer=ENOMEM"}  # its mapping of the child's load answer fails
+    seconds, line = timed_run(user, path, tiny_glyphs, "--out", tmp_path / "out", env=env)
+    assert re.fullmatch(r"error: cannot map the answer \(\d+ bytes\): Cannot allocate memory", line), line
+    assert seconds < 30 and not (tmp_path / "out").exists()
 
 
 def test_limits_must_be_positive():
