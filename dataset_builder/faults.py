@@ -28,6 +28,7 @@ POINTS = (
     "publish:after-tag",
     "publish:after-space-upload",
     "publish:after-space-tag",
+    "map-answer",  # the harness, mapping a sandboxed submission's answer
 )
 
 

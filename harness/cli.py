@@ -131,9 +131,16 @@ def submit(
         help="Run a submission file in the harness's own process (no sandbox); needed for a file's transform().",
     ),
     timeout: float = typer.Option(
-        Limits.batch_timeout_s, help="Seconds a sandboxed submission may take to load or to score one batch."
+        Limits.batch_timeout_s, help="Seconds a sandboxed submission may take to score one batch (not to load)."
     ),
-    run_timeout: float = typer.Option(Limits.run_timeout_s, help="Seconds a sandboxed submission may run in all."),
+    load_timeout: float = typer.Option(
+        Limits.load_timeout_s,
+        help="Seconds a sandboxed submission may take to load: its sandbox's start, its import, build_model() and a "
+        "trial forward pass.",
+    ),
+    run_timeout: float = typer.Option(
+        Limits.run_timeout_s, help="Seconds a sandboxed submission may run in all, loading included."
+    ),
     memory_limit: float | None = typer.Option(
         None, show_default="the machine's memory", help="GiB of memory a sandboxed submission may use."
     ),

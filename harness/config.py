@@ -20,8 +20,9 @@ def _physical_memory() -> int:
 class Limits:
     """What a submission may use: seconds per batch, seconds per run, bytes of memory, seconds to load.
 
-    Loading (importing torch, building the model, a trial forward pass) has its own, fixed allowance: a tight
-    ``batch_timeout_s`` is meant for batches, and a slow start says nothing about a hang."""
+    Loading (starting the sandbox, importing the file, building the model, a trial forward pass) has its own limit,
+    ``load_timeout_s`` (``--load-timeout``): a tight ``batch_timeout_s`` is meant for batches, and a slow start says
+    nothing about a hang."""
 
     batch_timeout_s: float = 600.0
     run_timeout_s: float = 48 * 3600.0
@@ -103,7 +104,12 @@ SUBMIT_DEFAULTS = EvalConfig(cache=True)  # submit() and the command line keep t
 
 # the command line's options: each sets the field of its name, but these (option -> field)
 RENAMED_OPTIONS = {"levels": "num_levels", "kappa": "kappas"}
-LIMIT_OPTIONS = {"timeout": "batch_timeout_s", "run_timeout": "run_timeout_s", "memory_limit": "memory_bytes"}
+LIMIT_OPTIONS = {
+    "timeout": "batch_timeout_s",
+    "run_timeout": "run_timeout_s",
+    "load_timeout": "load_timeout_s",
+    "memory_limit": "memory_bytes",
+}
 NOT_OPTIONS = ("channels",)  # an in-memory model's own: a file or a target brings its own
 
 

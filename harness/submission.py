@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import inspect
 import math
+import numbers
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ import torch
 from PIL import Image
 
 from harness.bundle import Bundle
-from harness.errors import HarnessError
+from harness.errors import HarnessError, escaped
 from harness.kappas import LogitFunction, check_kappa_name, registry, split_output
 from harness.options import MAX_NAME_BYTES, check_name  # noqa: F401 (re-exported)
 
@@ -126,9 +127,10 @@ def timm_transform(config: dict) -> Callable:
 
 
 def check_data_config(config, what: str) -> dict:
-    """A timm data config whose ``input_size`` is (channels, height, width) with 1 or 3 channels, and whose images, the
-    input and its resize before the crop (``input_size / crop_pct``), hold at most ``MAX_PIXELS`` pixels each: the
-    harness decodes and transforms the images outside the submission's memory limit."""
+    """A timm data config whose ``input_size`` is (channels, height, width) with 1 or 3 channels, whose ``mean`` and
+    ``std`` (where given) are finite numbers, one per channel (``std`` above 0), and whose images, the input and its
+    resize before the crop (``input_size / crop_pct``), hold at most ``MAX_PIXELS`` pixels each: the harness decodes
+    and transforms the images outside the submission's memory limit."""
     size = config.get("input_size") if isinstance(config, dict) else None
     if not (
         isinstance(size, (tuple, list))
@@ -137,6 +139,18 @@ def check_data_config(config, what: str) -> dict:
         and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in size[1:])
     ):
         raise HarnessError(f"{what}: input_size must be (channels, height, width) with 1 or 3 channels")
+    for key in ("mean", "std"):
+        values = config.get(key)
+        if values is not None and not (
+            (values.ndim == 1 if isinstance(values, np.ndarray) else isinstance(values, (tuple, list)))
+            and len(values) == size[0]
+            and all(_finite(v) for v in values)
+            and (key == "mean" or all(v > 0 for v in values))
+        ):
+            raise HarnessError(
+                f"{what}: {key} must be {size[0]} finite{' positive' if key == 'std' else ''} number"
+                f"{'s' if size[0] > 1 else ''}, one per channel, got {escaped(repr(values), 80)}"
+            )
     crop = config.get("crop_pct") or DEFAULT_CROP_PCT  # as timm reads it
     if not isinstance(crop, (int, float)) or isinstance(crop, bool) or not 0 < crop < math.inf:
         raise HarnessError(f"{what}: crop_pct must be a positive number")
@@ -147,6 +161,14 @@ def check_data_config(config, what: str) -> dict:
             f"images of more than {MAX_SIDE}x{MAX_SIDE} pixels, the most the harness makes"
         )
     return config
+
+
+def _finite(value) -> bool:
+    """Whether ``value`` is a real number a float holds, not NaN or infinite."""
+    try:
+        return isinstance(value, numbers.Real) and math.isfinite(value)
+    except OverflowError:  # an int beyond a float's range
+        return False
 
 
 def recorded(config: dict) -> dict:

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from dataset_builder import faults
 from harness.errors import HarnessError
 
 MAX_HEADER_BYTES = 1 << 20
@@ -45,14 +46,15 @@ class Arena:
     """A shared-memory file that one side writes arrays into and the other reads them from. Its creator (the harness)
     gives it its size, ``ARENA_BYTES`` (sparse: a page costs memory once written), and seals it against growing,
     shrinking and further seals: neither side can pull pages from under the other's mapping (a SIGBUS), stop the other
-    from writing, or make the other map more than it chose to read. Each side maps only what it writes or reads."""
+    from writing, or make the other map more than it chose to read. Each side maps only what it writes or reads; a
+    mapping that fails is one line naming ``what`` the arena carries (``cannot map the answer (...)``)."""
 
-    def __init__(self, fd: int | None = None):
+    def __init__(self, fd: int | None = None, what: str = "message"):
         if fd is None:
             fd = os.memfd_create("cood-arena", os.MFD_ALLOW_SEALING)
             os.ftruncate(fd, ARENA_BYTES)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        self.fd, self.size, self.view = fd, os.fstat(fd).st_size, None
+        self.fd, self.size, self.view, self.what = fd, os.fstat(fd).st_size, None, what
 
     def write(self, arrays: list[np.ndarray]) -> list[list]:
         """Place ``arrays`` in the arena; return their ``[dtype, shape, offset]``."""
@@ -66,7 +68,7 @@ class Arena:
             raise HarnessError(f"arrays of {end} bytes do not fit the {self.size}-byte shared memory")
         if end and (self.view is None or len(self.view) < end):
             self.close_view()
-            self.view = mmap.mmap(self.fd, end)
+            self.view = self._map(end, writable=True)
         for array, (_, _, offset) in zip(arrays, specs):
             np.frombuffer(self.view, dtype=array.dtype, count=array.size, offset=offset).reshape(array.shape)[...] = (
                 array
@@ -103,11 +105,19 @@ class Arena:
         extent = max((offset + nbytes for _, _, offset, nbytes in checked), default=0)
         if extent == 0:
             return [np.zeros(shape, dtype) for dtype, shape, _, _ in checked]
-        with mmap.mmap(self.fd, extent, prot=mmap.PROT_READ) as view:
+        with self._map(extent, writable=False) as view:
             return [
                 np.frombuffer(view, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape).copy()
                 for dtype, shape, offset, _ in checked
             ]
+
+    def _map(self, length: int, writable: bool) -> mmap.mmap:
+        try:
+            if not writable:
+                faults.point(f"map-{self.what}")  # a test's fault: the harness's own mapping of an answer failing
+            return mmap.mmap(self.fd, length, prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
+        except OSError as exc:
+            raise HarnessError(f"cannot map the {self.what} ({length} bytes): {exc.strerror or exc}") from exc
 
     def close_view(self) -> None:
         if self.view is not None:

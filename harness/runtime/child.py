@@ -23,6 +23,7 @@ from harness.runtime.sandbox import NOBODY
 MAX_PROCESSES = 4096  # processes and threads of the child's user: a fork bomb stops there
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 CLONE_NEWUSER = 0x10000000
+IO_URING_SETUP = 425  # the same number on every architecture
 
 
 def drop_root(libc) -> None:
@@ -60,6 +61,14 @@ def probe(libc, harness_pid: int, harness_start: str, port: int, bundle: str) ->
         reached = False
     mounted = libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) == 0 or ctypes.get_errno() != errno.EPERM
     unshared = libc.unshare(CLONE_NEWUSER) == 0 or ctypes.get_errno() != errno.EPERM
+    ring = libc.syscall(IO_URING_SETUP, 1, ctypes.create_string_buffer(120))  # struct io_uring_params, zeroed
+    if ring >= 0:
+        os.close(ring)
+    try:
+        socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close()
+        vsock = True
+    except OSError:
+        vsock = False
     try:
         open(os.path.join(bundle, ".written"), "w").close()
         wrote = True
@@ -76,6 +85,8 @@ def probe(libc, harness_pid: int, harness_start: str, port: int, bundle: str) ->
         "no_mount": not mounted,
         "no_new_namespaces": not unshared,
         "read_only_bundle": not wrote,
+        "no_io_uring": ring < 0,
+        "no_vsock": not vsock,
     }
 
 
@@ -85,7 +96,9 @@ def main() -> None:
     if os.getuid() == 0:
         drop_root(libc)
     guards = probe(libc, setup["harness_pid"], setup["harness_start"], setup["probe_port"], setup["bundle"])
-    channel = Channel(socket.socket(fileno=setup["channel"]), Arena(setup["answers"]), Arena(setup["batches"]))
+    channel = Channel(
+        socket.socket(fileno=setup["channel"]), Arena(setup["answers"], "answer"), Arena(setup["batches"], "batch")
+    )
     channel.send("ready", guards)
     from harness.runtime.serving import serve
 

@@ -11,9 +11,10 @@ What names the model in records is computed here: the bundle's hash, and the wei
 parameter bytes the child hands over.
 
 Before the file is imported the child checks from inside that the guards hold; the harness checks that its probe
-listener on 127.0.0.1 was not reached, and refuses to go on unless every guard holds. Limits: a wall-clock limit per
-batch and per run, a memory limit (``RLIMIT_DATA``); a hang, a crash or an overrun ends the run with one line naming
-the batch's shard. The child's output is kept (its last 64 KiB) and its last line quoted when it dies.
+listener on 127.0.0.1 was not reached, and refuses to go on unless every guard holds. Limits: a wall-clock limit to
+load, per batch and per run, a memory limit (``RLIMIT_DATA``); a hang, a crash or an overrun ends the run with one line
+naming the limit's option or the batch's shard. The child's output is kept (its last 64 KiB) and its last line quoted
+when it dies or overruns a limit.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class ChildForward:
                 **self.sandbox.ready(limits.load_timeout_s),
                 "memory_limit_bytes": limits.memory_bytes,
                 "batch_timeout_s": limits.batch_timeout_s,
+                "load_timeout_s": limits.load_timeout_s,
                 "run_timeout_s": limits.run_timeout_s,
             }
             self.meta = self._ask(
@@ -93,20 +95,29 @@ class ChildForward:
                     },
                 ),
                 "loaded",
-                limits.load_timeout_s,
                 limits.memory_bytes,
+                loading=True,
             )
         except BaseException:
             self.close()
             raise
 
-    def _ask(self, message, expected: str, limit: float, budget: int):
-        """One exchange with the child within ``limit`` and what is left of the run's limit, its answer's arrays within
-        ``budget`` bytes (see :meth:`Sandbox.ask`)."""
+    def _ask(self, message, expected: str, budget: int, loading: bool = False):
+        """One exchange with the child within what is left of the load limit (``loading``) or within the batch limit,
+        and within what is left of the run's, its answer's arrays within ``budget`` bytes (see :meth:`Sandbox.ask`); a
+        silence is one line naming the limit it overran and the option that sets it."""
+        limits, elapsed = self.limits, time.monotonic() - self.started
+        if loading:
+            limit = limits.load_timeout_s - elapsed  # the sandbox's start counts too
+            late = f"the submission did not load within {limits.load_timeout_s:g} s (see --load-timeout)"
+        else:
+            limit = limits.batch_timeout_s
+            late = f"the submission did not answer within {limit:g} s (see --timeout)"
+        if limits.run_timeout_s - elapsed < limit:
+            limit = limits.run_timeout_s - elapsed
+            late = f"the submission's run reached its limit of {limits.run_timeout_s:g} s (see --run-timeout)"
         try:
-            return self.sandbox.ask(
-                message, expected, min(limit, self.limits.run_timeout_s - (time.monotonic() - self.started)), budget
-            )
+            return self.sandbox.ask(message, expected, limit, budget, late)
         except sandbox.OutOfMemory as exc:
             raise torch.cuda.OutOfMemoryError(str(exc)) from exc
 
@@ -226,7 +237,6 @@ class ChildForward:
         body = self._ask(
             ("batch", {"images": images.numpy(), "seed": int(seed), "kappas": [(k.name, k.params) for k in kappas]}),
             "answer",
-            self.limits.batch_timeout_s,
             self._answer_budget(len(images), kappas),
         )
         n = len(images)
@@ -266,7 +276,6 @@ class ChildForward:
         body = self._ask(
             ("extract", {"images": images.numpy(), "kappas": [(k.name, k.params) for k in kappas]}),
             "extracted",
-            self.limits.batch_timeout_s,
             self.limits.memory_bytes,
         )
         if (
@@ -281,7 +290,7 @@ class ChildForward:
         """Hand the fitted state of kappas computed in the child (arrays only) to the child, once."""
         states = {k.name: as_numpy(k.impl.state()) for k in kappas if isinstance(k.impl, StatefulModelKappa)}
         if states:
-            self._ask(("states", states), "ok", self.limits.batch_timeout_s, 0)
+            self._ask(("states", states), "ok", 0)
 
     def close(self) -> None:
         """End the sandbox: its every process dies with it, and the bundle's copy is removed."""

@@ -91,7 +91,16 @@ DENIED = (
     "nfsservctl",
     "uselib",
     "personality",
+    "io_uring_setup",  # io_uring's operations (open, connect, socket...) never pass through this filter
+    "io_uring_enter",
+    "io_uring_register",
 )
+# The socket families the child may make: its channel (AF_UNIX), its own loopback (AF_INET, AF_INET6) and netlink
+# (the C library lists interfaces with it), each confined to its network namespace and this filter. Every other family
+# is refused: some are not namespaced at all (AF_VSOCK reaches the host's and its hypervisor's sockets; AF_ALG is the
+# kernel's crypto), and the rest (AF_PACKET, AF_RDS, AF_TIPC, AF_KCM, AF_CAN, AF_BLUETOOTH, ...) are kernel code the
+# child has no use for, with a history of privilege escalations.
+SOCKET_FAMILIES = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK)
 NAMESPACE_FLAGS = 0x7E020080  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = (
@@ -133,8 +142,11 @@ GUARDS = (
     "no_mount",
     "no_new_namespaces",
     "read_only_bundle",
+    "no_io_uring",
+    "no_vsock",
 )
 LOG_BYTES = 1 << 16
+EXIT_WAIT_S = 5  # how long a child whose channel closed has to end before it counts as alive
 TRUST_HINT = "pass --trust-submission to run the file in the harness's own process instead, if you trust it"
 
 
@@ -153,9 +165,10 @@ def bwrap() -> str:
 
 
 def seccomp_program() -> int:
-    """A file descriptor holding the compiled seccomp filter: every call of ``DENIED`` and every ``clone`` that makes
-    a namespace fail with EPERM; ``clone3``, whose flags a filter cannot read, fails with ENOSYS (the C library then
-    falls back to ``clone``); calls of another architecture kill the process."""
+    """A file descriptor holding the compiled seccomp filter: every call of ``DENIED``, every ``clone`` that makes
+    a namespace and every ``socket`` or ``socketpair`` of a family not in ``SOCKET_FAMILIES`` fail with EPERM;
+    ``clone3``, whose flags a filter cannot read, fails with ENOSYS (the C library then falls back to ``clone``); calls
+    of another architecture kill the process."""
     try:
         import pyseccomp as sc
 
@@ -170,6 +183,10 @@ def seccomp_program() -> int:
             if NAMESPACE_FLAGS >> flag & 1:
                 program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, 1 << flag, 1 << flag))
         program.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        for call in ("socket", "socketpair"):  # the kernel reads the family's low 32 bits: high bits set are refused
+            program.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(0, sc.GT, max(SOCKET_FAMILIES)))
+            for family in sorted(set(range(max(SOCKET_FAMILIES))) - set(SOCKET_FAMILIES)):
+                program.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(0, sc.EQ, family))
         fd = os.memfd_create("cood-seccomp", 0)
         with open(fd, "wb", closefd=False) as out:
             program.export_bpf(out)
@@ -362,7 +379,7 @@ class Sandbox:
 
     def _launch(self, cuda: bool) -> None:
         ours, theirs = socket.socketpair()
-        batches, answers = Arena(), Arena()
+        batches, answers = Arena(what="batch"), Arena(what="answer")
         self.channel = Channel(ours, batches, answers)
         self.probe = socket.create_server(("127.0.0.1", 0))
         self.probe.setblocking(False)
@@ -394,7 +411,11 @@ class Sandbox:
         (else one line naming those that did not)."""
         if self.guards is None:
             try:
-                guards = self.ask(None, "ready", timeout, budget=0)
+                guards = self.ask(
+                    None, "ready", timeout, 0, f"the sandbox did not start within {timeout:g} s (see --load-timeout)"
+                )
+            except Timeout:
+                raise
             except HarnessError as exc:
                 raise unavailable(f"the sandbox did not start ({exc})") from exc
             try:
@@ -422,28 +443,27 @@ class Sandbox:
             }
         return self.guards
 
-    def ask(self, message, expected: str, timeout: float, budget: int):
+    def ask(self, message, expected: str, timeout: float, budget: int, late: str):
         """Send ``message`` (kind, body) unless None, and wait up to ``timeout`` seconds for an ``expected`` answer
-        whose arrays hold at most ``budget`` bytes; a silence, a death or a malformed message stops the child and is one
-        line, an error the child reports is one line (:class:`OutOfMemory` for the device's memory)."""
+        whose arrays hold at most ``budget`` bytes. A silence (:class:`Timeout`, its line ``late``), a death, a closed
+        channel or a malformed message stops the child and is one line, with the child's last output line; an error
+        the child reports is one line (:class:`OutOfMemory` for the device's memory), and so is one of the harness's
+        own (such as ``cannot map the answer``)."""
         try:
             if message is not None:
                 self.channel.send(*message)
             kind, body = self.channel.receive(max(timeout, 0), budget)
         except Timeout as exc:
-            self.close()
-            raise HarnessError(
-                f"the submission did not answer within {timeout:.0f} s (see --timeout and --run-timeout)"
-            ) from exc
-        except (EOFError, OSError) as exc:
-            code = self.process.wait(timeout=30)
+            raise self._ended(Timeout, late) from exc
+        except (EOFError, ConnectionError) as exc:
+            try:
+                code = self.process.wait(timeout=EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:  # alive: it closed its end of the channel
+                raise self._ended(HarnessError, "the submission's process closed its channel") from exc
             signum = -code if code < 0 else code - 128 if code > 128 else 0  # bubblewrap exits 128 + the child's signal
             how = f"signal {signal.Signals(signum).name}" if signum in signal.valid_signals() else f"exit code {code}"
-            self.log.thread.join(timeout=5)
-            last = self.log.last_line()
-            self.close()
-            raise HarnessError(f"the submission's process died ({how}){': ' + last if last else ''}") from exc
-        except Malformed:
+            raise self._ended(HarnessError, f"the submission's process died ({how})") from exc
+        except HarnessError:
             self.close()
             raise
         if kind in ("error", "oom"):
@@ -456,6 +476,13 @@ class Sandbox:
             self.close()
             raise Malformed(f"'{kind}' where '{expected}' was due")
         return body
+
+    def _ended(self, error: type[HarnessError], what: str) -> HarnessError:
+        """Stop the child; the ``error`` that says ``what`` happened, with the child's last output line."""
+        self.close()
+        self.log.thread.join(timeout=5)
+        last = self.log.last_line()
+        return error(f"{what}{': ' + last if last else ''}")
 
     def close(self) -> None:
         """End the sandbox (its every process dies with it) and remove the bundle's copy."""

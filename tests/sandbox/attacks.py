@@ -15,6 +15,7 @@ KAPPAS = ["softmax", "energy"]
 MIXED = r"shard \S+\.tar \(and \d+ more shards in its batch\): "  # a failing batch, of rows of many shards
 ORDER_SEED = 1  # one secret order for the honest and the hostile runs: the same batches, so the same bytes
 NOT_COMPARED = ("created", "timings", "order_seed")
+USERS = {"root": (), "user_namespace": ("unshare", "-r")}  # the harness as root, and as root of a user namespace
 
 
 def hostile(folder: Path, attack: str, name: str = "'glyph_cnn'") -> Path:

@@ -14,14 +14,13 @@ import pytest
 from timm.data import DEFAULT_CROP_PCT
 
 import harness
-from attacks import hostile, run_cli
+from attacks import USERS, hostile, run_cli
 from glyph_fixtures import cnn_variant
 from harness.runtime.channel import ARENA_BYTES
 from harness.runtime.isolation import MAX_FEATURES
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
-USERS = {"root": (), "user_namespace": ("unshare", "-r")}
 MODES = ("sandboxed", "trusted")
 TRUSTED = {"sandboxed": (), "trusted": ("--trust-submission",)}
 NAME_RULE = r"is not a lower-case letter followed by at most 63 lower-case letters, digits and '_'"
@@ -202,6 +201,26 @@ def test_a_data_config_of_huge_images_is_refused_before_decoding(tiny_glyphs, tm
         f"submission {source}: DATA_CONFIG: input_size {size} \\(resized to {resized} before the crop\\) makes images "
         "of more than 1024x1024 pixels, the most the harness makes",
     )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("user", sorted(USERS))
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("config", ["mean", "std"])
+def test_a_data_config_of_nan_mean_or_zero_std_is_its_own_line(tiny_glyphs, tmp_path, user, mode, config):
+    value, shown, rule = {  # pixels made NaN or infinite: the model's logits would be
+        "mean": ("float('nan')", "nan", "1 finite number"),
+        "std": ("0.0", r"0\.0", "1 finite positive number"),
+    }[config]
+    path = cnn_variant(
+        tmp_path / "hostile.py",
+        off_in_child("check_data_config", mode)
+        + f"DATA_CONFIG = {{**cnn.DATA_CONFIG, {config!r}: ({value},)}}\nbuild_model = cnn.build_model\n",
+    )
+    done = submit(user, path, tiny_glyphs, "--out", tmp_path / "out", *TRUSTED[mode])
+    source = "hostile.py" if mode == "sandboxed" else re.escape(str(path))
+    got = rf"[(\[]{shown},?[)\]]"  # the child's tuple crosses the channel as a list
+    error_line(done, f"submission {source}: DATA_CONFIG: {config} must be {rule}, one per channel, got {got}")
     assert not (tmp_path / "out").exists()
 
 

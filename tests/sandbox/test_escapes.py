@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import harness
-from attacks import KAPPAS, MIXED, hostile, processes_with, run, run_cli, same_scores
+from attacks import KAPPAS, MIXED, USERS, hostile, processes_with, run, run_cli, same_scores
 from glyph_fixtures import cnn_variant, negated_cnn
 from harness import HarnessError, evaluate
 
@@ -41,6 +41,8 @@ def test_the_record_names_the_verified_guards_and_the_identity_the_harness_compu
         "no_mount",
         "no_new_namespaces",
         "read_only_bundle",
+        "no_io_uring",
+        "no_vsock",
     }
     assert len(isolation["bundle_sha256"]) == 64
     assert honest[0]["model"]["weights_sha256"] == weights_sha256(model)
@@ -120,6 +122,41 @@ except OSError:
     server.close()
     assert records[0]["model"]["name"] == "net_hidden_hidden_refused_unreachable" and accepted == []
     assert same_scores(records, honest)
+
+
+@pytest.mark.parametrize("user", sorted(USERS))
+def test_no_io_uring_and_no_socket_of_a_family_outside_its_namespace(tiny_glyphs, tmp_path, user):
+    path = hostile(
+        tmp_path,
+        LIBC
+        + """
+import errno, socket
+libc.syscall.restype = ctypes.c_long
+SOCKET, SOCKETPAIR = {"x86_64": (41, 53), "aarch64": (198, 199)}[os.uname().machine]
+def tried(result):
+    return "made" if result >= 0 else errno.errorcode[ctypes.get_errno()].lower()
+def family(value):
+    return ctypes.c_long(value), socket.SOCK_STREAM, 0
+outcome = [
+    tried(libc.syscall(425, 1, ctypes.create_string_buffer(120))),  # io_uring_setup
+    tried(libc.syscall(426, -1, 1, 0, 0, None, 0)),  # io_uring_enter
+    tried(libc.syscall(427, -1, 0, None, 0)),  # io_uring_register
+    tried(libc.syscall(SOCKET, *family(socket.AF_VSOCK))),
+    tried(libc.syscall(SOCKET, *family(1 << 32 | socket.AF_VSOCK))),  # the kernel reads the low 32 bits
+    tried(libc.syscall(SOCKETPAIR, *family(socket.AF_VSOCK), (ctypes.c_int * 2)())),
+    tried(libc.syscall(SOCKET, ctypes.c_long(socket.AF_ALG), socket.SOCK_SEQPACKET, 0)),
+    tried(libc.syscall(SOCKET, *family(socket.AF_UNIX))),  # its own families stay
+    tried(libc.syscall(SOCKET, *family(socket.AF_INET))),
+]
+""",
+        "'calls_' + '_'.join(outcome)",
+    )
+    done = run_cli(
+        "submit", path, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--quiet", "--no-cache", wrap=USERS[user]
+    )
+    assert done.returncode == 0, done.stderr
+    name = json.loads((tmp_path / "out" / "records" / "softmax.json").read_text())["model"]["name"]
+    assert name == "calls_" + "_".join(["eperm"] * 7 + ["made"] * 2)
 
 
 def test_no_write_outside_its_home_even_after_a_remount(tiny_glyphs, tmp_path, honest):

@@ -1,9 +1,13 @@
 """A stranger's submission file that misbehaves: a hang, a crash, a memory grab or a failing pass ends in one line
 naming the shard, and nothing is written; where no sandbox can be had, a file is refused in one line."""
 
+import os
+import re
+import time
+
 import pytest
 
-from attacks import MIXED, run_cli
+from attacks import MIXED, USERS, run_cli
 from glyph_fixtures import cnn_variant
 from harness import HarnessError, evaluate
 from harness.runtime import sandbox
@@ -53,10 +57,7 @@ FAULTS = {
         "import time\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
         "            time.sleep(600)\n        return super().forward(x)\n",
         ["--timeout", "3"],
-        (
-            r"error: " + MIXED + r"the submission did not answer within 3 s "
-            r"\(see --timeout and --run-timeout\)"
-        ),
+        (r"error: " + MIXED + r"the submission did not answer within 3 s \(see --timeout\)"),
     ),
     "crash": (
         "import os\nclass M(cnn.GlyphCNN):\n    def forward(self, x):\n        if len(x) > 1:\n"
@@ -118,8 +119,61 @@ def test_a_misbehaving_submission_is_one_line(tiny_glyphs, tmp_path, fault):
         *options,
     )
     assert done.returncode == 2, done.stderr
-    assert len(done.stderr.splitlines()) == 1 and __import__("re").fullmatch(message, done.stderr.strip()), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and re.fullmatch(message, done.stderr.strip()), done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def timed_run(user: str, path, benchmark, *options, env=None) -> tuple[float, str]:
+    """``cood-harness submit`` of ``path`` as ``user``, which must fail: its seconds and its one line of error."""
+    began = time.monotonic()
+    done = run_cli(
+        "submit",
+        path,
+        "--benchmark",
+        benchmark,
+        "--quiet",
+        "--no-cache",
+        "--workers",
+        "0",
+        *options,
+        wrap=USERS[user],
+        **({} if env is None else {"env": env}),
+    )
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    return time.monotonic() - began, done.stderr.strip()
+
+
+@pytest.mark.parametrize("user", sorted(USERS))
+def test_a_spinning_build_model_ends_at_the_load_limit(tiny_glyphs, tmp_path, user):
+    path = cnn_variant(
+        tmp_path / "spin.py",
+        "def build_model():\n    print('building, forever', flush=True)\n    while True:\n        pass\n",
+    )
+    seconds, line = timed_run(user, path, tiny_glyphs, "--load-timeout", "3", "--out", tmp_path / "out")
+    assert line == "error: the submission did not load within 3 s (see --load-timeout): building, forever"
+    assert 3 < seconds < 60 and not (tmp_path / "out").exists()  # the default, 600 s, was the only limit
+
+
+@pytest.mark.parametrize("user", sorted(USERS))
+def test_a_child_that_closes_its_channel_and_lives_on_is_one_line(tiny_glyphs, tmp_path, user):
+    path = cnn_variant(
+        tmp_path / "closing.py",
+        "import json, os, socket, sys, time\n"
+        "socket.socket(fileno=os.dup(json.loads(sys.argv[1])['channel'])).shutdown(socket.SHUT_RDWR)\n"
+        "print('closed it', flush=True)\ntime.sleep(600)\n",
+    )
+    seconds, line = timed_run(user, path, tiny_glyphs, "--out", tmp_path / "out")
+    assert line == "error: the submission's process closed its channel: closed it"
+    assert seconds < 30 and not (tmp_path / "out").exists()  # no wait of 30 s for it to end
+
+
+@pytest.mark.parametrize("user", sorted(USERS))
+def test_the_harnesss_own_failure_is_its_own_line(tiny_glyphs, tmp_path, user):
+    path = cnn_variant(tmp_path / "plain.py", "build_model = cnn.build_model\n")
+    env = {**os.environ, "COOD_FAULT": "map-answer=ENOMEM"}  # its mapping of the child's load answer fails
+    seconds, line = timed_run(user, path, tiny_glyphs, "--out", tmp_path / "out", env=env)
+    assert re.fullmatch(r"error: cannot map the answer \(\d+ bytes\): Cannot allocate memory", line), line
+    assert seconds < 30 and not (tmp_path / "out").exists()
 
 
 def test_limits_must_be_positive():
