@@ -15,6 +15,16 @@ from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS  # noqa: E402
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS  # noqa: E402
 
 app = make_app("Build C-OOD benchmarks as WebDataset shards.", f"cood-dataset {__version__}")
+# the options the image builders (imagenet, folder) share, declared once
+MIN_IMAGES = typer.Option(200, help="Classes with fewer readable images are removed.")
+IMAGES_PER_CLASS = typer.Option(200, help="Images kept per OOD class.")
+TEST_FRACTION = typer.Option(0.25, help="Share of a class's images in the test split.")
+SEED = typer.Option(0, help="Seed of the split.")
+FIT_PER_CLASS = typer.Option(
+    DEFAULT_FIT_PER_CLASS,
+    help="id_fit images per ID class (with --train; docs/benchmark-format.md: why this default).",
+)
+OVERWRITE = typer.Option(False, help="Replace an existing benchmark folder.")
 
 
 @app.command()
@@ -83,22 +93,19 @@ def imagenet(
         list(DEFAULT_RULE_SETS), help="Rule sets to switch on (repeat): visually_ambiguous, biologically_distinct."
     ),
     no_rule_sets: bool = typer.Option(False, "--no-rule-sets", help="Switch every optional rule set off."),
-    min_images: int = typer.Option(200, help="Classes with fewer readable images are removed."),
-    images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
-    test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
-    seed: int = typer.Option(0, help="Seed of the split."),
+    min_images: int = MIN_IMAGES,
+    images_per_class: int = IMAGES_PER_CLASS,
+    test_fraction: float = TEST_FRACTION,
+    seed: int = SEED,
     train: str | None = typer.Option(
         None,
         "--train",
         help="ImageNet-1K training images (<wnid>/ folders, ILSVRC2012_img_train.tar, "
         "or hf://datasets/...): a seeded id_fit split for detectors that fit.",
     ),
-    fit_per_class: int = typer.Option(
-        DEFAULT_FIT_PER_CLASS,
-        help="id_fit images per ID class (with --train; docs/benchmark-format.md: why this default).",
-    ),
+    fit_per_class: int = FIT_PER_CLASS,
     workers: int = typer.Option(2, help="Processes reading images (and indexing Hub shards)."),
-    overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Build the ImageNet C-OOD benchmark (ImageNet-1K val vs. ImageNet-21K) from folders, the release tars or Hub
     shards; rerun to resume an interrupted build."""
@@ -132,17 +139,17 @@ def folder(
     name: str = typer.Option("custom", help="Benchmark id."),
     version: str = typer.Option("1.0.0", help="Benchmark version (the publish tag)."),
     exclude: Path | None = typer.Option(None, help="CSV ood_class,id_class,why of OOD classes to remove."),
-    min_images: int = typer.Option(200, help="Classes with fewer readable images are removed."),
-    images_per_class: int = typer.Option(200, help="Images kept per OOD class."),
-    test_fraction: float = typer.Option(0.25, help="Share of a class's images in the test split."),
+    min_images: int = MIN_IMAGES,
+    images_per_class: int = IMAGES_PER_CLASS,
+    test_fraction: float = TEST_FRACTION,
     image_ext: str = typer.Option("jpg", help="The image field of every sample (bytes are stored as they are)."),
-    seed: int = typer.Option(0, help="Seed of the split."),
+    seed: int = SEED,
     train: Path | None = typer.Option(
         None, "--train", help="ID training images in <class>/ folders: a seeded id_fit split for detectors that fit."
     ),
-    fit_per_class: int = typer.Option(DEFAULT_FIT_PER_CLASS, help="id_fit images per ID class (with --train)."),
+    fit_per_class: int = FIT_PER_CLASS,
     workers: int = typer.Option(2, help="Processes reading images."),
-    overwrite: bool = typer.Option(False, help="Replace an existing benchmark folder."),
+    overwrite: bool = OVERWRITE,
     license: str | None = typer.Option(
         None, help="The images' licence: a Hub licence id such as cc-by-4.0, or a URL (unknown when not given)."
     ),
