@@ -26,6 +26,7 @@ from harness.adapters import (
 )
 from harness.errors import HarnessError
 from harness.submission import weights_sha256
+from harness.zoo import weights_kinds
 
 CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 ESPRESSO, TRIPOD = 967, 872
@@ -388,7 +389,7 @@ def test_other_targets_are_submission_files(tmp_path):
     )
     sub = load_target(str(path), num_classes_expected=4)
     assert (sub.name, sub.channels, sub.source) == ("tiny", 1, "tiny.py")
-    with pytest.raises(HarnessError, match="--weights applies to open_clip:, timm: and torchvision: targets"):
+    with pytest.raises(HarnessError, match=f"^--weights applies to {weights_kinds()} targets, not to the file "):
         load_target(str(path), weights="w.pt")
     with pytest.raises(HarnessError, match="the benchmark has 3 ID classes"):
         load_target(str(path), num_classes_expected=3)
