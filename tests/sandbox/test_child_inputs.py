@@ -14,7 +14,7 @@ import pytest
 from timm.data import DEFAULT_CROP_PCT
 
 import harness
-from attacks import USERS, hostile, run_cli
+from attacks import QUICK, USERS, hostile, run_cli
 from glyph_fixtures import cnn_variant
 from harness.runtime.channel import ARENA_BYTES
 from harness.runtime.isolation import MAX_FEATURES
@@ -46,10 +46,7 @@ def submit(user: str, path: Path, benchmark: Path, *options, env: dict | None = 
         path,
         "--benchmark",
         benchmark,
-        "--quiet",
-        "--no-cache",
-        "--workers",
-        0,
+        *QUICK,
         *options,
         wrap=(*USERS[user], *(() if peak is None else (sys.executable, "-c", PEAK, peak))),
         env={**os.environ, **(env or {}), "PYTHONDONTWRITEBYTECODE": "1"},

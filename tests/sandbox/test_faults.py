@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from attacks import MIXED, USERS, run_cli
+from attacks import MIXED, QUICK, USERS, run_cli
 from glyph_fixtures import cnn_variant
 from harness import HarnessError, evaluate
 from harness.runtime import sandbox
@@ -112,10 +112,7 @@ def test_a_misbehaving_submission_is_one_line(tiny_glyphs, tmp_path, fault):
         tiny_glyphs,
         "--out",
         tmp_path / "out",
-        "--quiet",
-        "--no-cache",
-        "--workers",
-        "0",
+        *QUICK,
         *options,
     )
     assert done.returncode == 2, done.stderr
@@ -131,10 +128,7 @@ def timed_run(user: str, path, benchmark, *options, env=None) -> tuple[float, st
         path,
         "--benchmark",
         benchmark,
-        "--quiet",
-        "--no-cache",
-        "--workers",
-        "0",
+        *QUICK,
         *options,
         wrap=USERS[user],
         **({} if env is None else {"env": env}),
