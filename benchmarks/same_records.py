@@ -87,6 +87,17 @@ def canonical(record: dict) -> str:
     return json.dumps(record, indent=1, sort_keys=True) + "\n"
 
 
+def differing(old, new, at: str = "") -> list[str]:
+    """The dotted paths at which two JSON values differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            path
+            for key in sorted(old.keys() | new.keys())
+            for path in differing(old.get(key), new.get(key), f"{at}.{key}".lstrip("."))
+        ]
+    return [] if old == new else [at]
+
+
 def compare(before: Path, after: Path, name: str) -> str:
     """``same``, ``differs`` or ``only in before/after`` for one output file."""
     if not (before / name).is_file() or not (after / name).is_file():
@@ -97,6 +108,8 @@ def compare(before: Path, after: Path, name: str) -> str:
         if [canonical(r).encode() for r in records] != [old, new]:
             return "differs (not in the canonical form, so not masked)"
         old, new = (canonical(masked(r)).encode() for r in records)
+        if old != new:
+            return "differs  at " + ", ".join(differing(*(masked(r) for r in records))[:5])
     return "same" if old == new else "differs"
 
 
@@ -124,7 +137,8 @@ def main() -> int:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     for name, result in results.items():
-        print(f"{result:<8} {name}")
+        kind, _, where = result.partition("  at ")
+        print(f"{kind:<8} {name}" + (f" (at {where})" if where else ""))
     differ = sum(result != "same" for result in results.values())
     print(
         f"{len(results)} files: {len(results) - differ} the same, {differ} not; masked in the records: "
