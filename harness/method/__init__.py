@@ -1,12 +1,19 @@
-"""The method, pure numpy with no I/O and no torch (docs/method.md): severity levels, metrics, and the
-evaluation of one (model, kappa) pair from per-sample scores. Exports load on first use, so that a module needing
-one of them (the sandboxed child needs only :class:`SplitScores`' neighbours) does not import scipy's statistics."""
+"""The method, pure numpy with no I/O and no torch (docs/method.md): severity levels, metrics and their intervals,
+the ID set's selective-prediction and calibration metrics, and the evaluation of one (model, kappa) pair from
+per-sample scores. Exports load on first use, so that a module needing one of them (the sandboxed child needs only
+:class:`SplitScores`' neighbours) does not import scipy's statistics."""
 
 from importlib import import_module
 
 _EXPORTS = {
     "KappaResult": "evaluation",
     "evaluate_kappa": "evaluation",
+    "Interval": "intervals",
+    "auroc_interval": "intervals",
+    "mean_auroc_interval": "intervals",
+    "wilson_interval": "intervals",
+    "bootstrap_interval": "intervals",
+    "selective_metrics": "selective",
     "auroc": "metrics",
     "average_precision": "metrics",
     "fpr_at_tpr": "metrics",
