@@ -30,7 +30,7 @@ from imagenet_shaped import build
 
 from harness.adapters import load_target
 from harness.benchmarks import open_benchmark
-from harness.runtime.data import default_workers, shard_batches, shard_groups
+from harness.runtime.data import Reading, default_workers, shard_batches, shard_groups
 from harness.runtime.decoded_cache import DecodedCache
 from harness.runtime.decoding import make_decoder
 from harness.runtime.execution import Execution
@@ -48,7 +48,7 @@ def decode_pass(bench, decoder, splits, batch_size: int, workers: int) -> tuple[
         classes = bench.id_classes if split.startswith("id") else bench.ood_classes
         labels = dict(zip(classes["id"], classes["index"]))
         for batch in shard_batches(
-            bench, shard_groups(bench.shards(split), batch_size), decoder, labels, batch_size, workers
+            bench, shard_groups(bench.shards(split), batch_size), decoder, labels, Reading(batch_size, workers)
         ):
             if "error" in batch:
                 raise SystemExit(batch["error"])

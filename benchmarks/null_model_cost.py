@@ -28,7 +28,7 @@ from gpu_check import NULL  # the same null model as the GPU check's (this folde
 from harness.benchmarks import open_benchmark
 from harness.method.scores import SplitScores
 from harness.run import evaluate
-from harness.runtime.data import Loader, shard_batches, shard_groups
+from harness.runtime.data import Loader, Reading, shard_batches, shard_groups
 from harness.runtime.decoding import make_decoder
 from harness.runtime.scoring import EVAL_SPLITS
 from harness.submission import timm_transform
@@ -81,14 +81,14 @@ def bookkeeping(repeats: int) -> dict:
 def loader_passes(bench, decoder, label_of: dict, workers: int, persistent: bool, batch_size: int = 256) -> float:
     """Seconds to read the three evaluation splits, with workers kept across the passes or started per pass."""
     start = time.perf_counter()
-    loader = Loader(bench, decoder, batch_size, workers) if persistent else None
+    loader = Loader(bench, decoder, Reading(batch_size, workers)) if persistent else None
     try:
         for split in EVAL_SPLITS:
             groups = shard_groups(bench.shards(split), batch_size)
             passes = (
                 loader.batches(groups, label_of[split])
                 if persistent
-                else shard_batches(bench, groups, decoder, label_of[split], batch_size, workers)
+                else shard_batches(bench, groups, decoder, label_of[split], Reading(batch_size, workers))
             )
             for _ in passes:
                 pass

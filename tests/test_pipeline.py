@@ -16,7 +16,7 @@ from dataset_builder.benchmark import Benchmark
 from glyph_fixtures import load_example
 from harness import HarnessError, evaluate
 from harness.method.scores import SplitScores
-from harness.runtime.data import Loader, shard_batches, shard_groups
+from harness.runtime.data import Loader, Reading, shard_batches, shard_groups
 from harness.runtime.decoding import make_decoder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ class OffCpuDecoder:
 
 
 def _expected(bench, groups, decoder, label_of, batch_size):
-    loader = Loader(bench, decoder, batch_size, workers=0)
+    loader = Loader(bench, decoder, Reading(batch_size, workers=0))
     return [(b["keys"], b["images"]) for b in loader.batches(groups, label_of)]
 
 
@@ -88,7 +88,7 @@ def test_a_gpu_decode_that_completes_late_is_waited_for_and_its_buffer_not_reuse
     groups = shard_groups(bench.shards("ood_test"), 16)
     lane = LateLane()
     expected = _expected(bench, groups, decoder, label_of, 16)
-    loader = Loader(bench, OffCpuDecoder(decoder), 16, workers, lane=lane)
+    loader = Loader(bench, OffCpuDecoder(decoder), Reading(16, workers), lane=lane)
     try:
         for n, batch in enumerate(loader.batches(groups, label_of)):
             time.sleep(0.05)  # the model at work on the batch while the reading side runs ahead and writes late
@@ -171,7 +171,7 @@ def test_loader_workers_live_across_passes_and_give_the_same_batches(tiny_glyphs
     from harness.submission import timm_transform
 
     decoder = make_decoder("torchvision", timm_transform(cnn.DATA_CONFIG), 1, bench.max_image_pixels)
-    loader = Loader(bench, decoder, 16, workers=2)
+    loader = Loader(bench, decoder, Reading(16, workers=2))
     try:
         passes, pids = [], []
         for split in ("id_test", "ood_test", "id_test"):
@@ -180,7 +180,8 @@ def test_loader_workers_live_across_passes_and_give_the_same_batches(tiny_glyphs
             groups = shard_groups(bench.shards(split), 16)
             got = [(b["keys"], b["labels"], b["images"]) for b in loader.batches(groups, label_of)]
             want = [
-                (b["keys"], b["labels"], b["images"]) for b in shard_batches(bench, groups, decoder, label_of, 16, 0)
+                (b["keys"], b["labels"], b["images"])
+                for b in shard_batches(bench, groups, decoder, label_of, Reading(16, 0))
             ]
             assert sorted(k for keys, _, _ in got for k in keys) == sorted(k for keys, _, _ in want for k in keys)
             by_key = {keys[0]: (labels, images) for keys, labels, images in want}

@@ -16,6 +16,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from queue import Full, Queue
 
 import torch
@@ -346,6 +347,17 @@ class _Passes(torch.utils.data.IterableDataset):
         return iter(self.stream)
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How a :class:`Loader` reads: rows per batch, worker processes (0: a background thread), whether each shard's
+    sha256 is checked first, whether batches are pinned for a GPU."""
+
+    batch_size: int = EvalConfig.batch_size
+    workers: int = 2
+    verify: bool = EvalConfig.verify
+    pin_memory: bool = False
+
+
 class Loader:
     """The reading side of a run (see :class:`ShardStream`): one pass after another over groups of shards, read in
     ``workers`` processes (0: in a background thread of this one) and decoded by ``decoder``
@@ -361,17 +373,15 @@ class Loader:
         self,
         benchmark: Benchmark,
         decoder,
-        batch_size: int = EvalConfig.batch_size,
-        workers: int = 2,
-        verify: bool = EvalConfig.verify,
-        pin_memory: bool = False,
+        reading: Reading = Reading(),
         decoded: DecodedCache | None = None,
         lane=None,
     ):
-        self.decoder, self.workers, self.pin_memory = decoder, max(0, workers), pin_memory
+        self.decoder, self.workers, self.pin_memory = decoder, max(0, reading.workers), reading.pin_memory
         self.in_stream = decoder.device.type == "cpu"
         decoded = decoded if self.in_stream and hasattr(decoder, "pixels") else None
-        self.stream = ShardStream(benchmark, [], decoder if self.in_stream else None, {}, batch_size, verify, decoded)
+        stream_decoder = decoder if self.in_stream else None
+        self.stream = ShardStream(benchmark, [], stream_decoder, {}, reading.batch_size, reading.verify, decoded)
         self.lane = lane if lane is not None or self.in_stream else DecodeLane(decoder.device)
         self._loader, self._plans = None, []
 
@@ -436,14 +446,11 @@ def shard_batches(
     groups: list[list[dict]],
     decoder,
     label_of: dict[str, int],
-    batch_size: int = EvalConfig.batch_size,
-    workers: int = 2,
-    verify: bool = EvalConfig.verify,
-    pin_memory: bool = False,
+    reading: Reading = Reading(),
     decoded: DecodedCache | None = None,
 ) -> Iterator[dict]:
     """One pass of a :class:`Loader` of its own over ``groups``; its workers end with the pass."""
-    loader = Loader(benchmark, decoder, batch_size, min(workers, len(groups)), verify, pin_memory, decoded)
+    loader = Loader(benchmark, decoder, replace(reading, workers=min(reading.workers, len(groups))), decoded)
     try:
         yield from loader.batches(groups, label_of)
     finally:

@@ -23,7 +23,7 @@ from harness.kappas.fitting import with_fit
 from harness.method.scores import SplitScores
 from harness.phases import plural
 from harness.runtime import interleave
-from harness.runtime.data import Loader, default_workers, shard_groups
+from harness.runtime.data import Loader, Reading, default_workers, shard_groups
 from harness.runtime.decoded_cache import DecodedCache
 from harness.runtime.decoded_cache import cache_key as decoded_key
 from harness.runtime.decoding import PilDecoder, TensorDecoder, make_decoder
@@ -88,15 +88,10 @@ class Scorer:
         """One pass over ``groups`` of shards, by the run's loader (its workers live across passes); with an
         ``order_seed``, merged in the run's secret order (see :meth:`Loader.batches`)."""
         if self._loader is None:
-            self._loader = Loader(
-                self.benchmark,
-                self.decoder,
-                self.config.batch_size,
-                self.config.workers,
-                self.config.verify,
-                self.execution.device.type == "cuda",
-                self.decoded,
+            reading = Reading(
+                self.config.batch_size, self.config.workers, self.config.verify, self.execution.device.type == "cuda"
             )
+            self._loader = Loader(self.benchmark, self.decoder, reading, self.decoded)
         return self._loader.batches(groups, label_of, order_seed)
 
     def close(self) -> None:
