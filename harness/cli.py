@@ -170,7 +170,8 @@ def submit(
             if sandboxed:  # a file: its sandbox starts beside our imports
                 from harness.runtime import sandbox
 
-                sandbox.prestart(target, device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices()))
+                cuda = device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices())
+                sandbox.prestart(target, cuda, config.limits.memory_bytes)
             from harness.run import submit as run_submit
 
             result = run_submit(target, config, out=out, leaderboard=leaderboard)

@@ -11,9 +11,7 @@ from harness.errors import HarnessError
 from harness.method.severity import DEFAULT_NUM_LEVELS
 from harness.options import DECODERS, FEATURE_DTYPES, check_name
 
-
-def _physical_memory() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+PHYSICAL_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # the default memory limit
 
 
 @dataclass(frozen=True)
@@ -26,7 +24,7 @@ class Limits:
 
     batch_timeout_s: float = 600.0
     run_timeout_s: float = 48 * 3600.0
-    memory_bytes: int = field(default_factory=_physical_memory)
+    memory_bytes: int = PHYSICAL_MEMORY
     load_timeout_s: float = 600.0
 
     def __post_init__(self):

@@ -44,15 +44,16 @@ class Timeout(HarnessError):
 
 class Arena:
     """A shared-memory file that one side writes arrays into and the other reads them from. Its creator (the harness)
-    gives it its size, ``ARENA_BYTES`` (sparse: a page costs memory once written), and seals it against growing,
-    shrinking and further seals: neither side can pull pages from under the other's mapping (a SIGBUS), stop the other
-    from writing, or make the other map more than it chose to read. Each side maps only what it writes or reads; a
-    mapping that fails is one line naming ``what`` the arena carries (``cannot map the answer (...)``)."""
+    gives it its ``size`` (the sandbox's: a quarter of its memory limit; sparse: a page costs memory once touched, by
+    either side), and seals it against growing, shrinking and further seals: neither side can pull pages from under
+    the other's mapping (a SIGBUS), stop the other from writing, or make the other map more than it chose to read. Each
+    side maps only what it writes or reads; a mapping that fails is one line naming ``what`` the arena carries
+    (``cannot map the answer (...)``)."""
 
-    def __init__(self, fd: int | None = None, what: str = "message"):
+    def __init__(self, fd: int | None = None, what: str = "message", size: int = ARENA_BYTES):
         if fd is None:
             fd = os.memfd_create("cood-arena", os.MFD_ALLOW_SEALING)
-            os.ftruncate(fd, ARENA_BYTES)
+            os.ftruncate(fd, size)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         self.fd, self.size, self.view, self.what = fd, os.fstat(fd).st_size, None, what
 
@@ -65,7 +66,10 @@ class Arena:
             specs.append([array.dtype.str, list(array.shape), end])
             end = _aligned(end + array.nbytes)
         if end > self.size:
-            raise HarnessError(f"arrays of {end} bytes do not fit the {self.size}-byte shared memory")
+            raise HarnessError(
+                f"arrays of {end} bytes do not fit the {self.size}-byte shared memory (a quarter of the memory limit: "
+                "raise --memory-limit, or lower --batch-size)"
+            )
         if end and (self.view is None or len(self.view) < end):
             self.close_view()
             self.view = self._map(end, writable=True)

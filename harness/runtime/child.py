@@ -1,8 +1,9 @@
 """A sandboxed submission's process (``python -m harness.runtime.child SETUP``, started in the sandbox of
 :mod:`harness.runtime.sandbox`).
 
-Before any of the submission's code runs it gives up root (as root: every capability, then the ``nobody`` user), checks
-from inside that the sandbox holds and tells the harness what it found; then it loads the submission and answers batches
+Before any of the submission's code runs it gives up root (as root: every capability, then the ``nobody`` user), caps
+its processes, checks from inside that the sandbox holds, imports PyTorch, sets its memory limits
+(:mod:`harness.runtime.limits`) and tells the harness what it found; then it loads the submission and answers batches
 over the channel (:mod:`harness.runtime.channel`) until told to exit. Capabilities and mounts are Linux system calls
 with no maintained Python wrapper, hence ctypes.
 """
@@ -13,14 +14,13 @@ import ctypes
 import errno
 import json
 import os
-import resource
 import socket
 import sys
 
+from harness.runtime import limits
 from harness.runtime.channel import Arena, Channel
 from harness.runtime.sandbox import NOBODY
 
-MAX_PROCESSES = 4096  # processes and threads of the child's user: a fork bomb stops there
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 CLONE_NEWUSER = 0x10000000
 IO_URING_SETUP = 425  # the same number on every architecture
@@ -36,7 +36,6 @@ def drop_root(libc) -> None:
     os.setgroups([])
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)
-    resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
 
 
 def _status() -> dict[str, str]:
@@ -95,13 +94,15 @@ def main() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if os.getuid() == 0:
         drop_root(libc)
+    limits.restrict_processes()
     guards = probe(libc, setup["harness_pid"], setup["harness_start"], setup["probe_port"], setup["bundle"])
+    from harness.runtime.serving import serve  # PyTorch: mapped before the address space is limited
+
+    guards["limits"] = limits.restrict(setup["limits"])
     channel = Channel(
         socket.socket(fileno=setup["channel"]), Arena(setup["answers"], "answer"), Arena(setup["batches"], "batch")
     )
     channel.send("ready", guards)
-    from harness.runtime.serving import serve
-
     serve(channel)
 
 

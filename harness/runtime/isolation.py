@@ -12,9 +12,9 @@ parameter bytes the child hands over.
 
 Before the file is imported the child checks from inside that the guards hold; the harness checks that its probe
 listener on 127.0.0.1 was not reached, and refuses to go on unless every guard holds. Limits: a wall-clock limit to
-load, per batch and per run, a memory limit (``RLIMIT_DATA``); a hang, a crash or an overrun ends the run with one line
-naming the limit's option or the batch's shard. The child's output is kept (its last 64 KiB) and its last line quoted
-when it dies or overruns a limit.
+load, per batch and per run, one memory budget and a process cap (:mod:`harness.runtime.limits`, which the record
+names); a hang, a crash or an overrun ends the run with one line naming the limit's option or the batch's shard. The
+child's output is kept (its last 64 KiB) and its last line quoted when it dies or overruns a limit.
 """
 
 from __future__ import annotations
@@ -71,7 +71,9 @@ class ChildForward:
         self.limits, self.num_classes, self.started = limits, num_classes, time.monotonic()
         self.path, self.execution, self.features_dim = path, execution, None
         cuda = execution.device.type == "cuda"
-        self.sandbox = (None if fresh else sandbox.take(path, cuda)) or sandbox.Sandbox(path, cuda)
+        self.sandbox = (None if fresh else sandbox.take(path, cuda, limits.memory_bytes)) or sandbox.Sandbox(
+            path, cuda, limits.memory_bytes
+        )
         try:
             self.isolation = {
                 **self.sandbox.ready(limits.load_timeout_s),
@@ -95,7 +97,7 @@ class ChildForward:
                     },
                 ),
                 "loaded",
-                limits.memory_bytes,
+                self.sandbox.budget.share,  # what the answers' shared memory holds
                 loading=True,
             )
         except BaseException:
@@ -276,7 +278,7 @@ class ChildForward:
         body = self._ask(
             ("extract", {"images": images.numpy(), "kappas": [(k.name, k.params) for k in kappas]}),
             "extracted",
-            self.limits.memory_bytes,
+            self.sandbox.budget.share,
         )
         if (
             not isinstance(body, dict)

@@ -5,11 +5,13 @@ child's namespaces and its file-system view; libseccomp (through ``pyseccomp``) 
 system calls that could undo them. Neither is rewritten here. The child gets:
 
 - its own PID namespace: it sees no process of the host, and every process it starts dies with it;
+- one memory budget and a cap on its processes (:mod:`harness.runtime.limits`): cgroups where the host allows them,
+  else rlimits, a size on ``/tmp`` and on the shared memory of the channel;
 - its own network namespace (only its own loopback), IPC, UTS and cgroup namespaces;
 - a read-only view of what it needs and nothing else: the system's libraries (``/usr``), Python and its installed
   packages, the harness's own package folders (each alone: never the folder holding it, a checkout with a benchmark
   beside it) and a copy of the submission bundle at ``/submission``; ``/tmp`` is an empty tmpfs and its home; a
-  minimal ``/dev`` (plus the GPU's device nodes on a CUDA run) and its own ``/proc``;
+  minimal, read-only ``/dev`` (plus the GPU's device nodes on a CUDA run) and its own ``/proc``;
 - no privilege: as root, the harness's child drops to the ``nobody`` user with no capabilities (a setuid drop,
   :mod:`harness.runtime.child`); as an ordinary user, bubblewrap maps the user into a user namespace with no
   capabilities and no nested user namespaces; ``no_new_privs`` either way;
@@ -36,8 +38,10 @@ import threading
 from pathlib import Path
 
 from harness.bundle import Bundle
+from harness.config import PHYSICAL_MEMORY
 from harness.errors import HarnessError, escaped
 from harness.runtime.channel import Arena, Channel, Malformed, Timeout
+from harness.runtime.limits import Budget, host_cgroup_parents, root_uid
 
 BUNDLE_MOUNT = "/submission"
 HOME = "/tmp"
@@ -164,16 +168,16 @@ def bwrap() -> str:
     return str(bwrap_path())
 
 
-def seccomp_program() -> int:
-    """A file descriptor holding the compiled seccomp filter: every call of ``DENIED``, every ``clone`` that makes
-    a namespace and every ``socket`` or ``socketpair`` of a family not in ``SOCKET_FAMILIES`` fail with EPERM;
-    ``clone3``, whose flags a filter cannot read, fails with ENOSYS (the C library then falls back to ``clone``); calls
-    of another architecture kill the process."""
+def seccomp_program(refused: tuple[str, ...] = ()) -> int:
+    """A file descriptor holding the compiled seccomp filter: every call of ``DENIED`` and ``refused``, every ``clone``
+    that makes a namespace and every ``socket`` or ``socketpair`` of a family not in ``SOCKET_FAMILIES`` fail with
+    EPERM; ``clone3``, whose flags a filter cannot read, fails with ENOSYS (the C library then falls back to
+    ``clone``); calls of another architecture kill the process."""
     try:
         import pyseccomp as sc
 
         program = sc.SyscallFilter(defaction=sc.ALLOW)
-        for name in DENIED:
+        for name in (*DENIED, *refused):
             try:
                 program.add_rule(sc.ERRNO(errno.EPERM), name)
             except (OSError, ValueError, RuntimeError):  # a call this kernel or architecture does not have
@@ -261,8 +265,10 @@ def gpu_devices() -> list[str]:
     return sorted(str(p) for p in Path("/dev").glob("nvidia*") if not p.is_dir())
 
 
-def command(python_args: list[str], bundle_copy: Path, seccomp_fd: int, cuda: bool, as_root: bool) -> list[str]:
-    """The bubblewrap command line that runs ``python python_args`` in the sandbox."""
+def command(
+    python_args: list[str], bundle_copy: Path, seccomp_fd: int, cuda: bool, as_root: bool, tmp_bytes: int
+) -> list[str]:
+    """The bubblewrap command line that runs ``python python_args`` in the sandbox, its ``/tmp`` of ``tmp_bytes``."""
     args = [
         bwrap(),
         "--unshare-pid",
@@ -286,7 +292,7 @@ def command(python_args: list[str], bundle_copy: Path, seccomp_fd: int, cuda: bo
     for name in ETC_FILES:
         if os.path.exists(f"/etc/{name}"):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", HOME]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--perms", "1777", "--tmpfs", HOME]
     made = {"/", "/usr", "/etc", "/proc", "/dev", HOME}
     for path in [*read_only_paths(), BUNDLE_MOUNT]:
         for parent in reversed(Path(path).parents):  # folders above a mount, readable by the child's user
@@ -300,17 +306,20 @@ def command(python_args: list[str], bundle_copy: Path, seccomp_fd: int, cuda: bo
             args += ["--dev-bind", node, node]
         if os.path.isdir("/sys"):
             args += ["--ro-bind", "/sys", "/sys"]
-    args += ["--chdir", HOME, "--seccomp", str(seccomp_fd), "--", sys.executable, *python_args]
+    args += ["--remount-ro", "/dev", "--chdir", HOME, "--seccomp", str(seccomp_fd), "--", sys.executable, *python_args]
     return args
 
 
-def launch(python_args: list[str], bundle_copy: Path, cuda: bool, env: dict, pass_fds: list[int]) -> subprocess.Popen:
-    """Start the sandboxed child; its standard output and error come back through a pipe."""
+def launch(
+    python_args: list[str], bundle_copy: Path, budget: Budget, env: dict, pass_fds: list[int]
+) -> subprocess.Popen:
+    """Start the sandboxed child, in its cgroups if it has any; its standard output and error come back through a
+    pipe."""
     as_root = privileged()
-    seccomp_fd = seccomp_program()
+    seccomp_fd = seccomp_program(budget.refused_calls)
     try:
         return subprocess.Popen(
-            command(python_args, bundle_copy, seccomp_fd, cuda, as_root),
+            budget.joining() + command(python_args, bundle_copy, seccomp_fd, budget.cuda, as_root, budget.share),
             pass_fds=[*pass_fds, seccomp_fd],
             env=env,
             stdin=subprocess.DEVNULL,
@@ -357,9 +366,10 @@ class Sandbox:
 
     :meth:`ready` waits for the child's account of its guards and checks it; :meth:`ask` is one exchange."""
 
-    def __init__(self, path: str | Path, cuda: bool):
+    def __init__(self, path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY):
         bundle = Bundle.of(path)
-        self.key, self.file = (str(Path(path).resolve()), cuda), bundle.file
+        self.key, self.file = (str(Path(path).resolve()), cuda, memory_bytes), bundle.file
+        self.budget = Budget(memory_bytes, cuda, root_uid(privileged()))
         self.copy = self.process = self.channel = self.guards = None
         free = shutil.disk_usage(tempfile.gettempdir()).free
         if bundle.size > free:
@@ -372,14 +382,14 @@ class Sandbox:
             self._make_copy_folder()
             self.bundle_sha256, digests = bundle.hash(copy_to=self.copy)
             self.file_sha256 = digests[bundle.file]
-            self._launch(cuda)
+            self._launch()
         except BaseException:
             self.close()
             raise
 
-    def _launch(self, cuda: bool) -> None:
+    def _launch(self) -> None:
         ours, theirs = socket.socketpair()
-        batches, answers = Arena(what="batch"), Arena(what="answer")
+        batches, answers = Arena(what="batch", size=self.budget.share), Arena(what="answer", size=self.budget.share)
         self.channel = Channel(ours, batches, answers)
         self.probe = socket.create_server(("127.0.0.1", 0))
         self.probe.setblocking(False)
@@ -391,14 +401,16 @@ class Sandbox:
             "harness_start": _start_time(),
             "probe_port": self.probe.getsockname()[1],
             "bundle": BUNDLE_MOUNT,
+            "limits": self.budget.for_child(),
         }
         env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ} | {"PYTHONPATH": child_pythonpath()}
         env.update(HOME=HOME, TMPDIR=HOME, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+        self.budget.make_cgroups(host_cgroup_parents())
         try:
             self.process = launch(
                 ["-m", "harness.runtime.child", json.dumps(setup)],
                 self.copy,
-                cuda,
+                self.budget,
                 env,
                 [theirs.fileno(), batches.fd, answers.fd],
             )
@@ -434,12 +446,17 @@ class Sandbox:
             if failed:
                 self.close()
                 raise unavailable(f"these guards did not hold: {', '.join(failed)}")
+            limits, failed = self.budget.account(guards.get("limits") or {}, self.process.pid)
+            if failed:
+                self.close()
+                raise unavailable(f"these limits did not hold: {', '.join(failed)}")
             self.guards = {
                 "mode": "sandbox",
                 "sandbox": "bubblewrap + seccomp",
                 "verified": list(GUARDS),
                 "uid_outside": guards.get("uid_outside"),
                 "environment": "scrubbed",
+                "limits": limits,
             }
         return self.guards
 
@@ -460,6 +477,11 @@ class Sandbox:
                 code = self.process.wait(timeout=EXIT_WAIT_S)
             except subprocess.TimeoutExpired:  # alive: it closed its end of the channel
                 raise self._ended(HarnessError, "the submission's process closed its channel") from exc
+            if self.budget.out_of_memory():
+                self.close()
+                raise HarnessError(
+                    f"the submission ran out of memory (limit {self.budget.memory_bytes} bytes) and was killed"
+                ) from exc
             signum = -code if code < 0 else code - 128 if code > 128 else 0  # bubblewrap exits 128 + the child's signal
             how = f"signal {signal.Signals(signum).name}" if signum in signal.valid_signals() else f"exit code {code}"
             raise self._ended(HarnessError, f"the submission's process died ({how})") from exc
@@ -492,6 +514,7 @@ class Sandbox:
         if self.channel is not None:
             self.channel.close()
             self.channel = None
+        self.budget.remove_cgroups()
         if self.copy is not None:
             shutil.rmtree(self.copy, ignore_errors=True)
         _LIVE.discard(self)
@@ -510,10 +533,12 @@ class Sandbox:
         raise HarnessError(f"no new folder for the bundle's copy could be made in {tempfile.gettempdir()}")
 
     def _end_now(self) -> None:
-        """End the sandbox from a signal handler: kill its child (no waiting, no lock) and remove the copy."""
+        """End the sandbox from a signal handler: kill its child (no lock) and remove its cgroups and the copy."""
         if self.process is not None and self.process.returncode is None:
             with contextlib.suppress(OSError):
                 os.kill(self.process.pid, signal.SIGKILL)
+                os.waitpid(self.process.pid, 0)
+        self.budget.remove_cgroups(wait_s=0.5)
         if self.copy is not None:
             shutil.rmtree(self.copy, ignore_errors=True)
 
@@ -545,22 +570,22 @@ def _end_all() -> None:
         sandbox.close()
 
 
-_STARTED: dict[tuple[str, bool], Sandbox] = {}
+_STARTED: dict[tuple[str, bool, int], Sandbox] = {}
 
 
-def prestart(path: str | Path, cuda: bool) -> None:
+def prestart(path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY) -> None:
     """Start a file's sandbox now, so that the child's start-up overlaps the caller's own; :func:`take` hands it to
     the run. A failure here is left for the run to meet and report."""
     try:
-        sandbox = Sandbox(path, cuda)
+        sandbox = Sandbox(path, cuda, memory_bytes)
     except HarnessError:
         return
     _STARTED[sandbox.key] = sandbox
 
 
-def take(path: str | Path, cuda: bool) -> Sandbox | None:
-    """The sandbox :func:`prestart` started for this file and device kind, if any (one for another kind is ended)."""
-    sandbox = _STARTED.pop((str(Path(path).resolve()), cuda), None)
+def take(path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY) -> Sandbox | None:
+    """The sandbox :func:`prestart` started for this file, device kind and memory limit, if any (another is ended)."""
+    sandbox = _STARTED.pop((str(Path(path).resolve()), cuda, memory_bytes), None)
     _end_unused()
     return sandbox
 

@@ -7,8 +7,6 @@ the harness hashes itself) and, per batch, logits, features and the in-model kap
 
 from __future__ import annotations
 
-import resource
-
 import torch
 
 from harness.errors import HarnessError
@@ -41,7 +39,6 @@ def load(options: dict):
     from harness.runtime.inference import LocalForward
     from harness.submission import load_file, trial_forward
 
-    resource.setrlimit(resource.RLIMIT_DATA, (options["memory_bytes"], options["memory_bytes"]))
     torch.set_num_threads(options["threads"])
     submission = load_file(options["path"], sandboxed=True)
     if submission.preprocessing["transform"] == "custom":
