@@ -53,7 +53,7 @@ def harness_pass(
         decoded=decoded,
     )
     start = time.perf_counter()
-    scorer.split(split)
+    scorer.passes((split,), check=False)
     return time.perf_counter() - start
 
 

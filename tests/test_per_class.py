@@ -300,7 +300,7 @@ def test_the_cli_refuses_a_record_without_its_files_in_one_line(glyph_run, tmp_p
     result = subprocess.run(
         [*cli, "add", str(alone), "--init", "-d", str(board)], capture_output=True, text=True, timeout=120
     )
-    assert result.returncode == 1 and result.stdout == ""
+    assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == (
         f"cood-leaderboard: error: {alone}: per_class names {SIDECAR}, which is not in {tmp_path}\n"
     )

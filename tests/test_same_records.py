@@ -35,9 +35,12 @@ def test_only_the_named_fields_are_masked(same_records, tmp_path):
     _write(after, "records/softmax.json", same_records.canonical(later))
     assert same_records.compare(before, after, "records/softmax.json") == "same"
 
-    for changed in ({**later, "id": {"acc": 0.97}}, {**later, "timings": {**later["timings"], "id_test_images": 1799}}):
+    for changed, where in (
+        ({**later, "id": {"acc": 0.97}}, "id.acc"),
+        ({**later, "timings": {**later["timings"], "id_test_images": 1799}}, "timings.id_test_images"),
+    ):
         _write(after, "records/softmax.json", same_records.canonical(changed))
-        assert same_records.compare(before, after, "records/softmax.json") == "differs"
+        assert same_records.compare(before, after, "records/softmax.json") == f"differs  at {where}"
     _write(after, "records/softmax.json", json.dumps(later, indent=2, sort_keys=True) + "\n")
     assert same_records.compare(before, after, "records/softmax.json").startswith("differs (not in the canonical form")
 

@@ -137,7 +137,7 @@ def test_errors(tmp_path, args, message):
 
 
 def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
-    """Of the builder, only its floor (errors, fault points, atomic writes, lazy exports, console): nothing heavy."""
+    """Of the builder, only its floor (errors, faults, atomic writes, exports, console, zoo groups): nothing heavy."""
     code = (
         "import sys, leaderboard.cli; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'harness', 'dataset_builder')))"
@@ -146,5 +146,5 @@ def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
     assert (
         result.stdout
         == "['dataset_builder', 'dataset_builder.console', 'dataset_builder.errors', 'dataset_builder.exports', "
-        "'dataset_builder.faults', 'dataset_builder.files']\n"
+        "'dataset_builder.faults', 'dataset_builder.files', 'dataset_builder.zoo_groups']\n"
     ), result.stderr
