@@ -63,7 +63,7 @@ class Plan:
 @dataclass(kw_only=True)
 class Scorer:
     """Scores the evaluation splits of one benchmark with one model, shard by shard, through the caches, with the
-    batch size, workers (a number: see :func:`_resolve`), seed, progress bars and cached outputs ``config`` gives."""
+    batch size, workers (a number: see :func:`resolve_run`), seed, progress bars and cached outputs ``config`` gives."""
 
     forward: LocalForward | ChildForward
     decoder: PilDecoder | TensorDecoder
