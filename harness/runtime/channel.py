@@ -56,20 +56,26 @@ class Arena:
             os.ftruncate(fd, size)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         self.fd, self.size, self.view, self.what = fd, os.fstat(fd).st_size, None, what
+        self.last = (0, 0)  # the extent of the last message written
 
     def write(self, arrays: list[np.ndarray]) -> list[list]:
-        """Place ``arrays`` in the arena; return their ``[dtype, shape, offset]``."""
-        specs, end = [], 0
+        """Place ``arrays`` in the arena, clear of the last message's where they fit (see :meth:`beside`); return
+        their ``[dtype, shape, offset]``."""
+        sizes = []
         for array in arrays:
             if array.dtype.str not in DTYPES:
                 raise HarnessError(f"cannot send an array of dtype {array.dtype}")
-            specs.append([array.dtype.str, list(array.shape), end])
-            end = _aligned(end + array.nbytes)
-        if end > self.size:
+            sizes.append(_aligned(array.nbytes))
+        if sum(sizes) > self.size:
             raise HarnessError(
-                f"arrays of {end} bytes do not fit the {self.size}-byte shared memory (a quarter of the memory limit: "
-                "raise --memory-limit, or lower --batch-size)"
+                f"arrays of {sum(sizes)} bytes do not fit the {self.size}-byte shared memory (a quarter of the memory "
+                "limit: raise --memory-limit, or lower --batch-size)"
             )
+        start = end = self._start(sum(sizes))
+        specs = []
+        for array, size in zip(arrays, sizes):
+            specs.append([array.dtype.str, list(array.shape), end])
+            end += size
         if end and (self.view is None or len(self.view) < end):
             self.close_view()
             self.view = self._map(end, writable=True)
@@ -77,7 +83,22 @@ class Arena:
             np.frombuffer(self.view, dtype=array.dtype, count=array.size, offset=offset).reshape(array.shape)[...] = (
                 array
             )
+        self.last = (start, end)
         return specs
+
+    def _start(self, nbytes: int) -> int:
+        """Where a message of ``nbytes`` goes: before the last one if it fits there, else after it, else at 0."""
+        first, end = self.last
+        start = 0 if nbytes <= first else end
+        return start if start + nbytes <= self.size else 0
+
+    def beside(self, nbytes: int) -> bool:
+        """Whether a message of ``nbytes`` written now would leave the last one whole: the harness sends the next
+        batch before the child has read the last only then (:meth:`ChildForward.launch
+        <harness.runtime.isolation.ChildForward.launch>`)."""
+        first, end = self.last
+        start = self._start(_aligned(nbytes))
+        return start + nbytes <= first or start >= end
 
     def read(self, specs, budget: int) -> list[np.ndarray]:
         """Private copies of the arrays ``specs`` describes, once every spec is checked against the arena and their

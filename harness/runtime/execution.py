@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.errors import HarnessError
+from harness.runtime.allocator import keep_freed_memory
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -95,6 +96,9 @@ class Execution:
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - workers))
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model ready to run here; the process that runs it keeps the memory a batch frees for the next
+        (:mod:`harness.runtime.allocator`)."""
+        keep_freed_memory()
         model = model.to(self.device).eval()
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)

@@ -20,6 +20,7 @@ child's output is kept (its last 64 KiB) and its last line quoted when it dies o
 from __future__ import annotations
 
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +37,7 @@ from harness.runtime.serving import as_numpy
 from harness.submission import Submission, check_data_config, state_sha256, timm_transform
 
 if TYPE_CHECKING:
-    from harness.runtime.inference import ModelOutput
+    from harness.runtime.inference import Done, ModelOutput
 
 FLOATS = ("<f2", "<f4", "<f8")
 TORCH_DTYPES = {
@@ -64,15 +65,16 @@ class ChildForward:
     """A submission file's model in a sandboxed child process, called like
     :class:`harness.runtime.inference.LocalForward`.
 
-    It takes the sandbox the command line started for the file before importing the harness (its Python and torch
-    start-up then overlap the harness's own), or starts one."""
+    It takes a sandbox the command line started for the file before importing the harness and no other has taken (its
+    Python and torch start-up then overlap the harness's own), or starts one."""
 
-    def __init__(self, path: Path, execution: Execution, num_classes: int, limits: Limits, fresh: bool = False):
+    def __init__(self, path: Path, execution: Execution, num_classes: int, limits: Limits, background: bool = False):
         self.limits, self.num_classes, self.started = limits, num_classes, time.monotonic()
         self.path, self.execution, self.features_dim = path, execution, None
+        self.waiting: deque[ChildAnswer] = deque()  # batches sent whose answers are not taken yet (:meth:`launch`)
         cuda = execution.device.type == "cuda"
-        self.sandbox = (None if fresh else sandbox.take(path, cuda, limits.memory_bytes)) or sandbox.Sandbox(
-            path, cuda, limits.memory_bytes
+        self.sandbox = sandbox.take(path, cuda, limits.memory_bytes) or sandbox.Sandbox(
+            path, cuda, limits.memory_bytes, background
         )
         try:
             self.isolation = {
@@ -107,7 +109,13 @@ class ChildForward:
     def _ask(self, message, expected: str, budget: int, loading: bool = False):
         """One exchange with the child within what is left of the load limit (``loading``) or within the batch limit,
         and within what is left of the run's, its answer's arrays within ``budget`` bytes (see :meth:`Sandbox.ask`); a
-        silence is one line naming the limit it overran and the option that sets it."""
+        silence is one line naming the limit it overran and the option that sets it. The answers of batches sent
+        before (:meth:`launch`) are taken first."""
+        while self.waiting:
+            self._next_answer()
+        return self._exchange(message, expected, budget, loading)
+
+    def _exchange(self, message, expected: str, budget: int, loading: bool = False):
         limits, elapsed = self.limits, time.monotonic() - self.started
         if loading:
             limit = limits.load_timeout_s - elapsed  # the sandbox's start counts too
@@ -127,7 +135,7 @@ class ChildForward:
         """The same file loaded anew in a sandbox of its own, which has seen none of the run's images: the re-check
         asks it (:mod:`harness.runtime.recheck`), so that a model answering from a memory of what it saw cannot pass.
         Refused in one line if the folder's files changed since the run began."""
-        other = ChildForward(self.path, self.execution, self.num_classes, self.limits, fresh=True)
+        other = ChildForward(self.path, self.execution, self.num_classes, self.limits, background=True)
         try:
             other.submission()
             if other.sandbox.bundle_sha256 != self.sandbox.bundle_sha256:
@@ -234,14 +242,52 @@ class ChildForward:
     def __call__(self, images: torch.Tensor, seed: int, kappas) -> ModelOutput:
         """A batch's answer: only its pixels and a seed for the seeded kappas cross to the child (no key, class,
         shard or split)."""
+        body = self._ask(self._batch(images, seed, kappas), "answer", self._answer_budget(len(images), kappas))
+        return self._output(body, len(images), kappas)
+
+    def launch(self, images: torch.Tensor, seed: int, kappas) -> ChildAnswer | Done:
+        """A batch sent to the child, its answer taken when the returned :class:`ChildAnswer` is asked for it: on the
+        CPU the child works on it while the harness finishes the batch before (:func:`harness.runtime.inference.
+        score_mixed`). The answers come in order, each batch and answer placed in the shared memory clear of the one
+        before, which the other side may still be reading (else the answers before are taken first). On a GPU the
+        answer is taken at once: an out-of-memory answer halves the batch at its launch."""
+        from harness.runtime.inference import Done
+
+        if self.execution.device.type == "cuda":
+            return Done(self(images, seed, kappas))
+        budget = self._answer_budget(len(images), kappas)
+        channel = self.sandbox.channel
+        if self.waiting and not (channel.out.beside(images.nbytes) and 3 * budget <= channel.into.size):
+            while self.waiting:
+                self._next_answer()
+        self.sandbox.send(self._batch(images, seed, kappas))
+        answer = ChildAnswer(self, len(images), kappas, budget)
+        self.waiting.append(answer)
+        return answer
+
+    def _next_answer(self) -> None:
+        """Take the answer of the first batch still waiting; a failure is that batch's, and every later one's when the
+        sandbox ended."""
+        answer = self.waiting.popleft()
+        try:
+            answer.output = self._output(self._exchange(None, "answer", answer.budget), answer.n, answer.kappas)
+        except torch.cuda.OutOfMemoryError as exc:  # reported by the child on the CPU: no batch is halved there
+            answer.error = HarnessError(f"the submission reported running out of memory: {exc}")
+        except HarnessError as exc:
+            answer.error = exc
+        if answer.error is not None and self.sandbox.channel is None:
+            for later in self.waiting:
+                later.error = answer.error
+            self.waiting.clear()
+
+    @staticmethod
+    def _batch(images: torch.Tensor, seed: int, kappas) -> tuple[str, dict]:
+        return "batch", {"images": images.numpy(), "seed": int(seed), "kappas": [(k.name, k.params) for k in kappas]}
+
+    def _output(self, body, n: int, kappas) -> ModelOutput:
+        """A batch's answer as the harness uses it, every field checked."""
         from harness.runtime.inference import ModelOutput
 
-        body = self._ask(
-            ("batch", {"images": images.numpy(), "seed": int(seed), "kappas": [(k.name, k.params) for k in kappas]}),
-            "answer",
-            self._answer_budget(len(images), kappas),
-        )
-        n = len(images)
         if not isinstance(body, dict) or set(body) != {"logits", "features", "scores", "confs"}:
             raise Malformed("its answer has other fields than logits, features, scores, confs")
         logits = self._floats(body["logits"], "logits", (n, self.num_classes))
@@ -296,7 +342,23 @@ class ChildForward:
 
     def close(self) -> None:
         """End the sandbox: its every process dies with it, and the bundle's copy is removed."""
+        self.waiting.clear()
         self.sandbox.close()
+
+
+class ChildAnswer:
+    """The answer of a batch :meth:`ChildForward.launch` sent, taken in order when :meth:`result` asks for it."""
+
+    def __init__(self, forward: ChildForward, n: int, kappas, budget: int):
+        self.forward, self.n, self.kappas, self.budget = forward, n, kappas, budget
+        self.output, self.error = None, None
+
+    def result(self) -> ModelOutput:
+        while self.output is None and self.error is None:
+            self.forward._next_answer()
+        if self.error is not None:
+            raise self.error
+        return self.output
 
 
 def load_isolated(

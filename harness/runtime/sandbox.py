@@ -129,6 +129,8 @@ ALLOWED_ENV = (
     "CUDA_DEVICE_ORDER",
     "NVIDIA_VISIBLE_DEVICES",
     "OMP_NUM_THREADS",
+    "OMP_WAIT_POLICY",  # else passive: the child's OpenMP threads would spin between operations on the cores that the
+    # harness reads and decodes on (a third of the child's CPU time on 2 cores)
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "OPENBLAS_CORETYPE",
@@ -364,9 +366,10 @@ def _start_time() -> str:
 class Sandbox:
     """A submission file's sandbox, started: the bundle copied and hashed, the child running, the channel to it.
 
-    :meth:`ready` waits for the child's account of its guards and checks it; :meth:`ask` is one exchange."""
+    :meth:`ready` waits for the child's account of its guards and checks it; :meth:`ask` is one exchange. A sandbox
+    in the ``background`` (the re-check's, which loads while the run goes on) runs at a lower priority."""
 
-    def __init__(self, path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY):
+    def __init__(self, path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY, background: bool = False):
         bundle = Bundle.of(path)
         self.key, self.file = (str(Path(path).resolve()), cuda, memory_bytes), bundle.file
         self.budget = Budget(memory_bytes, cuda, root_uid(privileged()))
@@ -382,12 +385,12 @@ class Sandbox:
             self._make_copy_folder()
             self.bundle_sha256, digests = bundle.hash(copy_to=self.copy)
             self.file_sha256 = digests[bundle.file]
-            self._launch()
+            self._launch(background)
         except BaseException:
             self.close()
             raise
 
-    def _launch(self) -> None:
+    def _launch(self, background: bool) -> None:
         ours, theirs = socket.socketpair()
         batches, answers = Arena(what="batch", size=self.budget.share), Arena(what="answer", size=self.budget.share)
         self.channel = Channel(ours, batches, answers)
@@ -402,9 +405,17 @@ class Sandbox:
             "probe_port": self.probe.getsockname()[1],
             "bundle": BUNDLE_MOUNT,
             "limits": self.budget.for_child(),
+            "background": background,
         }
-        env = {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ} | {"PYTHONPATH": child_pythonpath()}
-        env.update(HOME=HOME, TMPDIR=HOME, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+        env = {"OMP_WAIT_POLICY": "PASSIVE"} | {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
+        env.update(
+            PYTHONPATH=child_pythonpath(),
+            HOME=HOME,
+            TMPDIR=HOME,
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            PYTHONDONTWRITEBYTECODE="1",
+        )
         self.budget.make_cgroups(host_cgroup_parents())
         try:
             self.process = launch(
@@ -466,10 +477,32 @@ class Sandbox:
         channel or a malformed message stops the child and is one line, with the child's last output line; an error
         the child reports is one line (:class:`OutOfMemory` for the device's memory), and so is one of the harness's
         own (such as ``cannot map the answer``)."""
-        try:
-            if message is not None:
-                self.channel.send(*message)
+        if message is not None:
+            self.send(message)
+        with self._failing(late):
             kind, body = self.channel.receive(max(timeout, 0), budget)
+        if kind in ("error", "oom"):
+            text = body.get("message") if isinstance(body, dict) else None
+            if not isinstance(text, str):
+                self.close()
+                raise Malformed(f"an '{kind}' message without a message")
+            raise (OutOfMemory if kind == "oom" else HarnessError)(escaped(text, 1000))
+        if kind != expected:
+            self.close()
+            raise Malformed(f"'{kind}' where '{expected}' was due")
+        return body
+
+    def send(self, message) -> None:
+        """Send ``message`` (kind, body) without waiting for its answer (:meth:`ask` with None waits); a failure is
+        one line, as :meth:`ask`'s."""
+        with self._failing(""):
+            self.channel.send(*message)
+
+    @contextlib.contextmanager
+    def _failing(self, late: str):
+        """An exchange's failures as one line each (see :meth:`ask`)."""
+        try:
+            yield
         except Timeout as exc:
             raise self._ended(Timeout, late) from exc
         except (EOFError, ConnectionError) as exc:
@@ -488,16 +521,6 @@ class Sandbox:
         except HarnessError:
             self.close()
             raise
-        if kind in ("error", "oom"):
-            text = body.get("message") if isinstance(body, dict) else None
-            if not isinstance(text, str):
-                self.close()
-                raise Malformed(f"an '{kind}' message without a message")
-            raise (OutOfMemory if kind == "oom" else HarnessError)(escaped(text, 1000))
-        if kind != expected:
-            self.close()
-            raise Malformed(f"'{kind}' where '{expected}' was due")
-        return body
 
     def _ended(self, error: type[HarnessError], what: str) -> HarnessError:
         """Stop the child; the ``error`` that says ``what`` happened, with the child's last output line."""
@@ -570,28 +593,36 @@ def _end_all() -> None:
         sandbox.close()
 
 
-_STARTED: dict[tuple[str, bool, int], Sandbox] = {}
+_STARTED: dict[tuple[str, bool, int], list[Sandbox]] = {}
+PRESTARTED = 2  # the run's sandbox and the re-check's fresh one (:mod:`harness.runtime.recheck`)
 
 
 def prestart(path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY) -> None:
-    """Start a file's sandbox now, so that the child's start-up overlaps the caller's own; :func:`take` hands it to
-    the run. A failure here is left for the run to meet and report."""
-    try:
-        sandbox = Sandbox(path, cuda, memory_bytes)
-    except HarnessError:
-        return
-    _STARTED[sandbox.key] = sandbox
+    """Start a file's sandboxes now, the run's and its re-check's, so that their start-up overlaps the caller's own
+    (a small run would otherwise wait for the re-check's at its end); :func:`take` hands them to the run one by one. A
+    failure here is left for the run to meet and report."""
+    for at in range(PRESTARTED):
+        try:
+            sandbox = Sandbox(path, cuda, memory_bytes, background=at > 0)
+        except HarnessError:
+            return
+        _STARTED.setdefault(sandbox.key, []).append(sandbox)
 
 
 def take(path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY) -> Sandbox | None:
-    """The sandbox :func:`prestart` started for this file, device kind and memory limit, if any (another is ended)."""
-    sandbox = _STARTED.pop((str(Path(path).resolve()), cuda, memory_bytes), None)
+    """A sandbox :func:`prestart` started for this file, device kind and memory limit and not yet taken, if any
+    (those for another are ended)."""
+    key = (str(Path(path).resolve()), cuda, memory_bytes)
+    started = _STARTED.pop(key, [])
     _end_unused()
-    return sandbox
+    if len(started) > 1:
+        _STARTED[key] = started[1:]
+    return started[0] if started else None
 
 
 @atexit.register
 def _end_unused() -> None:
-    for sandbox in _STARTED.values():
-        sandbox.close()
+    for started in _STARTED.values():
+        for sandbox in started:
+            sandbox.close()
     _STARTED.clear()

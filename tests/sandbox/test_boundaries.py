@@ -3,6 +3,7 @@ is the file's folder without links, and the queue's worker runs library models o
 
 import os
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,18 +134,33 @@ def test_the_worker_runs_no_file_from_the_queue(tiny_glyphs, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_prestarted_sandbox_is_taken_once_and_for_its_device_kind_only(tmp_path):
+def _descendants(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid] + [p for child in children for p in _descendants(int(child))]
+
+
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_prestarted_sandboxes_are_taken_once_each_and_for_their_device_kind_only(tmp_path):
     from harness.runtime import sandbox
 
     path = tmp_path / "model.py"
     path.write_text("x = 1\n")
     sandbox.prestart(path, cuda=False)
     started = next(iter(sandbox._STARTED.values()))
+    assert len(started) == 2  # the run's and the re-check's
     assert sandbox.take(path, cuda=True) is None  # another kind: ended, not handed over
-    assert started.process.returncode is not None and not started.copy.exists()
+    assert all(s.process.returncode is not None and not s.copy.exists() for s in started)
     sandbox.prestart(path, cuda=False)
-    taken = sandbox.take(path, cuda=False)
+    run, recheck = sandbox.take(path, cuda=False), sandbox.take(path, cuda=False)
     try:
-        assert taken.ready(120)["mode"] == "sandbox" and sandbox.take(path, cuda=False) is None
+        assert sandbox.take(path, cuda=False) is None
+        assert run.ready(120)["mode"] == "sandbox" and recheck.ready(120)["mode"] == "sandbox"
+        # the re-check's child yields the CPU to the run (its start-up overlaps the harness's); the run's does not
+        assert {_nice(p) for p in _descendants(run.process.pid)} == {0}
+        assert _nice(_descendants(recheck.process.pid)[-1]) == 10
     finally:
-        taken.close()
+        run.close()
+        recheck.close()

@@ -307,11 +307,11 @@ for sig in (signal.SIGSTOP, signal.SIGKILL):
     assert same_scores(records, honest)
 
 
-def test_rewriting_answered_buffers_changes_nothing(tiny_glyphs, tmp_path, honest):
+def test_the_shared_memory_can_be_neither_sealed_nor_shrunk(tiny_glyphs, tmp_path, honest):
     path = cnn_variant(
-        tmp_path / "scribble.py",
+        tmp_path / "sealing.py",
         """
-import fcntl, json, mmap, os, sys
+import fcntl, json, os, sys
 setup = json.loads(sys.argv[1])
 outcome = []
 for fd in (setup["answers"], setup["batches"]):
@@ -321,13 +321,10 @@ for fd in (setup["answers"], setup["batches"]):
     except OSError:
         outcome.append("open")
 class M(cnn.GlyphCNN):
-    def forward(self, x):  # the previous answer was taken and this batch read: scribble over both, try to shrink them
+    def forward(self, x):
         for fd in (setup["answers"], setup["batches"]):
-            size = min(os.fstat(fd).st_size, 1 << 24)  # a sparse arena as large as the memory; both lie at its start
-            with mmap.mmap(fd, size) as view:
-                view[:] = b"\\xff" * size
             try:
-                os.ftruncate(fd, size // 2)
+                os.ftruncate(fd, os.fstat(fd).st_size // 2)
             except OSError:
                 continue
             raise RuntimeError("an arena shrank")
@@ -339,6 +336,34 @@ def build_model():
     )
     records = run(path, tiny_glyphs)
     assert records[0]["model"]["name"] == "shm_open_open" and same_scores(records, honest)
+
+
+def test_scribbling_over_the_shared_memory_spoils_only_the_scribblers_own_answers(tiny_glyphs, tmp_path):
+    # the harness sends the next batch while the child works on one, and takes the answer before it while the child
+    # works: a child that scribbles over both arenas then spoils the next batch it reads, or the answer of its own
+    # that the harness copies (private copies, checked after the copy): the run ends in one line, nothing is written
+    path = cnn_variant(
+        tmp_path / "scribble.py",
+        """
+import json, mmap, os, sys, time
+setup = json.loads(sys.argv[1])
+calls = []
+class M(cnn.GlyphCNN):
+    def forward(self, x):
+        calls.append(len(x))
+        if len(calls) == 2:  # the first batch (after the trial pass): the harness has sent the next one meanwhile
+            time.sleep(1)
+            for fd in (setup["answers"], setup["batches"]):
+                size = min(os.fstat(fd).st_size, 1 << 24)  # both lie at the start of a sparse arena
+                with mmap.mmap(fd, size) as view:
+                    view[:] = b"\\xff" * size
+        return super().forward(x)
+def build_model():
+    return variant(M)
+""",
+    )
+    with pytest.raises(HarnessError, match=r"^shard .*: the model returned \d+ NaN or infinite logits$"):
+        run(path, tiny_glyphs)
 
 
 def test_a_flood_on_stdout_is_drained(tiny_glyphs, tmp_path, honest):
