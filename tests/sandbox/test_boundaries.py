@@ -99,6 +99,15 @@ def test_the_arenas_cannot_be_grown_shrunk_or_sealed(pair):
         __import__("fcntl").fcntl(ours.out.fd, __import__("fcntl").F_ADD_SEALS, __import__("fcntl").F_SEAL_WRITE)
 
 
+def test_each_message_lies_clear_of_the_one_before_where_both_fit():
+    # the harness sends the next batch before the child has read the last: the two must not overlap
+    arena = Arena(size=1 << 16)
+    offsets = [arena.write([np.ones(n, np.float32)])[0][2] for n in (1000, 500, 500, 2000)]
+    assert offsets == [0, 4032, 0, 2048]  # after the last; before it where it fits; else after it again
+    assert arena.beside(4000) and not arena.beside((1 << 16) - 4000)  # too large to lie clear: the answers are taken
+    arena.close()
+
+
 def test_the_bundle_is_the_folder_without_hidden_files_or_links(tmp_path):
     (tmp_path / "weights").mkdir()
     (tmp_path / "model.py").write_text("x = 1\n")
@@ -164,3 +173,12 @@ def test_prestarted_sandboxes_are_taken_once_each_and_for_their_device_kind_only
     finally:
         run.close()
         recheck.close()
+
+
+def test_the_childs_openmp_threads_wait_passively_unless_told_otherwise(tiny_glyphs, tmp_path, monkeypatch):
+    from attacks import hostile, run
+
+    path = hostile(tmp_path, "import os", "'omp_' + os.environ.get('OMP_WAIT_POLICY', 'unset').lower()")
+    assert run(path, tiny_glyphs)[0]["model"]["name"] == "omp_passive"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert run(path, tiny_glyphs)[0]["model"]["name"] == "omp_active"
