@@ -260,7 +260,13 @@ class ChildForward:
         if self.waiting and not (channel.out.beside(images.nbytes) and 3 * budget <= channel.into.size):
             while self.waiting:
                 self._next_answer()
-        self.sandbox.send(self._batch(images, seed, kappas))
+        try:
+            self.sandbox.send(self._batch(images, seed, kappas))
+        except HarnessError as exc:  # the sandbox has ended: no answer comes any more
+            for earlier in self.waiting:
+                earlier.error = exc
+            self.waiting.clear()
+            raise
         answer = ChildAnswer(self, len(images), kappas, budget)
         self.waiting.append(answer)
         return answer

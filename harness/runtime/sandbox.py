@@ -501,6 +501,8 @@ class Sandbox:
     @contextlib.contextmanager
     def _failing(self, late: str):
         """An exchange's failures as one line each (see :meth:`ask`)."""
+        if self.channel is None:
+            raise HarnessError("the submission's sandbox has ended")
         try:
             yield
         except Timeout as exc:
