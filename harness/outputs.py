@@ -115,7 +115,7 @@ def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame
                     "model name - confidence function": f"{model_name}-{result.kappa}",
                 }
             )
-            out.update({label: row[k] for k, label in extra.items()})
+            out.update({label: row.get(k) for k, label in extra.items()})
             rows.append(out)
     return pd.DataFrame(rows)
 

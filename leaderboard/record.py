@@ -61,6 +61,7 @@ def spec(
     keys: tuple = (),
     optional: bool = False,
     absent_in_older: bool = False,
+    unset_absent: bool = False,
     column: str | None = None,
     doc: str | None = None,
 ):
@@ -68,7 +69,9 @@ def spec(
     null allowed in a paper record only; ``const``/``enum``: the allowed values; ``items``: (min, max) list length;
     ``keys``: keys an open object must hold; ``optional``: left out of the record when None; ``absent_in_older``: always
     written (null when None), but records made before the field existed leave it out and stay valid (a record states
-    what it has); ``column``: its table column; ``doc``: a description for the JSON Schema."""
+    what it has); ``unset_absent``: left out of the record when not given, rather than null (a metric that not every
+    maker of records measures: one added without a schema version); ``column``: its table column; ``doc``: a
+    description for the JSON Schema."""
     assert format is None or format in FORMATS, format
     meta = {
         "unit": unit,
@@ -81,6 +84,7 @@ def spec(
         "keys": keys,
         "optional": optional,
         "absent_in_older": absent_in_older,
+        "unset_absent": unset_absent,
         "column": column,
         "doc": doc,
     }
@@ -145,6 +149,7 @@ def _metric_field(metric: Metric) -> tuple:
             unit=metric.unit,
             reported=metric.null == "paper",
             absent_in_older=added,
+            unset_absent=metric.since is None,
             column=metric.table_column if metric.scope != "level" else None,
             doc=doc,
         ),
@@ -325,6 +330,9 @@ def make_record(**parts) -> dict:
     return _to_json(_build(Record, {"schema_version": SCHEMA_VERSION, "num_levels": len(parts["levels"]), **parts}))
 
 
+_UNSET = object()  # an unset_absent field not given: left out
+
+
 def _build(cls: type, data: dict):
     fields = shape_fields(cls)
     unknown = sorted(set(data) - {f.name for f in fields})
@@ -333,9 +341,12 @@ def _build(cls: type, data: dict):
     values = {}
     for f in fields:
         if f.name not in data:
-            if not f.nullable:
+            if f.meta["unset_absent"]:
+                values[f.name] = _UNSET
+            elif not f.nullable:
                 raise TypeError(f"{cls.__name__} needs {f.name!r}")
-            values[f.name] = None
+            else:
+                values[f.name] = None
         elif f.part and data[f.name] is not None:
             values[f.name] = _build(f.kind, data[f.name])
         elif f.parts:
@@ -356,7 +367,7 @@ def _to_json(value):
         return {
             f.name: _to_json(getattr(value, f.name))
             for f in shape_fields(type(value))
-            if not (f.meta["optional"] and getattr(value, f.name) is None)
+            if not (f.meta["optional"] and getattr(value, f.name) is None) and getattr(value, f.name) is not _UNSET
         }
     return value
 

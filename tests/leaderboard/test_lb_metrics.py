@@ -70,7 +70,7 @@ def test_fpr_at_99_tpr_is_a_level_metric():
     metrics = level_metrics(id_scores, ood_scores)
     assert metrics["fpr_at_99_tpr"] == 0.6 == fpr_at_tpr(id_scores, ood_scores, 0.99)
     assert metrics["fpr_at_95_tpr"] == 0.2  # keep 95 positives: threshold 5.0, accepted: 50.0
-    assert list(metrics) == ["ood_auroc", "fpr_at_95_tpr", "aupr_in", "aupr_out", "ood_avg_conf", "fpr_at_99_tpr"]
+    assert list(metrics)[:6] == ["ood_auroc", "fpr_at_95_tpr", "aupr_in", "aupr_out", "ood_avg_conf", "fpr_at_99_tpr"]
     declared = {m.name: m for m in registry.registered("level")}["fpr_at_99_tpr"]
     assert (declared.higher_is_better, declared.aggregate, declared.table_column, declared.since) == (
         False,
@@ -89,6 +89,9 @@ def test_a_registered_metric_reaches_the_record_schema_table_and_site(median_gap
     built = shape.make_record(**parts)  # the record
     assert [level["median_gap"] for level in built["levels"]][:3] == [1.0, 0.9, 0.8]
     validate_record(built)
+    unmeasured = shape.make_record(**{k: v for k, v in record().items() if k not in ("schema_version", "num_levels")})
+    assert "median_gap" not in unmeasured["levels"][0]  # a maker that does not measure it leaves it out, not null
+    validate_record(unmeasured)
     with pytest.raises(LeaderboardError, match=r"^levels\[0\]\.median_gap: must be a number, got str$"):
         validate_record({**built, "levels": [{**built["levels"][0], "median_gap": "x"}, *built["levels"][1:]]})
 
@@ -123,7 +126,8 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
     base = _with_gap(record())
     result = KappaResult("softmax", None, base["levels"], base["id"])
     frame = outputs.per_level_frame("glyph_cnn", [result])
-    assert list(frame.columns)[-4:] == ["aupr-out", "fpr@99", "median gap", "level score"]
+    assert list(frame.columns)[-2:] == ["median gap", "level score"]  # the other level metrics, then the level score
+    assert list(frame.columns)[10:14] == ["fpr@95", "aupr-in", "aupr-out", "fpr@99"]
     assert frame["median gap"].tolist()[:2] == [1.0, 0.9] and frame["fpr@99"].tolist()[0] == 0.5
     made = outputs.record(
         result,
