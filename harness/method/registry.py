@@ -80,7 +80,9 @@ _METRICS: dict[str, Metric] = {}
 
 
 def register_metric(metric: Metric) -> Metric:
-    """Declare ``metric``; its name is unique within its scope and a lower-case identifier (records carry it)."""
+    """Declare ``metric``, after the built-in ones; its name is unique within its scope and a lower-case identifier
+    (records carry it)."""
+    import_module("harness.method.metrics")  # the built-in metrics first (a no-op while they declare themselves)
     if not NAME.fullmatch(metric.name):
         raise CoodError(f"metric name {metric.name!r} is not a lower-case letter followed by letters, digits and '_'")
     if metric.scope not in SCOPES:

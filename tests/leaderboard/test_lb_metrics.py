@@ -8,6 +8,8 @@ import copy
 import json
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -217,3 +219,21 @@ def test_an_old_table_file_reads_with_blank_new_columns(tmp_path):
     columns = list(table.columns)
     assert columns.index("mean_fpr_at_99_tpr") == columns.index("mean_fpr_at_95_tpr") + 1
     assert table["mean_fpr_at_99_tpr"].isna().all() and table["mean_fpr_at_99_tpr"].dtype == "float64"
+
+
+def test_a_metric_registered_first_comes_after_the_built_in_ones():
+    code = (
+        "from harness.method.registry import Metric, register_metric, registered\n"
+        "register_metric(Metric('early', 'level', len, True, 'early', 'registered before the built-in ones'))\n"
+        "print(' '.join(m.name for m in registered('level')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == [
+        "ood_auroc",
+        "fpr_at_95_tpr",
+        "aupr_in",
+        "aupr_out",
+        "ood_avg_conf",
+        "fpr_at_99_tpr",
+        "early",
+    ], done.stderr
