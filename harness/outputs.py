@@ -121,7 +121,8 @@ def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame
 
 
 def summary_table(results: list[KappaResult]) -> str:
-    """The per-level table printed at the end of a run: ood-auroc (and fpr@95) per kappa."""
+    """The per-level table printed at the end of a run: ood-auroc (and fpr@95) per kappa, then a line per kappa with
+    its summary and ID metrics in [0, 1] (the metric registry's, by label)."""
     frame = pd.DataFrame(
         {
             "level": [row["level"] for row in results[0].rows],
@@ -132,12 +133,11 @@ def summary_table(results: list[KappaResult]) -> str:
         frame[f"{result.kappa} auroc"] = [f"{row['ood_auroc']:.4f}" for row in result.rows]
         frame[f"{result.kappa} fpr95"] = [f"{row['fpr_at_95_tpr']:.3f}" for row in result.rows]
     lines = [frame.to_string(index=False), ""]
+    shown = [m for m in (*registered("summary"), *registered("id")) if m.unit]  # the registry's rates, in order
     for result in results:
-        auroc = "n/a" if result.id["auroc"] is None else f"{result.id['auroc']:.4f}"
-        lines.append(
-            f"{result.kappa:>12}: mean ood-auroc {result.mean_ood_auroc:.4f}   "
-            f"id-acc {result.id['acc']:.4f}   id-auroc {auroc}"
-        )
+        values = {**summary_metrics(result.rows), **result.id}
+        cells = ("n/a" if values.get(m.name) is None else f"{values[m.name]:.4f}" for m in shown)
+        lines.append(f"{result.kappa:>12}: " + "   ".join(f"{m.label} {cell}" for m, cell in zip(shown, cells)))
     return "\n".join(lines)
 
 

@@ -237,3 +237,31 @@ def test_a_metric_registered_first_comes_after_the_built_in_ones():
         "fpr_at_99_tpr",
         "early",
     ], done.stderr
+
+
+def test_the_terminal_summary_names_a_registered_summary_metric():
+    outputs = pytest.importorskip("harness.outputs")
+    from harness.method.evaluation import KappaResult
+
+    worst = Metric(
+        "worst_ood_auroc",
+        "summary",
+        lambda rows: min(row["ood_auroc"] for row in rows),
+        True,
+        "worst ood-auroc",
+        "the lowest of the levels' ood_auroc",
+    )
+    base = record()
+    result = KappaResult("softmax", None, base["levels"], {**base["id"], "auroc": None})
+    register_metric(worst)
+    try:
+        line = outputs.summary_table([result]).splitlines()[-1]
+    finally:
+        unregister_metric(worst)
+    assert line.split() == ["softmax:", "mean", "ood-auroc", "0.8500", "worst", "ood-auroc", "0.7500"] + [
+        "id-acc",
+        "0.8100",
+        "id-auroc",
+        "n/a",
+    ]
+    assert "worst" not in outputs.summary_table([result])
