@@ -122,7 +122,10 @@ def test_bad_input_is_one_line_on_stderr_and_writes_nothing(tmp_path):
     [
         (["init", "--benchmark-id", "glyphs"], "give --record or every benchmark option (missing --version)"),
         (["report"], "the table is empty: nothing to report"),
-        (["show", "--sort", "l99"], "unknown sort key 'l99': use mean, id_acc or a level 0..10"),
+        (
+            ["show", "--sort", "l99"],
+            "unknown sort key 'l99': use mean, id_acc, a level 0..10 or fpr_at_95_tpr, fpr_at_99_tpr",
+        ),
         (["show", "-v", "3"], "no release v3 in"),
         (["publish", "org/x"], "nothing released in"),
     ],
