@@ -26,7 +26,8 @@ from harness import __version__, phases
 from harness.drilldown import PerClass
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult
-from harness.method.metrics import AUPR_CONVENTION, AUROC_CONVENTION, FPR_CONVENTION
+from harness.method.metrics import summary_metrics
+from harness.method.registry import definitions, registered
 from harness.method.scores import SplitScores
 from harness.method.severity import SEVERITY_CONVENTION
 from harness.runtime.scoring import Scorer, preprocessing
@@ -41,8 +42,14 @@ PAPER_COLUMNS = {
     "percentile": "percentile",
     "ood_auroc": "ood-auroc",
     "ood_avg_conf": "ood_avg_conf",
-}
-EXTRA_COLUMNS = {"fpr_at_95_tpr": "fpr@95", "aupr_in": "aupr-in", "aupr_out": "aupr-out", "level_score": "level score"}
+}  # then every other registered level metric under its label, then the level score
+
+
+def extra_columns() -> dict[str, str]:
+    """``per_level.csv``'s columns after the paper's: the other level metrics of the registry, then the level
+    score."""
+    metrics = {m.name: m.label for m in registered("level") if m.name not in PAPER_COLUMNS}
+    return {**metrics, "level_score": "level score"}
 
 
 def _clean(value):
@@ -80,7 +87,7 @@ def record(
             kappa={"name": result.kappa, "params": kappa_params},
             levels=result.rows,
             id=result.id,
-            summary={"mean_ood_auroc": result.mean_ood_auroc},
+            summary=summary_metrics(result.rows),
             metric_definitions=metric_definitions,
             seed=seed,
             order_seed=order_seed,
@@ -93,8 +100,8 @@ def record(
 
 
 def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame:
-    """All levels of all kappas in the paper's columns (then fpr@95, aupr-in, aupr-out, level score)."""
-    rows = []
+    """All levels of all kappas in the paper's columns (then the other level metrics and the level score)."""
+    rows, extra = [], extra_columns()
     for result in results:
         for row in result.rows:
             out = {PAPER_COLUMNS[k]: row[k] for k in PAPER_COLUMNS}
@@ -108,13 +115,14 @@ def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame
                     "model name - confidence function": f"{model_name}-{result.kappa}",
                 }
             )
-            out.update({EXTRA_COLUMNS[k]: row[k] for k in EXTRA_COLUMNS})
+            out.update({label: row.get(k) for k, label in extra.items()})
             rows.append(out)
     return pd.DataFrame(rows)
 
 
 def summary_table(results: list[KappaResult]) -> str:
-    """The per-level table printed at the end of a run: ood-auroc (and fpr@95) per kappa."""
+    """The per-level table printed at the end of a run: ood-auroc (and fpr@95) per kappa, then a line per kappa with
+    its summary and ID metrics in [0, 1] (the metric registry's, by label)."""
     frame = pd.DataFrame(
         {
             "level": [row["level"] for row in results[0].rows],
@@ -125,12 +133,11 @@ def summary_table(results: list[KappaResult]) -> str:
         frame[f"{result.kappa} auroc"] = [f"{row['ood_auroc']:.4f}" for row in result.rows]
         frame[f"{result.kappa} fpr95"] = [f"{row['fpr_at_95_tpr']:.3f}" for row in result.rows]
     lines = [frame.to_string(index=False), ""]
+    shown = [m for m in (*registered("summary"), *registered("id")) if m.unit]  # the registry's rates, in order
     for result in results:
-        auroc = "n/a" if result.id["auroc"] is None else f"{result.id['auroc']:.4f}"
-        lines.append(
-            f"{result.kappa:>12}: mean ood-auroc {result.mean_ood_auroc:.4f}   "
-            f"id-acc {result.id['acc']:.4f}   id-auroc {auroc}"
-        )
+        values = {**summary_metrics(result.rows), **result.id}
+        cells = ("n/a" if values.get(m.name) is None else f"{values[m.name]:.4f}" for m in shown)
+        lines.append(f"{result.kappa:>12}: " + "   ".join(f"{m.label} {cell}" for m, cell in zip(shown, cells)))
     return "\n".join(lines)
 
 
@@ -230,12 +237,9 @@ def write_outputs(
     }
 
 
-METRIC_DEFINITIONS = {
-    "ood_auroc": AUROC_CONVENTION,
-    "fpr_at_95_tpr": FPR_CONVENTION,
-    "aupr": AUPR_CONVENTION,
-    "severity_levels": SEVERITY_CONVENTION,
-}
+def metric_definitions() -> dict[str, str]:
+    """What a record's ``metric_definitions`` holds: every registered metric's definition and the severity rule."""
+    return {**definitions(), "severity_levels": SEVERITY_CONVENTION}
 
 
 @dataclass
@@ -259,7 +263,7 @@ class Evaluation:
 
     @property
     def per_level(self) -> pd.DataFrame:
-        """Every level of every kappa in the paper's columns (then fpr@95, aupr-in, aupr-out, level score)."""
+        """Every level of every kappa in the paper's columns (then the other level metrics and the level score)."""
         return per_level_frame(self.submission.name, self.results)
 
 
@@ -306,7 +310,7 @@ def records_of(
             version=__version__,
             created=created,
             timings=run_info,
-            metric_definitions=METRIC_DEFINITIONS,
+            metric_definitions=metric_definitions(),
             per_class=drilldown.summaries[spec.name],
         )
         for spec, result in zip(scorer.kappas, results)

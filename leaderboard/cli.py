@@ -171,7 +171,12 @@ def show(
     version: int | None = VERSION,
     kappa: list[str] = typer.Option([], "--kappa", "-k", help="Only these kappas (name or label); repeatable."),
     model: str = typer.Option("", "--model", "-m", help="Only models whose name contains this (case-insensitive)."),
-    sort: str = typer.Option("mean", "--sort", "-s", help="mean, id_acc, or a level number 0..L-1."),
+    sort: str = typer.Option(
+        "mean",
+        "--sort",
+        "-s",
+        help="mean, id_acc, a level number 0..L-1, or an averaged level metric (fpr_at_95_tpr: lowest first).",
+    ),
     limit: int = typer.Option(30, "--limit", "-n", help="Rows to print; 0 for all."),
     hide_flagged: bool = typer.Option(False, help="Leave out flagged (broken) entries."),
 ) -> None:

@@ -3,7 +3,11 @@
 A field's annotation gives its JSON type (``X | None``: may be null); its :func:`spec` says the rest: a unit range,
 a minimum, a format, whether a paper record may leave it null (``reported``), its table column. The validator
 (:mod:`leaderboard.schema`), ``record.schema.json`` (``python -m leaderboard.record`` rewrites it) and the table
-read these declarations, so a new field is declared here and nowhere else in the leaderboard.
+read these declarations, so a new field is declared here and nowhere else in the leaderboard. The metrics' fields (of
+the parts ``Level``, ``IdMetrics`` and ``Summary``) come from the metric registry (:mod:`harness.method.registry`).
+
+A record states its schema version; the leaderboard reads every version in :data:`READ_VERSIONS`: a field added
+after version 1 is declared ``absent_in_older``, so a record written before it lacks it (the table shows it blank).
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+from harness.method.registry import Metric, generation, registered
+
+SCHEMA_VERSION = 2  # 2: fpr_at_99_tpr per level
+READ_VERSIONS = (1, 2)  # every version this leaderboard ever wrote
 PROVENANCES = ("harness", "paper")
 VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
 MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
@@ -54,6 +61,7 @@ def spec(
     keys: tuple = (),
     optional: bool = False,
     absent_in_older: bool = False,
+    unset_absent: bool = False,
     column: str | None = None,
     doc: str | None = None,
 ):
@@ -61,7 +69,9 @@ def spec(
     null allowed in a paper record only; ``const``/``enum``: the allowed values; ``items``: (min, max) list length;
     ``keys``: keys an open object must hold; ``optional``: left out of the record when None; ``absent_in_older``: always
     written (null when None), but records made before the field existed leave it out and stay valid (a record states
-    what it has); ``column``: its table column; ``doc``: a description for the JSON Schema."""
+    what it has); ``unset_absent``: left out of the record when not given, rather than null (a metric that not every
+    maker of records measures: one added without a schema version); ``column``: its table column; ``doc``: a
+    description for the JSON Schema."""
     assert format is None or format in FORMATS, format
     meta = {
         "unit": unit,
@@ -74,6 +84,7 @@ def spec(
         "keys": keys,
         "optional": optional,
         "absent_in_older": absent_in_older,
+        "unset_absent": unset_absent,
         "column": column,
         "doc": doc,
     }
@@ -127,36 +138,59 @@ class Kappa:
     params: dict = spec(format="params")
 
 
-@_shape
-class Level:
-    """One severity level's metrics, easiest level first."""
-
-    level: int = spec(minimum=0)
-    percentile: float = spec(unit=True)
-    level_score: float | None = spec(reported=True)
-    ood_auroc: float = spec(unit=True)
-    fpr_at_95_tpr: float | None = spec(unit=True, reported=True)
-    aupr_in: float | None = spec(unit=True, reported=True)
-    aupr_out: float | None = spec(unit=True, reported=True)
-    ood_avg_conf: float = spec()
-    num_id: int | None = spec(minimum=1, reported=True)
-    num_ood: int | None = spec(minimum=1, reported=True)
-
-
-@_shape
-class IdMetrics:
-    """The ID test set: accuracy, the AUROC of correct vs wrong (null when all are right or all wrong), mean
-    confidence."""
-
-    acc: float = spec(unit=True, column="id_acc")
-    auroc: float | None = spec(unit=True, column="id_auroc")
-    avg_conf: float = spec(column="id_avg_conf")
-    num: int = spec(minimum=1)
+def _metric_field(metric: Metric) -> tuple:
+    """A registered metric as a field of its part."""
+    added = metric.since != 1
+    doc = f"{metric.definition}; absent from records made before it existed" if added else None
+    return (
+        metric.name,
+        float if metric.null == "never" else float | None,
+        spec(
+            unit=metric.unit,
+            reported=metric.null == "paper",
+            absent_in_older=added,
+            unset_absent=metric.since is None,
+            column=metric.table_column if metric.scope != "level" else None,
+            doc=doc,
+        ),
+    )
 
 
-@_shape
-class Summary:
-    mean_ood_auroc: float = spec(unit=True, column="mean_ood_auroc")
+def _metric_part(name: str, scope: str, doc: str, before: tuple = (), after: tuple = ()) -> type:
+    fields = [*before, *(_metric_field(m) for m in registered(scope)), *after]
+    part = dataclasses.make_dataclass(name, fields, frozen=True, kw_only=True, namespace={"__doc__": doc})
+    PARTS[name] = part
+    return part
+
+
+def _metric_parts() -> tuple[type, type, type]:
+    """The parts that hold the registered metrics: a severity level's, the ID test set's and the summary's."""
+    level = _metric_part(
+        "Level",
+        "level",
+        "One severity level's metrics, easiest level first.",
+        before=(
+            ("level", int, spec(minimum=0)),
+            ("percentile", float, spec(unit=True)),
+            ("level_score", float | None, spec(reported=True)),
+        ),
+        after=(
+            ("num_id", int | None, spec(minimum=1, reported=True)),
+            ("num_ood", int | None, spec(minimum=1, reported=True)),
+        ),
+    )
+    ids = _metric_part(
+        "IdMetrics",
+        "id",
+        "The ID test set: by default accuracy, the AUROC of correct vs wrong (null when all are right or all wrong), "
+        "mean confidence.",
+        after=(("num", int, spec(minimum=1)),),
+    )
+    return level, ids, _metric_part("Summary", "summary", "The summary of the levels.")
+
+
+Level, IdMetrics, Summary = _metric_parts()
+_BUILT_FOR = [generation()]
 
 
 @_shape
@@ -194,7 +228,7 @@ class Verification:
 class Record:
     """One (model, kappa) run on one benchmark revision."""
 
-    schema_version: int = spec(const=SCHEMA_VERSION)
+    schema_version: int = spec(enum=READ_VERSIONS, doc=f"the record's schema version; written as {SCHEMA_VERSION}")
     benchmark: Benchmark = spec()
     model: Model = spec()
     kappa: Kappa = spec()
@@ -248,7 +282,10 @@ class Field:
 
 def shape_fields(cls: type) -> tuple[Field, ...]:
     """The fields of a record part, in record order; resolved once per set of :data:`PARTS`, so a part replaced
-    there is seen by the parts that name it."""
+    there is seen by the parts that name it (the metric parts are rebuilt when a metric is registered)."""
+    if generation() != _BUILT_FOR[0]:
+        _BUILT_FOR[0] = generation()
+        _metric_parts()
     return _resolved(cls, tuple(PARTS.values()))
 
 
@@ -293,6 +330,9 @@ def make_record(**parts) -> dict:
     return _to_json(_build(Record, {"schema_version": SCHEMA_VERSION, "num_levels": len(parts["levels"]), **parts}))
 
 
+_UNSET = object()  # an unset_absent field not given: left out
+
+
 def _build(cls: type, data: dict):
     fields = shape_fields(cls)
     unknown = sorted(set(data) - {f.name for f in fields})
@@ -301,9 +341,12 @@ def _build(cls: type, data: dict):
     values = {}
     for f in fields:
         if f.name not in data:
-            if not f.nullable:
+            if f.meta["unset_absent"]:
+                values[f.name] = _UNSET
+            elif not f.nullable:
                 raise TypeError(f"{cls.__name__} needs {f.name!r}")
-            values[f.name] = None
+            else:
+                values[f.name] = None
         elif f.part and data[f.name] is not None:
             values[f.name] = _build(f.kind, data[f.name])
         elif f.parts:
@@ -324,7 +367,7 @@ def _to_json(value):
         return {
             f.name: _to_json(getattr(value, f.name))
             for f in shape_fields(type(value))
-            if not (f.meta["optional"] and getattr(value, f.name) is None)
+            if not (f.meta["optional"] and getattr(value, f.name) is None) and getattr(value, f.name) is not _UNSET
         }
     return value
 
@@ -361,7 +404,8 @@ def json_schema() -> dict:
             {
                 "if": {"properties": {"provenance": {"const": "harness"}}, "required": ["provenance"]},
                 "then": conditional,
-            }
+            },
+            *_since_rules(),
         ],
         "$defs": {
             "sha256": {"type": "string", "pattern": FORMATS["sha256"][0].pattern},
@@ -384,6 +428,25 @@ def json_schema() -> dict:
             },
         },
     }
+
+
+def _since_rules() -> list[dict]:
+    """A metric added in a schema version: required in the records of that version and later."""
+    rules = []
+    for version in sorted({m.since for m in registered() if m.since and m.since > 1}):
+        added = [m for m in registered() if m.since == version]
+        then = {}
+        for scope, key in (("level", "levels"), ("id", "id"), ("summary", "summary")):
+            names = [m.name for m in added if m.scope == scope]
+            if names:
+                then[key] = {"items": {"required": names}} if scope == "level" else {"required": names}
+        rules.append(
+            {
+                "if": {"properties": {"schema_version": {"minimum": version}}, "required": ["schema_version"]},
+                "then": {"properties": then},
+            }
+        )
+    return rules
 
 
 def _params_schema(values: dict) -> dict:

@@ -15,13 +15,14 @@ import re
 import unicodedata
 from datetime import datetime
 
+from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import (
     FORMATS,
     MAX_NAME_BYTES,
     NOT_NAMES,
     PROVENANCES,
-    SCHEMA_VERSION,
+    READ_VERSIONS,
     VERIFIED,
     Benchmark,
     Field,
@@ -127,7 +128,7 @@ def _value(value, path: str, field: Field, paper: bool) -> None:
     """One field's value, by its declaration."""
     meta, nullable = field.meta, field.nullable and (paper or not field.meta["reported"])
     if meta["enum"] and value not in meta["enum"]:
-        raise _fail(path, f"must be one of {', '.join(meta['enum'])}, got {value!r}")
+        raise _fail(path, f"must be one of {', '.join(map(str, meta['enum']))}, got {value!r}")
     if meta["const"] is not None and value != meta["const"]:
         raise _fail(path, f"must be {meta['const']!r}, got {value!r}")
     if field.part:
@@ -173,10 +174,10 @@ def _text(value, path: str, format: str | None, nullable: bool = False) -> None:
 def validate_record(record) -> None:
     """Raise :class:`LeaderboardError` naming the first problem of ``record``; return if it is valid."""
     _object(record, "record")
-    if record.get("schema_version") != SCHEMA_VERSION:
-        raise _fail(
-            "schema_version", f"unsupported {record.get('schema_version')!r} (this leaderboard reads {SCHEMA_VERSION})"
-        )
+    version = record.get("schema_version")
+    if isinstance(version, bool) or version not in READ_VERSIONS:
+        shown = ", ".join(map(str, READ_VERSIONS))
+        raise _fail("schema_version", f"unsupported {version!r} (this leaderboard reads {shown})")
     present = {k: v for k, v in record.items() if k not in optional_keys(Record)}
     _object(present, "record", required_keys(Record), older_keys(Record))
     if record["provenance"] not in PROVENANCES:
@@ -184,6 +185,7 @@ def validate_record(record) -> None:
     paper = record["provenance"] == "paper"
     _part(record, "", Record, paper)
     _validate_levels(record)
+    _validate_since(record)
     if "per_class" in record:
         _validate_per_class(record["per_class"], record["num_levels"])
     if "verification" in record:
@@ -260,6 +262,19 @@ def _validate_levels(record: dict) -> None:
     actual = math.fsum(level["ood_auroc"] for level in levels) / count
     if abs(mean - actual) > 1e-6:
         raise _fail("summary.mean_ood_auroc", f"is {mean} but the levels' ood_auroc average {actual}")
+
+
+def _validate_since(record: dict) -> None:
+    """A metric added in a schema version is in every record of that version or later (older ones lack it)."""
+    version = record["schema_version"]
+    parts = {"level": record["levels"], "id": [record["id"]], "summary": [record["summary"]]}
+    for metric in registered():
+        if metric.since is None or metric.since > version:
+            continue
+        for index, part in enumerate(parts[metric.scope]):
+            if metric.name not in part:
+                where = {"level": f"levels[{index}]", "id": "id", "summary": "summary"}[metric.scope]
+                raise _fail(where, f"missing field '{metric.name}' (schema version {version} has it)")
 
 
 def _validate_per_class(per_class, num_levels: int) -> None:

@@ -26,6 +26,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from dataset_builder.files import write_atomic
+from harness.method.registry import Metric, registered
 from leaderboard.csvsafe import csv_bytes
 from leaderboard.drilldown import level_classes, publishable, stored_folder
 from leaderboard.errors import LeaderboardError
@@ -43,24 +44,25 @@ ENTRY_METRICS = (
     ("idauroc", "id-auroc"),
     ("idconf", "id avg conf"),
     ("mean", "mean ood-auroc"),
-    ("fpr", "mean fpr@95"),
-)  # a model page's metrics table; a column no entry has is left out
-OPTIONAL_COLUMNS = {
-    "idauroc": "id_auroc",
-    "fpr": "mean_fpr_at_95_tpr",
-    "n": "num_parameters",
-}  # index columns shown when filled
+)  # a model page's metrics table (then the means of the level metrics); a column no entry has is left out
+OPTIONAL_COLUMNS = {"idauroc": "id_auroc"}  # index columns shown when filled (then the means, then "n")
 SYMBOLS = {"temperature": "T", "epsilon": "\u03b5"}  # parameter names in a kappa's short form
-LEVEL_METRICS = (
-    ("ood_auroc", "ood-auroc"),
-    ("fpr_at_95_tpr", "fpr@95"),
-    ("aupr_in", "AUPR-in"),
-    ("aupr_out", "AUPR-out"),
-    ("ood_avg_conf", "ood avg conf"),
-    ("percentile", "percentile"),
-    ("num_id", "# id"),
-    ("num_ood", "# ood"),
-)
+LEVEL_COUNTS = (("percentile", "percentile"), ("num_id", "# id"), ("num_ood", "# ood"))
+
+
+def mean_metrics() -> list[Metric]:
+    """The level metrics the table shows by their mean over the levels (the metric registry's ``aggregate``)."""
+    return [m for m in registered("level") if m.aggregate == "mean"]
+
+
+def optional_columns() -> dict[str, str]:
+    """The index's columns shown when some entry fills them: key -> table column."""
+    return {**OPTIONAL_COLUMNS, **{m.name: m.table_column for m in mean_metrics()}, "n": "num_parameters"}
+
+
+def level_metrics() -> list[tuple[str, str]]:
+    """A model page's per-level columns: every registered level metric, then the level's percentile and counts."""
+    return [*((m.name, m.label) for m in registered("level")), *LEVEL_COUNTS]
 
 
 def page_name(model: str) -> str:
@@ -131,7 +133,9 @@ def build_site(
         "short": short,
         "families": sorted({m["f"] for m in models}),
         "provenances": sorted(table["provenance"].unique().tolist()),
-        "cols": [key for key, column in OPTIONAL_COLUMNS.items() if table[column].notna().any()],
+        "cols": [key for key, column in optional_columns().items() if table[column].notna().any()],
+        "metrics": [m.name for m in mean_metrics()],
+        "lower": [m.name for m in mean_metrics() if not m.higher_is_better],
         "models": [{**m, "e": [_compact(e) for e in m["e"]]} for m in models],
     }
     index = env.get_template("index.html").render(
@@ -142,6 +146,7 @@ def build_site(
         definition=first["ood_auroc_definition"] if first is not None else "",
         kappas=[(k, short.get(k, k)) for k in kappas],
         cols=data["cols"],
+        means=[(m.name, m.label, f"mean {m.label} over the levels") for m in mean_metrics() if m.name in data["cols"]],
         statuses=sorted({e["ver"] for m in models for e in m["e"]}),
         rate_kappas=[(k, short.get(k, k)) for k in rates.columns],
         rates=_win_rate_rows(rates, counts, short),
@@ -155,7 +160,8 @@ def build_site(
     for model in models:
         page = out / "models" / model["p"]
         entries = [_entry_page(e, details.loc[e["rec"]], records.get(e["rec"]), board, out) for e in model["e"]]
-        metrics = [(key, label) for key, label in ENTRY_METRICS if any(e[key] is not None for e in entries)]
+        shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
+        metrics = [(key, label) for key, label in shown if any(e[key] is not None for e in entries)]
         plot = {"levels": len(levels), "curves": [{"label": e["k"], "values": e["l"]} for e in model["e"]]}
         write_atomic(
             page,
@@ -218,7 +224,7 @@ def _entry(r: pd.Series, levels: list[str]) -> dict:
         "acc": _num(r["id_acc"]),
         "idauroc": _num(r["id_auroc"]),
         "mean": _num(r["mean_ood_auroc"]),
-        "fpr": _num(r["mean_fpr_at_95_tpr"]),
+        **{m.name: _num(r.get(m.table_column)) for m in mean_metrics()},
         "l": [_num(r[c]) for c in levels],
         "rec": r["record_file"],
     }
@@ -273,7 +279,7 @@ def _win_rate_rows(rates: pd.DataFrame, counts: pd.DataFrame, short: dict[str, s
 def _entry_page(entry: dict, row: pd.Series, record: dict | None, board, out: Path) -> dict:
     """A model page's view of one entry: its per-level metrics (every one the record has) and per-class drill-down."""
     levels = record["levels"] if record else [{"level": i, "ood_auroc": v} for i, v in enumerate(entry["l"])]
-    metrics = [(key, label) for key, label in LEVEL_METRICS if any(level.get(key) is not None for level in levels)]
+    metrics = [(key, label) for key, label in level_metrics() if any(level.get(key) is not None for level in levels)]
     return {
         **entry,
         "entry": row["entry_id"],

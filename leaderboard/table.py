@@ -10,6 +10,7 @@ import pandas as pd
 
 from dataset_builder import faults
 from dataset_builder.files import write_atomic
+from harness.method.registry import registered
 from leaderboard.csvsafe import csv_bytes
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import columns as record_columns
@@ -35,7 +36,6 @@ FRONT = [
     "mean_ood_auroc",
 ]
 BACK = [
-    "mean_fpr_at_95_tpr",
     "num_parameters",
     "model_source",
     "weights_sha256",
@@ -53,6 +53,12 @@ BACK = [
 ]
 
 
+def mean_columns() -> dict[str, str]:
+    """The columns of the level metrics the table shows by their mean over the levels (the metric registry's
+    ``aggregate="mean"``): column -> metric."""
+    return {m.table_column: m.name for m in registered("level") if m.aggregate == "mean"}
+
+
 def level_columns(num_levels: int) -> list[str]:
     """``ood_auroc_l0`` .. ``ood_auroc_l{L-1}``: the per-level ood-auroc columns."""
     return [f"{LEVEL_PREFIX}{i}" for i in range(num_levels)]
@@ -65,7 +71,6 @@ def table_levels(table: pd.DataFrame) -> list[str]:
 def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> dict:
     """The table row of one valid record."""
     levels = record["levels"]
-    fprs = [level["fpr_at_95_tpr"] for level in levels]
     return {
         **{column: _at(record, path) for column, (path, _) in record_columns().items()},
         "seq": seq,
@@ -75,11 +80,16 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> 
         "verification": verification_status(record),
         "flag": "; ".join(flags(record)),
         **{col: level["ood_auroc"] for col, level in zip(level_columns(len(levels)), levels)},
-        "mean_fpr_at_95_tpr": None if None in fprs else math.fsum(fprs) / len(fprs),
+        **{column: _mean([level.get(name) for level in levels]) for column, name in mean_columns().items()},
         "ood_auroc_definition": record["metric_definitions"]["ood_auroc"],
         "record_file": record_file,
         "record_sha256": record_sha256,
     }
+
+
+def _mean(values: list) -> float | None:
+    """The mean over the levels; None where a level has none (a paper's record, or one made before the metric)."""
+    return None if None in values else math.fsum(values) / len(values)
 
 
 def _at(record: dict, path: tuple[str, ...]):
@@ -92,14 +102,21 @@ def _at(record: dict, path: tuple[str, ...]):
 def build_table(rows: list[dict], num_levels: int) -> pd.DataFrame:
     """Rows in arrival order with fixed column order and dtypes (an empty table keeps its columns)."""
     declared = record_columns()
-    order = FRONT + level_columns(num_levels) + BACK
-    table = pd.DataFrame(rows, columns=order + [c for c in declared if c not in order])
+    order = table_columns(num_levels)
+    table = pd.DataFrame(rows, columns=order)
     floats = [c for c, (_, f) in declared.items() if f.kind is float]
-    for col in ["mean_fpr_at_95_tpr", *level_columns(num_levels), *floats]:
+    for col in [*mean_columns(), *level_columns(num_levels), *floats]:
         table[col] = table[col].astype("float64")
     for col in ["seq"] + [c for c, (_, f) in declared.items() if f.kind is int]:
         table[col] = table[col].astype("Int64" if col in declared and declared[col][1].nullable else "int64")
     return table
+
+
+def table_columns(num_levels: int) -> list[str]:
+    """Every column in presentation order: :data:`FRONT`, the levels, the metrics' means, :data:`BACK`, then the
+    record's other declared columns."""
+    order = FRONT + level_columns(num_levels) + list(mean_columns()) + BACK
+    return order + [c for c in record_columns() if c not in order]
 
 
 def write_table(directory: Path, table: pd.DataFrame) -> None:
@@ -115,11 +132,16 @@ def write_table(directory: Path, table: pd.DataFrame) -> None:
 
 def read_table(path: Path) -> pd.DataFrame:
     """A table file; one written before records could be verified gets its ``verification`` column (all
-    self-reported)."""
+    self-reported), one written before a metric existed gets the metric's columns, blank."""
     try:
         table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
         raise LeaderboardError(f"cannot read the table {path}: {exc}") from exc
     if "verification" not in table.columns and "provenance" in table.columns:
         table.insert(table.columns.get_loc("provenance") + 1, "verification", "self-reported")
+    if "record_file" in table.columns:
+        order = table_columns(len(table_levels(table)))
+        metrics = [*mean_columns(), *(m.table_column for m in registered() if m.scope != "level" and m.table_column)]
+        for column in [c for c in order if c in metrics and c not in table.columns]:
+            table.insert(min(order.index(column), len(table.columns)), column, float("nan"))
     return table

@@ -7,28 +7,42 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
 from leaderboard.table import LEVEL_PREFIX, table_levels
 
 
+def _averaged() -> dict:
+    """The level metrics the table holds by their mean (the metric registry's), by name."""
+    return {m.name: m for m in registered("level") if m.aggregate == "mean"}
+
+
 def sort_column(table: pd.DataFrame, key: str) -> str:
-    """The column behind a sort key: ``mean`` (mean ood-auroc), ``id_acc``, or a level ``0``..``L-1`` / ``l3``."""
+    """The column behind a sort key: ``mean`` (mean ood-auroc), ``id_acc``, a level ``0``..``L-1`` / ``l3``, or a
+    level metric the table averages (``fpr_at_95_tpr``: its mean over the levels)."""
     if key == "mean":
         return "mean_ood_auroc"
     if key == "id_acc":
         return "id_acc"
+    if key in _averaged():
+        return _averaged()[key].table_column
     level = re.fullmatch(r"l?(\d+)", key)
     if level and f"{LEVEL_PREFIX}{int(level.group(1))}" in table.columns:
         return f"{LEVEL_PREFIX}{int(level.group(1))}"
-    raise LeaderboardError(f"unknown sort key {key!r}: use mean, id_acc or a level 0..{len(table_levels(table)) - 1}")
+    raise LeaderboardError(
+        f"unknown sort key {key!r}: use mean, id_acc, a level 0..{len(table_levels(table)) - 1} or "
+        f"{', '.join(_averaged())}"
+    )
 
 
 def select(
     table: pd.DataFrame, kappas: Sequence[str] = (), model: str = "", sort: str = "mean", include_flagged: bool = True
 ) -> pd.DataFrame:
     """Rows whose kappa name (or label) is one of ``kappas`` and whose model name contains ``model``
-    (case-insensitive), best first by ``sort``, with a ``rank`` column."""
+    (case-insensitive), best first by ``sort`` (lowest first for a metric where lower is better), with a ``rank``
+    column."""
     column = sort_column(table, sort)
+    best_high = sort not in _averaged() or _averaged()[sort].higher_is_better
     rows = table
     if kappas:
         rows = rows[rows["kappa_name"].isin(kappas) | rows["kappa"].isin(kappas)]
@@ -37,7 +51,7 @@ def select(
     if not include_flagged:
         rows = rows[rows["flag"] == ""]
     rows = rows.sort_values(
-        [column, "model", "kappa"], ascending=[False, True, True], kind="stable", na_position="last"
+        [column, "model", "kappa"], ascending=[not best_high, True, True], kind="stable", na_position="last"
     )
     return rows.assign(rank=range(1, len(rows) + 1))
 

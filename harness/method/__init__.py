@@ -1,7 +1,7 @@
-"""The method, pure numpy with no I/O and no torch (docs/method.md): severity levels, metrics and their intervals,
-the ID set's selective-prediction and calibration metrics, and the evaluation of one (model, kappa) pair from
-per-sample scores. Exports load on first use, so that a module needing one of them (the sandboxed child needs only
-:class:`SplitScores`' neighbours) does not import scipy's statistics."""
+"""The method, pure numpy with no I/O and no torch (docs/method.md): severity levels, metrics (declared in the metric
+registry) and their intervals, the ID set's selective-prediction and calibration metrics, and the evaluation of one
+(model, kappa) pair from per-sample scores. Exports load on first use, so that a module needing one of them (the
+sandboxed child needs only :class:`SplitScores`' neighbours) does not import scipy's statistics."""
 
 from importlib import import_module
 
@@ -19,6 +19,9 @@ _EXPORTS = {
     "fpr_at_tpr": "metrics",
     "id_metrics": "metrics",
     "level_metrics": "metrics",
+    "summary_metrics": "metrics",
+    "Metric": "registry",
+    "register_metric": "registry",
     "SplitScores": "scores",
     "DEFAULT_NUM_LEVELS": "severity",
     "SeverityLevels": "severity",

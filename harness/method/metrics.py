@@ -9,14 +9,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import rankdata
 
 from harness.errors import HarnessError
+from harness.method.registry import IdScores, LevelScores, Metric, register_metric, registered
 
 FPR_CONVENTION = (
     "fpr_at_95_tpr: ID positive; threshold = largest t keeping >= 95% of ID (kappa >= t); "
     "fraction of OOD with kappa >= t"
 )
+FPR99_CONVENTION = FPR_CONVENTION.replace("95", "99")
 AUROC_CONVENTION = "mann-whitney with average ranks (a tied ID/OOD pair counts 1/2)"
 AUPR_CONVENTION = (
     "average precision (step-wise, as scikit-learn); aupr_in: ID positive, aupr_out: OOD positive on -kappa"
@@ -34,6 +35,8 @@ def _checked(name: str, values: np.ndarray) -> np.ndarray:
 
 def auroc(positive: np.ndarray, negative: np.ndarray) -> float:
     """P(score_pos > score_neg) + 1/2 P(tie): the Mann-Whitney U statistic over n_pos * n_neg."""
+    from scipy.stats import rankdata  # on first use: the leaderboard reads the registry without scipy
+
     pos = _checked("positive scores", positive)
     neg = _checked("negative scores", negative)
     ranks = rankdata(np.concatenate([pos, neg]), method="average")
@@ -76,24 +79,21 @@ def mean(values: np.ndarray) -> float:
 def level_metrics(
     id_scores: np.ndarray, ood_scores: np.ndarray, id_conf: np.ndarray | None = None, ood_conf: np.ndarray | None = None
 ) -> dict[str, float]:
-    """Metrics of one severity level: ID test scores (positives) against the level's OOD test scores.
+    """Every registered level metric of one severity level: ID test scores (positives) against the level's OOD test
+    scores.
 
     ``*_conf`` are the reported confidences (e.g. the max softmax probability when the ranking
     score is its logarithm); they default to the scores themselves.
     """
-    return {
-        "ood_auroc": auroc(id_scores, ood_scores),
-        "fpr_at_95_tpr": fpr_at_tpr(id_scores, ood_scores, 0.95),
-        "aupr_in": average_precision(id_scores, ood_scores),
-        "aupr_out": average_precision(
-            -np.asarray(ood_scores, dtype=np.float64), -np.asarray(id_scores, dtype=np.float64)
-        ),
-        "ood_avg_conf": mean(ood_scores if ood_conf is None else ood_conf),
-    }
+    scores = LevelScores(
+        id_scores, ood_scores, id_scores if id_conf is None else id_conf, ood_scores if ood_conf is None else ood_conf
+    )
+    return {m.name: m.compute(scores) for m in registered("level")}
 
 
 def id_metrics(scores: np.ndarray, correct: np.ndarray, conf: np.ndarray | None = None) -> dict[str, float | None]:
-    """ID accuracy, the AUROC of kappa separating correct from wrong predictions, and mean confidence.
+    """Every registered ID metric: by default the accuracy, the AUROC of kappa separating correct from wrong
+    predictions, and the mean confidence.
 
     ``auroc`` is None when every prediction is right (or every one wrong): it is then undefined.
     """
@@ -101,9 +101,131 @@ def id_metrics(scores: np.ndarray, correct: np.ndarray, conf: np.ndarray | None 
     correct = np.asarray(correct, dtype=bool).ravel()
     if correct.shape != scores.shape:
         raise HarnessError(f"{len(correct)} correctness flags for {len(scores)} ID scores")
-    both = 0 < correct.sum() < len(correct)
-    return {
-        "acc": float(correct.mean()),
-        "auroc": auroc(scores[correct], scores[~correct]) if both else None,
-        "avg_conf": mean(scores if conf is None else conf),
-    }
+    data = IdScores(scores, correct, scores if conf is None else conf)
+    return {m.name: m.compute(data) for m in registered("id")}
+
+
+def summary_metrics(rows: list[dict]) -> dict[str, float]:
+    """Every registered summary metric of one (model, kappa) pair, from its level rows."""
+    return {m.name: m.compute(rows) for m in registered("summary")}
+
+
+def _id_auroc(d: IdScores) -> float | None:
+    return auroc(d.scores[d.correct], d.scores[~d.correct]) if 0 < d.correct.sum() < len(d.correct) else None
+
+
+def _level(name: str, compute, label: str, definition: str, **declared) -> Metric:
+    return register_metric(Metric(name, "level", compute, label=label, definition=definition, **declared))
+
+
+# the built-in metrics, in record order
+_level(
+    "ood_auroc",
+    lambda d: auroc(d.id_scores, d.ood_scores),
+    "ood-auroc",
+    AUROC_CONVENTION,
+    higher_is_better=True,
+    aggregate="levels",
+    since=1,
+    null="never",
+)
+_level(
+    "fpr_at_95_tpr",
+    lambda d: fpr_at_tpr(d.id_scores, d.ood_scores, 0.95),
+    "fpr@95",
+    FPR_CONVENTION,
+    higher_is_better=False,
+    aggregate="mean",
+    since=1,
+)
+_level(
+    "aupr_in",
+    lambda d: average_precision(d.id_scores, d.ood_scores),
+    "aupr-in",
+    AUPR_CONVENTION,
+    higher_is_better=True,
+    since=1,
+)
+_level(
+    "aupr_out",
+    lambda d: average_precision(
+        -np.asarray(d.ood_scores, dtype=np.float64), -np.asarray(d.id_scores, dtype=np.float64)
+    ),
+    "aupr-out",
+    AUPR_CONVENTION,
+    higher_is_better=True,
+    since=1,
+)
+_level(
+    "ood_avg_conf",
+    lambda d: mean(d.ood_conf),
+    "ood avg conf",
+    "mean reported confidence of the level's OOD test images",
+    higher_is_better=False,
+    unit=False,
+    since=1,
+    null="never",
+)
+_level(
+    "fpr_at_99_tpr",
+    lambda d: fpr_at_tpr(d.id_scores, d.ood_scores, 0.99),
+    "fpr@99",
+    FPR99_CONVENTION,
+    higher_is_better=False,
+    aggregate="mean",
+    since=2,
+)
+register_metric(
+    Metric(
+        "acc",
+        "id",
+        lambda d: float(d.correct.mean()),
+        True,
+        "id-acc",
+        "top-1 accuracy",
+        column="id_acc",
+        since=1,
+        null="never",
+    )
+)
+register_metric(
+    Metric(
+        "auroc",
+        "id",
+        _id_auroc,
+        True,
+        "id-auroc",
+        f"AUROC of kappa separating correct (positive) from wrong ID predictions, null when all are right or all "
+        f"wrong: {AUROC_CONVENTION}",
+        column="id_auroc",
+        null="always",
+        since=1,
+    )
+)
+register_metric(
+    Metric(
+        "avg_conf",
+        "id",
+        lambda d: mean(d.conf),
+        True,
+        "id avg conf",
+        "mean reported confidence of the ID test images",
+        unit=False,
+        column="id_avg_conf",
+        null="never",
+        since=1,
+    )
+)
+register_metric(
+    Metric(
+        "mean_ood_auroc",
+        "summary",
+        lambda rows: math.fsum(row["ood_auroc"] for row in rows) / len(rows),
+        True,
+        "mean ood-auroc",
+        "the mean of the levels' ood_auroc",
+        column="mean_ood_auroc",
+        null="never",
+        since=1,
+    )
+)

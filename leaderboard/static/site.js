@@ -239,7 +239,7 @@
       var key = state.sort, sign = state.dir === "asc" ? 1 : -1;
       function value(r) {
         if (key === "m" || key === "f" || key === "n") { return r.model[key]; }
-        if (key.charAt(0) === "l") { return r.e.l[parseInt(key.slice(1), 10)]; }
+        if (/^l\d+$/.test(key)) { return r.e.l[parseInt(key.slice(1), 10)]; }
         return r.e[key];
       }
       out.sort(function (a, b) {
@@ -276,7 +276,7 @@
           Math.round(v * 100) + "</span>";
       });
       out.push(td("strip-cell", '<div class="strip">' + strip.join("") + "</div>"));
-      if (cols.fpr) { out.push(td("fpr", fmt(e.fpr), e.fpr)); }
+      data.metrics.forEach(function (k) { if (cols[k]) { out.push(td("metric", fmt(e[k]), e[k])); } });
       if (cols.n) { out.push(td("params", params(m.n), m.n, m.n === null ? "unknown" : m.n.toLocaleString("en"))); }
       out.push(td("text prov", esc(e.prov) + (e.ver === "verified" ? " \u2713" : ""), e.prov,
         e.ver === "paper" ? "paper: the published numbers" : e.prov + ", " + e.ver));
@@ -312,7 +312,7 @@
         else { h.className = on ? "sorted " + state.dir : ""; }
       });
       var strip = document.querySelector("#leaderboard th.strip-head");
-      if (state.sort.charAt(0) === "l" && strip) { strip.setAttribute("aria-sort", state.dir === "asc" ? "ascending" : "descending"); }
+      if (/^l\d+$/.test(state.sort) && strip) { strip.setAttribute("aria-sort", state.dir === "asc" ? "ascending" : "descending"); }
       else if (strip) { strip.removeAttribute("aria-sort"); }
     }
     function charts(view) {
@@ -360,7 +360,8 @@
       h.addEventListener("click", function (event) {
         event.stopPropagation();
         var key = h.dataset.sort;
-        state.dir = key === state.sort ? (state.dir === "asc" ? "desc" : "asc") : (TEXT_KEYS[key] ? "asc" : "desc");
+        var up = TEXT_KEYS[key] || data.lower.indexOf(key) >= 0;  /* text, and a metric where lower is better */
+        state.dir = key === state.sort ? (state.dir === "asc" ? "desc" : "asc") : (up ? "asc" : "desc");
         state.sort = key;
         update(false);
       });

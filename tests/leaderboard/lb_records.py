@@ -37,13 +37,14 @@ def record(
             "aupr_in": 0.9,
             "aupr_out": 0.92,
             "ood_avg_conf": 0.4 + 0.01 * i,
+            "fpr_at_99_tpr": 0.5 + 0.01 * i,
             "num_id": 1800,
             "num_ood": 1800,
         }
         for i, a in enumerate(aurocs)
     ]
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "benchmark": copy.deepcopy(GLYPHS),
         "model": {
             "name": model,
@@ -97,7 +98,8 @@ class _Delete:
 DELETE = _Delete()
 
 REJECTIONS = [
-    ("schema_version", 2, "schema_version: unsupported 2"),
+    ("schema_version", 3, "schema_version: unsupported 3 (this leaderboard reads 1, 2)"),
+    ("schema_version", True, "schema_version: unsupported True"),
     ("model", DELETE, "record: missing field 'model'"),
     ("extra", 1, "record: unknown field 'extra'"),
     ("provenance", "self-reported", "provenance: must be one of harness, paper"),
@@ -113,6 +115,8 @@ REJECTIONS = [
     ("levels.3.ood_auroc", math.nan, "levels[3].ood_auroc: must be a finite number, got nan"),
     ("levels.3.ood_auroc", 1.2, "levels[3].ood_auroc: out of range [0, 1]: 1.2"),
     ("levels.0.fpr_at_95_tpr", -0.1, "levels[0].fpr_at_95_tpr: out of range [0, 1]: -0.1"),
+    ("levels.0.fpr_at_99_tpr", 1.5, "levels[0].fpr_at_99_tpr: out of range [0, 1]: 1.5"),
+    ("levels.6.fpr_at_99_tpr", DELETE, "levels[6]: missing field 'fpr_at_99_tpr' (schema version 2 has it)"),
     ("levels.0.aupr_in", None, "levels[0].aupr_in: must be a number, got null"),
     ("levels.2.ood_avg_conf", "0.5", "levels[2].ood_avg_conf: must be a number, got str"),
     ("levels.2.ood_avg_conf", True, "levels[2].ood_avg_conf: must be a number, got bool"),

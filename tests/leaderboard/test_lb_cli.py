@@ -122,7 +122,10 @@ def test_bad_input_is_one_line_on_stderr_and_writes_nothing(tmp_path):
     [
         (["init", "--benchmark-id", "glyphs"], "give --record or every benchmark option (missing --version)"),
         (["report"], "the table is empty: nothing to report"),
-        (["show", "--sort", "l99"], "unknown sort key 'l99': use mean, id_acc or a level 0..10"),
+        (
+            ["show", "--sort", "l99"],
+            "unknown sort key 'l99': use mean, id_acc, a level 0..10 or fpr_at_95_tpr, fpr_at_99_tpr",
+        ),
         (["show", "-v", "3"], "no release v3 in"),
         (["publish", "org/x"], "nothing released in"),
     ],
@@ -137,14 +140,16 @@ def test_errors(tmp_path, args, message):
 
 
 def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
-    """Of the builder, only its floor (errors, faults, atomic writes, exports, console, zoo groups): nothing heavy."""
+    """Of the builder, only its floor (errors, faults, atomic writes, exports, console, zoo groups); of the harness, the
+    metric registry and the metrics it declares (numpy, no scipy): nothing heavy."""
     code = (
         "import sys, leaderboard.cli; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'harness', 'dataset_builder')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'scipy', 'harness', 'dataset_builder')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (
         result.stdout
         == "['dataset_builder', 'dataset_builder.console', 'dataset_builder.errors', 'dataset_builder.exports', "
-        "'dataset_builder.faults', 'dataset_builder.files', 'dataset_builder.zoo_groups']\n"
+        "'dataset_builder.faults', 'dataset_builder.files', 'dataset_builder.zoo_groups', 'harness', 'harness.errors', "
+        "'harness.method', 'harness.method.metrics', 'harness.method.registry']\n"
     ), result.stderr

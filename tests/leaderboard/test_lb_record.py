@@ -2,8 +2,8 @@
 Schema, the validator, the table and both record producers with no other edit.
 
 Adding a record field touches three files: its declaration in ``leaderboard/record.py``, the regenerated
-``leaderboard/record.schema.json`` (``python -m leaderboard.record``), and the code that measures it (for an ID metric,
-``harness/method/metrics.py``, whose dict the harness passes through whole).
+``leaderboard/record.schema.json`` (``python -m leaderboard.record``), and the code that measures it. A metric is less:
+its declaration in the metric registry (tests/leaderboard/test_lb_metrics.py).
 """
 
 from __future__ import annotations

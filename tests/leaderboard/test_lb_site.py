@@ -159,11 +159,15 @@ def test_a_one_model_site_and_the_harness_columns(tmp_path):
     text, html = page_text(out / "index.html"), (out / "index.html").read_text()
     manifest = current_table(tmp_path / "b")["manifest_sha256"].iloc[0]
     assert "1 model (1 valid) from 1 entry, 11 severity levels" in text and f"benchmark manifest {manifest}" in text
-    assert {"fpr", "n"} <= set(embedded(out / "index.html")["cols"])  # the harness's records fill them
-    assert 'data-sort="fpr"' in html and 'data-sort="n"' in html
+    data = embedded(out / "index.html")
+    assert {"fpr_at_95_tpr", "fpr_at_99_tpr", "n"} <= set(data["cols"])  # the harness's records fill them
+    assert {"fpr_at_95_tpr", "fpr_at_99_tpr"} <= set(data["lower"]) and "n" not in data[
+        "lower"
+    ]  # best first: ascending
+    assert 'data-sort="fpr_at_95_tpr"' in html and 'data-sort="fpr_at_99_tpr"' in html and 'data-sort="n"' in html
     assert "1 record, byte for byte" in page_text(out / "records" / "index.html")
     page = page_text(out / "models" / page_name("solo"))
-    assert "mean fpr@95" in page and "harness, self-reported" in page
+    assert "mean fpr@95" in page and "mean fpr@99" in page and "harness, self-reported" in page
 
 
 def test_model_page_metrics_verification_and_per_class(tmp_path):
@@ -171,9 +175,10 @@ def test_model_page_metrics_verification_and_per_class(tmp_path):
     out = tmp_path / "site"
     build_site(current_table(board), out, "v2", board=board)
     page = (out / "models" / page_name("glyph_cnn")).read_text()
-    for label in ["ood-auroc", "fpr@95", "AUPR-in", "AUPR-out", "ood avg conf"]:
+    for label in ["ood-auroc", "fpr@95", "aupr-in", "aupr-out", "ood avg conf", "fpr@99"]:
         assert f"<th>{label}</th>" in page
     assert "<td>0.3500</td>" in page  # level 5's fpr@95 (0.3 + 0.01 * 5)
+    assert "<td>0.5500</td>" in page  # level 5's fpr@99 (0.5 + 0.01 * 5)
     assert '<dd id="params">123,456</dd>' in page
     assert '<span class="badge verified">softmax: verified</span>' in page and "worker: gpu-1" in page
     assert page.count('class="level-classes"') == NUM_LEVELS

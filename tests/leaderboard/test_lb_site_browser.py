@@ -306,7 +306,7 @@ def test_layout_at_1280_and_on_a_phone(browser, paper_site):
     assert page.evaluate("document.getElementById('filters').open") and page.locator("#kappa").is_visible()
     assert (
         page.locator("#strip-legend").is_visible()
-        and page.locator("#leaderboard th.fpr, #leaderboard th.params").count() == 0
+        and page.locator("#leaderboard th.metric, #leaderboard th.params").count() == 0
     )
     page.select_option("#kappa", "odin(epsilon=1e-05,temperature=2)")
     settle(page)
@@ -459,3 +459,25 @@ def test_screenshots(browser, paper_site, tmp_path_factory):
             assert target.read_bytes()[:4] == b"\x89PNG"
             written.append(target)
     print("\nsite screenshots:\n" + "\n".join(f"  {path}" for path in written))
+
+
+def test_a_metric_column_from_the_registry_sorts_best_first(browser, tmp_path):
+    """The means of the level metrics are columns the registry names; a lower-is-better one sorts ascending first."""
+    records = []
+    for i, (model, fpr) in enumerate([("a_model", 0.7), ("b_model", 0.2), ("c_model", 0.4)]):
+        rec = record(model=model, weights=f"{i + 7}" * 64)
+        for level in rec["levels"]:
+            level["fpr_at_99_tpr"] = fpr
+        records.append(rec)
+    add_records(tmp_path / "b", records, create=True)
+    build_site(current_table(tmp_path / "b"), tmp_path / "site", "current")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto((tmp_path / "site" / "index.html").as_uri())
+    header = page.locator("#leaderboard th[data-sort=fpr_at_99_tpr]")
+    assert header.inner_text() == "fpr@99"
+    header.click()
+    assert shown(page, "model") == ["b_model", "c_model", "a_model"]
+    assert header.get_attribute("aria-sort") == "ascending"
+    header.click()
+    assert shown(page, "model") == ["a_model", "c_model", "b_model"]
+    page.close()

@@ -28,8 +28,23 @@ def test_sort_keys(table):
     assert sort_column(table, "mean") == "mean_ood_auroc"
     assert sort_column(table, "0") == sort_column(table, "l0") == "ood_auroc_l0"
     assert sort_column(table, "id_acc") == "id_acc"
-    with pytest.raises(LeaderboardError, match="unknown sort key '6': use mean, id_acc or a level 0..5"):
+    assert sort_column(table, "fpr_at_99_tpr") == "mean_fpr_at_99_tpr"  # a level metric the table averages
+    with pytest.raises(LeaderboardError, match="unknown sort key '6': use mean, id_acc, a level 0..5 or fpr_at_95_tpr"):
         sort_column(table, "6")
+
+
+def test_a_metric_where_lower_is_better_sorts_lowest_first(tmp_path):
+    records = []
+    for i, fpr in enumerate([0.6, 0.2, 0.4]):
+        rec = record(model=f"m{i}", weights=f"0{i + 4}" * 32, num_levels=6)
+        for level in rec["levels"]:
+            level["fpr_at_99_tpr"] = fpr
+        records.append(rec)
+    add_records(tmp_path / "b", records, create=True)
+    table = current_table(tmp_path / "b")
+    assert select(table, sort="fpr_at_99_tpr")["model"].tolist() == ["m1", "m2", "m0"]
+    lines = format_rows(select(table, sort="fpr_at_99_tpr"), sort="fpr_at_99_tpr").splitlines()
+    assert lines[0].split()[-2:] == ["mean-fpr-at-99-tpr", "flag"] and lines[2].split()[-1] == "0.2000"
 
 
 def test_select_sorts_and_filters(table):

@@ -1,0 +1,120 @@
+"""The metric registry: every metric a record carries, declared once with its function and what the records, the
+JSON Schema, the table, ``per_level.csv``, the terminal summary and the site need to know about it.
+
+A metric is a :class:`Metric` given to :func:`register_metric`; the built-in ones are declared beside their functions
+in :mod:`harness.method.metrics`, which :func:`registered` imports on first use, so a new metric is one declaration
+(a plugin's or a test's module may register one too). Scopes: ``level`` (computed per severity level from a
+:class:`LevelScores`), ``id`` (once, on the ID test set, from an :class:`IdScores`) and ``summary`` (from the levels'
+rows). This module imports nothing but the standard library and the floor, so the leaderboard reads it without the
+harness's numerical dependencies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
+
+from dataset_builder.errors import CoodError
+
+SCOPES = ("level", "id", "summary")
+AGGREGATES = ("levels", "mean")  # a level metric in the table: one column per level, or the mean over the levels
+NULLS = ("never", "paper", "always")  # when a record may hold null: never, in a published result only, or always
+NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+@dataclass(frozen=True)
+class LevelScores:
+    """What a level metric sees: the ID test scores (positives) and the level's OOD test scores, with the reported
+    confidences (the scores themselves where a kappa reports no other)."""
+
+    id_scores: Any
+    ood_scores: Any
+    id_conf: Any
+    ood_conf: Any
+
+
+@dataclass(frozen=True)
+class IdScores:
+    """What an ID metric sees: the ID test scores, whether each prediction is right, and the reported confidences."""
+
+    scores: Any
+    correct: Any
+    conf: Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric. ``compute`` takes a :class:`LevelScores` (scope ``level``), an :class:`IdScores` (``id``) or the
+    list of level rows (``summary``) and returns a float (None where ``null`` is ``always`` and it is undefined).
+
+    ``label``: its short name in tables and pages (``fpr@95``); ``definition``: how it is computed, as records carry
+    it; ``unit``: its values lie in [0, 1]; ``aggregate`` (level metrics): how the table shows it, ``levels`` (a column
+    per level) or ``mean`` (a column ``mean_<name>``), None for none; ``column`` (id and summary metrics): its table
+    column; ``null``: see :data:`NULLS`; ``since``: the record schema version from which every record holds it (None:
+    added later, records may lack it, as records written before it existed do)."""
+
+    name: str
+    scope: str
+    compute: Callable[[Any], float | None]
+    higher_is_better: bool
+    label: str
+    definition: str
+    unit: bool = True
+    aggregate: str | None = None
+    column: str | None = None
+    null: str = "paper"
+    since: int | None = None
+
+    @property
+    def table_column(self) -> str | None:
+        """The table column that shows it (None: the table leaves it to the records)."""
+        if self.scope != "level":
+            return self.column
+        return f"mean_{self.name}" if self.aggregate == "mean" else None
+
+
+_METRICS: dict[str, Metric] = {}
+
+
+def register_metric(metric: Metric) -> Metric:
+    """Declare ``metric``, after the built-in ones; its name is unique within its scope and a lower-case identifier
+    (records carry it)."""
+    import_module("harness.method.metrics")  # the built-in metrics first (a no-op while they declare themselves)
+    if not NAME.fullmatch(metric.name):
+        raise CoodError(f"metric name {metric.name!r} is not a lower-case letter followed by letters, digits and '_'")
+    if metric.scope not in SCOPES:
+        raise CoodError(f"metric '{metric.name}': scope {metric.scope!r} is not one of {', '.join(SCOPES)}")
+    if metric.null not in NULLS:
+        raise CoodError(f"metric '{metric.name}': null {metric.null!r} is not one of {', '.join(NULLS)}")
+    if metric.aggregate is not None and (metric.scope != "level" or metric.aggregate not in AGGREGATES):
+        raise CoodError(f"metric '{metric.name}': aggregate {metric.aggregate!r} is for level metrics: levels or mean")
+    key = f"{metric.scope}:{metric.name}"
+    if key in _METRICS:
+        raise CoodError(f"metric '{metric.name}' ({metric.scope}) is registered twice")
+    _METRICS[key] = metric
+    return metric
+
+
+def unregister_metric(metric: Metric) -> None:
+    """Take ``metric`` out again (a test's or a plugin's)."""
+    _METRICS.pop(f"{metric.scope}:{metric.name}", None)
+
+
+def registered(scope: str | None = None) -> tuple[Metric, ...]:
+    """The metrics of ``scope`` (all of them without one), built-in first, in declaration order."""
+    import_module("harness.method.metrics")  # declares the built-in metrics
+    return tuple(m for m in _METRICS.values() if scope is None or m.scope == scope)
+
+
+def generation() -> tuple[str, ...]:
+    """What is registered now (a key for what is derived from the registry)."""
+    registered()
+    return tuple(_METRICS)
+
+
+def definitions() -> dict[str, str]:
+    """Every metric's definition by name, as records carry them."""
+    return {m.name: m.definition for m in registered()}
