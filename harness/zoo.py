@@ -1,10 +1,11 @@
 """The model-zoo target kinds (``KIND:NAME``), registered as entry points (as the kappa plugins are).
 
 A kind in the group ``cood_bench.zoo`` takes a weights file (``--weights``); one in ``cood_bench.zoo_folders`` names a
-folder that holds its own weights (``hf:FOLDER``; in a leaderboard request, a Hub repo). Each entry point names the
-adapter function that builds the kind from a :class:`harness.adapters.common.ZooTarget`. The kinds are read from the
-installed metadata without importing any adapter, so the command line knows them before torch is imported; an adapter
-module is imported only to build its kind. Standard library only.
+folder that holds its own weights (``hf:FOLDER``; in a leaderboard request, a Hub repo). A kind of :data:`PRETRAINED`
+given no weights file fetches the library's pretrained weights from the Hugging Face Hub instead. Each entry point
+names the adapter function that builds the kind from a :class:`harness.adapters.common.ZooTarget`. The kinds are read
+from the installed metadata without importing any adapter, so the command line knows them before torch is imported; an
+adapter module is imported only to build its kind. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from importlib.metadata import EntryPoint
 from dataset_builder.zoo_groups import registered_kinds
 from harness.errors import HarnessError
 
+PRETRAINED = frozenset({"timm"})  # the kinds whose adapter fetches pretrained weights when given no weights file
+
 
 @dataclass(frozen=True)
 class ZooKind:
@@ -24,6 +27,11 @@ class ZooKind:
     name: str
     folder: bool
     adapter: EntryPoint
+
+    @property
+    def pretrained(self) -> bool:
+        """Whether, given no weights file, it fetches pretrained weights from the Hub."""
+        return self.name in PRETRAINED and not self.folder
 
 
 @cache

@@ -25,6 +25,7 @@ from leaderboard.record import (
     VERIFIED,
     Benchmark,
     Field,
+    HubWeights,
     PerClass,
     Record,
     Verification,
@@ -184,6 +185,8 @@ def validate_record(record) -> None:
     paper = record["provenance"] == "paper"
     _part(record, "", Record, paper)
     _validate_levels(record)
+    if "hub_weights" in record["model"]:
+        _part(record["model"]["hub_weights"], "model.hub_weights", HubWeights)
     if "per_class" in record:
         _validate_per_class(record["per_class"], record["num_levels"])
     if "verification" in record:

@@ -1,10 +1,13 @@
 """Model adapters: turn a target string into a :class:`~harness.submission.Submission`.
 
-Targets (nothing is ever downloaded: weights come from a local file or folder):
+Targets (weights come from a local file or folder; only a ``timm:`` target given none downloads its pretrained
+weights):
 
 - ``timm:<name>`` (``<name>`` may carry a pretrained tag, e.g. ``resnet50.tv_in1k``, which selects that tag's
-  preprocessing) with ``weights`` a ``.safetensors`` / ``.pt`` / ``.pth`` / ``.bin`` state dict; preprocessing is
-  ``timm.data.resolve_data_config`` of the model.
+  preprocessing; or ``hf-hub:<owner>/<repo>``, a repo saved by timm) with ``weights`` a ``.safetensors`` / ``.pt`` /
+  ``.pth`` / ``.bin`` state dict, or without one timm's pretrained weights (``pretrained=True``) fetched from the
+  Hugging Face Hub through its cache at the commit ``revision`` names (:mod:`harness.adapters.hub_weights`);
+  preprocessing is ``timm.data.resolve_data_config`` of the model.
 - ``torchvision:<name>`` with a weights file; preprocessing is the matching torchvision weights entry's transform
   (the entry whose file hash the weights file carries, else the name's ``DEFAULT`` entry).
 - ``open_clip:<arch>[/<tag>]`` with a weights file: the paper's zero-shot classifier (docs/method.md section 5) over
@@ -66,13 +69,15 @@ def load_target(
     weights: str | None = None,
     num_classes_expected: int | None = None,
     classnames: Sequence[str] | None = None,
+    revision: str | None = None,
 ) -> Submission:
     """The submission for ``target`` (see the module docstring); with ``num_classes_expected`` its logits' width is
     checked.
 
-    ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head.
+    ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head; ``revision``
+    (timm without ``weights``) the Hub revision its pretrained weights are fetched at.
     """
-    check_target(target, weights)
+    check_target(target, weights, revision)
     kind = zoo_kind(target)
     if kind is None:
         submission = load_file(target)
@@ -83,7 +88,9 @@ def load_target(
             raise HarnessError(
                 f"zoo kind '{kind.name}' ({kind.adapter.value}) failed to load: {type(exc).__name__}: {exc}"
             ) from exc
-        submission = build(ZooTarget(str(target).partition(":")[2], weights, num_classes_expected, classnames))
+        submission = build(
+            ZooTarget(str(target).partition(":")[2], weights, num_classes_expected, classnames, revision)
+        )
     if num_classes_expected is not None:
         check_output(submission, num_classes_expected)
     return submission
