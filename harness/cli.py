@@ -45,7 +45,10 @@ def submit(
         "fetches its pretrained weights from the Hugging Face Hub (HF_HOME's cache; HF_HUB_OFFLINE=1: the cache only).",
     ),
     revision: str | None = typer.Option(
-        None, show_default="main", help="Hub revision (branch, tag or commit) of a timm: target's pretrained weights."
+        None,
+        show_default="main",
+        help="Hub revision (branch, tag or commit) of the pretrained weights of a timm: target without --weights or "
+        "an hf:OWNER/REPO target.",
     ),
     benchmark: str = typer.Option(
         DEFAULTS.benchmark,

@@ -2,10 +2,10 @@
 
 A kind in the group ``cood_bench.zoo`` takes a weights file (``--weights``); one in ``cood_bench.zoo_folders`` names a
 folder that holds its own weights (``hf:FOLDER``; in a leaderboard request, a Hub repo). A kind of :data:`PRETRAINED`
-given no weights file fetches the library's pretrained weights from the Hugging Face Hub instead. Each entry point
-names the adapter function that builds the kind from a :class:`harness.adapters.common.ZooTarget`. The kinds are read
-from the installed metadata without importing any adapter, so the command line knows them before torch is imported; an
-adapter module is imported only to build its kind. Standard library only.
+fetches pretrained weights from the Hugging Face Hub instead (``timm:`` given no weights file, ``hf:`` a Hub repo).
+Each entry point names the adapter function that builds the kind from a :class:`harness.adapters.common.ZooTarget`.
+The kinds are read from the installed metadata without importing any adapter, so the command line knows them before
+torch is imported; an adapter module is imported only to build its kind. Standard library only.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from importlib.metadata import EntryPoint
 from dataset_builder.zoo_groups import registered_kinds
 from harness.errors import HarnessError
 
-PRETRAINED = frozenset({"timm"})  # the kinds whose adapter fetches pretrained weights when given no weights file
+PRETRAINED = frozenset({"hf", "timm"})  # the kinds whose adapter can fetch pretrained weights from the Hub
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,9 @@ class ZooKind:
 
     @property
     def pretrained(self) -> bool:
-        """Whether, given no weights file, it fetches pretrained weights from the Hub."""
-        return self.name in PRETRAINED and not self.folder
+        """Whether it fetches pretrained weights from the Hub: given no weights file (``timm:``), or naming a Hub repo
+        (``hf:<owner>/<repo>``)."""
+        return self.name in PRETRAINED
 
 
 @cache

@@ -1,6 +1,7 @@
 """Pretrained zoo targets: ``timm:`` given no weights file fetches timm's pretrained weights from the (local) Hub
-through the Hugging Face cache, pinned to the commit the record names; offline it reads the cache; a Hub that cannot be
-reached, a repo or revision that is not there, or an offline empty cache is refused in one line."""
+through the Hugging Face cache, pinned to the commit the record names, and ``hf:<owner>/<repo>`` a transformers
+classifier alike; offline they read the cache; a Hub that cannot be reached, a repo or revision that is not there, or an
+offline empty cache is refused in one line."""
 
 import json
 import os
@@ -160,8 +161,26 @@ def test_a_classifier_of_another_width_is_refused_before_any_download(hub_server
         load_target("timm:resnet50.nope")
 
 
+def test_a_misplaced_revision_is_refused_before_torch(tmp_path):
+    probe = "import atexit, sys; atexit.register(lambda: print('torch:', 'torch' in sys.modules)); " + (
+        "from harness.cli import main; main()"
+    )
+    (tmp_path / "w.pt").write_bytes(b"")
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "submit", "timm:resnet18", "--weights", tmp_path / "w.pt", "--revision", "main"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (
+        2,
+        "error: --revision applies to the pretrained weights of hf: and timm: targets given no weights file\n",
+        "torch: False\n",
+    )
+
+
 def test_a_revision_applies_only_to_fetched_weights(tmp_path):
-    message = "--revision applies to the pretrained weights of timm: targets given no weights file"
+    message = "--revision applies to the pretrained weights of hf: and timm: targets given no weights file"
     (tmp_path / "model.py").write_text("")
     for target, weights in (("timm:resnet18", "w.pt"), ("torchvision:resnet18", "w.pt"), (tmp_path / "model.py", None)):
         with pytest.raises(HarnessError, match=f"^{message}$"):
@@ -169,3 +188,40 @@ def test_a_revision_applies_only_to_fetched_weights(tmp_path):
     with pytest.raises(HarnessError, match=r"^torchvision:resnet18 needs a weights file \(--weights\)"):
         check_target("torchvision:resnet18")
     check_target("timm:resnet18", None, "main")
+
+
+def test_an_hf_hub_repo_is_fetched_pinned_and_read_offline_from_the_cache(hub_server, tmp_path):
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+
+    torch.manual_seed(3)
+    config = ViTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
+        num_labels=7,
+    )  # fmt: skip
+    model = ViTForImageClassification(config).eval()
+    model.save_pretrained(tmp_path / "vit")
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "vit")
+    repo, api = "cood-tester/tiny-vit", HfApi(endpoint=hub_server)
+    api.create_repo(repo)
+    commit = api.upload_folder(repo_id=repo, folder_path=tmp_path / "vit").oid
+    submission = load_target(f"hf:{repo}", num_classes_expected=7)
+    assert submission.hub_weights == {"repo": repo, "revision": commit, "file": "model.safetensors"}
+    assert submission.file_sha256 == file_sha256(tmp_path / "vit" / "model.safetensors")
+    assert submission.weights_sha256 == weights_sha256(torch.nn.ModuleDict({"model": model}))  # LogitsOf's keys
+    assert (submission.name, submission.source) == ("hf-tiny-vit", f"hf:{repo}")
+    offline = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from harness.adapters import load_target; print(load_target('hf:{repo}').hub_weights)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": dead_endpoint()},
+    )
+    assert offline.stdout.strip() == repr(submission.hub_weights), offline.stderr
+    with pytest.raises(HarnessError, match=f"^hf: the Hub model repo {repo} has no revision 'v2'$"):
+        load_target(f"hf:{repo}", revision="v2")
+    with pytest.raises(HarnessError, match="is a folder: --revision applies to a Hub repo"):
+        load_target(f"hf:{tmp_path / 'vit'}", revision=commit)

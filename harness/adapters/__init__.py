@@ -1,7 +1,7 @@
 """Model adapters: turn a target string into a :class:`~harness.submission.Submission`.
 
-Targets (weights come from a local file or folder; only a ``timm:`` target given none downloads its pretrained
-weights):
+Targets (weights come from a local file or folder; only a ``timm:`` target given none and an ``hf:`` Hub repo
+download pretrained weights):
 
 - ``timm:<name>`` (``<name>`` may carry a pretrained tag, e.g. ``resnet50.tv_in1k``, which selects that tag's
   preprocessing; or ``hf-hub:<owner>/<repo>``, a repo saved by timm) with ``weights`` a ``.safetensors`` / ``.pt`` /
@@ -13,7 +13,8 @@ weights):
 - ``open_clip:<arch>[/<tag>]`` with a weights file: the paper's zero-shot classifier (docs/method.md section 5) over
   CLIP's curated ImageNet-1K class names unless ``classnames`` is given; preprocessing is open_clip's for the tag.
 - ``hf:<folder>``: a Hugging Face ``transformers`` image classifier saved with ``save_pretrained``, with its
-  ``AutoImageProcessor`` preprocessing.
+  ``AutoImageProcessor`` preprocessing; ``hf:<owner>/<repo>`` (no such folder) the same from a Hub model repo, pinned
+  to the commit ``revision`` names.
 - anything else: a submission file (:func:`harness.submission.load_file`).
 
 Each zoo kind is an entry point naming its adapter function (:mod:`harness.zoo`): a new kind is a module with a
@@ -75,7 +76,7 @@ def load_target(
     checked.
 
     ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head; ``revision``
-    (timm without ``weights``) the Hub revision its pretrained weights are fetched at.
+    (timm without ``weights``, an hf Hub repo) the Hub revision its pretrained weights are fetched at.
     """
     check_target(target, weights, revision)
     kind = zoo_kind(target)

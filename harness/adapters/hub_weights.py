@@ -47,6 +47,7 @@ def pin(kind: str, repo: str, files: list[str], revision: str | None) -> HubWeig
     from huggingface_hub.errors import (
         EntryNotFoundError,
         HfHubHTTPError,
+        HFValidationError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
@@ -59,6 +60,8 @@ def pin(kind: str, repo: str, files: list[str], revision: str | None) -> HubWeig
             local = missing is not None  # the Hub did not answer: the other files from the cache alone
             hf_hub_download(repo, file, revision=revision, local_files_only=local)  # its revision cached for offline
             info = hf_hub_download(repo, file, revision=revision, local_files_only=local, dry_run=True)
+        except HFValidationError as exc:
+            raise HarnessError(f"{kind}: '{repo}' is not a Hub repo id: {str(exc).splitlines()[0]}") from exc
         except RepositoryNotFoundError as exc:
             raise HarnessError(
                 f"{kind}: the Hub at {constants.ENDPOINT} has no model repo {repo} (or it is private or gated)"
