@@ -41,14 +41,15 @@ def submit(
     ),
     weights: Path | None = typer.Option(
         None,
-        help=f"Weights file (.safetensors/.pt/.pth/.bin) for {weights_kinds()} targets. Without it a timm: target "
-        "fetches its pretrained weights from the Hugging Face Hub (HF_HOME's cache; HF_HUB_OFFLINE=1: the cache only).",
+        help=f"Weights file (.safetensors/.pt/.pth/.bin) for {weights_kinds()} targets. Without it a timm: or "
+        "open_clip:ARCH/TAG target fetches its pretrained weights from the Hugging Face Hub (HF_HOME's cache; "
+        "HF_HUB_OFFLINE=1: the cache only).",
     ),
     revision: str | None = typer.Option(
         None,
         show_default="main",
-        help="Hub revision (branch, tag or commit) of the pretrained weights of a timm: target without --weights or "
-        "an hf:OWNER/REPO target.",
+        help="Hub revision (branch, tag or commit) of the pretrained weights of a timm: or open_clip: target "
+        "without --weights, or of an hf:OWNER/REPO target.",
     ),
     benchmark: str = typer.Option(
         DEFAULTS.benchmark,

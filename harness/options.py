@@ -53,7 +53,8 @@ def misplaced_weights(what: str, option: str = "--weights") -> str:
 
 def misplaced_revision(option: str = "--revision") -> str:
     """The error for a Hub revision given with anything but a target that fetches pretrained weights."""
-    fetched = " and ".join(f"{name}:" for name in sorted(PRETRAINED))
+    names = [f"{name}:" for name in sorted(PRETRAINED)]
+    fetched = " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
     return f"{option} applies to the pretrained weights of {fetched} targets given no weights file"
 
 

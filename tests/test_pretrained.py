@@ -26,6 +26,9 @@ from harness.submission import weights_sha256
 GLYPH_REPO = "cood-tester/glyph-efficientnet"  # a repo saved by timm (config.json + model.safetensors)
 GLYPH_TARGET = f"timm:hf-hub:{GLYPH_REPO}"
 BUILTIN_REPO = "timm/test_efficientnet.r160_in1k"  # where timm's registry fetches test_efficientnet from
+MISPLACED_REVISION = (
+    "--revision applies to the pretrained weights of hf:, open_clip: and timm: targets given no weights file"
+)
 GLYPH_DATA = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "crop_pct": 1.0, "interpolation": "bilinear"}
 
 
@@ -174,16 +177,15 @@ def test_a_misplaced_revision_is_refused_before_torch(tmp_path):
     )
     assert (done.returncode, done.stderr, done.stdout) == (
         2,
-        "error: --revision applies to the pretrained weights of hf: and timm: targets given no weights file\n",
+        f"error: {MISPLACED_REVISION}\n",
         "torch: False\n",
     )
 
 
 def test_a_revision_applies_only_to_fetched_weights(tmp_path):
-    message = "--revision applies to the pretrained weights of hf: and timm: targets given no weights file"
     (tmp_path / "model.py").write_text("")
     for target, weights in (("timm:resnet18", "w.pt"), ("torchvision:resnet18", "w.pt"), (tmp_path / "model.py", None)):
-        with pytest.raises(HarnessError, match=f"^{message}$"):
+        with pytest.raises(HarnessError, match=f"^{MISPLACED_REVISION}$"):
             check_target(str(target), weights, "main")
     with pytest.raises(HarnessError, match=r"^torchvision:resnet18 needs a weights file \(--weights\)"):
         check_target("torchvision:resnet18")
@@ -225,3 +227,31 @@ def test_an_hf_hub_repo_is_fetched_pinned_and_read_offline_from_the_cache(hub_se
         load_target(f"hf:{repo}", revision="v2")
     with pytest.raises(HarnessError, match="is a folder: --revision applies to a Hub repo"):
         load_target(f"hf:{tmp_path / 'vit'}", revision=commit)
+
+
+def test_an_open_clip_tag_fetches_its_hub_weights(hub_server, tmp_path, monkeypatch):
+    import open_clip
+    from open_clip import pretrained as registry
+    from safetensors.torch import save_file
+
+    from clip_fixtures import tiny_open_clip
+
+    classes = ["cat", "dog", "car"]
+    clip, from_file = tiny_open_clip(tmp_path, classes)  # registers cood-tiny-clip; its weights as a file
+    save_file(clip.state_dict(), tmp_path / "open_clip_model.safetensors")
+    repo, api = "cood-tester/tiny-clip", HfApi(endpoint=hub_server)
+    api.create_repo(repo)
+    commit = api.upload_file(
+        path_or_fileobj=tmp_path / "open_clip_model.safetensors",
+        path_in_repo="open_clip_model.safetensors",
+        repo_id=repo,
+    ).oid
+    # a pretrained tag, as open_clip registers them: its Hub repo (trailing '/': open_clip's default file name)
+    monkeypatch.setitem(registry._PRETRAINED, "cood-tiny-clip", {"cood": registry._pcfg(hf_hub=f"{repo}/")})
+    assert open_clip.get_pretrained_cfg("cood-tiny-clip", "cood")["hf_hub"] == f"{repo}/"
+    fetched = load_target("open_clip:cood-tiny-clip/cood", num_classes_expected=3, classnames=classes)
+    assert fetched.hub_weights == {"repo": repo, "revision": commit, "file": "open_clip_model.safetensors"}
+    assert fetched.weights_sha256 == from_file.weights_sha256  # the same weights as from the file, and head
+    assert fetched.file_sha256 == file_sha256(tmp_path / "open_clip_model.safetensors")
+    with pytest.raises(HarnessError, match=r"^open_clip: cood-tiny-clip \(no /TAG\) has no weights on the Hugging"):
+        load_target("open_clip:cood-tiny-clip", classnames=classes)

@@ -1,7 +1,7 @@
 """Model adapters: turn a target string into a :class:`~harness.submission.Submission`.
 
-Targets (weights come from a local file or folder; only a ``timm:`` target given none and an ``hf:`` Hub repo
-download pretrained weights):
+Targets (weights come from a local file or folder; a ``timm:`` or ``open_clip:`` target given none and an ``hf:`` Hub
+repo download pretrained weights, pinned to a commit, through :mod:`harness.adapters.hub_weights`):
 
 - ``timm:<name>`` (``<name>`` may carry a pretrained tag, e.g. ``resnet50.tv_in1k``, which selects that tag's
   preprocessing; or ``hf-hub:<owner>/<repo>``, a repo saved by timm) with ``weights`` a ``.safetensors`` / ``.pt`` /
@@ -10,8 +10,9 @@ download pretrained weights):
   preprocessing is ``timm.data.resolve_data_config`` of the model.
 - ``torchvision:<name>`` with a weights file; preprocessing is the matching torchvision weights entry's transform
   (the entry whose file hash the weights file carries, else the name's ``DEFAULT`` entry).
-- ``open_clip:<arch>[/<tag>]`` with a weights file: the paper's zero-shot classifier (docs/method.md section 5) over
-  CLIP's curated ImageNet-1K class names unless ``classnames`` is given; preprocessing is open_clip's for the tag.
+- ``open_clip:<arch>[/<tag>]`` with a weights file (or without one the tag's Hub weights, loaded by open_clip): the
+  paper's zero-shot classifier (docs/method.md section 5) over CLIP's curated ImageNet-1K class names unless
+  ``classnames`` is given; preprocessing is open_clip's for the tag.
 - ``hf:<folder>``: a Hugging Face ``transformers`` image classifier saved with ``save_pretrained``, with its
   ``AutoImageProcessor`` preprocessing; ``hf:<owner>/<repo>`` (no such folder) the same from a Hub model repo, pinned
   to the commit ``revision`` names.
@@ -76,7 +77,7 @@ def load_target(
     checked.
 
     ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head; ``revision``
-    (timm without ``weights``, an hf Hub repo) the Hub revision its pretrained weights are fetched at.
+    (timm and open_clip without ``weights``, an hf Hub repo) the Hub revision its pretrained weights are fetched at.
     """
     check_target(target, weights, revision)
     kind = zoo_kind(target)
