@@ -247,11 +247,19 @@ def test_an_open_clip_tag_fetches_its_hub_weights(hub_server, tmp_path, monkeypa
         repo_id=repo,
     ).oid
     # a pretrained tag, as open_clip registers them: its Hub repo (trailing '/': open_clip's default file name)
-    monkeypatch.setitem(registry._PRETRAINED, "cood-tiny-clip", {"cood": registry._pcfg(hf_hub=f"{repo}/")})
+    save_file({"x": torch.zeros(2)}, tmp_path / "broken.safetensors")
+    api.create_repo(f"{repo}-broken")
+    api.upload_file(
+        path_or_fileobj=tmp_path / "broken.safetensors", path_in_repo="w.safetensors", repo_id=f"{repo}-broken"
+    )
+    tags = {"cood": registry._pcfg(hf_hub=f"{repo}/"), "broken": registry._pcfg(hf_hub=f"{repo}-broken/w.safetensors")}
+    monkeypatch.setitem(registry._PRETRAINED, "cood-tiny-clip", tags)
     assert open_clip.get_pretrained_cfg("cood-tiny-clip", "cood")["hf_hub"] == f"{repo}/"
     fetched = load_target("open_clip:cood-tiny-clip/cood", num_classes_expected=3, classnames=classes)
     assert fetched.hub_weights == {"repo": repo, "revision": commit, "file": "open_clip_model.safetensors"}
     assert fetched.weights_sha256 == from_file.weights_sha256  # the same weights as from the file, and head
     assert fetched.file_sha256 == file_sha256(tmp_path / "open_clip_model.safetensors")
+    with pytest.raises(HarnessError, match=f"^open_clip: cannot load w.safetensors of {repo}-broken: "):
+        load_target("open_clip:cood-tiny-clip/broken", classnames=classes)
     with pytest.raises(HarnessError, match=r"^open_clip: cood-tiny-clip \(no /TAG\) has no weights on the Hugging"):
         load_target("open_clip:cood-tiny-clip", classnames=classes)

@@ -94,7 +94,7 @@ def open_clip_hub(arch: str, tag: str, revision: str | None) -> HubWeights:
     hub_id = open_clip.get_pretrained_cfg(arch, tag).get("hf_hub") if tag else None
     if not hub_id:
         named = f"the tag {arch}/{tag}" if tag else f"{arch} (no /TAG)"
-        raise HarnessError(f"open_clip: {named} has no weights on the Hugging Face Hub; give a weights file --weights")
+        raise HarnessError(f"open_clip: {named} has no weights on the Hugging Face Hub; give --weights")
     repo, filename = posixpath.split(hub_id)  # open_clip's 'owner/repo/' or 'owner/repo/file'
     name = filename or "open_clip_pytorch_model.bin"
     twin = SAFE_TWINS.get(name) or (name[:-4] + ".safetensors" if name.endswith((".bin", ".pth")) else None)
@@ -112,7 +112,10 @@ def open_clip_target(target: ZooTarget) -> Submission:
     options = open_clip_options(arch, tag)
     if target.weights is None:
         hub = open_clip_hub(arch, tag, target.revision)
-        model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=str(hub.path), **options)
+        try:
+            model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=str(hub.path), **options)
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise HarnessError(f"open_clip: cannot load {hub.file} of {hub.repo}: {str(exc).splitlines()[0]}") from exc
         sha = hub.sha256()
     else:
         model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=None, **options)
