@@ -40,7 +40,16 @@ def submit(
         help="The model's name in records and output paths.",
     ),
     weights: Path | None = typer.Option(
-        None, help=f"Weights file (.safetensors/.pt/.pth/.bin) for {weights_kinds()} targets."
+        None,
+        help=f"Weights file (.safetensors/.pt/.pth/.bin) for {weights_kinds()} targets. Without it a timm: or "
+        "open_clip:ARCH/TAG target fetches its pretrained weights from the Hugging Face Hub (HF_HOME's cache; "
+        "HF_HUB_OFFLINE=1: the cache only).",
+    ),
+    revision: str | None = typer.Option(
+        None,
+        show_default="main",
+        help="Hub revision (branch, tag or commit) of the pretrained weights of a timm: or open_clip: target "
+        "without --weights, or of an hf:OWNER/REPO target.",
     ),
     benchmark: str = typer.Option(
         DEFAULTS.benchmark,
@@ -153,7 +162,7 @@ def submit(
 ) -> None:
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
     config = config_from_options(locals())
-    check_target(target, weights)
+    check_target(target, weights, revision)
     is_file = weights is None and Path(target).is_file()
     with bundle.limited_to(int(max_bundle_gb * 2**30)):
         if is_file:

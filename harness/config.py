@@ -39,20 +39,22 @@ class EvalConfig:
     ``benchmark``: an embedded name, a folder or ``hf://datasets/<repo>@<revision>``. ``kappas`` default to softmax,
     entropy, max_logit, energy, then the submission's own; ``odin_preset`` (default paper) and ``mc_passes`` (default
     30) apply to odin and mc_dropout and are refused without them. ``channels``: the planes an in-memory model's images
-    are converted to; ``weights``: for the zoo targets; ``limits``: a submission file's sandbox (see
-    :mod:`harness.runtime.isolation`) unless ``trust_submission``. ``workers`` default by device, ``channels_last`` on
-    for CUDA. ``cache`` keeps per-shard scores in ``cache_dir`` (default ``$COOD_BENCH_CACHE/scores``), with
-    ``keep_logits`` the logits and features too (in ``feature_dtype``, float32 or float16, which the kappas then read
-    in every run alike), so that a rerun resumes and a new kappa needs no new pass; and, with the ``torchvision``
-    decoder on the CPU, the decoded images (up to ``decoded_cache_gb``; 0: none), so that the next model with the same
-    preprocessing skips decoding. ``order_seed``: the secret order the images cross the model in (None: drawn from
-    the operating system; every record names the one used, and a rerun given it streams the same batches)."""
+    are converted to; ``weights``: for the zoo targets (none: a ``timm:`` target's pretrained weights from the Hub, at
+    ``revision``); ``limits``: a submission file's sandbox (see :mod:`harness.runtime.isolation`) unless
+    ``trust_submission``. ``workers`` default by device, ``channels_last`` on for CUDA. ``cache`` keeps per-shard
+    scores in ``cache_dir`` (default ``$COOD_BENCH_CACHE/scores``), with ``keep_logits`` the logits and features too
+    (in ``feature_dtype``, float32 or float16, which the kappas then read in every run alike), so that a rerun resumes
+    and a new kappa needs no new pass; and, with the ``torchvision`` decoder on the CPU, the decoded images (up to
+    ``decoded_cache_gb``; 0: none), so that the next model with the same preprocessing skips decoding. ``order_seed``:
+    the secret order the images cross the model in (None: drawn from the operating system; every record names the one
+    used, and a rerun given it streams the same batches)."""
 
     benchmark: str | Path = "glyphs"
     kappas: tuple[str, ...] | None = None
     name: str | None = None
     channels: int = 3
     weights: str | Path | None = None
+    revision: str | None = None
     num_levels: int = DEFAULT_NUM_LEVELS
     batch_size: int = 256
     workers: int | None = None

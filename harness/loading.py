@@ -15,7 +15,7 @@ from harness.errors import HarnessError
 from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, resolve_kappas
 from harness.kappas.features import require_exposed
 from harness.kappas.registry import split_request
-from harness.options import is_zoo_target, misplaced_weights
+from harness.options import is_zoo_target, misplaced_revision, misplaced_weights
 from harness.phases import plural
 from harness.runtime.execution import Execution
 from harness.runtime.inference import KappaSpec, LocalForward, gives_features
@@ -54,15 +54,22 @@ def _load(
     if isinstance(target, torch.nn.Module):
         if config.weights is not None:
             raise HarnessError(misplaced_weights("a module", "weights="))
+        if config.revision is not None:
+            raise HarnessError(misplaced_revision("revision="))
         submission = in_memory(target, transform, name=config.name, channels=config.channels, num_classes=num_id)
     elif transform is not None:
         raise HarnessError("transform= applies to an in-memory model; a target brings its own preprocessing")
     elif is_zoo_target(target) or config.trust_submission:
         submission = load_target(
-            str(target), weights=None if config.weights is None else str(config.weights), num_classes_expected=num_id
+            str(target),
+            weights=None if config.weights is None else str(config.weights),
+            num_classes_expected=num_id,
+            revision=config.revision,
         )
     elif config.weights is not None:
         raise HarnessError(misplaced_weights(f"the file {target}"))
+    elif config.revision is not None:
+        raise HarnessError(misplaced_revision("revision="))
     else:
         submission, forward = load_isolated(target, execution, num_id, config.limits)
     if config.name is not None:

@@ -298,6 +298,7 @@ def records_of(
         "bundle_sha256": submission.bundle_sha256,  # a submission file's identity, hashed here (not by its code)
         "num_parameters": submission.num_parameters,
         "preprocessing": preprocessing(submission, scorer.decoder),
+        "hub_weights": submission.hub_weights,
     }
     return [
         record(

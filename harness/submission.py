@@ -55,6 +55,7 @@ class Submission:
     weights_sha256: str | None = None  # computed from ``model`` unless given (a model in a child process)
     num_parameters: int | None = None
     bundle_sha256: str | None = None  # a submission file's code: :mod:`harness.bundle`
+    hub_weights: dict | None = None  # pretrained weights fetched from the Hub: repo, revision (commit sha), file
 
     def __post_init__(self):
         check_name(self.name)

@@ -1,10 +1,12 @@
 """The model-zoo target kinds (``KIND:NAME``), registered as entry points (as the kappa plugins are).
 
 A kind in the group ``cood_bench.zoo`` takes a weights file (``--weights``); one in ``cood_bench.zoo_folders`` names a
-folder that holds its own weights (``hf:FOLDER``; in a leaderboard request, a Hub repo). Each entry point names the
-adapter function that builds the kind from a :class:`harness.adapters.common.ZooTarget`. The kinds are read from the
-installed metadata without importing any adapter, so the command line knows them before torch is imported; an adapter
-module is imported only to build its kind. Standard library only.
+folder that holds its own weights (``hf:FOLDER``; in a leaderboard request, a Hub repo). A kind of :data:`PRETRAINED`
+fetches pretrained weights from the Hugging Face Hub instead (``timm:`` and ``open_clip:`` given no weights file,
+``hf:`` a Hub repo).
+Each entry point names the adapter function that builds the kind from a :class:`harness.adapters.common.ZooTarget`.
+The kinds are read from the installed metadata without importing any adapter, so the command line knows them before
+torch is imported; an adapter module is imported only to build its kind. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from importlib.metadata import EntryPoint
 from dataset_builder.zoo_groups import registered_kinds
 from harness.errors import HarnessError
 
+PRETRAINED = frozenset({"hf", "open_clip", "timm"})  # the kinds whose adapter can fetch pretrained weights from the Hub
+
 
 @dataclass(frozen=True)
 class ZooKind:
@@ -24,6 +28,12 @@ class ZooKind:
     name: str
     folder: bool
     adapter: EntryPoint
+
+    @property
+    def pretrained(self) -> bool:
+        """Whether it fetches pretrained weights from the Hub: given no weights file (``timm:``, ``open_clip:``), or
+        naming a Hub repo (``hf:<owner>/<repo>``)."""
+        return self.name in PRETRAINED
 
 
 @cache

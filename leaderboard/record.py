@@ -37,6 +37,7 @@ FORMATS = {
     "sha256": (re.compile(r"^[0-9a-f]{64}$"), "a lowercase 64-digit hex sha256"),
     "kappa_name": (re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$"), "a kappa name (letters, digits, _ . -)"),
     "request_id": (re.compile(r"^[0-9a-f]{12}$"), "a request id (12 hex digits)"),
+    "commit": (re.compile(r"^[0-9a-f]{40}$"), "a commit sha (40 lowercase hex digits)"),
     "repo_id": (REPO_ID, "a Hub repo id (owner/name)"),
     # no part starting with "." (no ".", "..", hidden file or folder), no absolute path
     "relative_path": (
@@ -112,6 +113,15 @@ class Benchmark:
 
 
 @_shape
+class HubWeights:
+    """Where a zoo target's pretrained weights came from: a Hub model repo, the commit, the file the harness read."""
+
+    repo: str = spec(format="repo_id")
+    revision: str = spec(format="commit")
+    file: str = spec(format="relative_path")
+
+
+@_shape
 class Model:
     """What was evaluated. Its identity (:func:`leaderboard.schema.model_identity`) is the code the harness hashed
     itself: a submission file's bundle, or a zoo target with its weights file; the weights hash is informational."""
@@ -130,6 +140,11 @@ class Model:
     )
     num_parameters: int | None = spec(minimum=0, reported=True, column="num_parameters")
     preprocessing: dict = spec()
+    hub_weights: HubWeights | None = spec(
+        optional=True,
+        doc="optional: for a zoo target given no weights file, the Hub model repo, commit and file its pretrained "
+        "weights were fetched from (file_sha256 is that file's hash); absent otherwise and from records made before it",
+    )
 
 
 @_shape

@@ -26,6 +26,7 @@ from leaderboard.record import (
     VERIFIED,
     Benchmark,
     Field,
+    HubWeights,
     PerClass,
     Record,
     Verification,
@@ -186,6 +187,8 @@ def validate_record(record) -> None:
     _part(record, "", Record, paper)
     _validate_levels(record)
     _validate_since(record)
+    if "hub_weights" in record["model"]:
+        _part(record["model"]["hub_weights"], "model.hub_weights", HubWeights)
     if "per_class" in record:
         _validate_per_class(record["per_class"], record["num_levels"])
     if "verification" in record:

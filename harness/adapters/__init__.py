@@ -1,16 +1,21 @@
 """Model adapters: turn a target string into a :class:`~harness.submission.Submission`.
 
-Targets (nothing is ever downloaded: weights come from a local file or folder):
+Targets (weights come from a local file or folder; a ``timm:`` or ``open_clip:`` target given none and an ``hf:`` Hub
+repo download pretrained weights, pinned to a commit, through :mod:`harness.adapters.hub_weights`):
 
 - ``timm:<name>`` (``<name>`` may carry a pretrained tag, e.g. ``resnet50.tv_in1k``, which selects that tag's
-  preprocessing) with ``weights`` a ``.safetensors`` / ``.pt`` / ``.pth`` / ``.bin`` state dict; preprocessing is
-  ``timm.data.resolve_data_config`` of the model.
+  preprocessing; or ``hf-hub:<owner>/<repo>``, a repo saved by timm) with ``weights`` a ``.safetensors`` / ``.pt`` /
+  ``.pth`` / ``.bin`` state dict, or without one timm's pretrained weights (``pretrained=True``) fetched from the
+  Hugging Face Hub through its cache at the commit ``revision`` names (:mod:`harness.adapters.hub_weights`);
+  preprocessing is ``timm.data.resolve_data_config`` of the model.
 - ``torchvision:<name>`` with a weights file; preprocessing is the matching torchvision weights entry's transform
   (the entry whose file hash the weights file carries, else the name's ``DEFAULT`` entry).
-- ``open_clip:<arch>[/<tag>]`` with a weights file: the paper's zero-shot classifier (docs/method.md section 5) over
-  CLIP's curated ImageNet-1K class names unless ``classnames`` is given; preprocessing is open_clip's for the tag.
+- ``open_clip:<arch>[/<tag>]`` with a weights file (or without one the tag's Hub weights, loaded by open_clip): the
+  paper's zero-shot classifier (docs/method.md section 5) over CLIP's curated ImageNet-1K class names unless
+  ``classnames`` is given; preprocessing is open_clip's for the tag.
 - ``hf:<folder>``: a Hugging Face ``transformers`` image classifier saved with ``save_pretrained``, with its
-  ``AutoImageProcessor`` preprocessing.
+  ``AutoImageProcessor`` preprocessing; ``hf:<owner>/<repo>`` (no such folder) the same from a Hub model repo, pinned
+  to the commit ``revision`` names.
 - anything else: a submission file (:func:`harness.submission.load_file`).
 
 Each zoo kind is an entry point naming its adapter function (:mod:`harness.zoo`): a new kind is a module with a
@@ -66,13 +71,15 @@ def load_target(
     weights: str | None = None,
     num_classes_expected: int | None = None,
     classnames: Sequence[str] | None = None,
+    revision: str | None = None,
 ) -> Submission:
     """The submission for ``target`` (see the module docstring); with ``num_classes_expected`` its logits' width is
     checked.
 
-    ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head.
+    ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head; ``revision``
+    (timm and open_clip without ``weights``, an hf Hub repo) the Hub revision its pretrained weights are fetched at.
     """
-    check_target(target, weights)
+    check_target(target, weights, revision)
     kind = zoo_kind(target)
     if kind is None:
         submission = load_file(target)
@@ -83,7 +90,9 @@ def load_target(
             raise HarnessError(
                 f"zoo kind '{kind.name}' ({kind.adapter.value}) failed to load: {type(exc).__name__}: {exc}"
             ) from exc
-        submission = build(ZooTarget(str(target).partition(":")[2], weights, num_classes_expected, classnames))
+        submission = build(
+            ZooTarget(str(target).partition(":")[2], weights, num_classes_expected, classnames, revision)
+        )
     if num_classes_expected is not None:
         check_output(submission, num_classes_expected)
     return submission

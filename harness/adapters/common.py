@@ -13,13 +13,15 @@ from harness.errors import HarnessError
 @dataclass(frozen=True)
 class ZooTarget:
     """What an adapter builds a ``KIND:NAME`` target from: ``name`` (after ``KIND:``), the weights file (None for a
-    folder kind, see :mod:`harness.zoo`), the logits' width the benchmark expects (None: unchecked) and its ID class
-    names in benchmark order (None: not given)."""
+    folder kind, see :mod:`harness.zoo`; for a kind that fetches pretrained weights, None: fetch them), the logits'
+    width the benchmark expects (None: unchecked), its ID class names in benchmark order (None: not given) and the Hub
+    revision to fetch pretrained weights at (None: the library's own, ``main``)."""
 
     name: str
     weights: str | None = None
     num_classes: int | None = None
     classnames: Sequence[str] | None = None
+    revision: str | None = None
 
 
 def import_optional(module: str, package: str):

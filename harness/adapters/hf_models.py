@@ -1,4 +1,6 @@
-"""``hf:<folder>``: a Hugging Face ``transformers`` image classifier saved with ``save_pretrained``."""
+"""``hf:<folder>``: a Hugging Face ``transformers`` image classifier saved with ``save_pretrained``; or
+``hf:<owner>/<repo>`` (no such folder): one in a Hub model repo, fetched through huggingface_hub's cache at a pinned
+commit."""
 
 from __future__ import annotations
 
@@ -8,8 +10,11 @@ import torch
 from PIL import Image
 
 from harness.adapters.common import ZooTarget, import_optional, list_if_tuple
+from harness.adapters.hub_weights import HubWeights, pin
 from harness.errors import HarnessError
 from harness.submission import Submission
+
+HF_WEIGHTS = ["model.safetensors", "pytorch_model.bin"]  # transformers' order for an unsharded checkpoint
 
 
 class LogitsOf(torch.nn.Module):
@@ -23,15 +28,34 @@ class LogitsOf(torch.nn.Module):
         return self.model(pixel_values=images).logits
 
 
+def is_hub_repo(name: str) -> bool:
+    """Whether ``hf:<name>`` names a Hub model repo: ``owner/repo``, and no such folder here."""
+    return name.count("/") == 1 and not name.startswith((".", "/")) and not Path(name).exists()
+
+
+def hf_source(target: ZooTarget) -> tuple[str | Path, dict, HubWeights | None]:
+    """Where the classifier loads from: a folder, or a Hub repo pinned to the commit ``target.revision`` names (with
+    the weights file read there); and ``from_pretrained``'s options."""
+    if not is_hub_repo(target.name):
+        path = Path(target.name)
+        if target.revision is not None:
+            raise HarnessError(f"hf: {path} is a folder: --revision applies to a Hub repo (hf:<owner>/<repo>)")
+        if not (path / "config.json").is_file():
+            raise HarnessError(f"hf: {path} is not a folder saved with save_pretrained (no config.json)")
+        return path, {"local_files_only": True}, None
+    commit = pin("hf", target.name, ["config.json"], target.revision).revision
+    hub = pin("hf", target.name, HF_WEIGHTS, commit)
+    return target.name, {"revision": commit}, hub
+
+
 def hf_target(target: ZooTarget) -> Submission:
-    """A transformers image classifier from a local folder, with its AutoImageProcessor preprocessing."""
+    """A transformers image classifier from a local folder or a Hub repo, with its AutoImageProcessor
+    preprocessing."""
     transformers = import_optional("transformers", "transformers")
-    path = Path(target.name)
-    if not (path / "config.json").is_file():
-        raise HarnessError(f"hf: {path} is not a folder saved with save_pretrained (no config.json)")
+    path, options, hub = hf_source(target)
     try:
-        model = transformers.AutoModelForImageClassification.from_pretrained(path, local_files_only=True)
-        processor = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True)
+        model = transformers.AutoModelForImageClassification.from_pretrained(path, **options)
+        processor = transformers.AutoImageProcessor.from_pretrained(path, **options)
     except (OSError, ValueError) as exc:
         raise HarnessError(f"hf: cannot load {path}: {str(exc).splitlines()[0]}") from exc
     settings = processor.to_dict()
@@ -60,12 +84,14 @@ def hf_target(target: ZooTarget) -> Submission:
     def transform(image: Image.Image) -> torch.Tensor:
         return processor(images=image.convert("RGB"), return_tensors="pt")["pixel_values"][0]
 
+    short = Path(path).resolve().name if hub is None else str(path).rsplit("/", 1)[-1]
     return Submission(
-        name=f"hf-{path.resolve().name}",
+        name=f"hf-{short}",
         model=LogitsOf(model).eval(),
         transform=transform,
         channels=3,
         preprocessing=preprocessing,
-        source=f"hf:{path.resolve().name}",
-        file_sha256=None,
+        source=f"hf:{short}" if hub is None else f"hf:{path}",
+        file_sha256=None if hub is None else hub.sha256(),
+        hub_weights=None if hub is None else hub.record(),
     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from harness.adapters.common import ZooTarget, import_optional
+from harness.adapters.hub_weights import SAFE_TWINS, HubWeights, pin
 from harness.adapters.weights import load_weights
 from harness.errors import HarnessError
 from harness.submission import Submission
@@ -84,15 +86,40 @@ def open_clip_options(arch: str, tag: str) -> dict:
     }
 
 
+def open_clip_hub(arch: str, tag: str, revision: str | None) -> HubWeights:
+    """The Hub weights file open_clip fetches for the pretrained tag ``arch/tag`` (its safetensors twin first), pinned
+    to the commit ``revision`` names and fetched into the cache."""
+    open_clip = import_optional("open_clip", "open_clip_torch")
+
+    hub_id = open_clip.get_pretrained_cfg(arch, tag).get("hf_hub") if tag else None
+    if not hub_id:
+        named = f"the tag {arch}/{tag}" if tag else f"{arch} (no /TAG)"
+        raise HarnessError(f"open_clip: {named} has no weights on the Hugging Face Hub; give --weights")
+    repo, filename = posixpath.split(hub_id)  # open_clip's 'owner/repo/' or 'owner/repo/file'
+    name = filename or "open_clip_pytorch_model.bin"
+    twin = SAFE_TWINS.get(name) or (name[:-4] + ".safetensors" if name.endswith((".bin", ".pth")) else None)
+    return pin("open_clip", repo, [twin, name] if twin else [name], revision)
+
+
 def open_clip_target(target: ZooTarget) -> Submission:
     """An open_clip model (``ARCH[/TAG]``) as a zero-shot classifier over ``target.classnames`` (None: CLIP's curated
-    ImageNet-1K class names); preprocessing from the tag's config (mean, std, interpolation, resize)."""
+    ImageNet-1K class names); preprocessing from the tag's config (mean, std, interpolation, resize). Without a weights
+    file, the tag's pretrained weights from the Hub (:func:`open_clip_hub`), loaded by open_clip."""
     open_clip = import_optional("open_clip", "open_clip_torch")
 
     spec, classnames = target.name, target.classnames
     arch, _, tag = spec.partition("/")
-    model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=None, **open_clip_options(arch, tag))
-    sha = load_weights(model, target.weights)
+    options = open_clip_options(arch, tag)
+    if target.weights is None:
+        hub = open_clip_hub(arch, tag, target.revision)
+        try:
+            model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=str(hub.path), **options)
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise HarnessError(f"open_clip: cannot load {hub.file} of {hub.repo}: {str(exc).splitlines()[0]}") from exc
+        sha = hub.sha256()
+    else:
+        model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=None, **options)
+        sha, hub = load_weights(model, target.weights), None
     if classnames is None:
         from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES as classnames
 
@@ -127,4 +154,5 @@ def open_clip_target(target: ZooTarget) -> Submission:
         preprocessing=preprocessing,
         source=f"open_clip:{spec}",
         file_sha256=sha,
+        hub_weights=None if hub is None else hub.record(),
     )

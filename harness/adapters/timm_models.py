@@ -1,32 +1,96 @@
-"""``timm:<name>``: a timm model with a weights file, preprocessed as timm resolves it."""
+"""``timm:<name>``: a timm model with a weights file, or without one its pretrained weights from the Hugging Face Hub;
+preprocessed as timm resolves it."""
 
 from __future__ import annotations
 
+import torch
+
 from harness.adapters.common import ZooTarget, did_you_mean
-from harness.adapters.weights import load_weights
+from harness.adapters.hub_weights import HubWeights, pin, weight_files
+from harness.adapters.weights import ClassCountMismatch, load_weights
 from harness.errors import HarnessError
 from harness.submission import Submission, recorded, timm_transform
 
+HF_HUB = "hf-hub:"
+
 
 def timm_target(target: ZooTarget) -> Submission:
-    """A timm model with weights from a file; preprocessing from timm's data config for the model."""
+    """A timm model with weights from a file, or (no file) timm's pretrained weights from the Hub pinned to the commit
+    ``target.revision`` names; preprocessing from timm's data config for the model."""
     import timm
     from timm.data import resolve_data_config
 
     name, num_classes = target.name, target.num_classes
-    try:
-        model = timm.create_model(name, pretrained=False, **({"num_classes": num_classes} if num_classes else {}))
-    except RuntimeError as exc:
-        raise HarnessError(f"timm: {exc}{did_you_mean(name, timm.list_models())}") from exc
-    sha = load_weights(model, target.weights)
+    if target.weights is None:
+        model, hub = pretrained(name, target.revision, num_classes)
+        sha = hub.sha256()
+    else:
+        try:
+            model = timm.create_model(name, pretrained=False, **({"num_classes": num_classes} if num_classes else {}))
+        except RuntimeError as exc:
+            raise HarnessError(f"timm: {exc}{did_you_mean(name, timm.list_models())}") from exc
+        sha, hub = load_weights(model, target.weights), None
     config = resolve_data_config({}, model=model)
     preprocessing = recorded(config) | {"transform": "timm.create_transform"}
     return Submission(
-        name=name,
+        name=name.removeprefix(HF_HUB).split("@")[0].rsplit("/", 1)[-1],
         model=model.eval(),
         transform=timm_transform(config),
         channels=config["input_size"][0],
         preprocessing=preprocessing,
         source=f"timm:{name}",
         file_sha256=sha,
+        hub_weights=None if hub is None else hub.record(),
     )
+
+
+def hub_source(name: str, revision: str | None, num_classes: int | None) -> tuple[str, list[str], str | None]:
+    """Where timm fetches the pretrained weights of ``name`` (``arch[.tag]``, or ``hf-hub:owner/repo[@revision]``): the
+    Hub repo, the files that pin its commit, the revision. A registered config whose classifier has another number of
+    classes than ``num_classes`` is refused here, before anything is downloaded."""
+    import timm
+    from timm.models import get_pretrained_cfg
+
+    if name.startswith(HF_HUB):  # a repo with timm's config.json beside its weights
+        repo, _, named = name.removeprefix(HF_HUB).partition("@")
+        files = ["config.json"]
+    else:
+        try:
+            cfg = get_pretrained_cfg(name)
+        except RuntimeError as exc:  # an unknown tag
+            raise HarnessError(f"timm: {str(exc).rstrip('.')}{did_you_mean(name, timm.list_pretrained())}") from exc
+        if cfg is None or not cfg.hf_hub_id:
+            raise HarnessError(
+                f"timm: {name} has no pretrained weights on the Hugging Face Hub"
+                f"{did_you_mean(name, timm.list_pretrained())}; give a weights file (--weights)"
+            )
+        if num_classes and cfg.num_classes and cfg.num_classes != num_classes:
+            raise ClassCountMismatch(cfg.num_classes, num_classes)
+        repo, _, named = cfg.hf_hub_id.partition("@")
+        files = weight_files(cfg.hf_hub_filename)
+    if named and revision and named != revision:
+        raise HarnessError(f"timm: {name} names revision '{named}', --revision '{revision}': give one")
+    return repo, files, revision or named or None
+
+
+def pretrained(name: str, revision: str | None, num_classes: int | None) -> tuple[torch.nn.Module, HubWeights]:
+    """``timm.create_model(name, pretrained=True)`` with its Hub repo pinned to the commit ``revision`` names, and the
+    weights file timm read there (:class:`HubWeights`); a classifier of another width than ``num_classes`` is a
+    :class:`ClassCountMismatch`."""
+    import timm
+
+    repo, files, revision = hub_source(name, revision, num_classes)
+    commit = pin("timm", repo, files, revision).revision
+    try:
+        if name.startswith(HF_HUB):
+            model = timm.create_model(f"{HF_HUB}{repo}@{commit}", pretrained=True)
+        else:
+            custom_load = timm.models.get_pretrained_cfg(name).custom_load  # kept: a new hf_hub_id resets it
+            overlay = {"hf_hub_id": f"{repo}@{commit}", "custom_load": custom_load}
+            model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay)
+    except (RuntimeError, OSError, KeyError, ValueError) as exc:
+        raise HarnessError(f"timm: cannot build {name} from {repo}@{commit[:12]}: {str(exc).splitlines()[0]}") from exc
+    hub = pin("timm", repo, weight_files(model.pretrained_cfg.get("hf_hub_filename")), commit)
+    if num_classes and model.num_classes != num_classes:
+        raise ClassCountMismatch(model.num_classes, num_classes)
+    return model, hub

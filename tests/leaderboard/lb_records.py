@@ -110,6 +110,18 @@ REJECTIONS = [
     ("model.name", "..", "model.name: '..' is not a name"),
     ("model.bundle_sha256", "XYZ", "model.bundle_sha256: not a lowercase 64-digit hex sha256"),
     ("model.num_parameters", 1.5, "model.num_parameters: must be an integer, got float"),
+    ("model.hub_weights", None, "model.hub_weights: must be an object, got NoneType"),
+    (
+        "model.hub_weights",
+        {"repo": "timm/resnet50.a1_in1k", "revision": "main", "file": "model.safetensors"},
+        "model.hub_weights.revision: not a commit sha (40 lowercase hex digits): 'main'",
+    ),
+    (
+        "model.hub_weights",
+        {"repo": "resnet50", "revision": "a" * 40, "file": "model.safetensors"},
+        "model.hub_weights.repo: not a Hub repo id (owner/name)",
+    ),
+    ("model.hub_weights", {"repo": "timm/r", "revision": "a" * 40}, "model.hub_weights: missing field 'file'"),
     ("kappa.name", "soft max", "kappa.name: not a kappa name"),
     ("kappa.params", {"temperature": math.inf}, "kappa.params.temperature: must be a finite number, got inf"),
     ("levels.3.ood_auroc", math.nan, "levels[3].ood_auroc: must be a finite number, got nan"),

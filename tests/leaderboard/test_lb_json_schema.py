@@ -60,7 +60,9 @@ def test_valid_records_pass_both(make_record, paper_table):
     fitted = make_record(
         kappa="knn", params={"k": 50, "fit": {"split": "id_fit", "size": 10, "sample": {"per_class": 1}}}
     )
-    for record in [make_record(), fitted, *paper_records(paper_table)[:50]]:
+    fetched = make_record()  # pretrained weights fetched from the Hub name their repo, commit and file
+    fetched["model"]["hub_weights"] = {"repo": "timm/resnet50.a1_in1k", "revision": "0f" * 20, "file": "w.safetensors"}
+    for record in [make_record(), fitted, fetched, *paper_records(paper_table)[:50]]:
         validator.validate_record(record)
         CHECK.validate(record)
 
