@@ -44,6 +44,7 @@ class ImageSource:
     indexes, never open files."""
 
     form = ""
+    class_units = "classes"  # what a class is in this form, for messages ("lacks 3 class tars")
 
     def classes(self) -> list[str]:
         raise NotImplementedError
@@ -53,6 +54,11 @@ class ImageSource:
 
     def read(self, class_id: str, name: str) -> bytes:
         raise NotImplementedError
+
+    def most_images(self, class_id: str) -> int:
+        """At least as many as the class's readable images, known without reading one (its image count where listing
+        a class is cheap)."""
+        return len(self.names(class_id))
 
     def subset(self, class_ids: tuple[str, ...]) -> ImageSource:
         """The same source, keeping only what ``class_ids`` need (what a block carries to its worker)."""
@@ -131,16 +137,20 @@ def image_name(member: str) -> str:
 
 @dataclass
 class FolderSource(ImageSource):
-    """``<root>/<class>/<image>``: class folders of image files (hidden files and sub-folders are passed over)."""
+    """``<root>/<class>/<image>``: class folders of image files (hidden files and sub-folders are passed over);
+    ``only``: the classes kept of them (all when None)."""
 
     root: Path
+    only: frozenset[str] | None = None
     form = "folders"
+    class_units = "class folders"
 
     def classes(self) -> list[str]:
         if not self.root.is_dir():
             raise BenchmarkError(f"{self.root} is not a folder")
         with os.scandir(self.root) as entries:
-            return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+            found = (e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+            return sorted(c for c in found if self.only is None or c in self.only)
 
     def names(self, class_id: str) -> list[str]:
         with os.scandir(self.root / class_id) as entries:
@@ -148,6 +158,9 @@ class FolderSource(ImageSource):
 
     def read(self, class_id: str, name: str) -> bytes:
         return (self.root / class_id / name).read_bytes()
+
+    def subset(self, class_ids: tuple[str, ...]) -> FolderSource:
+        return FolderSource(self.root, frozenset(c for c in class_ids if self.only is None or c in self.only))
 
     def identity(self) -> str:
         return f"folders:{self.root.resolve()}"
@@ -165,6 +178,7 @@ class ClassTarSource(ImageSource):
     origin: str
     tars: dict[str, Member]
     form = "class_tars"
+    class_units = "class tars"
     _open: tuple = field(
         default=(), repr=False, compare=False
     )  # (class, fd, {name: (offset, size)}) of the class read last
@@ -223,6 +237,10 @@ class ClassTarSource(ImageSource):
 
     def names(self, class_id: str) -> list[str]:
         return sorted(self._members(class_id))
+
+    def most_images(self, class_id: str) -> int:
+        """From the tar's size alone: a readable image takes a header block and a data block at least."""
+        return self.tars[class_id][2] // (2 * tarfile.BLOCKSIZE)
 
     def read(self, class_id: str, name: str) -> bytes:
         offset, size = self._members(class_id)[name]
