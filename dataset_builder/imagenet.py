@@ -120,15 +120,15 @@ def warn(message: str) -> None:
 
 
 def classes_with_images(source: ImageSource, classes: Iterable[str], min_images: int, enough: int) -> int:
-    """How many of ``classes`` may hold ``min_images`` readable images (:meth:`ImageSource.most_images`: no image is
-    read), counting until ``enough`` do, so that a large pool costs no more than a small one."""
+    """How many of ``classes`` hold ``min_images`` image files (:meth:`ImageSource.holds_images`: no image is read),
+    counting until ``enough`` do, so that a large pool costs no more than a small one."""
     found = 0
     try:
         for cid in classes:
             if found >= enough:
                 break
             try:
-                found += source.most_images(cid) >= min_images
+                found += source.holds_images(cid, min_images)
             except SourceError:  # the build removes it as unreadable_source
                 pass
     finally:

@@ -24,6 +24,7 @@ The forms (:func:`dataset_builder.source_forms.open_source` tells them apart):
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import tarfile
 from collections import defaultdict
@@ -55,10 +56,9 @@ class ImageSource:
     def read(self, class_id: str, name: str) -> bytes:
         raise NotImplementedError
 
-    def most_images(self, class_id: str) -> int:
-        """At least as many as the class's readable images, known without reading one (its image count where listing
-        a class is cheap)."""
-        return len(self.names(class_id))
+    def holds_images(self, class_id: str, count: int) -> bool:
+        """Whether the class holds ``count`` image files or more (unread: some may not decode)."""
+        return len(self.names(class_id)) >= count
 
     def subset(self, class_ids: tuple[str, ...]) -> ImageSource:
         """The same source, keeping only what ``class_ids`` need (what a block carries to its worker)."""
@@ -238,9 +238,18 @@ class ClassTarSource(ImageSource):
     def names(self, class_id: str) -> list[str]:
         return sorted(self._members(class_id))
 
-    def most_images(self, class_id: str) -> int:
-        """From the tar's size alone: a readable image takes a header block and a data block at least."""
-        return self.tars[class_id][2] // (2 * tarfile.BLOCKSIZE)
+    def holds_images(self, class_id: str, count: int) -> bool:
+        """Reading no more than ``count`` of the tar's headers; a tar that does not read holds none."""
+        path, offset, size = self.tars[class_id]
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with tarfile.open(fileobj=_Window(fd, offset, size), mode="r:") as tar:
+                files = (info for info in tar if info.isfile())
+                return sum(1 for _ in itertools.islice(files, count)) == count
+        except (tarfile.TarError, EOFError):
+            return False
+        finally:
+            os.close(fd)
 
     def read(self, class_id: str, name: str) -> bytes:
         offset, size = self._members(class_id)[name]

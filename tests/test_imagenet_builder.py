@@ -218,16 +218,20 @@ def test_a_pool_too_small_for_the_levels_is_refused_or_warned_about_before_any_i
     """Refused: fewer OOD classes of --min-images files than 2 levels need (|ID| + 1); warned: fewer than the asked
     levels need (|ID| + levels - 1), before the build and again after it when decoding removed more."""
     pool, val = tree
-    with pytest.raises(BenchmarkError) as refused:
-        build_imagenet(
-            tmp_path / "a", pool, val, id_classes=VAL_CLASSES, progress=False, **{**OPTIONS, "min_images": 11}
+    tars = class_tars(pool, tmp_path / "pool-tars")
+    for source in (pool, tars):  # a class tar's headers are counted, up to --min-images of them
+        with pytest.raises(BenchmarkError) as refused:
+            build_imagenet(
+                tmp_path / "a", source, val, id_classes=VAL_CLASSES, progress=False, **{**OPTIONS, "min_images": 11}
+            )
+        assert str(refused.value) == (
+            f"{source} holds 7 OOD classes of the pool, 0 of them with --min-images 11 images or more; 4 ID classes "
+            "need 5 for the fewest severity levels (2) and 14 for --levels 11 (|ID| + levels - 1): lower "
+            "--min-images, give more OOD classes or fewer ID classes (--id-classes)"
         )
-    assert str(refused.value) == (
-        f"{pool} holds 7 OOD classes of the pool, 0 of them with --min-images 11 images or more; 4 ID classes need 5 "
-        "for the fewest severity levels (2) and 14 for --levels 11 (|ID| + levels - 1): lower --min-images, give more "
-        "OOD classes or fewer ID classes (--id-classes)"
-    )
-    assert not (tmp_path / "a").exists() and not (tmp_path / "a.partial").exists()  # no block was started
+        assert not (tmp_path / "a").exists() and not (tmp_path / "a.partial").exists()  # no block was started
+    tar_source = ClassTarSource.from_folder(str(tars))
+    assert [tar_source.holds_images(CORRUPT_TOO_FEW, n) for n in (6, 7, 8)] == [True, True, False]  # 7 files
     capsys.readouterr()
     build_imagenet(tmp_path / "b", pool, val, id_classes=VAL_CLASSES, workers=1, progress=False, **OPTIONS)
     assert capsys.readouterr().err.splitlines() == [
@@ -244,28 +248,25 @@ def test_a_pool_too_small_for_the_levels_is_refused_or_warned_about_before_any_i
 
 
 def test_a_pool_the_image_rules_leave_too_small_is_an_error_and_nothing_is_written(tree, tmp_path):
-    """A tar's size bounds its images (a header and a data block each): 10 tiny JPEGs may be 20, so the check before
-    the build passes --min-images 11, and the one after it refuses the 0 classes left."""
+    """Five classes hold --min-images 9 files, as 2 levels of 4 ID classes need, so the build starts; one of them has 2
+    that do not decode, so 4 are left: refused, and nothing is written. Through the command line: exit 2, one line."""
     pool, val = tree
-    tars = class_tars(pool, tmp_path / "pool-tars")
-    source = ClassTarSource.from_folder(str(tars))
-    bounds = {c: (len(source.names(c)), source.most_images(c)) for c in source.classes()}
-    assert all(n <= most < 2 * n + 10 for n, most in bounds.values()), bounds  # never fewer, and not far above
-    with pytest.raises(BenchmarkError) as refused:
-        build_imagenet(
-            tmp_path / "a",
-            tars,
-            val,
-            id_classes=VAL_CLASSES,
-            workers=1,
-            progress=False,
-            **{**OPTIONS, "min_images": 11, "images_per_class": 12},
+    for source in (pool, class_tars(pool, tmp_path / "pool-tars")):
+        with pytest.raises(BenchmarkError) as refused:
+            build_imagenet(
+                tmp_path / "a",
+                source,
+                val,
+                id_classes=VAL_CLASSES,
+                workers=1,
+                progress=False,
+                **{**OPTIONS, "min_images": 9, "images_per_class": 9},
+            )
+        assert str(refused.value) == (
+            "4 OOD classes left of the 7 in the source (3 with fewer than --min-images 9 readable images); the "
+            "benchmark needs at least 5: lower --min-images or give more classes (nothing was written)"
         )
-    assert str(refused.value) == (
-        "0 OOD classes left of the 7 in the source (7 with fewer than --min-images 11 readable images); the "
-        "benchmark needs at least 5: lower --min-images or give more classes (nothing was written)"
-    )
-    assert not (tmp_path / "a").exists() and not (tmp_path / "a.partial").exists()
+        assert not (tmp_path / "a").exists() and not (tmp_path / "a.partial").exists()
     done = subprocess.run(
         [
             sys.executable,
