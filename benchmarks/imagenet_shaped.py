@@ -6,7 +6,7 @@ ImageNet builder then turns 1,000 ID classes (all of ImageNet-1K, so real classi
 ``--ood-classes`` real ImageNet-21K OOD classes into a benchmark. Deterministic: the same arguments give the same
 bytes.
 
-    python benchmarks/imagenet_shaped.py OUT [--id-per-class 1] [--ood-classes 1000] [--ood-per-class 2]
+    python benchmarks/imagenet_shaped.py OUT [--id-per-class 1] [--ood-classes 1010] [--ood-per-class 2]
 """
 
 from __future__ import annotations
@@ -106,15 +106,16 @@ def write_trees(
 def build(
     out: Path,
     id_per_class: int = 1,
-    ood_classes: int = 1000,
+    ood_classes: int = 1010,
     ood_per_class: int = 2,
     workers: int = 2,
     id_classes: int | None = None,
     test_fraction: float = 0.5,
 ) -> Path:
     """The benchmark in ``out`` (its source trees in ``out/source``); an existing one is reused. ``id_classes``: the
-    first so many ImageNet-1K classes (all 1,000 when None, so real classifiers' logits line up); ``test_fraction``: of
-    each OOD class's images, the share in its test shard (the ImageNet builder's default is 0.25)."""
+    first so many ImageNet-1K classes (all 1,000 when None, so real classifiers' logits line up); ``ood_classes``: 1,010
+    by default, the fewest that give 11 severity levels of 1,000 ID classes; ``test_fraction``: of each OOD class's
+    images, the share in its test shard (the ImageNet builder's default is 0.25)."""
     bench = out / "benchmark"
     if (bench / "manifest.json").is_file():
         return bench
@@ -138,7 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--id-per-class", type=int, default=1)
-    parser.add_argument("--ood-classes", type=int, default=1000)
+    parser.add_argument("--ood-classes", type=int, default=1010)
     parser.add_argument("--ood-per-class", type=int, default=2)
     args = parser.parse_args()
     bench = build(args.out, args.id_per_class, args.ood_classes, args.ood_per_class)

@@ -12,6 +12,7 @@ from dataset_builder.console import make_app, require_torch_extra, run_app
 require_torch_extra("cood-dataset")  # before the imports below, which need it
 from dataset_builder.errors import NOTHING_WRITTEN, BenchmarkError, on_interrupt  # noqa: E402
 from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS  # noqa: E402
+from dataset_builder.levels import DEFAULT_NUM_LEVELS  # noqa: E402
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS  # noqa: E402
 
 app = make_app("Build C-OOD benchmarks as WebDataset shards.", f"cood-dataset {__version__}")
@@ -93,6 +94,19 @@ def imagenet(
         list(DEFAULT_RULE_SETS), help="Rule sets to switch on (repeat): visually_ambiguous, biologically_distinct."
     ),
     no_rule_sets: bool = typer.Option(False, "--no-rule-sets", help="Switch every optional rule set off."),
+    id_classes: int | None = typer.Option(
+        None,
+        "--id-classes",
+        metavar="N",
+        show_default="all 1,000",
+        help="Build a small benchmark of N ID classes: N of the ImageNet-1K classes in --val, picked with --seed.",
+    ),
+    levels: int = typer.Option(
+        DEFAULT_NUM_LEVELS,
+        "--levels",
+        help="Severity levels the benchmark must give (the harness's --levels): a pool too small for them is warned "
+        "about before any image is read (they need |ID| + levels - 1 OOD classes).",
+    ),
     min_images: int = MIN_IMAGES,
     images_per_class: int = IMAGES_PER_CLASS,
     test_fraction: float = TEST_FRACTION,
@@ -123,6 +137,8 @@ def imagenet(
         images_per_class=images_per_class,
         test_fraction=test_fraction,
         seed=seed,
+        id_classes=id_classes,
+        num_levels=levels,
         workers=workers,
         overwrite=overwrite,
         train=train,

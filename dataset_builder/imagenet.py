@@ -13,10 +13,17 @@ per-class tars or its folder of ``<wnid>.tar`` files, Hub WebDataset shards; the
 The class rules are :func:`dataset_builder.imagenet_classes.imagenet_ood_classes` (WordNet 3.0 against
 all 1,000 ImageNet-1K classes, plus the switched-on rule sets); the image rules (too few images,
 unreadable images) are :mod:`dataset_builder.images`'.
+
+A small benchmark for a trial takes a subset of the ID classes (``id_classes``: the ids, or a number of the classes
+the validation source holds, seeded); its severity levels are windows of that many OOD classes. Before reading any
+image the build refuses a pool too small for 2 levels and warns when it is too small for the asked ones
+(:func:`dataset_builder.levels.ood_classes_needed`); after the image rules it checks the pool that is left again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -33,13 +40,18 @@ from dataset_builder.imagenet_classes import (
     rules_record,
 )
 from dataset_builder.images import ImageSettings, build_from_folders
+from dataset_builder.levels import DEFAULT_NUM_LEVELS, check_num_levels, max_levels, ood_classes_needed
+from dataset_builder.manifest import load_manifest
 from dataset_builder.source_forms import open_source
-from dataset_builder.sources import ImageSource
+from dataset_builder.sources import ImageSource, SourceError
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS
 
 BENCHMARK_ID = "imagenet"
 BENCHMARK_VERSION = "1.0.0"
 DEFAULTS = {"min_images": 200, "images_per_class": 200, "test_fraction": 0.25, "seed": 0}
+ID_SUBSET_RULE = (
+    "the first id_classes of the ImageNet-1K classes the validation source holds, in the order sha256(f'{seed}/{wnid}')"
+)
 
 
 def n_test_of(images_per_class: int, test_fraction: float) -> int:
@@ -59,6 +71,28 @@ def wanted_id_classes(id_classes: Iterable[str] | None = None) -> list[str]:
     return wanted
 
 
+def pick_id_classes(present: Iterable[str], count: int, seed: int) -> list[str]:
+    """``count`` of the classes ``present``, the first in the order ``sha256(f"{seed}/{wnid}")`` (a class's place does
+    not depend on the others), sorted (ImageNet-1K's order)."""
+    order = sorted(set(present), key=lambda wnid: hashlib.sha256(f"{seed}/{wnid}".encode()).digest())
+    return sorted(order[:count])
+
+
+def resolve_id_classes(val: ImageSource, id_classes: Iterable[str] | int | None, seed: int) -> list[str]:
+    """The ID classes: all 1,000 (None), the given ids, or a number: that many of the ImageNet-1K classes ``val``
+    holds (:func:`pick_id_classes`)."""
+    if not isinstance(id_classes, int):
+        return wanted_id_classes(id_classes)
+    if id_classes < 1:
+        raise BenchmarkError(f"--id-classes must be at least 1, got {id_classes}")
+    present = set(val.classes()) & set(read_synsets(ID_CLASSES))
+    if len(present) < id_classes:
+        raise BenchmarkError(
+            f"--id-classes {id_classes}: {val} holds {len(present)} ImageNet-1K {val.class_units}, not {id_classes}"
+        )
+    return pick_id_classes(present, id_classes, seed)
+
+
 def id_class_table(val: ImageSource, id_classes: Iterable[str] | None = None) -> pd.DataFrame:
     """ID classes (``index`` = ImageNet-1K index, ``id``, ``name``): all 1,000, or the given subset, each a class of
     ``val``."""
@@ -66,16 +100,64 @@ def id_class_table(val: ImageSource, id_classes: Iterable[str] | None = None) ->
     folders = set(val.classes())
     if not folders:
         raise BenchmarkError(
-            f"{val} has no class folders: sort the validation images into <wnid>/ folders, "
+            f"{val} has no {val.class_units}: sort the validation images into <wnid>/ folders, "
             "or give the official tar with its labels (--val-labels)"
         )
     missing = [c for c in wanted if c not in folders]
     if missing:
-        raise BenchmarkError(f"{val} lacks {len(missing)} ImageNet-1K class folders, e.g. {missing[0]}")
+        held = len(folders & set(all_ids))
+        hint = f" (it holds {held}: --id-classes {held} builds a small benchmark of them)" if held else ""
+        raise BenchmarkError(f"{val} lacks {len(missing)} ImageNet-1K {val.class_units}, e.g. {missing[0]}{hint}")
     names, _ = read_descriptions()
     return pd.DataFrame(
         {"index": [all_ids.index(c) for c in wanted], "id": wanted, "name": [names.get(c, "") for c in wanted]}
     )
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def classes_with_images(source: ImageSource, classes: Iterable[str], min_images: int, enough: int) -> int:
+    """How many of ``classes`` hold ``min_images`` image files (:meth:`ImageSource.holds_images`: no image is read),
+    counting until ``enough`` do, so that a large pool costs no more than a small one."""
+    found = 0
+    try:
+        for cid in classes:
+            if found >= enough:
+                break
+            try:
+                found += source.holds_images(cid, min_images)
+            except SourceError:  # the build removes it as unreadable_source
+                pass
+    finally:
+        source.close()
+    return found
+
+
+def check_pool_size(source: ImageSource, candidates: list[str], num_id: int, num_levels: int, min_images: int) -> int:
+    """Before any image is read: refuse a pool with fewer classes of ``min_images`` images than 2 severity levels of
+    ``num_id`` ID classes need, and warn when it has fewer than ``num_levels`` need (decoding may remove more);
+    return the count (:func:`classes_with_images`)."""
+    needed, fewest = ood_classes_needed(num_id, num_levels), ood_classes_needed(num_id, 2)
+    usable = classes_with_images(source, candidates, min_images, needed)
+    held = (
+        f"{source} holds {len(candidates)} OOD classes of the pool, {usable} of them with --min-images {min_images} "
+        "images or more"
+    )
+    if usable < fewest:
+        raise BenchmarkError(
+            f"{held}; {num_id} ID classes need {fewest} for the fewest severity levels (2) and {needed} for "
+            f"--levels {num_levels} (|ID| + levels - 1): lower --min-images, give more OOD classes or fewer ID "
+            "classes (--id-classes)"
+        )
+    if usable < needed:
+        warn(
+            f"{held}; {num_levels} severity levels of {num_id} ID classes need {needed} (|ID| + levels - 1): "
+            f"the harness will allow --levels {max_levels(usable, num_id)} at most"
+        )
+    return usable
 
 
 def build_imagenet(
@@ -90,7 +172,8 @@ def build_imagenet(
     images_per_class: int = 200,
     test_fraction: float = 0.25,
     seed: int = 0,
-    id_classes: Iterable[str] | None = None,
+    id_classes: Iterable[str] | int | None = None,
+    num_levels: int = DEFAULT_NUM_LEVELS,
     workers: int = 2,
     progress: bool = True,
     overwrite: bool = False,
@@ -104,23 +187,28 @@ def build_imagenet(
     ``ILSVRC2012_img_train.tar``), of which ``fit_per_class`` per ID class (seeded) become the ``id_fit`` split that
     detectors fit on.
 
-    ``id_classes`` restricts the ID test set to a subset of ImageNet-1K (for small trials); the
-    class rules always use all 1,000 classes.
+    ``id_classes`` restricts the ID classes to a subset of ImageNet-1K (for small trials): the ids, or a number of
+    the classes ``val`` holds, picked with ``seed`` (:func:`pick_id_classes`); the class rules always use all 1,000
+    classes. ``num_levels``: the severity levels the pool must give (:func:`check_pool_size`); a pool left with
+    fewer than 2 after the image rules is an error, with fewer than ``num_levels`` a warning.
     """
     check_target(Path(root), overwrite)  # before the class rules and the folder scans: a refusal comes at once
+    check_num_levels(num_levels)
     ood_table = imagenet_ood_classes(rule_sets, pool)
-    ood_source = open_source(
-        imagenet21k, "--imagenet21k", keep=set(ood_table.loc[ood_table["status"] == "ood", "id"]), workers=workers
-    )
+    ood_ids = set(ood_table.loc[ood_table["status"] == "ood", "id"])
+    ood_source = open_source(imagenet21k, "--imagenet21k", keep=ood_ids, workers=workers)
     unknown = sorted(set(ood_source.classes()) - set(ood_table["id"]))
     if unknown:
         raise BenchmarkError(
             f"{imagenet21k} has {len(unknown)} classes that are not {pool} classes, e.g. {unknown[0]!r}"
         )
-    wanted = set(wanted_id_classes(id_classes))
-    val_source = open_source(val, "--val", labels=val_labels, keep=wanted, workers=workers)
-    fit_source = None if train is None else open_source(train, "--train", keep=wanted, workers=workers)
-    rule_sets = tuple(rule_sets)
+    keep = set(wanted_id_classes(None if isinstance(id_classes, int) else id_classes))
+    val_source = open_source(val, "--val", labels=val_labels, keep=keep, workers=workers)
+    ids = resolve_id_classes(val_source, id_classes, seed)
+    id_table = id_class_table(val_source, ids)
+    fit_source = None
+    if train is not None:
+        fit_source = open_source(train, "--train", keep=set(ids), workers=workers).subset(tuple(ids))
     settings = ImageSettings(
         seed=seed,
         images_per_class=images_per_class,
@@ -129,6 +217,13 @@ def build_imagenet(
         image_ext="jpg",
         fit_per_class=fit_per_class,
     )
+    held = set(ood_source.classes())
+    candidates = [c for c in ood_table["id"] if c in ood_ids and c in held]  # pool order
+    usable = check_pool_size(ood_source, candidates, len(ids), num_levels, min_images)
+    rule_sets = tuple(rule_sets)
+    source = {"kind": "imagenet", "pool": pool, "id": "ImageNet-1K validation", "test_fraction": test_fraction}
+    if isinstance(id_classes, int):
+        source["id_subset"] = {"id_classes": id_classes, "rule": ID_SUBSET_RULE}
     description = {
         "benchmark": {
             "id": BENCHMARK_ID,
@@ -136,13 +231,13 @@ def build_imagenet(
             "description": "ImageNet-1K validation (ID) vs. ImageNet-21K classes outside ImageNet-1K's "
             "WordNet is-a closure (OOD).",
         },
-        "source": {"kind": "imagenet", "pool": pool, "id": "ImageNet-1K validation", "test_fraction": test_fraction},
+        "source": source,
         "rules": rules_record(rule_sets),
     }
-    return build_from_folders(
+    sha = build_from_folders(
         root,
         id_source=val_source,
-        id_table=id_class_table(val_source, id_classes),
+        id_table=id_table,
         ood_source=ood_source,
         ood_table=ood_table,
         settings=settings,
@@ -151,4 +246,13 @@ def build_imagenet(
         progress=progress,
         overwrite=overwrite,
         fit_source=fit_source,
+        min_ood_classes=ood_classes_needed(len(ids), 2),
     )
+    kept = load_manifest(root)[0]["classes"]["ood"]
+    if kept < min(usable, ood_classes_needed(len(ids), num_levels)):  # unreadable images removed more classes
+        warn(
+            f"{kept} OOD classes kept after the image rules (--min-images {min_images}): {num_levels} severity levels "
+            f"of {len(ids)} ID classes need {ood_classes_needed(len(ids), num_levels)}; the harness will allow "
+            f"--levels {max_levels(kept, len(ids))} at most"
+        )
+    return sha

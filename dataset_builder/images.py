@@ -320,11 +320,14 @@ def check_fit_source(fit_source: ImageSource, id_ids: list[str]) -> None:
     missing = [c for c in id_ids if c not in folders]
     if missing:
         raise BenchmarkError(
-            f"{len(missing)} ID classes have no folder in the training images {fit_source}, e.g. {missing[0]}"
+            f"{len(missing)} ID classes are not among the {fit_source.class_units} of the training images "
+            f"{fit_source}, e.g. {missing[0]}"
         )
     extra = sorted(set(folders) - set(id_ids))
     if extra:
-        raise BenchmarkError(f"{fit_source} has {len(extra)} folders that are not ID classes, e.g. {extra[0]!r}")
+        raise BenchmarkError(
+            f"{fit_source} has {len(extra)} {fit_source.class_units} that are not ID classes, e.g. {extra[0]!r}"
+        )
 
 
 def fit_entry(settings: ImageSettings, fitted: dict[str, int], ordered: list[dict]) -> dict:
@@ -436,6 +439,23 @@ def _run(tasks: list[tuple[Path, Block, ImageSettings]], workers: int, bar: tqdm
     return results
 
 
+def _check_pool_left(partial: Path, ood_table: pd.DataFrame, candidates: int, needed: int, min_images: int) -> None:
+    """Refuse (and remove the finished blocks: they cannot become a benchmark) a pool left with fewer than ``needed``
+    classes after the image rules."""
+    kept = int((ood_table["status"] == "ood").sum())
+    if kept >= needed:
+        return
+    shutil.rmtree(partial, ignore_errors=True)
+    removed = ood_table["rule"].value_counts()
+    why = f"{removed.get('too_few_images', 0)} with fewer than --min-images {min_images} readable images"
+    if removed.get("unreadable_source", 0):
+        why += f", {removed['unreadable_source']} unreadable"
+    raise BenchmarkError(
+        f"{kept} OOD classes left of the {candidates} in the source ({why}); the benchmark needs at least {needed}: "
+        "lower --min-images or give more classes (nothing was written)"
+    )
+
+
 def build_from_folders(
     root: str | Path,
     *,
@@ -449,6 +469,7 @@ def build_from_folders(
     progress: bool = True,
     overwrite: bool = False,
     fit_source: ImageSource | Path | None = None,
+    min_ood_classes: int = 1,
 ) -> str:
     """Build a benchmark under ``root``; return its manifest sha256.
 
@@ -459,7 +480,8 @@ def build_from_folders(
     their removal reason. ``fit_source`` (optional): ID training images in ``<class>/`` folders, of which a seeded
     ``settings.fit_per_class`` per class become the ``id_fit`` split (byte-identical copies of ID test images passed
     over and listed). ``description``: the manifest's ``benchmark``, ``source`` and ``rules``. The caller
-    checks ``root`` first (:func:`dataset_builder.assemble.check_target`); the swap checks it again.
+    checks ``root`` first (:func:`dataset_builder.assemble.check_target`); the swap checks it again. Fewer than
+    ``min_ood_classes`` OOD classes left after the image rules is an error, and nothing is written.
     """
     settings.check()
     root = Path(root)
@@ -472,7 +494,10 @@ def build_from_folders(
     id_present = set(id_source.classes())
     missing_id = [c for c in id_ids if c not in id_present]
     if missing_id:
-        raise BenchmarkError(f"{len(missing_id)} ID classes have no folder in the ID source, e.g. {missing_id[0]}")
+        raise BenchmarkError(
+            f"{len(missing_id)} ID classes are not among the {id_source.class_units} of the ID source {id_source}, "
+            f"e.g. {missing_id[0]}"
+        )
     if fit_source is not None:
         check_fit_source(fit_source, id_ids)
     ood_present = set(ood_source.classes())
@@ -520,6 +545,7 @@ def build_from_folders(
         removed = ood_table["id"].map(lambda c, rule=rule: c in outcome and outcome[c].get("rule") == rule)
         ood_table.loc[removed, ["status", "rule"]] = ["removed", rule]
     ood_table = number_pool(ood_table)
+    _check_pool_left(partial, ood_table, len(in_source), min_ood_classes, settings.min_images)
     write_class_tables(partial, id_table, ood_table)
 
     skipped = sorted((s for r in ordered for s in r["skipped"]), key=lambda s: (s["class_id"], s["file"]))

@@ -10,6 +10,27 @@ import pandas as pd
 from dataset_builder.errors import BenchmarkError
 
 LEVEL_COLUMNS = ["level", "class_id", "class_index", "class_score", "level_score", "percentile"]
+DEFAULT_NUM_LEVELS = 11  # the harness's default --levels (docs/method.md section 3)
+
+
+def check_num_levels(num_levels: int) -> None:
+    """Refuse fewer than 2 severity levels (the method needs a first and a last one)."""
+    if num_levels < 2:
+        raise BenchmarkError(
+            f"--levels must be at least 2 (the method needs a first and a last level), got {num_levels}"
+        )
+
+
+def ood_classes_needed(num_id: int, num_levels: int) -> int:
+    """The fewest OOD classes that give ``num_levels`` distinct severity levels: windows of ``num_id`` (|ID|) classes
+    start at ``0 .. K - num_id``, so ``K - num_id + 1 >= num_levels`` (11 levels of 1,000 ID classes need 1,010)."""
+    check_num_levels(num_levels)
+    return num_id + num_levels - 1
+
+
+def max_levels(num_ood: int, num_id: int) -> int:
+    """The most distinct severity levels ``num_ood`` OOD classes in windows of ``num_id`` give (0: none)."""
+    return max(num_ood - num_id + 1, 0)
 
 
 def level_file_name(model: str, kappa: str) -> str:

@@ -24,6 +24,7 @@ The forms (:func:`dataset_builder.source_forms.open_source` tells them apart):
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import tarfile
 from collections import defaultdict
@@ -44,6 +45,7 @@ class ImageSource:
     indexes, never open files."""
 
     form = ""
+    class_units = "classes"  # what a class is in this form, for messages ("lacks 3 class tars")
 
     def classes(self) -> list[str]:
         raise NotImplementedError
@@ -53,6 +55,10 @@ class ImageSource:
 
     def read(self, class_id: str, name: str) -> bytes:
         raise NotImplementedError
+
+    def holds_images(self, class_id: str, count: int) -> bool:
+        """Whether the class holds ``count`` image files or more (unread: some may not decode)."""
+        return len(self.names(class_id)) >= count
 
     def subset(self, class_ids: tuple[str, ...]) -> ImageSource:
         """The same source, keeping only what ``class_ids`` need (what a block carries to its worker)."""
@@ -131,16 +137,20 @@ def image_name(member: str) -> str:
 
 @dataclass
 class FolderSource(ImageSource):
-    """``<root>/<class>/<image>``: class folders of image files (hidden files and sub-folders are passed over)."""
+    """``<root>/<class>/<image>``: class folders of image files (hidden files and sub-folders are passed over);
+    ``only``: the classes kept of them (all when None)."""
 
     root: Path
+    only: frozenset[str] | None = None
     form = "folders"
+    class_units = "class folders"
 
     def classes(self) -> list[str]:
         if not self.root.is_dir():
             raise BenchmarkError(f"{self.root} is not a folder")
         with os.scandir(self.root) as entries:
-            return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+            found = (e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+            return sorted(c for c in found if self.only is None or c in self.only)
 
     def names(self, class_id: str) -> list[str]:
         with os.scandir(self.root / class_id) as entries:
@@ -148,6 +158,9 @@ class FolderSource(ImageSource):
 
     def read(self, class_id: str, name: str) -> bytes:
         return (self.root / class_id / name).read_bytes()
+
+    def subset(self, class_ids: tuple[str, ...]) -> FolderSource:
+        return FolderSource(self.root, frozenset(c for c in class_ids if self.only is None or c in self.only))
 
     def identity(self) -> str:
         return f"folders:{self.root.resolve()}"
@@ -165,6 +178,7 @@ class ClassTarSource(ImageSource):
     origin: str
     tars: dict[str, Member]
     form = "class_tars"
+    class_units = "class tars"
     _open: tuple = field(
         default=(), repr=False, compare=False
     )  # (class, fd, {name: (offset, size)}) of the class read last
@@ -223,6 +237,19 @@ class ClassTarSource(ImageSource):
 
     def names(self, class_id: str) -> list[str]:
         return sorted(self._members(class_id))
+
+    def holds_images(self, class_id: str, count: int) -> bool:
+        """Reading no more than ``count`` of the tar's headers; a tar that does not read holds none."""
+        path, offset, size = self.tars[class_id]
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with tarfile.open(fileobj=_Window(fd, offset, size), mode="r:") as tar:
+                files = (info for info in tar if info.isfile())
+                return sum(1 for _ in itertools.islice(files, count)) == count
+        except (tarfile.TarError, EOFError):
+            return False
+        finally:
+            os.close(fd)
 
     def read(self, class_id: str, name: str) -> bytes:
         offset, size = self._members(class_id)[name]

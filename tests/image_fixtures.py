@@ -157,3 +157,35 @@ def wds_shards(images: dict[str, dict[str, bytes]], prefix: str, n_shards: int, 
                 writer.write(sample)
         shards[f"{prefix}-{n:02d}.tar"] = buffer.getvalue()
     return shards
+
+
+def small_imagenet(root: Path, num_val: int, num_ood: int, per_val: int, per_ood: int) -> dict[str, Path]:
+    """A small ImageNet stand-in in two forms, the same images in each: ``val`` and ``pool`` as class folders
+    (``num_val`` ImageNet-1K classes spread over the 1,000, ``num_ood`` ImageNet-21K classes that survive the class
+    rules), and as the release files: ``val_tar`` (the flat ``ILSVRC2012_img_val.tar``) with ``val_labels`` (Kaggle's
+    ``LOC_val_solution.csv``), ``pool_tar`` (a tar of per-class tars, as ``winter21_whole.tar``)."""
+    from dataset_builder.imagenet_classes import ID_CLASSES, imagenet_ood_classes, read_synsets
+
+    val, pool = root / "val", root / "imagenet21k"
+    number = 0
+    for cid in read_synsets(ID_CLASSES)[:: 1000 // num_val][:num_val]:
+        (val / cid).mkdir(parents=True)
+        for i in range(per_val):
+            number += 1
+            (val / cid / f"ILSVRC2012_val_{number:08d}.JPEG").write_bytes(jpeg(f"val/{cid}/{i}"))
+    table = imagenet_ood_classes()
+    for cid in table.loc[table["status"] == "ood", "id"].tolist()[:num_ood]:
+        write_class(pool, cid, per_ood)
+    val_images = folder_images(val)
+    tars = class_tars(pool, root / "pool-tars")
+    (root / "LOC_val_solution.csv").write_text(
+        "ImageId,PredictionString\n"
+        + "".join(f"{name[:-5]},{cid} 1 2 3 4\n" for cid, images in val_images.items() for name in images)
+    )
+    return {
+        "val": val,
+        "pool": pool,
+        "val_tar": tar_of(root / "ILSVRC2012_img_val.tar", {n: d for i in val_images.values() for n, d in i.items()}),
+        "val_labels": root / "LOC_val_solution.csv",
+        "pool_tar": tar_of(root / "winter21_whole.tar", {t.name: t.read_bytes() for t in sorted(tars.iterdir())}),
+    }

@@ -101,13 +101,15 @@ def test_same_inputs_and_seed_same_bytes_another_seed_another_draw(tmp_path):
 def test_bad_training_folders_are_one_line_errors(tmp_path):
     id_dir, ood_dir, train = folders(tmp_path / "in")
     (train / "emu").mkdir()
-    with pytest.raises(BenchmarkError, match=r"has 1 folders that are not ID classes, e.g. 'emu'"):
+    with pytest.raises(BenchmarkError, match=r"has 1 class folders that are not ID classes, e.g. 'emu'"):
         build_folder(tmp_path / "x", id_dir, ood_dir, settings=SETTINGS, workers=1, progress=False, train=train)
     (train / "emu").rmdir()
     for f in (train / "dog").iterdir():
         f.unlink()
     (train / "dog").rmdir()
-    with pytest.raises(BenchmarkError, match=r"1 ID classes have no folder in the training images .*, e.g. dog"):
+    with pytest.raises(
+        BenchmarkError, match=r"1 ID classes are not among the class folders of the training images .*, e.g. dog"
+    ):
         build_folder(tmp_path / "x", id_dir, ood_dir, settings=SETTINGS, workers=1, progress=False, train=train)
     assert not (tmp_path / "x").exists()
     done = subprocess.run(

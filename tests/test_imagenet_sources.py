@@ -86,8 +86,8 @@ def forms(tmp_path_factory, hub_server) -> dict[str, Path | str]:
     }
 
 
-def build(root: Path, pool, val, **kwargs) -> Path:
-    build_imagenet(root, pool, val, id_classes=VAL_CLASSES, workers=1, progress=False, **OPTIONS, **kwargs)
+def build(root: Path, pool, val, id_classes=VAL_CLASSES, **kwargs) -> Path:
+    build_imagenet(root, pool, val, id_classes=id_classes, workers=1, progress=False, **OPTIONS, **kwargs)
     return root
 
 
@@ -133,8 +133,8 @@ def test_both_label_files_give_the_same_labels(forms):
 
 
 def test_the_cli_reads_the_official_tars(forms, tmp_path):
-    """The command line takes every form (all 1,000 ID classes are required there, so this small val stops at that
-    check)."""
+    """The command line takes every form: all 1,000 ID classes by default (this small val stops at that check, in words
+    of its form), or ``--id-classes N`` of those it holds."""
     args = [
         "imagenet",
         str(tmp_path / "cli"),
@@ -149,8 +149,21 @@ def test_the_cli_reads_the_official_tars(forms, tmp_path):
     ]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == 1 and isinstance(done.exception, BenchmarkError)
-    assert str(done.exception) == f"{forms['val_tar']} lacks 996 ImageNet-1K class folders, e.g. n01443537"
+    assert str(done.exception) == (
+        f"{forms['val_tar']} lacks 996 ImageNet-1K classes, e.g. n01443537 "
+        "(it holds 4: --id-classes 4 builds a small benchmark of them)"
+    )
     assert not (tmp_path / "cli").exists()
+    small = ["--id-classes", "4", "--min-images", "6", "--images-per-class", "8", "--test-fraction", "0.25"]
+    done = CliRunner().invoke(app, [*args, *small])
+    assert done.exit_code == 0, done.output
+    built, reference = (
+        tree_bytes(tmp_path / "cli"),
+        tree_bytes(build(tmp_path / "folders", forms["pool"], forms["val"])),
+    )
+    assert built.pop("manifest.json") != reference.pop("manifest.json") and built == reference  # same classes, shards
+    manifest = json.loads((tmp_path / "cli" / "manifest.json").read_text())
+    assert manifest["source"]["id_subset"]["id_classes"] == 4 and manifest["classes"]["id"] == 4
 
 
 def test_a_truncated_outer_tar_stops_before_anything_is_written(forms, tmp_path):
@@ -174,7 +187,7 @@ def test_a_truncated_outer_tar_stops_before_anything_is_written(forms, tmp_path)
 def test_a_corrupt_class_tar_removes_the_class_with_its_reason(forms, tmp_path):
     tars = shutil.copytree(forms["tars"], tmp_path / "tars")
     (tars / f"{CORRUPT}.tar").write_bytes(b"not a tar" * 200)
-    out = build(tmp_path / "out", tars, forms["val"])
+    out = build(tmp_path / "out", tars, forms["val"], id_classes=VAL_CLASSES[:3])  # 4 OOD classes left: 2 levels of 3
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["classes"]["removed_by_rule"]["unreadable_source"] == 1
     [entry] = manifest["unreadable_sources"]["classes"]
@@ -183,6 +196,13 @@ def test_a_corrupt_class_tar_removes_the_class_with_its_reason(forms, tmp_path):
 
     table = pd.read_parquet(out / "classes" / "ood.parquet").set_index("id")
     assert (table.at[CORRUPT, "status"], table.at[CORRUPT, "rule"]) == ("removed", "unreadable_source")
+    with pytest.raises(BenchmarkError) as refused:  # 4 ID classes: 2 levels need 5
+        build(tmp_path / "four", tars, forms["val"])
+    assert str(refused.value) == (
+        "4 OOD classes left of the 7 in the source (2 with fewer than --min-images 6 readable images, 1 unreadable); "
+        "the benchmark needs at least 5: lower --min-images or give more classes (nothing was written)"
+    )
+    assert not list(tmp_path.glob("four*"))
 
 
 def test_a_class_outside_the_pool_stops_the_build_in_one_line(forms, tmp_path):
