@@ -1,5 +1,7 @@
 """Detection metrics against hand-computed values and scikit-learn."""
 
+import math
+
 import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
@@ -51,7 +53,15 @@ def test_level_and_id_metrics():
     assert metrics["ood_auroc"] == 0.875
     assert metrics["ood_avg_conf"] == pytest.approx(0.45)
     ids = id_metrics(np.array([0.9, 0.8, 0.1]), np.array([True, True, False]))
-    assert ids == {"acc": pytest.approx(2 / 3), "auroc": 1.0, "avg_conf": pytest.approx(0.6)}
+    assert ids == {
+        "acc": pytest.approx(2 / 3),
+        "auroc": 1.0,
+        "avg_conf": pytest.approx(0.6),
+        "aurc": pytest.approx((0 + 0 + 1 / 3) / 3),  # the wrong one ranked last: risks 0, 0, 1/3
+        "e_aurc": pytest.approx((1 / 9) - (1 / 3 + (2 / 3) * math.log(2 / 3))),
+        "sac_95": pytest.approx(2 / 3),
+        "sac_99": pytest.approx(2 / 3),
+    }
     assert id_metrics(np.array([0.9, 0.8]), np.array([True, True]))["auroc"] is None
 
 

@@ -214,3 +214,27 @@ def test_bad_inputs_are_refused():
         brier(np.array([[0.5, 0.5]]), np.array([0.0]))
     with pytest.raises(HarnessError, match="target"):
         coverage_at_accuracy([0.5], [True], 1.5)
+
+
+def test_a_runs_records_carry_the_selective_metrics_of_its_id_test_scores(tiny_glyphs):
+    from harness import evaluate
+
+    result = evaluate(
+        "examples/glyph_cnn.py",
+        benchmark=tiny_glyphs,
+        kappas=["softmax", "max_logit"],
+        progress=False,
+        trust_submission=True,
+    )
+    id_test = result.scores["id_test"]
+    correct = id_test.preds == id_test.labels
+    rate = 1 - correct.mean()
+    for record in result.records:
+        kappa, measured = record["kappa"]["name"], record["id"]
+        scores = id_test.scores[kappa]
+        if len(np.unique(scores)) == len(scores):  # no ties: the paper's loop is the number
+            assert measured["aurc"] == pytest.approx(paper_aurc(scores, correct), abs=1e-12)
+        assert measured["e_aurc"] == pytest.approx(measured["aurc"] - (rate + (1 - rate) * math.log(1 - rate)))
+        for target in (0.95, 0.99):
+            assert measured[f"sac_{round(target * 100)}"] == brute_force_sac(scores, correct, target)
+    assert any(len(np.unique(id_test.scores[k])) == len(id_test) for k in ("softmax", "max_logit"))

@@ -12,6 +12,7 @@ import numpy as np
 
 from harness.errors import HarnessError
 from harness.method.registry import IdScores, LevelScores, Metric, register_metric, registered
+from harness.method.selective import SAC_TARGETS, aurc, coverage_at_accuracy, e_aurc
 
 FPR_CONVENTION = (
     "fpr_at_95_tpr: ID positive; threshold = largest t keeping >= 95% of ID (kappa >= t); "
@@ -216,6 +217,36 @@ register_metric(
         since=1,
     )
 )
+# the companion paper's selective prediction on the ID test set, from the same pass (records since their
+# arrival hold them; older records lack them)
+for name, compute, better, label, definition in (
+    (
+        "aurc",
+        lambda d: aurc(d.scores, d.correct),
+        False,
+        "aurc",
+        "area under the risk-coverage curve of kappa on the ID test set (the companion paper's AURC; tied kappa "
+        "values count in expectation over their order)",
+    ),
+    (
+        "e_aurc",
+        lambda d: e_aurc(d.scores, d.correct),
+        False,
+        "e-aurc",
+        "excess AURC: aurc minus the optimum r + (1 - r) ln(1 - r), r the error rate",
+    ),
+    *(
+        (
+            f"sac_{round(target * 100)}",
+            lambda d, target=target: coverage_at_accuracy(d.scores, d.correct, target),
+            True,
+            f"sac@{round(target * 100)}",
+            f"the largest coverage whose selective accuracy reaches {target:g} (0 when none does)",
+        )
+        for target in SAC_TARGETS
+    ),
+):
+    register_metric(Metric(name, "id", compute, better, label, definition, column=f"id_{name}", null="never"))
 register_metric(
     Metric(
         "mean_ood_auroc",

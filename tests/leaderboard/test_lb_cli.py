@@ -151,5 +151,5 @@ def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
         result.stdout
         == "['dataset_builder', 'dataset_builder.console', 'dataset_builder.errors', 'dataset_builder.exports', "
         "'dataset_builder.faults', 'dataset_builder.files', 'dataset_builder.zoo_groups', 'harness', 'harness.errors', "
-        "'harness.method', 'harness.method.metrics', 'harness.method.registry']\n"
+        "'harness.method', 'harness.method.metrics', 'harness.method.registry', 'harness.method.selective']\n"
     ), result.stderr
