@@ -100,8 +100,10 @@ def record(
 
 
 def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame:
-    """All levels of all kappas in the paper's columns (then the other level metrics and the level score)."""
+    """All levels of all kappas in the paper's columns (then the other level metrics with the level score, and the
+    other ID metrics as ``id-<label>``)."""
     rows, extra = [], extra_columns()
+    later_id = [m for m in registered("id") if m.name not in ("acc", "auroc", "avg_conf")]  # after the paper's columns
     for result in results:
         for row in result.rows:
             out = {PAPER_COLUMNS[k]: row[k] for k in PAPER_COLUMNS}
@@ -116,6 +118,7 @@ def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame
                 }
             )
             out.update({label: row.get(k) for k, label in extra.items()})
+            out.update({f"id-{m.label}": result.id.get(m.name) for m in later_id})
             rows.append(out)
     return pd.DataFrame(rows)
 

@@ -237,4 +237,6 @@ def test_a_runs_records_carry_the_selective_metrics_of_its_id_test_scores(tiny_g
         assert measured["e_aurc"] == pytest.approx(measured["aurc"] - (rate + (1 - rate) * math.log(1 - rate)))
         for target in (0.95, 0.99):
             assert measured[f"sac_{round(target * 100)}"] == brute_force_sac(scores, correct, target)
+        rows = result.per_level[result.per_level["confidence function"] == kappa]
+        assert rows["id-aurc"].tolist() == [measured["aurc"]] * len(rows)  # per_level.csv, beside id-acc
     assert any(len(np.unique(id_test.scores[k])) == len(id_test) for k in ("softmax", "max_logit"))
