@@ -57,7 +57,18 @@ FORBIDDEN = {
         for prefix in room
     },
     # what the command line reads before torch is imported
-    **dict.fromkeys(("harness.options", "harness.zoo", "harness.config"), BEFORE_TORCH),
+    **dict.fromkeys(("harness.options", "harness.zoo", "harness.config", "harness.kappa_names"), BEFORE_TORCH),
+    # the checks before torch read of the builder only a benchmark's manifest and the embedded benchmarks' names
+    "harness.preflight": (
+        *(prefix for prefix in BEFORE_TORCH if prefix != "dataset_builder"),
+        *(
+            name
+            for name in (
+                ".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "dataset_builder").rglob("*.py")
+            )
+            if name not in ("dataset_builder.manifest", "dataset_builder.embedded", "dataset_builder.__init__")
+        ),
+    ),
 }
 
 
