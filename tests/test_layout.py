@@ -163,6 +163,17 @@ def test_a_module_that_breaks_the_rule_is_caught(tmp_path):
     ]
 
 
+def test_the_checks_before_torch_read_the_manifest_and_nothing_heavy():
+    imports = {"dataset_builder.manifest", "dataset_builder.embedded", "dataset_builder.benchmark", "harness.kappas"}
+    assert broken_rules("harness.preflight", imports) == [
+        "harness.preflight imports dataset_builder.benchmark",
+        "harness.preflight imports harness.kappas",
+    ]
+    assert broken_rules("harness.kappa_names", imports) == [
+        f"harness.kappa_names imports {name}" for name in sorted(imports)
+    ]
+
+
 def test_the_floor_stands_on_nothing_of_the_project():
     for name in FLOOR:
         path = ROOT / (name.replace(".", "/") + ".py")
