@@ -31,7 +31,8 @@ def mistakes(folder: str) -> dict[str, list[str]]:
         "benchmark path that does not exist": ["submit", CNN, "--benchmark", "no/such/benchmark"],
         "benchmark folder without a manifest": ["submit", CNN, "--benchmark", "examples"],
         "missing weights file": ["submit", "timm:resnet18", "--weights", "missing.safetensors"],
-        "more levels than the benchmark's classes": ["submit", CNN, "--benchmark", folder, "--levels", "500"],
+        "more levels than a benchmark folder's classes": ["submit", CNN, "--benchmark", folder, "--levels", "500"],
+        "more levels than the embedded benchmark's classes": ["submit", CNN, "--levels", "500"],
         "typo'd subcommand": ["sbumit", CNN],
     }
 

@@ -1,13 +1,14 @@
 """What a run checks before torch is imported and before any model loads, beyond its options
 (:class:`harness.config.EvalConfig`) and its target (:mod:`harness.options`): the weights file, a benchmark folder's
-manifest and the levels its classes allow, and the requested kappas' names. Light (the standard library, numpy and
-the builder's manifest reader), so that ``cood-harness submit`` answers these mistakes in a fraction of a second."""
+manifest, the levels the benchmark's classes allow, and the requested kappas' names. Light (the standard library,
+numpy, the builder's manifest reader and the embedded benchmarks' settings), so that ``cood-harness submit`` answers
+these mistakes in a fraction of a second."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dataset_builder.embedded import EMBEDDED
+from dataset_builder.embedded import EMBEDDED, embedded_num_id_classes, embedded_num_ood_classes
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.manifest import HUB_PREFIX, load_manifest
 from harness.config import EvalConfig
@@ -17,10 +18,10 @@ from harness.method.severity import num_windows
 
 
 def check_before_loading(target, config: EvalConfig) -> None:
-    """Refuse at once a weights file that is not there, a benchmark folder that is not one or has too few classes
-    for the levels, and a kappa that is neither registered nor the target's own (where the names are known)."""
+    """Refuse at once a weights file that is not there, a benchmark folder that is not one, a benchmark with too few
+    classes for the levels, and a kappa that is neither registered nor the target's own (where the names are known)."""
     check_weights(config.weights)
-    check_benchmark_folder(config.benchmark, config.num_levels)
+    check_benchmark(config.benchmark, config.num_levels)
     check_requested(config.kappas, registered_names(), own_kappa_names(target))
 
 
@@ -30,10 +31,14 @@ def check_weights(weights: str | Path | None) -> None:
         raise HarnessError(f"weights file {weights} not found")
 
 
-def check_benchmark_folder(benchmark: str | Path, num_levels: int) -> None:
-    """A benchmark folder with a manifest this version reads, whose class counts allow ``num_levels``; an embedded
-    benchmark or a Hub one is checked once opened."""
-    if str(benchmark) in EMBEDDED or str(benchmark).startswith(HUB_PREFIX):
+def check_benchmark(benchmark: str | Path, num_levels: int) -> None:
+    """An embedded benchmark's or a benchmark folder's class counts (in its manifest, which this version must read)
+    that allow ``num_levels``; a Hub benchmark is checked once opened."""
+    if str(benchmark) in EMBEDDED:
+        name = str(benchmark)
+        check_levels(num_levels, embedded_num_ood_classes(name), embedded_num_id_classes(name), benchmark)
+        return
+    if str(benchmark).startswith(HUB_PREFIX):
         return
     try:
         manifest, _ = load_manifest(Path(benchmark))

@@ -117,6 +117,18 @@ def test_a_benchmark_folder_is_checked_by_its_manifest_before_torch(blocked, tin
     assert code == 2 and err.startswith(NEEDS_TORCH), err  # as many as it allows: on to the model
 
 
+def test_the_embedded_benchmarks_levels_are_checked_before_torch(blocked):
+    code, out, err = submit_without_torch(blocked, CNN, "--levels", "366")
+    assert (code, out, err) == (
+        2,
+        "",
+        "error: --levels 366 is more than the benchmark glyphs allows: its 400 OOD classes in windows of 36 "
+        "(its ID classes) give 365 distinct levels at most\n",
+    )
+    code, out, err = submit_without_torch(blocked, CNN, "--levels", "365", "--benchmark", "glyphs")
+    assert code == 2 and err.startswith(NEEDS_TORCH), err
+
+
 def test_a_files_own_kappa_is_not_refused(blocked):
     code, out, err = submit_without_torch(blocked, MLP, "-k", "margin", "-k", "softmax")
     assert code == 2 and err.startswith(NEEDS_TORCH), err

@@ -58,7 +58,7 @@ FORBIDDEN = {
     },
     # what the command line reads before torch is imported
     **dict.fromkeys(("harness.options", "harness.zoo", "harness.config", "harness.kappa_names"), BEFORE_TORCH),
-    # the checks before torch read of the builder only a benchmark's manifest and the embedded benchmarks' names
+    # the checks before torch read of the builder only a benchmark's manifest and the embedded benchmarks' settings
     "harness.preflight": (
         *(prefix for prefix in BEFORE_TORCH if prefix != "dataset_builder"),
         *(
