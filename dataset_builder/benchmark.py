@@ -13,11 +13,10 @@ from pathlib import Path
 import pandas as pd
 
 from dataset_builder.errors import BenchmarkError
-from dataset_builder.manifest import MAX_IMAGE_PIXELS, load_manifest
+from dataset_builder.manifest import HUB_PREFIX, MAX_IMAGE_PIXELS, load_manifest
 from dataset_builder.shards import file_sha256
 
 SPLITS = ("id_test", "id_fit", "id_train", "ood_estimation", "ood_test")
-HUB_PREFIX = "hf://datasets/"
 
 
 @dataclass(frozen=True)

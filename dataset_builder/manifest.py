@@ -14,6 +14,7 @@ FORMAT_VERSION = 1
 # Largest image (width x height) a benchmark holds: 8192 x 8192, at most 192 MiB decoded as RGB per image and
 # reader, far above any classification photo, and below Pillow's own warning threshold (~89.5M pixels).
 MAX_IMAGE_PIXELS = 2**26
+HUB_PREFIX = "hf://datasets/"  # a benchmark on the Hub: hf://datasets/<owner>/<name>@<revision>
 
 
 def dumps(manifest: dict) -> bytes:

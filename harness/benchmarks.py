@@ -10,7 +10,7 @@ from dataset_builder.embedded import EMBEDDED, embedded_benchmark, embedded_num_
 from dataset_builder.errors import BenchmarkError
 from harness.config import EvalConfig
 from harness.errors import HarnessError
-from harness.method.severity import num_windows
+from harness.preflight import check_levels
 
 
 def open_benchmark(spec: str | Path, progress: bool = True) -> Benchmark:
@@ -27,17 +27,6 @@ def open_checked(benchmark: str | Path, progress: bool, num_levels: int) -> Benc
         raise HarnessError(str(exc)) from exc
     check_levels(num_levels, len(bench.ood_classes), len(bench.id_classes), benchmark)
     return bench
-
-
-def check_levels(num_levels: int, num_ood: int, window: int, benchmark) -> None:
-    """Refuse more levels than the benchmark has distinct windows of |ID| classes."""
-    windows = num_windows(num_ood, window)
-    if num_levels > windows:
-        raise HarnessError(
-            f"--levels {num_levels} is more than the benchmark {benchmark} allows: "
-            f"its {num_ood} OOD classes in windows "
-            f"of {window} (its ID classes) give {windows} distinct levels at most"
-        )
 
 
 def benchmark_before_loading(config: EvalConfig) -> tuple[Benchmark | None, int]:

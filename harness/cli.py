@@ -16,6 +16,7 @@ from harness.config import Limits, config_from_options
 from harness.errors import HarnessError
 from harness.options import check_target
 from harness.phases import plural
+from harness.preflight import check_before_loading
 from harness.zoo import weights_kinds, zoo_usage
 
 # Nothing above imports torch: --help, and the options and targets that cannot work, answer at once (and help works
@@ -163,6 +164,7 @@ def submit(
     """Evaluate a submission: severity levels per kappa, metrics per level, records, CSV and plot."""
     config = config_from_options(locals())
     check_target(target, weights, revision)
+    check_before_loading(target, config)
     is_file = weights is None and Path(target).is_file()
     with bundle.limited_to(int(max_bundle_gb * 2**30)):
         if is_file:
@@ -181,11 +183,24 @@ def submit(
 
                 cuda = device.startswith("cuda") or device == "auto" and bool(sandbox.gpu_devices())
                 sandbox.prestart(target, cuda, config.limits.memory_bytes)
+            from harness.outputs import LeaderboardRefused
             from harness.run import submit as run_submit
 
-            result = run_submit(target, config, out=out, leaderboard=leaderboard)
+            try:
+                result, refused = run_submit(target, config, out=out, leaderboard=leaderboard), None
+            except LeaderboardRefused as exc:  # the outputs are written: the results are shown, then the refusal
+                result, refused = exc.evaluation, exc
     if result is None:  # a torchrun rank other than 0
         return
+    show_result(result, cache)
+    if refused is not None:
+        raise refused
+    if leaderboard is not None:
+        typer.echo(f"added {len(result.records)} entries to the leaderboard in {leaderboard}")
+
+
+def show_result(result, cache: bool) -> None:
+    """A run's closing lines: the benchmark, the table, what was forwarded and what was written where."""
     bench = result.benchmark.identity()
     typer.echo(
         f"{result.submission.name} on {bench['id']} {bench['version']} ({bench['num_id_classes']} ID classes, "
@@ -201,8 +216,6 @@ def submit(
         f"wrote {len(result.paths['records'])} records, {result.paths['csv']} and {result.paths['plot']} "
         f"in {result.records[0]['timings']['total_s']:.1f} s"
     )
-    if leaderboard is not None:
-        typer.echo(f"added {len(result.records)} entries to the leaderboard in {leaderboard}")
 
 
 @app.command()

@@ -12,7 +12,8 @@ from harness import phases
 from harness.adapters import ClassCountMismatch, load_target
 from harness.config import EvalConfig
 from harness.errors import HarnessError
-from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, resolve_kappas
+from harness.kappa_names import check_requested, own_kappa_names
+from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, registry, resolve_kappas
 from harness.kappas.features import require_exposed
 from harness.kappas.registry import split_request
 from harness.options import is_zoo_target, misplaced_revision, misplaced_weights
@@ -35,6 +36,16 @@ def model_kappa_options(kappas: list[str] | None, odin_preset: str | None, mc_pa
         DEFAULT_ODIN_PRESET if odin_preset is None else odin_preset,
         MC_DROPOUT_PASSES if mc_passes is None else mc_passes,
     )
+
+
+def kappas_before_loading(config: EvalConfig, target) -> tuple[str, int]:
+    """The ODIN preset and MC-dropout passes (:func:`model_kappa_options`), and a kappa that is neither registered nor
+    the target's own (where its source shows them: :func:`harness.kappa_names.own_kappa_names`) refused, before the
+    target loads."""
+    options = model_kappa_options(config.kappas, config.odin_preset, config.mc_passes)
+    if config.kappas:
+        check_requested(config.kappas, list(registry().defs), own_kappa_names(target))
+    return options
 
 
 def _loading_line(target, trust_submission: bool) -> str:

@@ -321,8 +321,18 @@ def records_of(
     ]
 
 
+class LeaderboardRefused(HarnessError):
+    """The leaderboard did not take a run's records (its outputs, where asked, are written); ``evaluation``: the
+    run's results."""
+
+    def __init__(self, message: str, evaluation: Evaluation):
+        super().__init__(message)
+        self.evaluation = evaluation
+
+
 def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path | None = None) -> None:
-    """Write an evaluation's records, CSV, level manifests and plot to ``out``; add its records to ``leaderboard``."""
+    """Write an evaluation's records, CSV, level manifests and plot to ``out``; add its records to ``leaderboard``
+    (:class:`LeaderboardRefused` if it does not take them)."""
     bench = evaluation.benchmark
     if out is not None:
         phases.say(f"writing the outputs to {out}")
@@ -341,7 +351,7 @@ def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path
                 add_records(Path(leaderboard), evaluation.records, create=True, folder=folder)
         except (LeaderboardError, OSError) as exc:
             where = f"the run's outputs are in {out}, but " if out is not None else ""
-            raise HarnessError(f"{where}the leaderboard could not take the records: {exc}") from exc
+            raise LeaderboardRefused(f"{where}the leaderboard could not take the records: {exc}", evaluation) from exc
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from harness import phases
 from harness.benchmarks import benchmark_before_loading, open_checked
 from harness.config import SUBMIT_DEFAULTS, EvalConfig
 from harness.drilldown import PerClass, per_class
-from harness.loading import kappa_specs, load_submission, model_kappa_options
+from harness.loading import kappa_specs, kappas_before_loading, load_submission
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.method.scores import SplitScores
 from harness.outputs import Evaluation, check_out, records_of, save
@@ -54,7 +54,7 @@ def evaluate(
     if isinstance(transform, EvalConfig):  # evaluate(target, config)
         transform, config = None, transform
     config = replace(EvalConfig() if config is None else config, **overrides)
-    odin_preset, mc_passes = model_kappa_options(config.kappas, config.odin_preset, config.mc_passes)
+    odin_preset, mc_passes = kappas_before_loading(config, model)
     ranks, device = init_ranks(auto_device(config.device))
     with phases.shown(config.progress and ranks.is_main), ExitStack() as stack:
         stack.callback(close, ranks)

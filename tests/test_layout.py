@@ -60,7 +60,18 @@ FORBIDDEN = {
         for prefix in room
     },
     # what the command line reads before torch is imported
-    **dict.fromkeys(("harness.options", "harness.zoo", "harness.config"), BEFORE_TORCH),
+    **dict.fromkeys(("harness.options", "harness.zoo", "harness.config", "harness.kappa_names"), BEFORE_TORCH),
+    # the checks before torch read of the builder only a benchmark's manifest and the embedded benchmarks' settings
+    "harness.preflight": (
+        *(prefix for prefix in BEFORE_TORCH if prefix != "dataset_builder"),
+        *(
+            name
+            for name in (
+                ".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "dataset_builder").rglob("*.py")
+            )
+            if name not in ("dataset_builder.manifest", "dataset_builder.embedded", "dataset_builder.__init__")
+        ),
+    ),
 }
 
 
@@ -163,6 +174,17 @@ def test_the_leaderboard_reads_the_metric_registry_and_nothing_else_of_the_harne
     ]
     for name in LEADERBOARD_READS:
         assert project_imports(ROOT / (name.replace(".", "/") + ".py")) <= set(FLOOR), name
+
+
+def test_the_checks_before_torch_read_the_manifest_and_nothing_heavy():
+    imports = {"dataset_builder.manifest", "dataset_builder.embedded", "dataset_builder.benchmark", "harness.kappas"}
+    assert broken_rules("harness.preflight", imports) == [
+        "harness.preflight imports dataset_builder.benchmark",
+        "harness.preflight imports harness.kappas",
+    ]
+    assert broken_rules("harness.kappa_names", imports) == [
+        f"harness.kappa_names imports {name}" for name in sorted(imports)
+    ]
 
 
 def test_the_floor_stands_on_nothing_of_the_project():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dataset_builder.embedded import EMBEDDED
+from dataset_builder.embedded import embedded_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -97,7 +97,7 @@ def scratch(tmp_path, tiny_glyphs) -> tuple[Path, dict]:
     for name in sorted({path.split("/")[0] for path in tracked}):
         (folder / name).symlink_to(ROOT / name)
     cache = tmp_path / "cache"
-    glyphs = cache / f"glyphs-{EMBEDDED['glyphs'].BENCHMARK_VERSION}" / "default"
+    glyphs = cache / f"glyphs-{embedded_settings('glyphs').BENCHMARK_VERSION}" / "default"
     glyphs.parent.mkdir(parents=True)
     glyphs.symlink_to(tiny_glyphs, target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if k != "COOD_LEADERBOARD"}

@@ -12,24 +12,13 @@ from dataset_builder import manifest as manifest_io
 from dataset_builder.assemble import check_target, class_counts, finish, number_pool, partial_of, write_class_tables
 from dataset_builder.glyphs import classes as glyph_classes
 from dataset_builder.glyphs import render
+from dataset_builder.glyphs.settings import BENCHMARK_ID, BENCHMARK_VERSION
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
 from dataset_builder.shards import RollingShards, make_sample, sample_key, write_shard
 from dataset_builder.split import SPLIT_RULE, split_class
 from dataset_builder.workers import worker_pool
 
-BENCHMARK_ID = "glyphs"
-BENCHMARK_VERSION = "1.0.0"
 IMAGE_EXT = "png"
-NUM_ID_CLASSES = len(glyph_classes.ID_CHARS)
-DEFAULTS = {
-    "seed": 0,
-    "pool_size": 400,
-    "images_per_class": 200,
-    "n_test": 50,
-    "id_test_per_class": 50,
-    "id_train_per_class": 300,
-    "rule_sets": {"visually_ambiguous": True},
-}
 TEST_GROUP_SIZE = 1000
 
 

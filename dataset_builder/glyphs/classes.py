@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import string
 import unicodedata
 from functools import reduce
 
@@ -21,8 +20,8 @@ import pandas as pd
 from matplotlib.ft2font import FT2Font
 
 from dataset_builder.glyphs import render
+from dataset_builder.glyphs.settings import ID_CHARS
 
-ID_CHARS = string.ascii_uppercase + string.digits
 OPTIONAL_RULE_SETS = {"visually_ambiguous": True}
 RULES = {
     "id_class": "the character is an ID class",

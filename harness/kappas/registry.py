@@ -11,7 +11,6 @@ since records, file names and log lines carry them; the harness dispatches on wh
 
 from __future__ import annotations
 
-import difflib
 import pkgutil
 import re
 from collections.abc import Iterable
@@ -21,12 +20,12 @@ from importlib import import_module
 from importlib.metadata import entry_points
 
 from harness.errors import HarnessError, escaped
+from harness.kappa_names import ENTRY_POINT_GROUP, unknown_kappa
 from harness.kappas import detectors
 from harness.kappas.base import DECLARED, KappaDef, KappaSpec
 from harness.kappas.builtin import submission_kappa
 from harness.kappas.logit import LogitFunction
 
-ENTRY_POINT_GROUP = "cood_bench.kappas"
 DEFAULT_KAPPAS = ("softmax", "entropy", "max_logit", "energy")
 NAME_RULE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
@@ -68,12 +67,6 @@ class Registry:
         if name not in self.defs:
             raise HarnessError(unknown_kappa(name, [*self.defs, *extra]))
         return self.defs[name]
-
-
-def unknown_kappa(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    return f"unknown kappa '{name}'; {hint}known: {', '.join(known)} (see cood-harness kappas)"
 
 
 def _plugin_defs(entry_point) -> list[KappaDef]:
