@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib.util
+import os
 import sys
+import threading
 from typing import NoReturn
 
 import typer
@@ -81,13 +85,38 @@ def click_kind(exc: BaseException, name: str) -> bool:
     return any(cls.__name__ == name and cls.__module__.split(".")[0] in ("click", "typer") for cls in type(exc).__mro__)
 
 
-def run_app(app: typer.Typer, name: str | None = None) -> None:
-    """Run ``app`` (its errors prefixed by ``name:`` when given): a user's problem (a :class:`CoodError`) exits 2 with
-    ``error: <message>``; an OSError exits 1 with ``error: <file>: <reason>``; anything unexpected exits 1 in one
-    line (``COOD_DEBUG=1``: a traceback instead of the line, see :func:`dataset_builder.errors.fail`). Ctrl-C exits
-    130 with one line saying what it left (:func:`dataset_builder.errors.exit_interrupted`), whether typer and click
-    raise it, turn it into ``Abort`` or return 130 (their versions differ), and whatever error it caused on its way
-    out."""
+def run_app(app: typer.Typer, name: str | None = None) -> NoReturn:
+    """A command line's whole run: :func:`_run`, then :func:`exit_now` with its status."""
+    try:
+        _run(app, name)
+    except SystemExit as exc:
+        exit_now(exc.code)
+    exit_now(0)
+
+
+def exit_now(code: int | str | None) -> NoReturn:
+    """Exit with ``code`` as ``sys.exit`` would, once the exit handlers have run and the output is flushed, but without
+    tearing down every imported module one by one: after torch, timm and pandas that alone takes about a second. A
+    thread that is not a daemon still running gets the normal exit, which waits for it."""
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    status = code if isinstance(code, int) else 0 if code is None else 1
+    if any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(status)
+    atexit._run_exitfuncs()  # what the interpreter would run at exit (the sandboxes' ends, logging's flush)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
+def _run(app: typer.Typer, name: str | None) -> None:
+    """Run ``app`` (its errors prefixed by ``name:`` when given), ending in ``SystemExit`` unless it succeeded: a
+    user's problem (a :class:`CoodError`) exits 2 with ``error: <message>``; an OSError exits 1 with ``error: <file>:
+    <reason>``; anything unexpected exits 1 in one line (``COOD_DEBUG=1``: a traceback instead of the line, see
+    :func:`dataset_builder.errors.fail`). Ctrl-C exits 130 with one line saying what it left
+    (:func:`dataset_builder.errors.exit_interrupted`), whether typer and click raise it, turn it into ``Abort`` or
+    return 130 (their versions differ), and whatever error it caused on its way out."""
     with interruptions() as interrupted:
         try:
             status = app(prog_name=name, standalone_mode=False)
