@@ -9,6 +9,7 @@ import math
 import os
 import shutil
 import tempfile
+import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,25 +124,56 @@ def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def summary_table(results: list[KappaResult]) -> str:
-    """The per-level table printed at the end of a run: ood-auroc (and fpr@95) per kappa, then a line per kappa with
-    its summary and ID metrics in [0, 1] (the metric registry's, by label)."""
-    frame = pd.DataFrame(
-        {
-            "level": [row["level"] for row in results[0].rows],
-            "pct": [f"{row['percentile']:.1f}" for row in results[0].rows],
+TABLE_WIDTH = 100  # the terminal table's width: its kappas go in blocks that fit
+
+
+def summary_table(results: list[KappaResult], width: int = TABLE_WIDTH) -> str:
+    """The per-level table printed at the end of a run: each kappa's ood-auroc and fpr@95 per level under one header
+    row of short names (``k1.auroc``, ``k1.fpr95``, ...), its kappas in blocks no wider than ``width`` columns, and a
+    legend that names the kappas and the columns; then a few lines per kappa with its summary and ID metrics in [0, 1]
+    (the metric registry's, by label)."""
+    base = {
+        "level": [row["level"] for row in results[0].rows],
+        "pct": [f"{row['percentile']:.1f}" for row in results[0].rows],
+    }
+    blocks, block = [], {}
+    for i, result in enumerate(results, 1):
+        pair = {
+            f"k{i}.auroc": [f"{row['ood_auroc']:.4f}" for row in result.rows],
+            f"k{i}.fpr95": [f"{row['fpr_at_95_tpr']:.3f}" for row in result.rows],
         }
-    )
-    for result in results:
-        frame[f"{result.kappa} auroc"] = [f"{row['ood_auroc']:.4f}" for row in result.rows]
-        frame[f"{result.kappa} fpr95"] = [f"{row['fpr_at_95_tpr']:.3f}" for row in result.rows]
-    lines = [frame.to_string(index=False), ""]
+        if block and _width({**base, **block, **pair}) > width:
+            blocks.append(block)
+            block = {}
+        block |= pair
+    lines = "\n\n".join(pd.DataFrame({**base, **block}).to_string(index=False) for block in [*blocks, block])
+    legend = "; ".join(f"k{i} {result.kappa}" for i, result in enumerate(results, 1))
+    legend += ". auroc: the level's ood-auroc; fpr95: its FPR at 95% TPR (docs/method.md, section 4)"
+    out = [lines, *textwrap.wrap(legend, width), ""]
     shown = [m for m in (*registered("summary"), *registered("id")) if m.unit]  # the registry's rates, in order
     for result in results:
         values = {**summary_metrics(result.rows), **result.id}
         cells = ("n/a" if values.get(m.name) is None else f"{values[m.name]:.4f}" for m in shown)
-        lines.append(f"{result.kappa:>12}: " + "   ".join(f"{m.label} {cell}" for m, cell in zip(shown, cells)))
-    return "\n".join(lines)
+        out += _filled(f"{result.kappa:>12}: ", [f"{m.label} {cell}" for m, cell in zip(shown, cells)], width)
+    return "\n".join(out)
+
+
+def _filled(head: str, items: list[str], width: int, gap: str = "   ") -> list[str]:
+    """``head`` then ``items`` (each kept whole), ``gap`` apart, in lines of ``width`` columns at most where they fit;
+    the lines after the first indented under the first item."""
+    lines, line = [], head + items[0]
+    for item in items[1:]:
+        if len(line) + len(gap) + len(item) > width:
+            lines.append(line)
+            line = " " * len(head) + item
+        else:
+            line += gap + item
+    return [*lines, line]
+
+
+def _width(columns: dict[str, list[str]]) -> int:
+    """The width of ``columns`` as ``DataFrame.to_string`` prints them (one space between columns)."""
+    return sum(max(len(name), *map(len, map(str, values))) for name, values in columns.items()) + len(columns) - 1
 
 
 def plot_curves(model_name: str, results: list[KappaResult], path: Path, benchmark: dict) -> None:

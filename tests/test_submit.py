@@ -160,9 +160,32 @@ def test_cli_prints_the_per_level_table(tiny_glyphs, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[1] in ("device: cpu, float32", "device: cpu (no CUDA GPU found), float32")
     lines = done.stdout.splitlines()
-    assert lines[1].split() == ["level", "pct", "softmax", "auroc", "softmax", "fpr95"]
+    assert lines[1].split() == ["level", "pct", "k1.auroc", "k1.fpr95"]  # one header row of short names
     assert [line.split()[0] for line in lines[2:13]] == [str(i) for i in range(11)]
+    assert lines[13].startswith("k1 softmax. auroc: the level's ood-auroc; fpr95: its FPR at 95% TPR")
     assert "mean ood-auroc" in done.stdout
+
+
+def test_the_table_of_many_kappas_fits_100_columns_in_blocks_with_a_legend():
+    from harness.method.evaluation import KappaResult
+    from harness.outputs import summary_table
+
+    rows = [
+        {"level": i, "percentile": i / 10, "ood_auroc": 0.9 - i / 100, "fpr_at_95_tpr": 0.2 + i / 50} for i in range(11)
+    ]
+    ids = {"acc": 0.9, "auroc": 0.85, "avg_conf": 0.8, "aurc": 0.01, "e_aurc": 0.005, "sac_95": 0.9, "sac_99": 0.5}
+    names = ["softmax", "entropy", "max_logit", "energy", "odin", "a_file_kappa_with_a_long_name"]
+    lines = summary_table([KappaResult(name, None, rows, ids) for name in names]).splitlines()
+    assert max(map(len, lines)) <= 100 and not any(line != line.rstrip() for line in lines)
+    headers = [line.split() for line in lines if line.split()[:2] == ["level", "pct"]]
+    assert headers == [
+        ["level", "pct", *[f"k{i}.{m}" for i in range(1, 6) for m in ("auroc", "fpr95")]],
+        ["level", "pct", "k6.auroc", "k6.fpr95"],
+    ]
+    legend = " ".join(line for line in lines if line.startswith(("k1 ", "a_file", "fpr95")) or "; k" in line)
+    assert all(f"k{i} {name}" in legend for i, name in enumerate(names, 1))
+    last = [i for i, line in enumerate(lines) if "a_file_kappa_with_a_long_name:" in line][0]
+    assert lines[last].split(": ", 1)[1].startswith("mean ood-auroc 0.8500") and "sac@99 0.5000" in lines[last + 1]
 
 
 BAD_MODELS = {
