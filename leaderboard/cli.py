@@ -183,7 +183,7 @@ def show(
     """Print the table, ranked."""
 
     rows = views.select(_table(directory, version), kappa, model, sort, include_flagged=not hide_flagged)
-    typer.echo(f"table {_label(version)}: {len(rows)} entries")
+    typer.echo(views.heading(store.load_config(directory)["benchmark"], _label(version), len(rows)))
     if len(rows):
         typer.echo(views.format_rows(rows, sort, limit or None))
 

@@ -6,15 +6,18 @@ runs) are left out of every number.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 import pandas as pd
 
 from leaderboard.errors import LeaderboardError
+from leaderboard.views import benchmark_phrase, code_sha256, kappa_names, plural
 
 DEFAULT_FOCUS = r"^CLIP_(?!finetuned)"  # the paper's zero-shot CLIP models
 DEFAULT_BASELINE = "softmax"
+MIN_CORRELATED = 3  # entries a correlation needs (two points always lie on a line); the site's scatter agrees
 DISTILLED = re.compile(
     r"_(?:distilled|dist)(?=_|$)"
 )  # timm's names: deit_base_distilled_patch16_224, xcit_tiny_12_p8_224_dist
@@ -113,15 +116,22 @@ def distillation_pairs(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> tu
 
 
 def correlations(table: pd.DataFrame) -> pd.DataFrame:
-    """Pearson r and Spearman rho between id-acc and mean ood-auroc: all entries, then per kappa."""
+    """Pearson r and Spearman rho between id-acc and mean ood-auroc: all entries, then per kappa; NaN for a group of
+    fewer than :data:`MIN_CORRELATED` entries (or whose values do not vary)."""
     rows = []
     groups = [("all entries", valid(table))] + list(valid(table).groupby("kappa", sort=True))
     for name, group in groups:
         acc, auroc = group["id_acc"], group["mean_ood_auroc"]
+        enough = len(group) >= MIN_CORRELATED
         rows.append(
-            {"kappa": name, "n": len(group), "pearson": acc.corr(auroc), "spearman": acc.rank().corr(auroc.rank())}
+            {
+                "kappa": name,
+                "n": len(group),
+                "pearson": acc.corr(auroc) if enough else float("nan"),
+                "spearman": acc.rank().corr(auroc.rank()) if enough else float("nan"),
+            }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["kappa", "n", "pearson", "spearman"])
 
 
 def win_rates(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -141,62 +151,105 @@ def win_rates(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFAULT_BASELINE, top: int = 10) -> str:
-    """The report as text."""
+    """The report as text; its first line names the benchmark revision. A submission file's kappa goes by its name
+    (:func:`leaderboard.views.kappa_names`), its code hash in the last section."""
     if table.empty:
         raise LeaderboardError("the table is empty: nothing to report")
+    names = kappa_names(table)
+    baseline = names.get(baseline, baseline)
+    table = table.assign(kappa=table["kappa"].map(names))
     flagged = table[table["flag"] != ""]
     first = table.iloc[0]
+    bench = {
+        "id": first["benchmark_id"],
+        "version": first["benchmark_version"],
+        "manifest_sha256": first["manifest_sha256"],
+    }
     out = [
-        f"Leaderboard of {first['benchmark_id']} {first['benchmark_version']}, {first['num_levels']} severity levels: "
-        f"{len(table)} entries, {table['model'].nunique()} models, {table['kappa'].nunique()} kappas.",
+        f"Leaderboard of {benchmark_phrase(bench)}, {plural(int(first['num_levels']), 'severity level')}: "
+        f"{plural(len(table), 'entry', 'entries')}, {plural(table['model'].nunique(), 'model')}, "
+        f"{plural(table['kappa'].nunique(), 'kappa')}.",
     ]
     if len(flagged):
-        out.append(f"Flagged and left out below ({len(flagged)} entries, {flagged['model'].nunique()} models):")
+        out.append(
+            f"Flagged and left out below ({plural(len(flagged), 'entry', 'entries')}, "
+            f"{plural(flagged['model'].nunique(), 'model')}):"
+        )
         out += [f"  {r.model} / {r.kappa}: {r.flag}" for r in flagged.itertuples()]
+    out += ["", *leader_lines(table, top), "", *focus_lines(table, focus, baseline)]
+    out += ["", *distillation_lines(table, baseline), "", *correlation_lines(table), "", *win_rate_lines(table)]
+    codes = {name: code_sha256(json.loads(params)) for name, params in zip(table["kappa"], table["kappa_params"])}
+    if any(codes.values()):
+        out += ["", "Submission files' kappas, by the sha256 of their code:"]
+        out += [f"  {name}: {code}" for name, code in sorted(codes.items()) if code]
+    return "\n".join(out)
 
-    out += ["", "Best models per kappa (mean ood-auroc over levels):"]
+
+def leader_lines(table: pd.DataFrame, top: int = 10) -> list[str]:
+    """The report's best models per kappa, and its top ``top`` models with their families."""
+    out = ["Best models per kappa (mean ood-auroc over levels):"]
     for kappa, rows in best_per_kappa(table).items():
         n = valid(table)["kappa"].eq(kappa).sum()
         out.append(
-            f"  {kappa} ({n} models): " + ", ".join(f"{r.model} {r.mean_ood_auroc:.4f}" for r in rows.itertuples())
+            f"  {kappa} ({plural(n, 'model')}): "
+            + ", ".join(f"{r.model} {r.mean_ood_auroc:.4f}" for r in rows.itertuples())
         )
-
     models = best_per_model(table)
     leaders = models.head(top)
-    out += ["", f"Top {len(leaders)} of {len(models)} models, each by its best kappa:"]
+    out += ["", f"Top {len(leaders)} of {plural(len(models), 'model')}, each by its best kappa:"]
+    width = max([12, *map(len, leaders["kappa"])])
     out += [
-        f"  {i:>3}. {r.model:<40} {r.kappa:<12} {r.mean_ood_auroc:.4f}  (id-acc {r.id_acc:.4f})"
+        f"  {i:>3}. {r.model:<40} {r.kappa:<{width}} {r.mean_ood_auroc:.4f}  (id-acc {r.id_acc:.4f})"
         for i, r in enumerate(leaders.itertuples(), start=1)
     ]
     families = leaders["model"].map(family).value_counts()
-    out.append("  families: " + ", ".join(f"{name} {count}" for name, count in families.items()))
+    out.append("  families: " + (", ".join(f"{name} {count}" for name, count in families.items()) or "none"))
+    return out
 
+
+def focus_lines(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFAULT_BASELINE) -> list[str]:
+    """The report's section on the focus group's best entry: its rank, the share of models it beats."""
     rank = focus_rank(table, focus, baseline)
-    out += ["", f"Best model matching {focus!r}:"]
+    out = [f"Best model matching {focus!r}:"]
     if rank is None:
-        out.append("  none")
-    else:
-        out += [
-            f"  {rank.model} / {rank.kappa}: mean ood-auroc {rank.mean_ood_auroc:.4f}",
-            f"  rank {rank.rank} of {rank.num_models} models (each by its best kappa): "
-            f"beats {rank.beats_models:.1%} of the other models",
-            f"  beats {rank.beats_baseline:.1%} of the other {rank.num_baseline} models' {baseline} entries",
-        ]
+        return [*out, "  none"]
+    others = rank.num_models - 1
+    out += [
+        f"  {rank.model} / {rank.kappa}: mean ood-auroc {rank.mean_ood_auroc:.4f}",
+        f"  rank {rank.rank} of {plural(rank.num_models, 'model')} (each by its best kappa): "
+        + (f"beats {rank.beats_models:.1%} of the other models" if others else "no other model to compare"),
+        f"  beats {rank.beats_baseline:.1%} of the other {plural(rank.num_baseline, 'model')}' {baseline} entries"
+        if rank.num_baseline
+        else f"  no other model has a {baseline} entry to compare",
+    ]
+    return out
 
-    out += ["", *distillation_lines(table, baseline)]
 
+def correlation_lines(table: pd.DataFrame) -> list[str]:
+    """The report's correlations of id-acc with mean ood-auroc, in words where there are too few entries."""
     corr = correlations(table)
     width = max(map(len, corr["kappa"]))
-    out += ["", "ID accuracy vs. mean ood-auroc:"]
-    out += [
-        f"  {r.kappa:<{width}}  n={r.n:<5} Pearson r={r.pearson:+.3f}  Spearman rho={r.spearman:+.3f}"
-        for r in corr.itertuples()
-    ]
+    out = ["ID accuracy vs. mean ood-auroc:"]
+    for r in corr.itertuples():
+        what = ("entry", "entries") if r.kappa == "all entries" else ("model", "models")
+        if r.n < MIN_CORRELATED:
+            text = f"not enough {what[1]} to correlate ({plural(r.n, *what)})"
+        elif pd.isna(r.pearson) or pd.isna(r.spearman):
+            text = f"no correlation: id-acc or mean ood-auroc is the same for all {plural(r.n, *what)}"
+        else:
+            text = f"n={r.n:<5} Pearson r={r.pearson:+.3f}  Spearman rho={r.spearman:+.3f}"
+        out.append(f"  {r.kappa:<{width}}  {text}")
+    return out
 
+
+def win_rate_lines(table: pd.DataFrame) -> list[str]:
+    """The report's kappa-vs-kappa win rates, one row per kappa; a line in words when there is one kappa or none."""
     rates, counts = win_rates(table)
+    if len(rates) < 2:
+        return [f"Kappa win rates: not shown; {plural(len(rates), 'kappa')} with valid entries, nothing to compare."]
     names = {kappa: f"[{i}]" for i, kappa in enumerate(rates.index, start=1)}
     width = max(map(len, rates.index)) + 5
-    out += ["", "Kappa win rates (row beats column, over models with both; n in brackets):"]
+    out = ["Kappa win rates (row beats column, over models with both; n in brackets):"]
     out.append("  " + " " * width + "".join(f"{names[k]:>11}" for k in rates.columns))
     for a in rates.index:
         cells = [
@@ -204,7 +257,7 @@ def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFA
             for b in rates.columns
         ]
         out.append(f"  {names[a] + ' ' + a:<{width}}" + "".join(cells))
-    return "\n".join(out)
+    return out
 
 
 def distillation_lines(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> list[str]:
@@ -218,7 +271,7 @@ def distillation_lines(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> li
     won = pairs["gain"] > 0
     out = [
         f"Knowledge distillation (distilled models vs. the same architecture without it, {kappa} mean ood-auroc):",
-        f"  distilled better in {won.sum()} of {len(pairs)} pairs, mean gain {pairs['gain'].mean():+.4f} "
+        f"  distilled better in {won.sum()} of {plural(len(pairs), 'pair')}, mean gain {pairs['gain'].mean():+.4f} "
         f"(median {pairs['gain'].median():+.4f})",
     ]
     for name, group in pairs.groupby("family", sort=True):

@@ -33,7 +33,7 @@ from leaderboard.errors import LeaderboardError
 from leaderboard.report import win_rates
 from leaderboard.schema import VERIFIED, canonical_params
 from leaderboard.table import table_levels
-from leaderboard.views import family
+from leaderboard.views import code_sha256, family, kappa_names
 
 PAPER_URL = "https://arxiv.org/abs/2302.11893"
 STATIC = ("site.js", "site.css")
@@ -82,6 +82,19 @@ def short_kappa(name: str, params: dict) -> str:
     return " ".join([name] + [f"{SYMBOLS.get(k, k)}={v}" for k, v in zip(flat, values)])
 
 
+def short_kappas(table: pd.DataFrame) -> dict[str, str]:
+    """The kappas whose label on the site differs from the table's, by label: a submission file's kappa by its name
+    (:func:`leaderboard.views.kappa_names`; its label, the hash with it, goes to a ``title``), others in narrow form
+    (:func:`short_kappa`)."""
+    named = kappa_names(table)
+    labels = table.drop_duplicates("kappa")
+    return {
+        k: s
+        for k, n, p in zip(labels["kappa"], labels["kappa_name"], labels["kappa_params"])
+        if (s := named[k] if named[k] != k else short_kappa(n, json.loads(p))) != k
+    }
+
+
 def status(verification: str, provenance: str) -> str:
     """What the site calls an entry's source of trust: ``verified``, ``paper`` (published numbers) or
     ``self-reported``."""
@@ -121,12 +134,7 @@ def build_site(
     }
     rates, counts = win_rates(table) if len(table) else (pd.DataFrame(), pd.DataFrame())
     kappas = sorted(table["kappa"].unique().tolist())
-    labels = table.drop_duplicates("kappa")
-    short = {
-        k: s
-        for k, n, p in zip(labels["kappa"], labels["kappa_name"], labels["kappa_params"])
-        if (s := short_kappa(n, json.loads(p))) != k
-    }  # only the kappas whose narrow form differs
+    short = short_kappas(table)
     data = {
         "levels": len(levels),
         "kappas": kappas,
@@ -146,7 +154,11 @@ def build_site(
         definition=first["ood_auroc_definition"] if first is not None else "",
         kappas=[(k, short.get(k, k)) for k in kappas],
         cols=data["cols"],
-        means=[(m.name, m.label, f"mean {m.label} over the levels") for m in mean_metrics() if m.name in data["cols"]],
+        means=[
+            (m.name, f"mean {m.label}", f"{m.label}, mean over the levels")
+            for m in mean_metrics()
+            if m.name in data["cols"]
+        ],
         statuses=sorted({e["ver"] for m in models for e in m["e"]}),
         rate_kappas=[(k, short.get(k, k)) for k in rates.columns],
         rates=_win_rate_rows(rates, counts, short),
@@ -159,10 +171,17 @@ def build_site(
     details = table.set_index("record_file")
     for model in models:
         page = out / "models" / model["p"]
-        entries = [_entry_page(e, details.loc[e["rec"]], records.get(e["rec"]), board, out) for e in model["e"]]
+        entries = [
+            {
+                **_entry_page(e, details.loc[e["rec"]], records.get(e["rec"]), board, out),
+                "name": short.get(e["k"], e["k"]),
+            }
+            for e in model["e"]
+        ]
         shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
         metrics = [(key, label) for key, label in shown if any(e[key] is not None for e in entries)]
-        plot = {"levels": len(levels), "curves": [{"label": e["k"], "values": e["l"]} for e in model["e"]]}
+        curves = [{"label": e["name"], "title": e["k"], "values": e["l"]} for e in entries]
+        plot = {"levels": len(levels), "curves": curves}
         write_atomic(
             page,
             template.render(
@@ -283,6 +302,7 @@ def _entry_page(entry: dict, row: pd.Series, record: dict | None, board, out: Pa
     return {
         **entry,
         "entry": row["entry_id"],
+        "code": code_sha256(json.loads(row["kappa_params"])),
         "source": row["model_source"],
         "weights": row["weights_sha256"],
         "bundle": None if pd.isna(row.get("bundle_sha256")) else row["bundle_sha256"],  # absent: a table from before

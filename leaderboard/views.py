@@ -1,7 +1,9 @@
-"""Selecting, ranking and printing table rows (the ``show`` command)."""
+"""Selecting, ranking and printing table rows (the ``show`` command), and the names people read: a benchmark
+revision, a kappa, a count."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 
@@ -15,6 +17,41 @@ from leaderboard.table import LEVEL_PREFIX, table_levels
 def _averaged() -> dict:
     """The level metrics the table holds by their mean (the metric registry's), by name."""
     return {m.name: m for m in registered("level") if m.aggregate == "mean"}
+
+
+def plural(count: int, word: str, words: str = "") -> str:
+    """``1 model``, ``2 models``; ``words``: an irregular plural (``entry``, ``entries``)."""
+    return f"{count} {word if count == 1 else words or word + 's'}"
+
+
+def benchmark_phrase(bench: dict) -> str:
+    """A benchmark revision in words: ``glyphs 1.0.0 (manifest abababababab)``, or ``(no manifest: published
+    numbers)`` for a table of reported results."""
+    manifest = bench.get("manifest_sha256")
+    revision = f"manifest {manifest[:12]}" if isinstance(manifest, str) else "no manifest: published numbers"
+    return f"{bench['id']} {bench['version']} ({revision})"
+
+
+def heading(bench: dict, table: str, count: int) -> str:
+    """``show``'s first line: the benchmark revision, the table's version, the number of entries shown."""
+    return f"{benchmark_phrase(bench)}, table {table}: {plural(count, 'entry', 'entries')}"
+
+
+def code_sha256(params: dict) -> str | None:
+    """A submission file's kappa's code hash (the 64 hex digits of its ``code_sha256`` parameter); None for others."""
+    value = params.get("code_sha256")
+    return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) else None
+
+
+def kappa_names(table: pd.DataFrame) -> dict[str, str]:
+    """Each kappa label of ``table`` -> the name people read: a submission file's kappa by its name (its label holds
+    the code hash), followed by the hash's first 8 digits where another kappa goes by that name; others by their
+    label."""
+    kappas = table.drop_duplicates("kappa")
+    codes = {k: code_sha256(json.loads(p)) for k, p in zip(kappas["kappa"], kappas["kappa_params"])}
+    short = {k: n if codes[k] else k for k, n in zip(kappas["kappa"], kappas["kappa_name"])}
+    taken = pd.Series(list(short.values()), dtype="object").value_counts()
+    return {k: f"{name} #{codes[k][:8]}" if codes[k] and taken[name] > 1 else name for k, name in short.items()}
 
 
 def sort_column(table: pd.DataFrame, key: str) -> str:
@@ -57,8 +94,10 @@ def select(
 
 
 def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None) -> str:
-    """A plain-text table: rank, model, kappa, id-acc, mean ood-auroc, the sorted level, flags."""
+    """A plain-text table: rank, model, kappa (a submission file's by its name: :func:`kappa_names`), id-acc, mean
+    ood-auroc, the sorted level, flags."""
     shown = rows.head(limit) if limit else rows
+    shown = shown.assign(kappa=shown["kappa"].map(kappa_names(rows)))
     columns = ["rank", "model", "kappa", "id_acc", "mean_ood_auroc"]
     sorted_by = sort_column(rows, sort)
     if sorted_by not in columns:

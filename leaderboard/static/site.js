@@ -95,9 +95,9 @@
       var points = c.values.map(function (v, level) { return v === null ? null : x(level).toFixed(1) + "," + y(v).toFixed(1); })
         .filter(Boolean).join(" ");
       var line = svg("polyline", { "class": "curve", points: points, stroke: color });
-      line.appendChild(svg("title", {}, c.label));
+      line.appendChild(svg("title", {}, c.title || c.label));
       root.appendChild(line);
-      var item = html("li");
+      var item = html("li", { title: c.title || c.label });
       item.appendChild(html("span", { "class": "swatch", style: "background:" + color }));
       item.appendChild(c.href ? html("a", { href: c.href }, c.label) : html("span", {}, c.label));
       item.addEventListener("mouseenter", function () { line.classList.add("hot"); });
@@ -265,10 +265,9 @@
       out.push(td("rank", String(i + 1), i + 1));
       out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + esc(m.m) + "</a>" +
         (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
-      out.push(td("text fam", esc(m.f), m.f, m.f), td("text kap", esc(data.short[e.k] || e.k), e.k, e.k));
+      out.push(td("text kap", esc(data.short[e.k] || e.k), e.k, e.k), td("mean", fmt(e.mean), e.mean));
       out.push(td("acc", fmt(e.acc), e.acc));
       if (cols.idauroc) { out.push(td("idauroc", fmt(e.idauroc), e.idauroc)); }
-      out.push(td("mean", fmt(e.mean), e.mean));
       var strip = e.l.map(function (v, level) {
         if (v === null) { return '<span data-v="" title="level ' + level + ': -"></span>'; }
         var c = heat(v);
@@ -278,6 +277,7 @@
       out.push(td("strip-cell", '<div class="strip">' + strip.join("") + "</div>"));
       data.metrics.forEach(function (k) { if (cols[k]) { out.push(td("metric", fmt(e[k]), e[k])); } });
       if (cols.n) { out.push(td("params", params(m.n), m.n, m.n === null ? "unknown" : m.n.toLocaleString("en"))); }
+      out.push(td("text fam", esc(m.f), m.f, m.f));
       out.push(td("text prov", esc(e.prov) + (e.ver === "verified" ? " \u2713" : ""), e.prov,
         e.ver === "paper" ? "paper: the published numbers" : e.prov + ", " + e.ver));
       out.push(td("text flag", e.flag ? "\u2691" : "", e.flag, e.flag), "</tr>");
@@ -315,12 +315,14 @@
       if (/^l\d+$/.test(state.sort) && strip) { strip.setAttribute("aria-sort", state.dir === "asc" ? "ascending" : "descending"); }
       else if (strip) { strip.removeAttribute("aria-sort"); }
     }
+    /* A row's name in the charts: the model and its kappa as the table shows it (a submission file's by its name). */
+    function label(r) { return r.model.m + " / " + (data.short[r.e.k] || r.e.k); }
     function charts(view) {
       var ticked = view.filter(function (r) { return state.sel.indexOf(r.model.m) >= 0; });
       var shown = state.sel.length ? ticked : view.slice(0, 10);
       $("plot-what").textContent = state.sel.length ? ticked.length + " ticked" : "top " + shown.length + " of the view";
       drawCurves($("curves"), $("legend"), shown.map(function (r) {
-        return { label: r.model.m + " / " + r.e.k, values: r.e.l, href: "models/" + r.model.p };
+        return { label: label(r), title: r.model.m + " / " + r.e.k, values: r.e.l, href: "models/" + r.model.p };
       }), data.levels);
       var colors = {};
       shown.forEach(function (r, i) { colors[r.model.m] = PALETTE[i % PALETTE.length]; });
@@ -328,7 +330,7 @@
       var flagged = plotted.filter(function (r) { return r.e.flag; }).length;
       if (state.sf !== "1") { plotted = plotted.filter(function (r) { return !r.e.flag; }); }
       var points = plotted.map(function (r) {
-        return { x: r.e.acc, y: r.e.mean, label: r.model.m + " / " + r.e.k, color: colors[r.model.m], href: "models/" + r.model.p };
+        return { x: r.e.acc, y: r.e.mean, label: label(r), color: colors[r.model.m], href: "models/" + r.model.p };
       });
       drawScatter($("scatter"), points);
       var r = pearson(points);

@@ -100,3 +100,33 @@ def small_board(tmp_path: Path) -> Path:
         ],
     )
     return board
+
+
+SUBMISSION = {"source": "submission", "code_sha256": "c0de" * 16}  # a submission file's kappa's params
+# enough kappas that the win-rate table is wider than a 1280 px screen
+WIDE_KAPPAS = (
+    "softmax", "entropy", "max_logit", "energy", "mc_dropout", "mahalanobis", "knn", "vim", "react", "dice", "ash",
+    "gradnorm", "kl_matching", "openmax", "gram", "doctor", "mls_scaled", "relation", "she", "klm", "rmd", "odin",
+)  # fmt: skip
+
+
+def wide_board(tmp_path: Path) -> Path:
+    """A leaderboard of three models in every kappa of :data:`WIDE_KAPPAS` (odin with parameters) and in a submission
+    file's kappa ``energy_sub``, each model's best entry."""
+    records = []
+    for m, model in enumerate(["convnext_tiny", "resnet50", "vit_small_patch16_224"]):
+        weights = f"{m + 7}" * 64
+        for i, kappa in enumerate(WIDE_KAPPAS):
+            params = {"temperature": 1000, "epsilon": 0.0014} if kappa == "odin" else None
+            aurocs = [round(0.9 - 0.005 * i - 0.02 * level - 0.01 * m, 4) for level in range(NUM_LEVELS)]
+            records.append(
+                record(model=model, weights=weights, kappa=kappa, params=params, aurocs=aurocs, acc=0.7 + 0.05 * m)
+            )
+        aurocs = [round(0.92 - 0.02 * level - 0.01 * m, 4) for level in range(NUM_LEVELS)]
+        records.append(
+            record(
+                model=model, weights=weights, kappa="energy_sub", params=SUBMISSION, aurocs=aurocs, acc=0.7 + 0.05 * m
+            )
+        )
+    add_records(tmp_path / "wide", records, create=True)
+    return tmp_path / "wide"

@@ -32,14 +32,21 @@ def test_workflow(tmp_path):
     second = _write(tmp_path / "b.json", record(kappa="entropy", aurocs=[0.9] * 11))
     assert _run("add", first, second, "-d", board).startswith(f"added 2 entries to {board}: ")
     out = _run("show", "-d", board, "--sort", "10", "--kappa", "entropy")
-    assert out.splitlines()[0] == "table current (unreleased): 1 entries"
+    assert out.splitlines()[0] == f"glyphs 1.0.0 (manifest {'ab' * 6}), table current (unreleased): 1 entry"
     assert out.splitlines()[3].split() == ["1", "glyph_cnn", "entropy", "0.8100", "0.9000", "0.9000"]
     assert _run("release", "-d", board, "--note", "first") == "released v1: 2 entries, 2 new\n"
     third = _write(tmp_path / "c.json", record(model="other", weights="55" * 32))
     _run("add", third, "-d", board)
-    assert _run("show", "-d", board, "-v", "1").splitlines()[0] == "table v1: 2 entries"
-    assert _run("show", "-d", board, "--model", "OTH").splitlines()[0] == "table current (unreleased): 1 entries"
-    assert "Top 2 of 2 models" in _run("report", "-d", board)
+    assert (
+        _run("show", "-d", board, "-v", "1").splitlines()[0]
+        == f"glyphs 1.0.0 (manifest {'ab' * 6}), table v1: 2 entries"
+    )
+    assert _run("show", "-d", board, "--model", "OTH").splitlines()[0].endswith("table current (unreleased): 1 entry")
+    report = _run("report", "-d", board)
+    assert report.startswith(
+        f"Leaderboard of glyphs 1.0.0 (manifest {'ab' * 6}), 11 severity levels: 3 entries, 2 models"
+    )
+    assert "Top 2 of 2 models" in report
     assert _run("site", tmp_path / "site", "-d", board, "-v", "1").startswith("wrote 3 pages")  # index, model, records
     assert (tmp_path / "site" / "index.html").read_text().count('{"k":"') == 2  # v1's two entries, one model
     assert len(list((tmp_path / "site" / "records").glob("*.json"))) == 2

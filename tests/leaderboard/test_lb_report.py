@@ -2,6 +2,8 @@
 
 import pytest
 
+from lb_boards import SUBMISSION
+from lb_records import record
 from leaderboard.errors import LeaderboardError
 from leaderboard.report import (
     best_per_kappa,
@@ -14,7 +16,7 @@ from leaderboard.report import (
     report,
     win_rates,
 )
-from leaderboard.store import current_table
+from leaderboard.store import add_records, current_table
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +93,8 @@ def test_kappa_win_rates(table):
 def test_report_text(table):
     text = report(table)
     assert text.startswith(
-        "Leaderboard of imagenet-cood-paper2023 iclr2023, 11 severity levels: 1848 entries, 706 models, 5 kappas."
+        "Leaderboard of imagenet-cood-paper2023 iclr2023 (no manifest: published numbers), 11 severity levels: "
+        "1848 entries, 706 models, 5 kappas."
     )
     assert "Flagged and left out below (6 entries, 3 models):" in text
     assert "    1. vit_large_patch16_384_original           max_logit    0.9458  (id-acc 0.8516)" in text
@@ -102,3 +105,49 @@ def test_report_text(table):
     assert "  xcit: 14 of 14, mean gain +0.0177" in text and "not better" not in text
     assert "  softmax" in text and "Pearson r=+0.722" in text
     assert "  [1] entropy" in text and "72% (536)" in text
+
+
+def test_a_board_of_one_model_in_words(tmp_path):
+    add_records(tmp_path / "b", [record(kappa="energy_sub", params=SUBMISSION)], create=True)
+    text = report(current_table(tmp_path / "b"), focus="glyph")
+    lines = text.splitlines()
+    assert lines[0] == (
+        "Leaderboard of glyphs 1.0.0 (manifest abababababab), 11 severity levels: 1 entry, 1 model, 1 kappa."
+    )
+    assert "  energy_sub (1 model): glyph_cnn 0.8500" in lines and "Top 1 of 1 model, each by its best kappa:" in lines
+    assert "  rank 1 of 1 model (each by its best kappa): no other model to compare" in lines
+    assert "  no other model has a softmax entry to compare" in lines
+    assert lines[lines.index("ID accuracy vs. mean ood-auroc:") + 1 :][:2] == [
+        "  all entries  not enough entries to correlate (1 entry)",
+        "  energy_sub   not enough models to correlate (1 model)",
+    ]
+    assert "Kappa win rates: not shown; 1 kappa with valid entries, nothing to compare." in lines
+    assert "nan" not in text.lower() and "(1 models)" not in text
+    code = SUBMISSION["code_sha256"]
+    assert code not in "\n".join(lines[:-1])  # the kappa goes by its name; its hash is in the last section only
+    assert lines[-2:] == ["Submission files' kappas, by the sha256 of their code:", f"  energy_sub: {code}"]
+
+
+def test_correlations_that_cannot_be_computed_are_said_in_words(tmp_path):
+    records = [record(model=f"m{i}", weights=f"{i + 1}" * 64, aurocs=[0.9 - 0.01 * i] * 11) for i in range(3)]
+    records.append(record(model="m0", weights="1" * 64, kappa="entropy", acc=0.6))
+    add_records(tmp_path / "b", records, create=True)
+    table = current_table(tmp_path / "b")
+    corr = correlations(table).set_index("kappa")
+    assert corr["n"].to_dict() == {"all entries": 4, "entropy": 1, "softmax": 3}
+    assert corr["pearson"].isna().to_dict() == {"all entries": False, "entropy": True, "softmax": True}
+    lines = report(table).splitlines()
+    assert "  entropy      not enough models to correlate (1 model)" in lines
+    assert "  softmax      no correlation: id-acc or mean ood-auroc is the same for all 3 models" in lines
+
+
+def test_two_submission_kappas_of_one_name_keep_apart(tmp_path):
+    other = {**SUBMISSION, "code_sha256": "beef" * 16}
+    add_records(
+        tmp_path / "b",
+        [record(kappa="energy_sub", params=SUBMISSION), record(kappa="energy_sub", params=other, aurocs=[0.9] * 11)],
+        create=True,
+    )
+    text = report(current_table(tmp_path / "b"))
+    assert "    1. glyph_cnn                                energy_sub #beefbeef 0.9000  (id-acc 0.8100)" in text
+    assert "  [2] energy_sub #c0dec0de      0% (1)          -" in text and "(code_sha256" not in text

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lb_boards import NUM_LEVELS, small_board
+from lb_boards import NUM_LEVELS, SUBMISSION, small_board, wide_board
 from lb_records import record
 from leaderboard.report import win_rates
 from leaderboard.site import build_site, page_name, short_kappa
@@ -235,3 +235,24 @@ def test_an_empty_leaderboard(tmp_path):
         embedded(out / "index.html")["models"] == []
         and len(pd.read_parquet(out / "downloads" / "leaderboard.parquet")) == 0
     )
+
+
+def test_a_submission_kappa_goes_by_its_name(tmp_path):
+    board = wide_board(tmp_path)
+    out = tmp_path / "site"
+    build_site(current_table(board), out, "current", board=board)
+    code = SUBMISSION["code_sha256"]
+    label = f"energy_sub(code_sha256={code},source=submission)"
+    data = embedded(out / "index.html")
+    assert data["short"] == {label: "energy_sub", "odin(epsilon=0.0014,temperature=1000)": "odin \u03b5=0.0014 T=1000"}
+    html = (out / "index.html").read_text()
+    assert f'<option value="{label}" title="{label}">energy_sub</option>' in html
+    assert f'<th title="{label}">energy_sub</th>' in html and code not in page_text(out / "index.html")
+    page = out / "models" / page_name("resnet50")
+    assert embedded(page, "model-data")["curves"][0] == {
+        "label": "energy_sub",
+        "title": label,
+        "values": pytest.approx([0.91 - 0.02 * level for level in range(NUM_LEVELS)]),
+    }
+    assert page_text(page).count(code) == 1  # in the entry's details: "a submission file's kappa (code sha256 ...)"
+    assert f"a submission file's kappa (code sha256 {code})" in page_text(page)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lb_boards import small_board
+from lb_boards import SUBMISSION, small_board, wide_board
 from lb_records import record
 from leaderboard.site import build_site, page_name
 from leaderboard.store import add_records, current_table
@@ -474,10 +474,96 @@ def test_a_metric_column_from_the_registry_sorts_best_first(browser, tmp_path):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto((tmp_path / "site" / "index.html").as_uri())
     header = page.locator("#leaderboard th[data-sort=fpr_at_99_tpr]")
-    assert header.inner_text() == "fpr@99"
+    assert header.inner_text() == "mean fpr@99"  # a mean over the levels says so
     header.click()
     assert shown(page, "model") == ["b_model", "c_model", "a_model"]
     assert header.get_attribute("aria-sort") == "ascending"
     header.click()
     assert shown(page, "model") == ["a_model", "c_model", "b_model"]
     page.close()
+
+
+@pytest.fixture(scope="module")
+def wide_site(tmp_path_factory):
+    """The site of :func:`lb_boards.wide_board`: 23 kappas, one of them a submission file's."""
+    folder = tmp_path_factory.mktemp("wide")
+    board = wide_board(folder)
+    build_site(current_table(board), folder / "site", "current", board=board)
+    return folder / "site"
+
+
+def test_a_submission_kappa_goes_by_its_name_its_hash_on_hover(browser, wide_site):
+    label, code = (
+        "energy_sub(code_sha256=" + SUBMISSION["code_sha256"] + ",source=submission)",
+        SUBMISSION["code_sha256"],
+    )
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto((wide_site / "index.html").as_uri())
+    settle(page)
+    assert code not in page.locator("body").inner_text()  # nowhere in a label
+    kappa = page.locator(f"{ROWS} td.kap").first  # each model's best entry is its energy_sub
+    assert (kappa.inner_text(), kappa.get_attribute("title")) == ("energy_sub", label)
+    assert page.locator("#legend li").first.inner_text() == "convnext_tiny / energy_sub"
+    assert page.locator("#legend li").first.get_attribute("title") == f"convnext_tiny / {label}"
+    assert page.locator("#curves polyline title").first.text_content() == f"convnext_tiny / {label}"
+    for option in [
+        f'#kappa option[value="{label}"]',
+        f'#kappas label[title="{label}"]',
+        f'#win-rates th[title="{label}"]',
+    ]:
+        assert page.locator(option).first.inner_text().strip() == "energy_sub", option
+    page.goto((wide_site / "models" / page_name("resnet50")).as_uri())
+    heading = page.locator("section.entry h2").first
+    assert (heading.inner_text(), heading.get_attribute("title")) == ("energy_sub", label)
+    assert page.locator("#legend li").first.inner_text() == "energy_sub"
+    assert page.locator("#entries tbody td").first.inner_text() == "energy_sub"
+    assert page.locator("section.entry .code-sha256").first.inner_text() == code  # the entry's details name the hash
+    page.close()
+
+
+def test_scatter_points_name_the_model_and_kappa(browser, wide_site):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto((wide_site / "index.html").as_uri())
+    settle(page)
+    titles = page.eval_on_selector_all("#scatter circle.dot title", "ts => ts.map(t => t.textContent)")
+    rows = zip(shown(page, "model"), shown(page, "mean"), shown(page, "acc"))
+    expected = [f"{m} / energy_sub: id-acc {float(acc):.4f}, mean ood-auroc {float(mean):.4f}" for m, mean, acc in rows]
+    assert sorted(titles) == sorted(expected) and len(titles) == 3
+    dot = page.locator("#scatter circle.dot").first
+    dot.hover(force=True)
+    tip = page.locator("#tip").inner_text().splitlines()
+    assert tip[0] in {t.split(":")[0] for t in titles} and tip[1].startswith("id-acc ")
+    page.close()
+
+
+def test_wide_tables_scroll_in_their_panel_with_the_first_column_pinned(browser, wide_site):
+    for width, height in [(1280, 900), (390, 844)]:
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.goto((wide_site / "index.html").as_uri())
+        settle(page)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width  # the page itself never scrolls sideways
+        wrap = page.locator("#win-rates").locator("xpath=..")
+        assert wrap.evaluate("w => getComputedStyle(w).overflowX") == "auto"
+        assert wrap.evaluate("w => w.scrollWidth > w.clientWidth + 200")  # 23 kappas: wider than the screen
+        row = page.locator("#win-rates tbody tr").nth(2)
+        first, other = row.locator("th"), row.locator("td").nth(3)
+        before = (first.bounding_box()["x"], other.bounding_box()["x"])
+        wrap.evaluate("w => { w.scrollLeft = 300; }")
+        after = (first.bounding_box()["x"], other.bounding_box()["x"])
+        assert after[0] == before[0] and after[1] == pytest.approx(before[1] - 300, abs=1)
+        assert first.inner_text() == "doctor" and after[0] + first.bounding_box()["width"] <= width
+        board = page.locator("#table-wrap").bounding_box()
+        for cls in ["model", "kap", "mean"]:  # the key columns in view, the board unscrolled
+            box = page.locator(f"{ROWS} td.{cls}").first.bounding_box()
+            assert board["x"] <= box["x"] and box["x"] + box["width"] <= board["x"] + board["width"], (width, cls)
+        for key, header in [("fpr_at_95_tpr", "mean fpr@95"), ("fpr_at_99_tpr", "mean fpr@99")]:
+            assert page.locator(f"#leaderboard th[data-sort={key}]").inner_text() == header  # a mean says so
+        page.close()
+    phone = browser.new_page(viewport={"width": 390, "height": 844})  # a model page's per-level table too
+    phone.goto((wide_site / "models" / page_name("resnet50")).as_uri())
+    levels = phone.locator("table.levels").first
+    wrap, cell = levels.locator("xpath=.."), levels.locator("tbody tr td").first
+    x = cell.bounding_box()["x"]
+    wrap.evaluate("w => { w.scrollLeft = 200; }")
+    assert wrap.evaluate("w => w.scrollLeft") == 200 and cell.bounding_box()["x"] == x
+    phone.close()

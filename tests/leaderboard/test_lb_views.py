@@ -1,9 +1,10 @@
 import pytest
 
-from lb_records import record
+from lb_boards import SUBMISSION
+from lb_records import GLYPHS, record
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records, current_table
-from leaderboard.views import format_rows, select, sort_column
+from leaderboard.views import benchmark_phrase, format_rows, heading, kappa_names, plural, select, sort_column
 
 
 @pytest.fixture
@@ -64,3 +65,35 @@ def test_format_rows(table):
     assert lines[3].split()[:6] == ["2", "gamma", "entropy", "0.0100", "0.8300", "0.8500"]
     assert "id-acc near chance" in lines[3]
     assert lines[4] == "... 1 more (use --limit 0 for all)"
+
+
+def test_counts_and_the_benchmark_in_words():
+    assert [plural(n, "model") for n in (0, 1, 2)] == ["0 models", "1 model", "2 models"]
+    assert plural(1, "entry", "entries") == "1 entry" and plural(3, "entry", "entries") == "3 entries"
+    assert benchmark_phrase(GLYPHS) == "glyphs 1.0.0 (manifest abababababab)"
+    paper = {"id": "imagenet-cood-paper2023", "version": "iclr2023", "manifest_sha256": None}
+    assert benchmark_phrase(paper) == "imagenet-cood-paper2023 iclr2023 (no manifest: published numbers)"
+    assert heading(GLYPHS, "v2", 1) == "glyphs 1.0.0 (manifest abababababab), table v2: 1 entry"
+
+
+def test_a_submission_kappa_goes_by_its_name(tmp_path):
+    other = {**SUBMISSION, "code_sha256": "beef" * 16}
+    records = [
+        record(kappa="energy_sub", params=SUBMISSION),
+        record(model="b", weights="02" * 32, kappa="odin", params={"temperature": 2}),
+        record(model="c", weights="03" * 32, kappa="own", params=SUBMISSION),
+        record(model="c", weights="03" * 32, kappa="own", params=other, aurocs=[0.5] * 11),
+        record(model="d", weights="04" * 32, kappa="hashy", params={"code_sha256": "not hex"}),
+    ]
+    add_records(tmp_path / "b", records, create=True)
+    table = current_table(tmp_path / "b")
+    assert kappa_names(table) == {
+        f"energy_sub(code_sha256={'c0de' * 16},source=submission)": "energy_sub",
+        "odin(temperature=2)": "odin(temperature=2)",
+        f"own(code_sha256={'c0de' * 16},source=submission)": "own #c0dec0de",  # two kappas named "own"
+        f"own(code_sha256={'beef' * 16},source=submission)": "own #beefbeef",
+        "hashy(code_sha256=not hex)": "hashy(code_sha256=not hex)",  # not a submission file's code hash
+    }
+    text = format_rows(select(table))
+    assert "  glyph_cnn  energy_sub  " in text and "c0dec0de" not in text.replace("own #c0dec0de", "")
+    assert "  c          own #c0dec0de  " in text and "  c          own #beefbeef  " in text
