@@ -3,7 +3,8 @@
 The submission contract, a Python file that defines:
 
 - ``build_model() -> torch.nn.Module`` (required): returns logits ``(batch, num_id_classes)`` in the
-  benchmark's ID class order, or a tuple ``(logits, features)``.
+  benchmark's ID class order (or, on a benchmark of a subset of ImageNet-1K's classes, its 1,000 logits, restricted
+  to the ID classes' columns: :class:`ClassSubset`), or a tuple ``(logits, features)``.
 - ``DATA_CONFIG`` (required unless ``transform`` is given): a timm data config, e.g.
   ``{"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}``;
   the harness builds timm's eval transform from it. ``input_size[0]`` is the channel count (1: greyscale, 3: RGB).

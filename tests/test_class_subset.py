@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,11 +17,11 @@ from PIL import Image
 
 from dataset_builder.imagenet import build_imagenet
 from harness.run import evaluate
-from harness.submission import load_file
+from harness.runtime.execution import Execution
+from harness.runtime.inference import LocalForward
+from harness.submission import ClassSubset, OutputWidthMismatch, fit_to_classes, load_file
 from image_fixtures import small_imagenet
 from leaderboard.schema import validate_record
-
-pytestmark = pytest.mark.slow  # real runs of the harness over a built benchmark
 
 WIDE = """import torch
 
@@ -34,6 +35,38 @@ def build_model():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(768, {width}))
 """
+
+
+SUBSET = ClassSubset("ImageNet-1K", 1000, (5, 900, 17))
+
+
+def test_a_model_of_the_source_width_is_restricted_to_the_subset_columns_and_its_head_rows():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 1000))
+    images = torch.randn(4, 3, 2, 2)
+    restricted = fit_to_classes(model, images[0], 3, SUBSET, "wide.py")
+    with torch.no_grad():
+        np.testing.assert_array_equal(restricted(images).numpy(), model(images)[:, [5, 900, 17]].numpy())
+    forward = LocalForward(restricted, Execution(torch.device("cpu"), "none", False, False), 3, SUBSET)
+    weight, bias = forward.head
+    np.testing.assert_array_equal(weight, model[1].weight.detach().double().numpy()[[5, 900, 17]])
+    np.testing.assert_array_equal(bias, model[1].bias.detach().double().numpy()[[5, 900, 17]])
+    out = forward(images, 0, [])
+    np.testing.assert_allclose(out.logits, out.features @ weight.T + bias, rtol=1e-5, atol=1e-5)
+    assert fit_to_classes(restricted, images[0], 3, SUBSET, "wide.py") is None  # already 3 outputs: as it is
+
+
+def test_another_width_is_refused_in_one_line_naming_the_subset():
+    narrow = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 999))
+    with pytest.raises(OutputWidthMismatch) as refused:
+        fit_to_classes(narrow, torch.zeros(3, 2, 2), 3, SUBSET, "narrow.py")
+    assert str(refused.value) == (
+        "narrow.py: the model gives logits of shape (1, 999) for one image; the benchmark has 3 ID classes; "
+        "they are 3 of ImageNet-1K's 1,000 classes: a model of 1,000 outputs is evaluated on their columns, "
+        "this one's outputs do not number 1,000"
+    )
+    with pytest.raises(OutputWidthMismatch, match=r"has 3 ID classes$"):  # no subset: today's line
+        fit_to_classes(narrow, torch.zeros(3, 2, 2), 3, None, "narrow.py")
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +124,7 @@ def check_subset_run(done, bench, full: np.ndarray) -> None:
         assert record["benchmark"]["num_id_classes"] == 12
 
 
+@pytest.mark.slow  # a real run of the harness over a built benchmark
 def test_a_timm_imagenet_classifier_is_restricted_to_the_id_classes(small_bench, tmp_path):
     import timm
     from safetensors.torch import save_file
@@ -118,6 +152,7 @@ def load_full_hash(weights) -> str:
     return load_target("timm:test_efficientnet", weights=str(weights)).weights_sha256
 
 
+@pytest.mark.slow  # a real run of the harness over a built benchmark
 def test_a_sandboxed_submission_of_1000_logits_is_restricted_to_the_id_classes(small_bench, tmp_path):
     (tmp_path / "wide").mkdir()
     path = tmp_path / "wide" / "wide.py"
@@ -146,6 +181,7 @@ def submit(*args) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a real run of the harness over a built benchmark
 def test_a_999_output_model_is_refused_in_one_line(small_bench, tmp_path):
     import timm
     from safetensors.torch import save_file
@@ -163,3 +199,17 @@ def test_a_999_output_model_is_refused_in_one_line(small_bench, tmp_path):
         assert "999" in line and "12 ID classes" in line and "ImageNet-1K's 1,000 classes" in line, done.stderr
         assert "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_subset_is_an_imagenet_benchmark_of_fewer_than_1000_id_classes_in_its_id_order():
+    from dataset_builder.benchmark import Benchmark
+    from harness.loading import class_subset
+
+    def bench(kind: str, indices: list[int]) -> Benchmark:
+        ids = pd.DataFrame({"index": indices, "id": [f"n{i:08d}" for i in indices]})
+        return Benchmark(Path("b"), {"source": {"kind": kind}}, "0" * 64, ids, pd.DataFrame())
+
+    assert class_subset(bench("imagenet", [7, 130, 999])) == ClassSubset("ImageNet-1K", 1000, (7, 130, 999))
+    assert class_subset(bench("imagenet", list(range(1000)))) is None
+    assert class_subset(bench("folder", [0, 1, 2])) is None
+    assert class_subset(None) is None
