@@ -140,6 +140,7 @@ def test_a_timm_imagenet_classifier_is_restricted_to_the_id_classes(small_bench,
     keys = done.scores["id_test"].keys
     check_subset_run(done, small_bench, own_logits(model, done.submission.transform, images, keys))
     assert {r["kappa"]["name"] for r in done.records} == {"max_logit", "ash", "odin"}  # head and in-model kappas ran
+    assert done.records[0]["timings"]["recheck_images"] > 0
     written = json.loads((tmp_path / "out" / "records" / "ash.json").read_text())
     assert written["model"]["class_subset"]["outputs_used"] == 12
     # the model's identity is its own: the same weights hash as the unrestricted model's
@@ -161,7 +162,9 @@ def test_a_sandboxed_submission_of_1000_logits_is_restricted_to_the_id_classes(s
         str(path), benchmark=small_bench, kappas=["max_logit", "ash", "column_3"], decoder="pil", cache=False,
         progress=False,
     )  # fmt: skip
-    assert done.records[0]["timings"]["isolation"]["mode"] == "sandbox"
+    timings = done.records[0]["timings"]
+    assert timings["isolation"]["mode"] == "sandbox" and timings["recheck_process"] == "a fresh sandbox"
+    assert timings["recheck_images"] > 0  # the re-check's fresh sandbox restricts the model alike, or it would differ
     mine = load_file(path)
     keys = done.scores["id_test"].keys
     full = own_logits(mine.model, mine.transform, id_images(small_bench), keys)
