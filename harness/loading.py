@@ -21,7 +21,9 @@ from harness.phases import plural
 from harness.runtime.execution import Execution
 from harness.runtime.inference import KappaSpec, LocalForward, gives_features
 from harness.runtime.isolation import ChildForward, load_isolated
-from harness.submission import Submission, in_memory
+from harness.submission import ClassSubset, Submission, in_memory
+
+IMAGENET_1K_CLASSES = 1000
 
 
 def model_kappa_options(kappas: list[str] | None, odin_preset: str | None, mc_passes: int | None) -> tuple[str, int]:
@@ -57,17 +59,31 @@ def _loading_line(target, trust_submission: bool) -> str:
     return f"loading {target} " + ("in this process (--trust-submission)" if trust_submission else "in its sandbox")
 
 
+def class_subset(bench: Benchmark | None) -> ClassSubset | None:
+    """The label space a benchmark's ID classes were drawn from, when they are a subset of it: an ImageNet benchmark
+    of fewer than 1,000 ID classes (``--id-classes``), whose ``classes/id.parquet`` keeps each one's ImageNet-1K
+    ``index``; else None."""
+    if bench is None or bench.manifest.get("source", {}).get("kind") != "imagenet":
+        return None
+    if len(bench.id_classes) >= IMAGENET_1K_CLASSES:
+        return None
+    return ClassSubset("ImageNet-1K", IMAGENET_1K_CLASSES, tuple(int(i) for i in bench.id_classes["index"]))
+
+
 def _load(
-    target, transform, config: EvalConfig, num_id: int, execution: Execution
+    target, transform, config: EvalConfig, num_id: int, execution: Execution, subset: ClassSubset | None
 ) -> tuple[Submission, LocalForward | ChildForward]:
     """The submission and its forward pass, checked by a trial forward pass: a submission file in a child process
-    (unless trusted); a zoo target (our code) or an in-memory model (the caller's own) in this one."""
+    (unless trusted); a zoo target (our code) or an in-memory model (the caller's own) in this one. A model of
+    ``subset.total`` outputs is restricted to the ID classes' columns."""
     if isinstance(target, torch.nn.Module):
         if config.weights is not None:
             raise HarnessError(misplaced_weights("a module", "weights="))
         if config.revision is not None:
             raise HarnessError(misplaced_revision("revision="))
-        submission = in_memory(target, transform, name=config.name, channels=config.channels, num_classes=num_id)
+        submission = in_memory(
+            target, transform, name=config.name, channels=config.channels, num_classes=num_id, subset=subset
+        )
     elif transform is not None:
         raise HarnessError("transform= applies to an in-memory model; a target brings its own preprocessing")
     elif is_zoo_target(target) or config.trust_submission:
@@ -76,18 +92,20 @@ def _load(
             weights=None if config.weights is None else str(config.weights),
             num_classes_expected=num_id,
             revision=config.revision,
+            subset=subset,
         )
     elif config.weights is not None:
         raise HarnessError(misplaced_weights(f"the file {target}"))
     elif config.revision is not None:
         raise HarnessError(misplaced_revision("revision="))
     else:
-        submission, forward = load_isolated(target, execution, num_id, config.limits)
+        submission, forward = load_isolated(target, execution, num_id, config.limits, subset)
     if config.name is not None:
         submission.name = config.name
     if submission.model is None:
         return submission, forward
-    return submission, LocalForward(execution.prepare(submission.model), execution, num_id)
+    used = subset if submission.class_subset is not None else None
+    return submission, LocalForward(execution.prepare(submission.model), execution, num_id, used)
 
 
 def load_submission(
@@ -97,13 +115,15 @@ def load_submission(
     loading = time.perf_counter()
     phases.say(_loading_line(model, config.trust_submission))
     try:
-        submission, forward = _load(model, transform, config, num_id, execution)
+        submission, forward = _load(model, transform, config, num_id, execution, class_subset(bench))
     except ClassCountMismatch as exc:
         raise exc.on(
             str(config.benchmark) if bench is None else bench.manifest.get("id", str(config.benchmark))
         ) from exc
+    subset = submission.class_subset
     phases.say(
         f"loaded {submission.name}: {plural(num_id, 'class')}"
+        + (f" (of its {subset['model_outputs']:,} {subset['source']} outputs)" if subset else "")
         + (f", {submission.num_parameters:,} parameters" if submission.num_parameters else "")
         + f" ({time.perf_counter() - loading:.1f} s)"
     )

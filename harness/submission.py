@@ -3,7 +3,8 @@
 The submission contract, a Python file that defines:
 
 - ``build_model() -> torch.nn.Module`` (required): returns logits ``(batch, num_id_classes)`` in the
-  benchmark's ID class order, or a tuple ``(logits, features)``.
+  benchmark's ID class order (or, on a benchmark of a subset of ImageNet-1K's classes, its 1,000 logits, restricted
+  to the ID classes' columns: :class:`ClassSubset`), or a tuple ``(logits, features)``.
 - ``DATA_CONFIG`` (required unless ``transform`` is given): a timm data config, e.g.
   ``{"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}``;
   the harness builds timm's eval transform from it. ``input_size[0]`` is the channel count (1: greyscale, 3: RGB).
@@ -56,12 +57,54 @@ class Submission:
     num_parameters: int | None = None
     bundle_sha256: str | None = None  # a submission file's code: :mod:`harness.bundle`
     hub_weights: dict | None = None  # pretrained weights fetched from the Hub: repo, revision (commit sha), file
+    class_subset: dict | None = None  # the model's outputs restricted to the ID classes: :meth:`ClassSubset.record`
 
     def __post_init__(self):
         check_name(self.name)
         if self.model is not None:
             self.weights_sha256 = weights_sha256(self.model)
             self.num_parameters = sum(p.numel() for p in self.model.parameters())
+
+
+@dataclass(frozen=True)
+class ClassSubset:
+    """A benchmark's ID classes as a subset of the label space they were drawn from: ``source`` (e.g.
+    ``ImageNet-1K``) of ``total`` classes, ``columns`` each ID class's index there, in the benchmark's ID class
+    order. A model of ``total`` outputs is evaluated on the columns of the ID classes."""
+
+    source: str
+    total: int
+    columns: tuple[int, ...]
+
+    def record(self) -> dict:
+        """What a result record says: the source, and how many of the model's outputs were used."""
+        return {"source": self.source, "outputs_used": len(self.columns), "model_outputs": self.total}
+
+    def head(self, head: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows of a ``total``-row head ``(weight, bias)`` that give the ID classes' logits."""
+        return None if head is None else (head[0][list(self.columns)], head[1][list(self.columns)])
+
+
+class SubsetLogits(torch.nn.Module):
+    """A model of ``subset.total`` outputs restricted to the columns of the ID classes (its features unchanged)."""
+
+    def __init__(self, model: torch.nn.Module, subset: ClassSubset):
+        super().__init__()
+        self.model = model
+        self.register_buffer("columns", torch.tensor(subset.columns, dtype=torch.int64), persistent=False)
+
+    def forward(self, x):
+        logits, features = split_output(self.model(x))
+        logits = logits[:, self.columns]
+        return logits if features is None else (logits, features)
+
+
+class OutputWidthMismatch(HarnessError):
+    """A trial pass gave logits of another width than the benchmark's ID classes."""
+
+    def __init__(self, message: str, width: int | None):
+        super().__init__(message)
+        self.width = width
 
 
 def weights_sha256(model: torch.nn.Module) -> str:
@@ -232,6 +275,7 @@ def in_memory(
     name: str | None = None,
     channels: int = 3,
     num_classes: int | None = None,
+    subset: ClassSubset | None = None,
 ) -> Submission:
     """A model held in memory as a submission. ``transform``: a callable ``PIL.Image -> Tensor`` (images are converted
     to ``channels`` planes first), a timm data config, or None for a timm model (its own data config)."""
@@ -266,13 +310,14 @@ def in_memory(
         file_sha256=None,
     )
     if num_classes is not None:
-        check_output(submission, num_classes)
+        check_output(submission, num_classes, subset)
     return submission
 
 
-def check_output(submission: Submission, num_classes: int) -> None:
+def check_output(submission: Submission, num_classes: int, subset: ClassSubset | None = None) -> None:
     """One trial pass (eval mode) on a blank image: the transform must give ``channels`` planes, the model
-    ``num_classes`` logits."""
+    ``num_classes`` logits, or ``subset.total`` of which it is then restricted to the ID classes' columns
+    (:func:`fit_to_classes`, said in ``class_subset``)."""
     mode = "L" if submission.channels == 1 else "RGB"
     try:
         image = submission.transform(Image.new(mode, (320, 240)))
@@ -282,7 +327,9 @@ def check_output(submission: Submission, num_classes: int) -> None:
         raise HarnessError(
             f"{submission.source}: the transform gives {image.shape[0]} channels, expected {submission.channels}"
         )
-    trial_forward(submission.model, image, num_classes, submission.source)
+    restricted = fit_to_classes(submission.model, image, num_classes, subset, submission.source)
+    if restricted is not None:
+        submission.model, submission.class_subset = restricted.eval(), subset.record()
 
 
 def trial_forward(model: torch.nn.Module, image: torch.Tensor, num_classes: int, source: str) -> None:
@@ -297,7 +344,35 @@ def trial_forward(model: torch.nn.Module, image: torch.Tensor, num_classes: int,
     except HarnessError as exc:
         raise HarnessError(f"{source}: {exc}") from exc
     if logits.ndim != 2 or logits.shape[1] != num_classes:
-        raise HarnessError(
+        raise OutputWidthMismatch(
             f"{source}: the model gives logits of shape {tuple(logits.shape)} for one image; "
-            f"the benchmark has {num_classes} ID classes"
+            f"the benchmark has {num_classes} ID classes",
+            logits.shape[1] if logits.ndim == 2 else None,
         )
+
+
+def fit_to_classes(
+    model: torch.nn.Module, image: torch.Tensor, num_classes: int, subset: ClassSubset | None, source: str
+) -> torch.nn.Module | None:
+    """A trial pass (:func:`trial_forward`): None when the model gives ``num_classes`` logits; a model of
+    ``subset.total`` outputs restricted to the ID classes' columns (:class:`SubsetLogits`); any other width refused in
+    one line (:func:`subset_note` when a subset was possible)."""
+    try:
+        trial_forward(model, image, num_classes, source)
+        return None
+    except OutputWidthMismatch as exc:
+        if subset is None or exc.width != subset.total:
+            raise OutputWidthMismatch(str(exc) + subset_note(subset, num_classes), exc.width) from None
+    restricted = SubsetLogits(model, subset)
+    trial_forward(restricted, image, num_classes, source)
+    return restricted
+
+
+def subset_note(subset: ClassSubset | None, num_classes: int) -> str:
+    """What a refusal adds when the ID classes are a subset: the width a model restricted to them must have."""
+    if subset is None:
+        return ""
+    return (
+        f"; they are {num_classes:,} of {subset.source}'s {subset.total:,} classes: a model of {subset.total:,} "
+        f"outputs is evaluated on their columns, this one's outputs do not number {subset.total:,}"
+    )

@@ -122,6 +122,15 @@ class HubWeights:
 
 
 @_shape
+class ClassSubset:
+    """A model evaluated on a subset of the classes it was trained on: its logits restricted to the ID classes'."""
+
+    source: str = spec(format="name")
+    outputs_used: int = spec(minimum=1)
+    model_outputs: int = spec(minimum=2)
+
+
+@_shape
 class Model:
     """What was evaluated. Its identity (:func:`leaderboard.schema.model_identity`) is the code the harness hashed
     itself: a submission file's bundle, or a zoo target with its weights file; the weights hash is informational."""
@@ -144,6 +153,12 @@ class Model:
         optional=True,
         doc="optional: for a zoo target given no weights file, the Hub model repo, commit and file its pretrained "
         "weights were fetched from (file_sha256 is that file's hash); absent otherwise and from records made before it",
+    )
+    class_subset: ClassSubset | None = spec(
+        optional=True,
+        doc="optional: for a model whose outputs number the label space the benchmark's ID classes were drawn from "
+        "(source, e.g. ImageNet-1K), evaluated on the columns of the ID classes only: outputs_used of its "
+        "model_outputs; absent otherwise and from records made before it",
     )
 
 

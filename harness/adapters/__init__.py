@@ -41,7 +41,7 @@ from harness.adapters.torchvision_models import torchvision_target, torchvision_
 from harness.adapters.weights import TORCH_SUFFIXES, ClassCountMismatch, copy_state_in_order, load_weights, read_weights
 from harness.errors import HarnessError
 from harness.options import check_target
-from harness.submission import Submission, check_output, load_file
+from harness.submission import ClassSubset, Submission, check_output, load_file
 from harness.zoo import zoo_kind
 
 __all__ = [
@@ -72,9 +72,11 @@ def load_target(
     num_classes_expected: int | None = None,
     classnames: Sequence[str] | None = None,
     revision: str | None = None,
+    subset: ClassSubset | None = None,
 ) -> Submission:
     """The submission for ``target`` (see the module docstring); with ``num_classes_expected`` its logits' width is
-    checked.
+    checked: a model of ``subset.total`` outputs (the ID classes' label space) is restricted to the ID classes'
+    columns (:func:`harness.submission.check_output`).
 
     ``classnames`` (open_clip only) are the ID class names in benchmark order for the zero-shot head; ``revision``
     (timm and open_clip without ``weights``, an hf Hub repo) the Hub revision its pretrained weights are fetched at.
@@ -90,9 +92,13 @@ def load_target(
             raise HarnessError(
                 f"zoo kind '{kind.name}' ({kind.adapter.value}) failed to load: {type(exc).__name__}: {exc}"
             ) from exc
-        submission = build(
-            ZooTarget(str(target).partition(":")[2], weights, num_classes_expected, classnames, revision)
-        )
+        name = str(target).partition(":")[2]
+        try:
+            submission = build(ZooTarget(name, weights, num_classes_expected, classnames, revision))
+        except ClassCountMismatch as exc:
+            if subset is None or exc.model_classes != subset.total:
+                raise exc.with_subset(subset) from None
+            submission = build(ZooTarget(name, weights, subset.total, classnames, revision))
     if num_classes_expected is not None:
-        check_output(submission, num_classes_expected)
+        check_output(submission, num_classes_expected, subset)
     return submission

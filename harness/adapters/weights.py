@@ -9,6 +9,7 @@ import torch
 
 from dataset_builder.shards import file_sha256
 from harness.errors import HarnessError
+from harness.submission import ClassSubset, subset_note
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 
@@ -16,8 +17,10 @@ TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 class ClassCountMismatch(HarnessError):
     """The weights' classifier has another number of classes than the benchmark's ID classes."""
 
-    def __init__(self, model_classes: int, id_classes: int, benchmark: str | None = None):
-        self.model_classes, self.id_classes, self.benchmark = model_classes, id_classes, benchmark
+    def __init__(
+        self, model_classes: int, id_classes: int, benchmark: str | None = None, subset: ClassSubset | None = None
+    ):
+        self.model_classes, self.id_classes, self.benchmark, self.subset = model_classes, id_classes, benchmark, subset
         named = f"the benchmark {benchmark}" if benchmark else "the benchmark"
         if model_classes == 1000:
             hint = "an ImageNet-1K benchmark for an ImageNet-1K classifier"
@@ -25,12 +28,17 @@ class ClassCountMismatch(HarnessError):
             hint = f"one built with `cood-dataset folder` from images of the model's {model_classes:,} classes"
         super().__init__(
             f"the model has {model_classes:,} output classes, {named} has {id_classes:,} ID classes: "
-            f"evaluate it on a benchmark with its classes (e.g. {hint})"
+            f"evaluate it on a benchmark with its classes (e.g. {hint}){subset_note(subset, id_classes)}"
         )
 
     def on(self, benchmark: str) -> ClassCountMismatch:
         """The same error naming ``benchmark``."""
-        return ClassCountMismatch(self.model_classes, self.id_classes, benchmark)
+        return ClassCountMismatch(self.model_classes, self.id_classes, benchmark, self.subset)
+
+    def with_subset(self, subset: ClassSubset | None) -> ClassCountMismatch:
+        """The same error saying that the ID classes are ``subset`` (a model of its width would have been
+        restricted to them)."""
+        return ClassCountMismatch(self.model_classes, self.id_classes, self.benchmark, subset)
 
 
 def _classifier_keys(model: torch.nn.Module) -> set[str]:

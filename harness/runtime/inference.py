@@ -18,6 +18,7 @@ from harness.kappas.features import FeatureTap, check_features, check_head
 from harness.method.scores import SplitScores
 from harness.runtime.execution import Execution
 from harness.runtime.interleave import derived
+from harness.submission import ClassSubset
 
 
 def outputs_for(
@@ -91,14 +92,17 @@ class LocalForward:
 
     isolation = {"mode": "in-process"}
 
-    def __init__(self, model: torch.nn.Module, execution: Execution, num_classes: int):
-        self.model, self.execution, self.num_classes = model, execution, num_classes
-        self.tap = FeatureTap(model, num_classes)
+    def __init__(
+        self, model: torch.nn.Module, execution: Execution, num_classes: int, subset: ClassSubset | None = None
+    ):
+        self.model, self.execution, self.num_classes, self.subset = model, execution, num_classes, subset
+        self.tap = FeatureTap(model, num_classes if subset is None else subset.total)
 
     @property
     def head(self):
-        """The model's last layer ``(weight, bias)``, float64, or None."""
-        return self.tap.head
+        """The model's last layer ``(weight, bias)``, float64, or None; for a model restricted to a subset of its
+        classes (``subset``), the rows of the ID classes."""
+        return self.tap.head if self.subset is None else self.subset.head(self.tap.head)
 
     def __call__(self, images: torch.Tensor, seed: int, kappas: list[KappaSpec]) -> ModelOutput:
         return self.launch(images, seed, kappas).result()

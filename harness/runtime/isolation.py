@@ -34,7 +34,7 @@ from harness.runtime import sandbox
 from harness.runtime.channel import Malformed
 from harness.runtime.execution import Execution
 from harness.runtime.serving import as_numpy
-from harness.submission import Submission, check_data_config, state_sha256, timm_transform
+from harness.submission import ClassSubset, Submission, check_data_config, state_sha256, timm_transform
 
 if TYPE_CHECKING:
     from harness.runtime.inference import Done, ModelOutput
@@ -68,8 +68,16 @@ class ChildForward:
     It takes a sandbox the command line started for the file before importing the harness and no other has taken (its
     Python and torch start-up then overlap the harness's own), or starts one."""
 
-    def __init__(self, path: Path, execution: Execution, num_classes: int, limits: Limits, background: bool = False):
-        self.limits, self.num_classes, self.started = limits, num_classes, time.monotonic()
+    def __init__(
+        self,
+        path: Path,
+        execution: Execution,
+        num_classes: int,
+        limits: Limits,
+        background: bool = False,
+        subset: ClassSubset | None = None,
+    ):
+        self.limits, self.num_classes, self.started, self.subset = limits, num_classes, time.monotonic(), subset
         self.path, self.execution, self.features_dim = path, execution, None
         self.waiting: deque[ChildAnswer] = deque()  # batches sent whose answers are not taken yet (:meth:`launch`)
         cuda = execution.device.type == "cuda"
@@ -95,6 +103,7 @@ class ChildForward:
                         "compile": execution.compile,
                         "threads": torch.get_num_threads(),
                         "num_classes": num_classes,
+                        "subset": None if subset is None else {**vars(subset), "columns": list(subset.columns)},
                         "memory_bytes": limits.memory_bytes,
                     },
                 ),
@@ -135,7 +144,7 @@ class ChildForward:
         """The same file loaded anew in a sandbox of its own, which has seen none of the run's images: the re-check
         asks it (:mod:`harness.runtime.recheck`), so that a model answering from a memory of what it saw cannot pass.
         Refused in one line if the folder's files changed since the run began."""
-        other = ChildForward(self.path, self.execution, self.num_classes, self.limits, background=True)
+        other = ChildForward(self.path, self.execution, self.num_classes, self.limits, True, self.subset)
         try:
             other.submission()
             if other.sandbox.bundle_sha256 != self.sandbox.bundle_sha256:
@@ -148,8 +157,11 @@ class ChildForward:
     def submission(self) -> Submission:
         """The harness's view of the file: what it declared, checked, and the identity computed here."""
         meta = self.meta
-        if not isinstance(meta, dict) or set(meta) != {"name", "data_config", "kappas", "head", "state", "parameters"}:
-            raise Malformed("its load answer has other fields than name, data_config, kappas, head, state, parameters")
+        fields = {"name", "data_config", "kappas", "head", "state", "parameters", "subset"}
+        if not isinstance(meta, dict) or set(meta) != fields:
+            raise Malformed(f"its load answer has other fields than {', '.join(sorted(fields))}")
+        if meta["subset"] not in (False, True) or (meta["subset"] and self.subset is None):
+            raise Malformed("its load answer's subset is not a boolean, or names a subset the harness did not offer")
         config = meta["data_config"]
         if not isinstance(config, dict) or not set(config) <= CONFIG_KEYS:
             raise Malformed("its data config has unknown fields")
@@ -174,6 +186,7 @@ class ChildForward:
             weights_sha256=weights,
             num_parameters=count,
             bundle_sha256=self.sandbox.bundle_sha256,
+            class_subset=self.subset.record() if meta["subset"] else None,
         )
 
     def _head(self, head):
@@ -368,10 +381,11 @@ class ChildAnswer:
 
 
 def load_isolated(
-    path: str | Path, execution: Execution, num_classes: int, limits: Limits
+    path: str | Path, execution: Execution, num_classes: int, limits: Limits, subset: ClassSubset | None = None
 ) -> tuple[Submission, ChildForward]:
-    """A submission file loaded in a sandboxed child process: the harness's view of it, and its forward pass."""
-    forward = ChildForward(Path(path), execution, num_classes, limits)
+    """A submission file loaded in a sandboxed child process: the harness's view of it, and its forward pass (a model
+    of ``subset.total`` outputs restricted there to the ID classes' columns)."""
+    forward = ChildForward(Path(path), execution, num_classes, limits, subset=subset)
     try:
         return forward.submission(), forward
     except BaseException:

@@ -100,8 +100,12 @@ class Scorer:
             self._loader.close()
 
     def labels(self, split: str) -> dict[str, int]:
-        classes = self.benchmark.id_classes if split.startswith("id") else self.benchmark.ood_classes
-        return dict(zip(classes["id"], classes["index"]))
+        """Class id -> label: an ID class's place in the benchmark's ID class order (the logits' column; its
+        ``index`` where the indices are 0..N-1, not for a subset of ImageNet-1K), an OOD class's index."""
+        if split.startswith("id"):
+            ids = self.benchmark.id_classes["id"]
+            return dict(zip(ids, range(len(ids))))
+        return dict(zip(self.benchmark.ood_classes["id"], self.benchmark.ood_classes["index"]))
 
     def _from_cache(
         self, split: str, shard: dict, kappas: list[KappaSpec], outputs: bool

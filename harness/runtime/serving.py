@@ -37,7 +37,7 @@ def as_numpy(tree):
 def load(options: dict):
     """The submission and its forward pass, checked by a trial pass on a blank input; and what the harness is told."""
     from harness.runtime.inference import LocalForward
-    from harness.submission import load_file, trial_forward
+    from harness.submission import ClassSubset, fit_to_classes, load_file
 
     torch.set_num_threads(options["threads"])
     submission = load_file(options["path"], sandboxed=True)
@@ -46,11 +46,13 @@ def load(options: dict):
             f"submission {submission.source} defines transform(), which would run outside the sandbox; "
             "declare DATA_CONFIG instead, or pass --trust-submission to run the file in the harness's process"
         )
-    trial_forward(
-        submission.model, torch.zeros(submission.preprocessing["input_size"]), options["num_classes"], submission.source
-    )
+    told = options["subset"]  # the ID classes as a subset of the label space they were drawn from, or None
+    offered = told and ClassSubset(told["source"], told["total"], tuple(told["columns"]))
+    image, num_classes = torch.zeros(submission.preprocessing["input_size"]), options["num_classes"]
+    restricted = fit_to_classes(submission.model, image, num_classes, offered, submission.source)
     execution = Execution(torch.device(options["device"]), options["amp"], options["channels_last"], options["compile"])
-    forward = LocalForward(execution.prepare(submission.model), execution, options["num_classes"])
+    model = execution.prepare(submission.model if restricted is None else restricted)
+    forward = LocalForward(model, execution, num_classes, None if restricted is None else offered)
     meta = {
         "name": submission.name,
         "data_config": {k: v for k, v in submission.preprocessing.items() if k != "transform"},
@@ -60,6 +62,7 @@ def load(options: dict):
         "head": None if forward.head is None else list(forward.head),
         "state": state_entries(submission.model),
         "parameters": [name for name, _ in submission.model.named_parameters()],
+        "subset": restricted is not None,
     }
     return submission, forward, meta
 
