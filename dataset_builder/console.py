@@ -97,11 +97,13 @@ def run_app(app: typer.Typer, name: str | None = None) -> NoReturn:
 def exit_now(code: int | str | None) -> NoReturn:
     """Exit with ``code`` as ``sys.exit`` would, once the exit handlers have run and the output is flushed, but without
     tearing down every imported module one by one: after torch, timm and pandas that alone takes about a second. A
-    thread that is not a daemon still running gets the normal exit, which waits for it."""
+    command that imported no torch (its teardown is quick; a caller may run several in one process, as the help test
+    does), or whose thread that is not a daemon still runs, gets the normal exit."""
     if isinstance(code, str):
         print(code, file=sys.stderr)
     status = code if isinstance(code, int) else 0 if code is None else 1
-    if any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+    running = any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread())
+    if running or "torch" not in sys.modules:
         sys.exit(status)
     atexit._run_exitfuncs()  # what the interpreter would run at exit (the sandboxes' ends, logging's flush)
     for stream in (sys.stdout, sys.stderr):

@@ -1,5 +1,5 @@
-"""The command lines end without the interpreter's module-by-module teardown (about a second after torch), yet as
-``sys.exit`` would: their status, their whole output, their exit handlers; a thread still running is waited for."""
+"""A command line that imported torch ends without the interpreter's module-by-module teardown (about a second), yet
+as ``sys.exit`` would: its status, its whole output, its exit handlers; a thread still running is waited for."""
 
 import os
 import subprocess
@@ -11,6 +11,8 @@ COMMAND = """
 import atexit, os, sys, threading, time
 from pathlib import Path
 import typer
+if os.environ.get("TORCH"):
+    import torch  # what makes the teardown long
 from dataset_builder.console import make_app, run_app
 
 marks = Path(os.environ["MARKS"])
@@ -38,8 +40,8 @@ run_app(app, "tested")
 """
 
 
-def command(tmp_path, *args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MARKS": str(tmp_path)}
+def command(tmp_path, *args, torch: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MARKS": str(tmp_path), "TORCH": "1" if torch else ""}
     return subprocess.run([sys.executable, "-c", COMMAND, *args], capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -59,4 +61,10 @@ def test_a_users_mistake_still_exits_2_in_one_line(tmp_path):
 def test_a_thread_still_running_is_waited_for(tmp_path):
     done = command(tmp_path, "go", "--thread")
     assert done.returncode == 0 and (tmp_path / "thread").read_text() == "done"
-    assert (tmp_path / "atexit").exists() and (tmp_path / "teardown").exists()  # the normal exit, teardown and all
+    assert (tmp_path / "atexit").exists()  # the normal exit: the thread was not cut off half a second in
+
+
+def test_a_command_without_torch_exits_normally(tmp_path):
+    done = command(tmp_path, "go", "--code", "3", torch=False)
+    assert done.returncode == 3 and done.stdout == "the last words, with no newline"
+    assert (tmp_path / "atexit").exists() and (tmp_path / "teardown").exists()

@@ -286,16 +286,30 @@ def launch_adaptive(
 ) -> Callable[[], SplitScores]:
     """:func:`score_batch_adaptive` launched: the forward pass now, the rest when the returned function is called
     (after the next batch's launch, so that the device and the host work at once). The results are in the batch's
-    order; the seeded kappas take the batch's ``"seed"`` (its halves, seeds derived from it)."""
+    order; the seeded kappas take the batch's ``"seed"`` (its halves, seeds derived from it). Out of memory at the
+    launch or in the answer (a sandboxed model's comes with its answer) halves the batch."""
     keys, labels, seed = batch["keys"], batch["labels"].numpy(), batch.get("seed", 0)
     try:
         pending = _launch(forward, batch["images"], seed, kappas)
-        return lambda: _finish(forward, pending.result(), keys, labels, num_classes, kappas, keep_logits, feature_dtype)
     except torch.cuda.OutOfMemoryError as exc:
-        if len(keys) == 1:
-            raise HarnessError(
-                "out of memory on a single image; use a smaller model, --amp, or another device"
-            ) from exc
+        scored = _halved(forward, batch, num_classes, kappas, keep_logits, feature_dtype, exc)
+        return lambda: scored
+
+    def collected() -> SplitScores:
+        try:
+            out = pending.result()
+        except torch.cuda.OutOfMemoryError as exc:
+            return _halved(forward, batch, num_classes, kappas, keep_logits, feature_dtype, exc)
+        return _finish(forward, out, keys, labels, num_classes, kappas, keep_logits, feature_dtype)
+
+    return collected
+
+
+def _halved(forward, batch: dict, num_classes: int, kappas, keep_logits: bool, feature_dtype: str, exc) -> SplitScores:
+    """A batch that ran out of memory, scored in two halves (each halved again as it needs), in the batch's order."""
+    keys, seed = batch["keys"], batch.get("seed", 0)
+    if len(keys) == 1:
+        raise HarnessError("out of memory on a single image; use a smaller model, --amp, or another device") from exc
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     half = len(keys) // 2
@@ -306,8 +320,7 @@ def launch_adaptive(
     joined = SplitScores.concat(
         [score_batch_adaptive(forward, h, num_classes, kappas, keep_logits, feature_dtype) for h in halves]
     )
-    scored = joined.take(np.searchsorted(joined.keys, np.asarray(keys)))  # back in the batch's order
-    return lambda: scored
+    return joined.take(np.searchsorted(joined.keys, np.asarray(keys)))  # back in the batch's order
 
 
 def named(batch: dict) -> str:

@@ -262,8 +262,9 @@ class ChildForward:
         """A batch sent to the child, its answer taken when the returned :class:`ChildAnswer` is asked for it: on the
         CPU the child works on it while the harness finishes the batch before (:func:`harness.runtime.inference.
         score_mixed`). The answers come in order, each batch and answer placed in the shared memory clear of the one
-        before, which the other side may still be reading (else the answers before are taken first). On a GPU the
-        answer is taken at once: an out-of-memory answer halves the batch at its launch."""
+        before, which the other side may still be reading (else the answers before are taken first); an
+        out-of-memory answer halves the batch when it is taken. On a GPU the answer is taken at once, as before this
+        overlap was measured on the CPU (a GPU's own queue overlaps the harness's work already)."""
         from harness.runtime.inference import Done
 
         if self.execution.device.type == "cuda":
@@ -290,9 +291,7 @@ class ChildForward:
         answer = self.waiting.popleft()
         try:
             answer.output = self._output(self._exchange(None, "answer", answer.budget), answer.n, answer.kappas)
-        except torch.cuda.OutOfMemoryError as exc:  # reported by the child on the CPU: no batch is halved there
-            answer.error = HarnessError(f"the submission reported running out of memory: {exc}")
-        except HarnessError as exc:
+        except (HarnessError, torch.cuda.OutOfMemoryError) as exc:  # out of memory: the caller halves the batch
             answer.error = exc
         if answer.error is not None and self.sandbox.channel is None:
             for later in self.waiting:
