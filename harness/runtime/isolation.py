@@ -263,8 +263,8 @@ class ChildForward:
         CPU the child works on it while the harness finishes the batch before (:func:`harness.runtime.inference.
         score_mixed`). The answers come in order, each batch and answer placed in the shared memory clear of the one
         before, which the other side may still be reading (else the answers before are taken first); an
-        out-of-memory answer halves the batch when it is taken. On a GPU the answer is taken at once, as before this
-        overlap was measured on the CPU (a GPU's own queue overlaps the harness's work already)."""
+        out-of-memory answer halves the batch when it is taken. On a GPU the answer is taken at once, as before: the
+        overlap is measured on the CPU only."""
         from harness.runtime.inference import Done
 
         if self.execution.device.type == "cuda":
