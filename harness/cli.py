@@ -44,7 +44,8 @@ def submit(
         None,
         help=f"Weights file (.safetensors/.pt/.pth/.bin) for {weights_kinds()} targets. Without it a timm: or "
         "open_clip:ARCH/TAG target fetches its pretrained weights from the Hugging Face Hub (HF_HOME's cache; "
-        "HF_HUB_OFFLINE=1: the cache only).",
+        "HF_HUB_OFFLINE=1: the cache only), a torchvision:NAME[@ENTRY] target its weights entry's (DEFAULT unless "
+        "named) through torch.hub (TORCH_HOME's cache).",
     ),
     revision: str | None = typer.Option(
         None,

@@ -9,7 +9,7 @@ import unicodedata
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.zoo import PRETRAINED, kinds_listed, weights_kinds, zoo_kind
+from harness.zoo import HUB_KINDS, kinds_listed, weights_kinds, zoo_kind
 
 DECODERS = ("auto", "pil", "torchvision")
 FEATURE_DTYPES = ("float32", "float16")
@@ -25,8 +25,8 @@ def is_zoo_target(target: str) -> bool:
 
 def check_target(target: str, weights: str | Path | None = None, revision: str | None = None) -> None:
     """A zoo target that names a model, with a weights file when its kind takes one and none when it names a folder (a
-    kind that fetches pretrained weights may go without, and only then takes a Hub ``revision``); or a submission file
-    that exists, without weights."""
+    kind that fetches pretrained weights may go without, and then, where they come from the Hub, takes a ``revision``);
+    or a submission file that exists, without weights."""
     kind = zoo_kind(target)
     if kind is None:
         if not Path(target).is_file():
@@ -42,7 +42,7 @@ def check_target(target: str, weights: str | Path | None = None, revision: str |
         raise HarnessError(f"{kind.name}: targets take their weights from the folder; drop --weights")
     elif not kind.folder and weights is None and not kind.pretrained:
         raise HarnessError(f"{target} needs a weights file (--weights); nothing is downloaded")
-    if revision is not None and (kind is None or not kind.pretrained or weights is not None):
+    if revision is not None and (kind is None or not kind.hub or weights is not None):
         raise HarnessError(misplaced_revision())
 
 
@@ -53,7 +53,7 @@ def misplaced_weights(what: str, option: str = "--weights") -> str:
 
 def misplaced_revision(option: str = "--revision") -> str:
     """The error for a Hub revision given with anything but a target that fetches pretrained weights."""
-    names = [f"{name}:" for name in sorted(PRETRAINED)]
+    names = [f"{name}:" for name in sorted(HUB_KINDS)]
     fetched = " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
     return f"{option} applies to the pretrained weights of {fetched} targets given no weights file"
 

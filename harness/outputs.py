@@ -334,6 +334,7 @@ def records_of(
         "num_parameters": submission.num_parameters,
         "preprocessing": preprocessing(submission, scorer.decoder),
         "hub_weights": submission.hub_weights,
+        "torchvision_weights": submission.torchvision_weights,
         "class_subset": submission.class_subset,
     }
     return [

@@ -57,6 +57,7 @@ class Submission:
     num_parameters: int | None = None
     bundle_sha256: str | None = None  # a submission file's code: :mod:`harness.bundle`
     hub_weights: dict | None = None  # pretrained weights fetched from the Hub: repo, revision (commit sha), file
+    torchvision_weights: dict | None = None  # a torchvision weights entry's pretrained weights: entry, url
     class_subset: dict | None = None  # the model's outputs restricted to the ID classes: :meth:`ClassSubset.record`
 
     def __post_init__(self):

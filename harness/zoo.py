@@ -2,8 +2,9 @@
 
 A kind in the group ``cood_bench.zoo`` takes a weights file (``--weights``); one in ``cood_bench.zoo_folders`` names a
 folder that holds its own weights (``hf:FOLDER``; in a leaderboard request, a Hub repo). A kind of :data:`PRETRAINED`
-fetches pretrained weights from the Hugging Face Hub instead (``timm:`` and ``open_clip:`` given no weights file,
-``hf:`` a Hub repo).
+fetches pretrained weights instead: from the Hugging Face Hub, at the revision ``--revision`` names (:data:`HUB_KINDS`:
+``timm:`` and ``open_clip:`` given no weights file, ``hf:`` a Hub repo), or through torch.hub's cache (``torchvision:``
+given no weights file).
 Each entry point names the adapter function that builds the kind from a :class:`harness.adapters.common.ZooTarget`.
 The kinds are read from the installed metadata without importing any adapter, so the command line knows them before
 torch is imported; an adapter module is imported only to build its kind. Standard library only.
@@ -18,7 +19,8 @@ from importlib.metadata import EntryPoint
 from dataset_builder.zoo_groups import registered_kinds
 from harness.errors import HarnessError
 
-PRETRAINED = frozenset({"hf", "open_clip", "timm"})  # the kinds whose adapter can fetch pretrained weights from the Hub
+HUB_KINDS = frozenset({"hf", "open_clip", "timm"})  # the kinds whose adapter can fetch pretrained weights from the Hub
+PRETRAINED = HUB_KINDS | {"torchvision"}  # the kinds whose adapter can fetch pretrained weights (the Hub, torch.hub)
 
 
 @dataclass(frozen=True)
@@ -31,9 +33,14 @@ class ZooKind:
 
     @property
     def pretrained(self) -> bool:
-        """Whether it fetches pretrained weights from the Hub: given no weights file (``timm:``, ``open_clip:``), or
-        naming a Hub repo (``hf:<owner>/<repo>``)."""
+        """Whether it fetches pretrained weights: given no weights file (``timm:``, ``open_clip:``, ``torchvision:``),
+        or naming a Hub repo (``hf:<owner>/<repo>``)."""
         return self.name in PRETRAINED
+
+    @property
+    def hub(self) -> bool:
+        """Whether its pretrained weights come from the Hugging Face Hub (so a ``--revision`` pins them)."""
+        return self.name in HUB_KINDS
 
 
 @cache

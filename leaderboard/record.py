@@ -44,6 +44,8 @@ FORMATS = {
         re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*(/[A-Za-z0-9_\-][A-Za-z0-9_.\-]*)*$"),
         "a relative path",
     ),
+    "weights_entry": (re.compile(r"^[A-Za-z][A-Za-z0-9_]*\.[A-Za-z][A-Za-z0-9_]*$"), "a weights entry (Enum.NAME)"),
+    "url": (re.compile(r"^https://[!-~]+$"), "an https url (printable ASCII)"),
     "date-time": (None, "an ISO-8601 date-time"),
     "params": (None, "kappa parameters"),
 }
@@ -122,6 +124,14 @@ class HubWeights:
 
 
 @_shape
+class TorchvisionWeights:
+    """Where a ``torchvision:`` target's pretrained weights came from: its weights entry and the entry's url."""
+
+    entry: str = spec(format="weights_entry")
+    url: str = spec(format="url")
+
+
+@_shape
 class ClassSubset:
     """A model evaluated on a subset of the classes it was trained on: its logits restricted to the ID classes'."""
 
@@ -153,6 +163,12 @@ class Model:
         optional=True,
         doc="optional: for a zoo target given no weights file, the Hub model repo, commit and file its pretrained "
         "weights were fetched from (file_sha256 is that file's hash); absent otherwise and from records made before it",
+    )
+    torchvision_weights: TorchvisionWeights | None = spec(
+        optional=True,
+        doc="optional: for a torchvision: target given no weights file, the weights entry and url its pretrained "
+        "weights were fetched from through torch.hub's cache (file_sha256 is that file's hash); absent otherwise and "
+        "from records made before it",
     )
     class_subset: ClassSubset | None = spec(
         optional=True,

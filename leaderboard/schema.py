@@ -29,6 +29,7 @@ from leaderboard.record import (
     HubWeights,
     PerClass,
     Record,
+    TorchvisionWeights,
     Verification,
     older_keys,
     optional_keys,
@@ -189,6 +190,8 @@ def validate_record(record) -> None:
     _validate_since(record)
     if "hub_weights" in record["model"]:
         _part(record["model"]["hub_weights"], "model.hub_weights", HubWeights)
+    if "torchvision_weights" in record["model"]:
+        _part(record["model"]["torchvision_weights"], "model.torchvision_weights", TorchvisionWeights)
     if "per_class" in record:
         _validate_per_class(record["per_class"], record["num_levels"])
     if "verification" in record:

@@ -214,8 +214,6 @@ def test_timm_bad_targets(tmp_path):
         load_target("timm:tf_efficientnet_lite9", weights=lite_weights(0))
     with pytest.raises(HarnessError, match=f"weights file {tmp_path / 'none.pth'} not found"):
         load_target("timm:test_efficientnet", weights=str(tmp_path / "none.pth"))
-    with pytest.raises(HarnessError, match=r"^torchvision:resnet18 needs a weights file \(--weights\); nothing is"):
-        load_target("torchvision:resnet18")  # timm: fetches its pretrained weights instead (tests/test_pretrained.py)
     (tmp_path / "w.npz").write_bytes(b"")
     with pytest.raises(HarnessError, match="unknown format; use .safetensors or .pt/.pth/.bin/.ckpt"):
         load_target("timm:test_efficientnet", weights=str(tmp_path / "w.npz"))

@@ -187,8 +187,11 @@ def test_a_revision_applies_only_to_fetched_weights(tmp_path):
     for target, weights in (("timm:resnet18", "w.pt"), ("torchvision:resnet18", "w.pt"), (tmp_path / "model.py", None)):
         with pytest.raises(HarnessError, match=f"^{MISPLACED_REVISION}$"):
             check_target(str(target), weights, "main")
-    with pytest.raises(HarnessError, match=r"^torchvision:resnet18 needs a weights file \(--weights\)"):
-        check_target("torchvision:resnet18")
+    with pytest.raises(HarnessError, match=f"^{MISPLACED_REVISION}$"):  # torch.hub's weights have no revision
+        check_target("torchvision:resnet18", None, "main")
+    check_target(
+        "torchvision:resnet18"
+    )  # its weights entry's, through torch.hub (tests/test_torchvision_pretrained.py)
     check_target("timm:resnet18", None, "main")
 
 

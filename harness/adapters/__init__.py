@@ -8,8 +8,9 @@ repo download pretrained weights, pinned to a commit, through :mod:`harness.adap
   ``.pth`` / ``.bin`` state dict, or without one timm's pretrained weights (``pretrained=True``) fetched from the
   Hugging Face Hub through its cache at the commit ``revision`` names (:mod:`harness.adapters.hub_weights`);
   preprocessing is ``timm.data.resolve_data_config`` of the model.
-- ``torchvision:<name>`` with a weights file; preprocessing is the matching torchvision weights entry's transform
-  (the entry whose file hash the weights file carries, else the name's ``DEFAULT`` entry).
+- ``torchvision:<name>[@<ENTRY>]`` with a weights file, or without one the weights of its weights entry (``ENTRY``,
+  else ``DEFAULT``) through torch.hub's cache; preprocessing is the torchvision weights entry's transform (``ENTRY``;
+  else the entry whose file hash the weights file carries, else the name's ``DEFAULT`` entry).
 - ``open_clip:<arch>[/<tag>]`` with a weights file (or without one the tag's Hub weights, loaded by open_clip): the
   paper's zero-shot classifier (docs/method.md section 5) over CLIP's curated ImageNet-1K class names unless
   ``classnames`` is given; preprocessing is open_clip's for the tag.

@@ -1,13 +1,18 @@
-"""``torchvision:<name>``: a torchvision model with a weights file and its weights entry's transform."""
+"""``torchvision:<name>[@<ENTRY>]``: a torchvision model with a weights file, or without one the pretrained weights of
+its weights entry (``ENTRY``, e.g. ``IMAGENET1K_V1``; else ``DEFAULT``) through torch.hub's cache; preprocessed by its
+weights entry's transform."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlparse
 
 from harness.adapters.common import ZooTarget, did_you_mean
-from harness.adapters.weights import load_weights
+from harness.adapters.weights import ClassCountMismatch, load_weights
 from harness.errors import HarnessError
 from harness.submission import Submission
+
+OFFLINE_VALUES = ("1", "ON", "YES", "TRUE")  # huggingface_hub's reading of HF_HUB_OFFLINE
 
 
 def torchvision_weights_entry(name: str, sha: str):
@@ -21,17 +26,99 @@ def torchvision_weights_entry(name: str, sha: str):
     return entries.DEFAULT, "DEFAULT (weights file not recognised)"
 
 
-def torchvision_target(target: ZooTarget) -> Submission:
-    """A torchvision classifier with weights from a file; preprocessing from its weights entry's preset transform."""
+def named_entry(name: str, entry: str):
+    """The weights entry ``entry`` (``IMAGENET1K_V1``, or ``DEFAULT``) of the model ``name``; one line naming the
+    entries it has otherwise."""
+    from torchvision.models import get_model_weights
+
+    entries = get_model_weights(name)
+    try:
+        return entries[entry]
+    except KeyError:
+        known = [e.name for e in entries]
+        raise HarnessError(
+            f"torchvision: {name} has no weights entry '{entry}' (it has {', '.join(known)}, DEFAULT)"
+        ) from None
+
+
+def entry_label(entry) -> str:
+    """``ResNet18_Weights.IMAGENET1K_V1``: the entry as the record names it."""
+    return f"{type(entry).__name__}.{entry.name}"
+
+
+def cached_file(entry) -> Path:
+    """Where torch.hub keeps the entry's weights: ``$TORCH_HOME/hub/checkpoints/<the url's file name>``."""
+    from torch.hub import get_dir
+
+    return Path(get_dir()) / "checkpoints" / Path(urlparse(entry.url).path).name
+
+
+def fetch(entry) -> Path:
+    """The entry's weights file from torch.hub's cache, downloaded there first when missing (its hash checked against
+    the prefix its name carries, as ``torch.hub`` checks it); offline (``HF_HUB_OFFLINE``), an unreachable server or a
+    file that does not match its name is one line."""
+    import os
+    from urllib.error import HTTPError, URLError
+
+    from torch.hub import HASH_REGEX, download_url_to_file
+
+    path, label = cached_file(entry), entry_label(entry)
+    if path.is_file():
+        return path
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in OFFLINE_VALUES:
+        raise HarnessError(
+            f"torchvision: {label} is not in the torch.hub cache ({path.parent}) and HF_HUB_OFFLINE is set: fetch it "
+            "once online, or give --weights"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prefix = HASH_REGEX.search(path.name)
+    try:  # a temporary file renamed over the path: nothing half-written is left in the cache
+        download_url_to_file(entry.url, str(path), prefix and prefix.group(1), progress=False)
+    except HTTPError as exc:
+        raise HarnessError(f"torchvision: {entry.url} answered {exc.code} {exc.reason} for {label}") from exc
+    except (URLError, OSError) as exc:
+        raise HarnessError(
+            f"torchvision: cannot reach {urlparse(entry.url).netloc} to fetch {label}, and it is not in the torch.hub "
+            f"cache ({path.parent}): check the network, or give --weights"
+        ) from exc
+    except RuntimeError as exc:  # torch.hub's hash check
+        raise HarnessError(f"torchvision: the file fetched for {label} does not match its name: {exc}") from exc
+    return path
+
+
+def build(name: str, num_classes: int | None, weights: str | None, named: str | None):
+    """The model, its weights loaded, the file's sha256, its weights entry and how that entry was chosen; without a
+    weights file the entry's own (a classifier of another width than ``num_classes`` refused from the entry's
+    categories, before anything is read or fetched)."""
     import torchvision
 
-    name, num_classes = target.name, target.num_classes
+    entry = named_entry(name, named) if named else None
+    if weights is None:
+        entry = entry or named_entry(name, "DEFAULT")
+        classes = len(entry.meta["categories"])
+        if num_classes and classes != num_classes:
+            raise ClassCountMismatch(classes, num_classes)
+        num_classes = classes
+    model = torchvision.models.get_model(name, weights=None, **({"num_classes": num_classes} if num_classes else {}))
+    if weights is None:
+        path = fetch(entry)
+        return model, load_weights(model, path), entry, "named in the target" if named else "DEFAULT"
+    sha = load_weights(model, weights)
+    if entry is not None:
+        return model, sha, entry, "named in the target"
+    return model, sha, *torchvision_weights_entry(name, sha)
+
+
+def torchvision_target(target: ZooTarget) -> Submission:
+    """A torchvision classifier with weights from a file, or (no file) its weights entry's through torch.hub's cache;
+    preprocessing from its weights entry's preset transform."""
+    import torchvision
+
+    name, _, named = target.name.partition("@")
     known = torchvision.models.list_models(module=torchvision.models)
     if name not in known:
         raise HarnessError(f"torchvision: unknown classification model '{name}'{did_you_mean(name, known)}")
-    model = torchvision.models.get_model(name, weights=None, **({"num_classes": num_classes} if num_classes else {}))
-    sha = load_weights(model, target.weights)
-    entry, how = torchvision_weights_entry(name, sha)
+    model, sha, entry, how = build(name, target.num_classes, target.weights, named or None)
     preset = entry.transforms()
     crop, resize = preset.crop_size[0], preset.resize_size[0]
     preprocessing = {
@@ -43,7 +130,7 @@ def torchvision_target(target: ZooTarget) -> Submission:
         "resize_size": resize,
         "antialias": preset.antialias,
         "transform": "torchvision ImageClassification preset",
-        "weights_entry": f"{type(entry).__name__}.{entry.name}",
+        "weights_entry": entry_label(entry),
         "weights_entry_choice": how,
     }
     return Submission(
@@ -52,6 +139,7 @@ def torchvision_target(target: ZooTarget) -> Submission:
         transform=preset,
         channels=3,
         preprocessing=preprocessing,
-        source=f"torchvision:{name}",
+        source=f"torchvision:{target.name}",
         file_sha256=sha,
+        torchvision_weights={"entry": entry_label(entry), "url": entry.url} if target.weights is None else None,
     )

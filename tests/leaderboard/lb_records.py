@@ -122,6 +122,21 @@ REJECTIONS = [
         "model.hub_weights.repo: not a Hub repo id (owner/name)",
     ),
     ("model.hub_weights", {"repo": "timm/r", "revision": "a" * 40}, "model.hub_weights: missing field 'file'"),
+    (
+        "model.torchvision_weights",
+        {"entry": "IMAGENET1K_V1", "url": "https://download.pytorch.org/models/resnet18-f37072fd.pth"},
+        "model.torchvision_weights.entry: not a weights entry (Enum.NAME): 'IMAGENET1K_V1'",
+    ),
+    (
+        "model.torchvision_weights",
+        {"entry": "ResNet18_Weights.IMAGENET1K_V1", "url": "http://download.pytorch.org/models/resnet18-f37072fd.pth"},
+        "model.torchvision_weights.url: not an https url (printable ASCII)",
+    ),
+    (
+        "model.torchvision_weights",
+        {"entry": "ResNet18_Weights.IMAGENET1K_V1"},
+        "model.torchvision_weights: missing field 'url'",
+    ),
     ("kappa.name", "soft max", "kappa.name: not a kappa name"),
     ("kappa.params", {"temperature": math.inf}, "kappa.params.temperature: must be a finite number, got inf"),
     ("levels.3.ood_auroc", math.nan, "levels[3].ood_auroc: must be a finite number, got nan"),

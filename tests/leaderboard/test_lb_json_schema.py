@@ -62,7 +62,12 @@ def test_valid_records_pass_both(make_record, paper_table):
     )
     fetched = make_record()  # pretrained weights fetched from the Hub name their repo, commit and file
     fetched["model"]["hub_weights"] = {"repo": "timm/resnet50.a1_in1k", "revision": "0f" * 20, "file": "w.safetensors"}
-    for record in [make_record(), fitted, fetched, *paper_records(paper_table)[:50]]:
+    torchvision = make_record()  # a torchvision: target's weights entry, through torch.hub's cache
+    torchvision["model"]["torchvision_weights"] = {
+        "entry": "ResNet18_Weights.IMAGENET1K_V1",
+        "url": "https://download.pytorch.org/models/resnet18-f37072fd.pth",
+    }
+    for record in [make_record(), fitted, fetched, torchvision, *paper_records(paper_table)[:50]]:
         validator.validate_record(record)
         CHECK.validate(record)
 
