@@ -22,6 +22,7 @@ from leaderboard.errors import LeaderboardError
 from leaderboard.schema import validate_benchmark
 from leaderboard.store import load_config, locked, records_table
 from leaderboard.table import PARQUET, read_table, write_table
+from leaderboard.views import plural
 
 RELEASES = "releases"
 RELEASE_JSON = "release.json"
@@ -125,7 +126,7 @@ def changes(info: dict, added: pd.DataFrame) -> str:
         f"## v{info['version']} ({info['created']})",
         "",
         f"Benchmark {bench['id']} {bench['version']} (manifest {manifest}), {info['num_levels']} levels; "
-        f"{info['num_entries']} entries, {len(added)} new.",
+        f"{plural(info['num_entries'], 'entry', 'entries')}, {len(added)} new.",
     ]
     if info["note"]:
         lines += ["", info["note"]]

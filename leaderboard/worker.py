@@ -25,6 +25,7 @@ from leaderboard import requests as queue
 from leaderboard import store
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import revision
+from leaderboard.views import plural
 
 EVALUATORS = "cood_bench.evaluators"
 TURN_LOCK = ".worker.lock"
@@ -114,7 +115,7 @@ class Worker:
             + (
                 f": {fields['reason']}"
                 if "reason" in fields
-                else f": {len(fields.get('entries', []))} entries in v{fields.get('release')}"
+                else f": {plural(len(fields.get('entries', [])), 'entry', 'entries')} in v{fields.get('release')}"
             )
         )
         return written

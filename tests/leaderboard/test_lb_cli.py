@@ -82,10 +82,15 @@ def test_import_paper(tmp_path, paper_table):
     out = _run("import-paper", csv, "-d", tmp_path / "p")
     assert out.splitlines() == [
         f"imported 6 entries (2 models) into {tmp_path / 'p'}",
-        "flagged 2 entries of 1 models:",
+        "flagged 2 entries of 1 model:",
         "  efficientnet_b6 / mc_dropout: id-acc near chance (0.0012, chance 0.0010)",
         "  efficientnet_b6 / softmax: id-acc near chance (0.0012, chance 0.0010)",
     ]
+    one = paper_table[(paper_table["model name"] == "resnet50") & (paper_table["confidence function"] == "softmax")]
+    one.to_csv(csv, index=False)  # its 11 levels: one entry
+    out = _run("import-paper", csv, "-d", tmp_path / "one")
+    assert out.splitlines() == [f"imported 1 entry (1 model) into {tmp_path / 'one'}", "flagged none"]
+    assert _run("release", "-d", tmp_path / "one") == "released v1: 1 entry, 1 new\n"
 
 
 def test_import_paper_uses_the_shipped_table(tmp_path):
