@@ -3,58 +3,33 @@ that is not one or has too few classes for the levels, a weights file that is no
 command line without the traceback hint; and a leaderboard's refusal comes after the run's results are shown."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from command_fixtures import ROOT, blocking, run_main
 from glyph_fixtures import CNN, tiny_glyphs  # noqa: F401
 from harness import kappa_names
 from harness.errors import HarnessError
 from harness.kappa_names import check_requested, own_kappa_names, registered_names
 
-ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "examples" / "glyph_mlp.py"
 WEIGHTS = ROOT / "examples" / "weights" / "glyph_cnn.safetensors"
-# a sitecustomize that makes importing torch (and what imports it) impossible: what answers before torch still does
-BLOCK_TORCH = (
-    "import sys\n"
-    "class Block:\n"
-    "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name.split('.')[0] in ('torch', 'torchvision', 'timm', 'pytorch_ood', 'webdataset'):\n"
-    "            raise ImportError(f'{name} is blocked')\n"
-    "sys.meta_path.insert(0, Block())\n"
-)
+TORCH_STACK = ("torch", "torchvision", "timm", "pytorch_ood", "webdataset")  # what answers before torch must not need
 NEEDS_TORCH = "error: cood-harness submit needs the torch extra"  # the line where a check got past the early ones
 MODULES = {"cood-harness": "harness.cli", "cood-dataset": "dataset_builder.cli", "cood-leaderboard": "leaderboard.cli"}
 
 
-def run(module: str, *args, cwd: Path, block_torch: Path | None = None) -> subprocess.CompletedProcess:
-    paths = [str(block_torch)] if block_torch else []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(ROOT)])}
-    env.pop("COOD_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-c", f"from {module} import main; main()", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=300,
-    )
-
-
 @pytest.fixture
-def blocked(tmp_path) -> Path:
-    folder = tmp_path / "block"
-    folder.mkdir()
-    (folder / "sitecustomize.py").write_text(BLOCK_TORCH)
-    return folder
+def blocked(tmp_path) -> tuple[dict, Path]:
+    """An environment in which torch (and what imports it) cannot be imported, and a folder to run in."""
+    return blocking(tmp_path / "block", TORCH_STACK), tmp_path
 
 
-def submit_without_torch(blocked: Path, *args) -> tuple[int, str, str]:
-    done = run("harness.cli", "submit", *args, cwd=blocked.parent, block_torch=blocked)
+def submit_without_torch(blocked: tuple[dict, Path], *args) -> tuple[int, str, str]:
+    env, cwd = blocked
+    done = run_main("harness.cli", "submit", *args, cwd=cwd, env=env)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -221,7 +196,7 @@ def test_the_api_refuses_a_kappa_typo_before_loading(monkeypatch):
 )
 def test_a_usage_error_exits_2_without_the_traceback_hint(prog, args, message, tmp_path):
     args = args[prog] if isinstance(args, dict) else args
-    done = run(MODULES[prog], *args, cwd=tmp_path)
+    done = run_main(MODULES[prog], *args, cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == "", done
     assert message in done.stderr.splitlines()[-1], done.stderr
     assert "COOD_DEBUG" not in done.stderr and "Traceback" not in done.stderr
@@ -236,7 +211,7 @@ def test_a_refused_leaderboard_comes_after_the_results(tiny_glyphs, tmp_path):  
     init_leaderboard(board, {**Benchmark.open(tiny_glyphs).identity(), "id": "other"})
     before = sorted(p.relative_to(board) for p in board.rglob("*"))
     out = tmp_path / "out"
-    done = run(
+    done = run_main(
         "harness.cli",
         *("submit", CNN, "--benchmark", tiny_glyphs, "-k", "softmax", "--trust-submission", "--no-progress", "-q"),
         *("--cache-dir", tmp_path / "cache", "--out", out, "--leaderboard", board),

@@ -1,16 +1,14 @@
 """The light install: without the torch extra, the leaderboard works and the harness and builder say what to install."""
 
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from command_fixtures import ROOT, blocking, run_main
 from dataset_builder.console import TORCH_EXTRA
 
-ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = (
     "torch",
     "torchvision",
@@ -31,28 +29,7 @@ BLOCKED = (
 @pytest.fixture(scope="module")
 def no_torch(tmp_path_factory) -> dict:
     """An environment in which every package of the torch extra fails to import, as after ``pip install cood-bench``."""
-    site = tmp_path_factory.mktemp("site")
-    (site / "sitecustomize.py").write_text(
-        "import sys\n"
-        f"BLOCKED = {BLOCKED!r}\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in BLOCKED:\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
-        "sys.meta_path.insert(0, Block())\n"
-    )
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
-
-
-def run(env: dict, module: str, *args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", f"from {module} import main; main()", *map(str, args)],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return blocking(tmp_path_factory.mktemp("site"), BLOCKED)
 
 
 def test_the_blocker_blocks(no_torch, tmp_path):
@@ -75,7 +52,7 @@ def test_the_leaderboard_without_torch(no_torch, tmp_path):
     ]
     outputs = {}
     for step in steps:
-        done = run(no_torch, "leaderboard.cli", *step, cwd=tmp_path)
+        done = run_main("leaderboard.cli", *step, cwd=tmp_path, env=no_torch)
         assert done.returncode == 0, (step, done.stderr)
         outputs[step[0]] = done.stdout
     assert "imported 1848 entries (706 models)" in outputs["import-paper"]
@@ -92,7 +69,7 @@ def test_the_leaderboard_without_torch(no_torch, tmp_path):
     ],
 )
 def test_the_harness_and_builder_name_the_extra(no_torch, tmp_path, module, args, command):
-    done = run(no_torch, module, *args, cwd=tmp_path)
+    done = run_main(module, *args, cwd=tmp_path, env=no_torch)
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"error: {command} needs the torch extra (missing: torch, torchvision, timm, pytorch_ood")
@@ -101,12 +78,14 @@ def test_the_harness_and_builder_name_the_extra(no_torch, tmp_path, module, args
 
 def test_the_harness_helps_and_checks_without_torch(no_torch, tmp_path):
     for args in (["--help"], ["submit", "--help"], ["kappas", "--help"]):
-        done = run(no_torch, "harness.cli", *args, cwd=tmp_path)
+        done = run_main("harness.cli", *args, cwd=tmp_path, env=no_torch)
         assert done.returncode == 0 and done.stderr == "", (args, done.stderr)
         assert done.stdout.startswith(
             f"Usage: -c {' '.join(args[:-1])}".rstrip() + " [OPTIONS]"
         )  # python -c names the program -c
-    done = run(no_torch, "harness.cli", "submit", "missing.py", cwd=tmp_path)  # what needs no torch is checked first
+    done = run_main(
+        "harness.cli", "submit", "missing.py", cwd=tmp_path, env=no_torch
+    )  # what needs no torch is checked first
     assert (done.returncode, done.stderr) == (2, "error: submission file missing.py not found\n")
 
 
@@ -141,15 +120,15 @@ def test_a_request_without_torch_and_the_worker_names_the_extra(no_torch, tmp_pa
         ("queue-init", requests, "-d", board),
         ("request", "timm:resnet18", "-q", requests, "--weights", weights, "--file", "w.pt"),
     ]:
-        done = run(no_torch, "leaderboard.cli", *step, cwd=tmp_path)
+        done = run_main("leaderboard.cli", *step, cwd=tmp_path, env=no_torch)
         assert done.returncode == 0, (step, done.stderr)
         outputs[step[0]] = done.stdout
     assert (
         "(torch weights, sha256 " in outputs["request"]
     )  # checked statically: the pickle names tensor rebuilders only
-    listed = run(no_torch, "leaderboard.cli", "requests", requests, cwd=tmp_path).stdout
+    listed = run_main("leaderboard.cli", "requests", requests, cwd=tmp_path, env=no_torch).stdout
     assert f"{requests}: 1 request" in listed and "pending" in listed
-    done = run(no_torch, "leaderboard.cli", "worker", requests, "-d", board, cwd=tmp_path)
+    done = run_main("leaderboard.cli", "worker", requests, "-d", board, cwd=tmp_path, env=no_torch)
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     missing = re.fullmatch(
