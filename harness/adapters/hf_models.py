@@ -11,6 +11,7 @@ from PIL import Image
 
 from harness.adapters.common import ZooTarget, import_optional, list_if_tuple
 from harness.adapters.hub_weights import HubWeights, pin
+from harness.adapters.weights import check_config_classes
 from harness.errors import HarnessError
 from harness.submission import Submission
 
@@ -35,17 +36,20 @@ def is_hub_repo(name: str) -> bool:
 
 def hf_source(target: ZooTarget) -> tuple[str | Path, dict, HubWeights | None]:
     """Where the classifier loads from: a folder, or a Hub repo pinned to the commit ``target.revision`` names (with
-    the weights file read there); and ``from_pretrained``'s options."""
+    the weights file read there); and ``from_pretrained``'s options. A ``config.json`` whose labels number other than
+    ``target.num_classes`` is refused before any weights are read or fetched."""
     if not is_hub_repo(target.name):
         path = Path(target.name)
         if target.revision is not None:
             raise HarnessError(f"hf: {path} is a folder: --revision applies to a Hub repo (hf:<owner>/<repo>)")
         if not (path / "config.json").is_file():
             raise HarnessError(f"hf: {path} is not a folder saved with save_pretrained (no config.json)")
+        check_config_classes(path / "config.json", "id2label", target.num_classes)
         return path, {"local_files_only": True}, None
-    commit = pin("hf", target.name, ["config.json"], target.revision).revision
-    hub = pin("hf", target.name, HF_WEIGHTS, commit)
-    return target.name, {"revision": commit}, hub
+    config = pin("hf", target.name, ["config.json"], target.revision)
+    check_config_classes(config.path, "id2label", target.num_classes)  # before the weights are fetched
+    hub = pin("hf", target.name, HF_WEIGHTS, config.revision)
+    return target.name, {"revision": config.revision}, hub
 
 
 def hf_target(target: ZooTarget) -> Submission:

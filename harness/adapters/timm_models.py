@@ -7,7 +7,7 @@ import torch
 
 from harness.adapters.common import ZooTarget, did_you_mean
 from harness.adapters.hub_weights import HubWeights, pin, weight_files
-from harness.adapters.weights import ClassCountMismatch, load_weights
+from harness.adapters.weights import ClassCountMismatch, check_config_classes, check_file_classes, load_weights
 from harness.errors import HarnessError
 from harness.submission import Submission, recorded, timm_transform
 
@@ -25,6 +25,7 @@ def timm_target(target: ZooTarget) -> Submission:
         model, hub = pretrained(name, target.revision, num_classes)
         sha = hub.sha256()
     else:
+        check_file_classes(target.weights, classifier_of(name), num_classes)
         try:
             model = timm.create_model(name, pretrained=False, **({"num_classes": num_classes} if num_classes else {}))
         except RuntimeError as exc:
@@ -42,6 +43,21 @@ def timm_target(target: ZooTarget) -> Submission:
         file_sha256=sha,
         hub_weights=None if hub is None else hub.record(),
     )
+
+
+def classifier_of(name: str) -> str:
+    """The classifier layer timm's pretrained config names for ``name`` (``fc``, ``head.fc``; the first of several
+    heads), or ``""`` where it names none (an ``hf-hub:`` repo, a name timm does not know)."""
+    from timm.models import get_pretrained_cfg
+
+    if name.startswith(HF_HUB):
+        return ""
+    try:
+        cfg = get_pretrained_cfg(name)
+    except RuntimeError:  # an unknown tag: create_model says so
+        return ""
+    layer = cfg.classifier if cfg is not None else None
+    return (layer[0] if isinstance(layer, (tuple, list)) else layer) or ""
 
 
 def hub_source(name: str, revision: str | None, num_classes: int | None) -> tuple[str, list[str], str | None]:
@@ -80,7 +96,10 @@ def pretrained(name: str, revision: str | None, num_classes: int | None) -> tupl
     import timm
 
     repo, files, revision = hub_source(name, revision, num_classes)
-    commit = pin("timm", repo, files, revision).revision
+    pinned = pin("timm", repo, files, revision)
+    commit = pinned.revision
+    if name.startswith(HF_HUB):  # the repo's config.json, before its weights are fetched
+        check_config_classes(pinned.path, "num_classes", num_classes)
     try:
         if name.startswith(HF_HUB):
             model = timm.create_model(f"{HF_HUB}{repo}@{commit}", pretrained=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -110,6 +111,52 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     if all(k.startswith("module.") for k in state):
         state = {k[len("module.") :]: v for k, v in state.items()}
     return state
+
+
+def classifier_rows(path: str | Path, layer: str) -> int | None:
+    """The number of rows (classes) of ``<layer>.weight`` in a weights file, read without loading the rest: the
+    safetensors header, or a torch file memory-mapped; None when the file does not hold it or cannot be read so (the
+    full read reports that)."""
+    from safetensors import SafetensorError, safe_open
+
+    path, key = Path(path), f"{layer}.weight"
+    try:
+        if path.suffix == ".safetensors":
+            with safe_open(path, "pt") as handle:
+                names = set(handle.keys())
+                name = key if key in names else f"module.{key}" if f"module.{key}" in names else None
+                return None if name is None else handle.get_slice(name).get_shape()[0]
+        if path.suffix not in TORCH_SUFFIXES:
+            return None
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (SafetensorError, pickle.UnpicklingError, RuntimeError, ValueError, EOFError, OSError):
+        return None  # reported by the full read
+    for nested in ("state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(nested), dict):
+            state = state[nested]
+    tensor = state.get(key, state.get(f"module.{key}")) if isinstance(state, dict) else None
+    return tensor.shape[0] if isinstance(tensor, torch.Tensor) and tensor.ndim >= 1 else None
+
+
+def check_file_classes(path: str | Path, layer: str, num_classes: int | None) -> None:
+    """A ClassCountMismatch when the weights file's ``layer`` (the classifier the library names) has another number
+    of rows than ``num_classes``; before any model is built or the file is read in full."""
+    rows = classifier_rows(path, layer) if num_classes and layer else None
+    if rows is not None and rows != num_classes:
+        raise ClassCountMismatch(rows, num_classes)
+
+
+def check_config_classes(config: str | Path, key: str, num_classes: int | None) -> None:
+    """A ClassCountMismatch when a model's saved configuration (a ``config.json``) gives another number of classes
+    than ``num_classes`` under ``key`` (a number, or a mapping of its labels); before the weights are fetched or the
+    model is built. A configuration without it is left to the trial forward pass."""
+    try:
+        value = json.loads(Path(config).read_text()).get(key) if num_classes else None
+    except (OSError, ValueError, AttributeError):
+        return
+    found = len(value) if isinstance(value, dict) else value if type(value) is int else None
+    if found and found != num_classes:
+        raise ClassCountMismatch(found, num_classes)
 
 
 def copy_state_in_order(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
