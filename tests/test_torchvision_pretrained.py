@@ -115,7 +115,6 @@ def test_a_named_entry_is_read_and_a_weights_file_still_wins(primed, tmp_path, m
         load_target("torchvision:mobilenet_v3_small@V9")
 
 
-@pytest.mark.slow  # builds the ImageNet stand-in
 def test_an_empty_cache_offline_or_unreachable_is_one_line(small_bench, tmp_path):
     empty = tmp_path / "empty-home"
     cache = empty / "hub" / "checkpoints"
