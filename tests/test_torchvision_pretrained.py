@@ -115,6 +115,18 @@ def test_a_named_entry_is_read_and_a_weights_file_still_wins(primed, tmp_path, m
         load_target("torchvision:mobilenet_v3_small@V9")
 
 
+def test_a_cached_file_that_is_not_the_entrys_is_one_line(tmp_path, monkeypatch):
+    cached = tmp_path / "hub" / "checkpoints" / FILE
+    cached.parent.mkdir(parents=True)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    torch.save(torchvision.models.squeezenet1_1().state_dict(), cached)  # another model's weights
+    with pytest.raises(HarnessError, match=f"^torchvision: the cached {FILE} does not fit mobilenet_v3_small: "):
+        load_target("torchvision:mobilenet_v3_small")
+    torch.save({"weights": torch.nn.Linear(2, 2)}, cached)  # a pickled module: refused before torch.hub loads it
+    with pytest.raises(HarnessError, match=r"refused by torch.load\(weights_only=True\)"):
+        load_target("torchvision:mobilenet_v3_small")
+
+
 def test_an_empty_cache_offline_or_unreachable_is_one_line(small_bench, tmp_path):
     empty = tmp_path / "empty-home"
     cache = empty / "hub" / "checkpoints"

@@ -1,7 +1,8 @@
 """Model adapters: turn a target string into a :class:`~harness.submission.Submission`.
 
 Targets (weights come from a local file or folder; a ``timm:`` or ``open_clip:`` target given none and an ``hf:`` Hub
-repo download pretrained weights, pinned to a commit, through :mod:`harness.adapters.hub_weights`):
+repo download pretrained weights, pinned to a commit, through :mod:`harness.adapters.hub_weights`, and a
+``torchvision:`` target given none its weights entry's through torch.hub's cache):
 
 - ``timm:<name>`` (``<name>`` may carry a pretrained tag, e.g. ``resnet50.tv_in1k``, which selects that tag's
   preprocessing; or ``hf-hub:<owner>/<repo>``, a repo saved by timm) with ``weights`` a ``.safetensors`` / ``.pt`` /

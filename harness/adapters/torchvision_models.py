@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
+from dataset_builder.shards import file_sha256
 from harness.adapters.common import ZooTarget, did_you_mean
-from harness.adapters.weights import ClassCountMismatch, load_weights
+from harness.adapters.weights import ClassCountMismatch, load_weights, read_weights
 from harness.errors import HarnessError
 from harness.submission import Submission
 
@@ -86,26 +87,42 @@ def fetch(entry) -> Path:
     return path
 
 
+def pretrained(name: str, entry, num_classes: int | None):
+    """The model built by torchvision with the weights of ``entry`` (its builder's own loading: key renames, auxiliary
+    heads, input transform), read from torch.hub's cache after the file is checked to hold tensors only; and the
+    file's sha256. A classifier of another width than ``num_classes`` is refused from the entry's categories, before
+    anything is read or fetched."""
+    import torchvision
+
+    classes = len(entry.meta["categories"])
+    if num_classes and classes != num_classes:
+        raise ClassCountMismatch(classes, num_classes)
+    path = fetch(entry)
+    read_weights(path)  # torch.load(weights_only=True): what torch.hub then loads holds nothing but tensors
+    try:
+        model = torchvision.models.get_model(name, weights=entry)
+    except (RuntimeError, ValueError) as exc:
+        raise HarnessError(
+            f"torchvision: the cached {path.name} does not fit {name}: {str(exc).splitlines()[0]}; delete it to fetch "
+            "it again"
+        ) from exc
+    return model, file_sha256(path)
+
+
 def build(name: str, num_classes: int | None, weights: str | None, named: str | None):
-    """The model, its weights loaded, the file's sha256, its weights entry and how that entry was chosen; without a
-    weights file the entry's own (a classifier of another width than ``num_classes`` refused from the entry's
-    categories, before anything is read or fetched)."""
+    """The model, its weights loaded, the file's sha256, its weights entry and how that entry was chosen: the entry
+    named, else (a weights file) the entry whose file hash it carries, else ``DEFAULT``."""
     import torchvision
 
     entry = named_entry(name, named) if named else None
+    choice = "named in the target" if named else "DEFAULT"
     if weights is None:
         entry = entry or named_entry(name, "DEFAULT")
-        classes = len(entry.meta["categories"])
-        if num_classes and classes != num_classes:
-            raise ClassCountMismatch(classes, num_classes)
-        num_classes = classes
+        return *pretrained(name, entry, num_classes), entry, choice
     model = torchvision.models.get_model(name, weights=None, **({"num_classes": num_classes} if num_classes else {}))
-    if weights is None:
-        path = fetch(entry)
-        return model, load_weights(model, path), entry, "named in the target" if named else "DEFAULT"
     sha = load_weights(model, weights)
     if entry is not None:
-        return model, sha, entry, "named in the target"
+        return model, sha, entry, choice
     return model, sha, *torchvision_weights_entry(name, sha)
 
 
