@@ -214,7 +214,7 @@ def show_result(result, cache: bool) -> None:
             f"moved the earlier outputs in {result.paths['records'][0].parents[1]} to {result.paths['previous']}"
         )
     typer.echo(
-        f"wrote {len(result.paths['records'])} records, {result.paths['csv']} and {result.paths['plot']} "
+        f"wrote {plural(len(result.paths['records']), 'record')}, {result.paths['csv']} and {result.paths['plot']} "
         f"in {result.records[0]['timings']['total_s']:.1f} s"
     )
 

@@ -220,7 +220,7 @@ def test_a_refused_leaderboard_comes_after_the_results(tiny_glyphs, tmp_path):  
     assert done.returncode == 2, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("glyph_cnn on glyphs ") and any(line.startswith("scored ") for line in lines), lines
-    assert lines[-1].startswith(f"wrote 1 records, {out}"), lines
+    assert lines[-1].startswith(f"wrote 1 record, {out}"), lines
     [line] = done.stderr.splitlines()
     assert line.startswith(f"error: the run's outputs are in {out}, but the leaderboard could not take the records: ")
     assert line.endswith("unknown benchmark 'glyphs'; this leaderboard holds 'other'"), line
