@@ -6,6 +6,7 @@ loop over sorted chunks for equal-mass ECE, scikit-learn's log_loss and brier_sc
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ import torch
 from sklearn.metrics import brier_score_loss, log_loss
 from torchmetrics.classification import BinaryCalibrationError
 
+from glyph_fixtures import CNN
 from harness.errors import HarnessError
 from harness.method.evaluation import evaluate_kappa
 from harness.method.metrics import id_metrics
@@ -184,3 +186,31 @@ def test_a_glyph_runs_records_equal_the_independent_implementations_on_its_id_te
     summary = " ".join(result.table.split("\n\n")[-1].split())  # the terminal's lines per kappa
     softmax_line = summary[summary.index("softmax:") : summary.index("energy:")]
     assert f"ece {softmax['id']['ece']:.4f}" in softmax_line and f"brier {softmax['id']['brier']:.4f}" in softmax_line
+
+
+@pytest.mark.slow
+def test_a_sandboxed_submission_files_probability_kappa_reaches_its_record(tiny_glyphs, tmp_path):
+    from harness import submit
+
+    folder = tmp_path / "sub"
+    (folder / "weights").mkdir(parents=True)
+    shutil.copy(CNN, folder / "glyph_cnn.py")
+    shutil.copy(CNN.with_name("weights") / "glyph_cnn.safetensors", folder / "weights")
+    with open(folder / "glyph_cnn.py", "a") as file:
+        file.write(
+            "\n\nimport numpy as np\nfrom harness import user_kappa\n\n\n"
+            "@user_kappa(probability=True)\n"
+            "def top_share(logits):\n"
+            "    e = np.exp(logits - logits.max(axis=1, keepdims=True))\n"
+            "    return e.max(axis=1) / e.sum(axis=1)\n\n\n"
+            "KAPPAS = {'top_share': top_share, 'top_logit': lambda logits: logits.max(axis=1)}\n"
+        )
+    result = submit(folder / "glyph_cnn.py", benchmark=tiny_glyphs, kappas=["top_share", "top_logit"], progress=False)
+    records = {r["kappa"]["name"]: r for r in result.records}
+    assert records["top_share"]["kappa"]["probability"] and not records["top_logit"]["kappa"]["probability"]
+    id_test = result.scores["id_test"]
+    correct = id_test.preds == id_test.labels
+    expected = independent(id_test.confs["top_share"], correct)
+    for name in ("ece", "nll", "brier"):
+        assert records["top_share"]["id"][name] == pytest.approx(expected[name], rel=1e-6, abs=1e-9), name
+    assert records["top_logit"]["id"]["ece"] is None
