@@ -311,7 +311,8 @@ def ranking_lines(table: pd.DataFrame, top: int = 10) -> list[str]:
     out = [f"C-OOD ranking (mean ood-auroc) vs. ID ranking ({labels}) of the models, per kappa (rank 1 = best):"]
     if missing:
         lacks = ", ".join(f"{ID_RANKINGS[c][0]} ({c})" for c in missing)
-        out.append(f"  the board lacks {lacks}: no valid entry holds it; not ranked by it")
+        them = "them" if len(missing) > 1 else "it"
+        out.append(f"  the board lacks {lacks}: no valid entry holds {them}; not ranked by {them}")
     if not shown:
         return out
     corr = ranking_correlations(table).set_index(["kappa", "id"])

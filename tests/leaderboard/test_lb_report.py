@@ -260,3 +260,14 @@ def test_the_papers_board_ranks_by_id_auroc_and_says_it_lacks_aurc(table):
     text = report(table)
     assert "  the board lacks aurc (id_aurc): no valid entry holds it; not ranked by it" in text
     assert f"    id-auroc  n={int(corr.loc[('softmax', 'id_auroc'), 'n']):<5} Spearman rho=" in text
+
+
+def test_a_board_without_any_id_ranking_says_so_and_stops(tmp_path):
+    records = [record(model=f"m{i}", weights=f"{i + 1}" * 64) for i in range(3)]
+    for rec in records:
+        rec["id"]["auroc"] = None  # every prediction right: undefined
+    add_records(tmp_path / "b", records, create=True)
+    assert ranking_lines(current_table(tmp_path / "b")) == [
+        "C-OOD ranking (mean ood-auroc) vs. ID ranking (id-auroc and aurc) of the models, per kappa (rank 1 = best):",
+        "  the board lacks id-auroc (id_auroc), aurc (id_aurc): no valid entry holds them; not ranked by them",
+    ]
