@@ -12,7 +12,8 @@ The submission contract, a Python file that defines:
 - ``NAME`` (optional): the model's name in results (default: the file's stem).
 - ``KAPPAS`` (optional): ``{"name": fn}``, with ``fn(logits: np.ndarray) -> np.ndarray`` of shape
   ``(batch,)``, higher = more in-distribution; decorate with ``harness.user_kappa(features=True)`` to also
-  receive the features.
+  receive the features, ``harness.user_kappa(probability=True)`` to declare its values probabilities in [0, 1] that
+  the prediction is right (its records then hold ECE, NLL and Brier).
 """
 
 from __future__ import annotations
@@ -132,11 +133,13 @@ def state_sha256(entries) -> str:
     return digest.hexdigest()
 
 
-def user_kappa(features: bool = False):
-    """Decorator for a submission's kappa that also takes the model's features: ``fn(logits, features)``."""
+def user_kappa(features: bool = False, probability: bool = False):
+    """Decorator for a submission's kappa: ``features``, it also takes the model's features (``fn(logits,
+    features)``); ``probability``, its values are probabilities in [0, 1] that the prediction is right."""
 
     def mark(fn):
         fn.wants_features = features
+        fn.probability = probability
         return fn
 
     return mark
@@ -252,7 +255,12 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
         if not callable(fn):
             raise HarnessError(f"submission {path}: KAPPAS['{name}'] is not callable")
         params = {"source": "submission", "code_sha256": hashlib.sha256(_code_of(fn).encode()).hexdigest()}
-        kappas[name] = LogitFunction(name, fn, params=params, wants_features=getattr(fn, "wants_features", False))
+        declared = {k: getattr(fn, k, False) for k in ("wants_features", "probability")}
+        if not all(isinstance(v, bool) for v in declared.values()):
+            raise HarnessError(
+                f"submission {path}: KAPPAS['{name}'] declares features or probability not as True/False"
+            )
+        kappas[name] = LogitFunction(name, fn, params=params, **declared)
     preprocessing = recorded(config)
     preprocessing["transform"] = "custom" if callable(custom) else "timm.create_transform"
     bundle_sha256, digests = (None, None) if sandboxed else Bundle.of(path).hash()

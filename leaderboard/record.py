@@ -182,6 +182,13 @@ class Model:
 class Kappa:
     name: str = spec(format="kappa_name", column="kappa_name")
     params: dict = spec(format="params")
+    probability: bool = spec(
+        absent_in_older=True,
+        unset_absent=True,
+        doc="whether the kappa's reported value is a probability that the prediction is right (the max softmax "
+        "probability: true; entropy, energy, max logit, distances: false): the ID calibration metrics (ece, ece_mass, "
+        "nll, brier) are null where it is false; absent from published results and records made before it existed",
+    )
 
 
 def _metric_field(metric: Metric) -> tuple:
@@ -541,6 +548,8 @@ def _value_schema(f: Field, kind=None) -> dict:
         return schema
     if kind is str:
         return _string_schema(meta["format"])
+    if kind is bool:
+        return {"type": "boolean"}
     number = {"type": "integer" if kind is int else "number"}
     if meta["minimum"] is not None:
         number["minimum"] = meta["minimum"]
@@ -577,7 +586,7 @@ def _harness_only(cls: type) -> dict:
 
 
 def _json_type(kind: type) -> str:
-    return {int: "integer", float: "number", str: "string", dict: "object", list: "array"}[kind]
+    return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object", list: "array"}[kind]
 
 
 def schema_text() -> str:

@@ -1,15 +1,17 @@
 """A short text summary of a table: best models per kappa, the top models and their families,
 where a focus group (by default zero-shot CLIP) ranks, distilled models against their non-distilled
-counterparts, ID accuracy vs. C-OOD detection, and kappa-vs-kappa win rates. Flagged entries (broken
-runs) are left out of every number.
+counterparts, ID accuracy vs. C-OOD detection, each kappa's C-OOD ranking of the models against their ID
+rankings, and kappa-vs-kappa win rates. Flagged entries (broken runs) are left out of every number.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from leaderboard.errors import LeaderboardError
@@ -21,6 +23,8 @@ MIN_CORRELATED = 3  # entries a correlation needs (two points always lie on a li
 DISTILLED = re.compile(
     r"_(?:distilled|dist)(?=_|$)"
 )  # timm's names: deit_base_distilled_patch16_224, xcit_tiny_12_p8_224_dist
+# the ID rankings set beside the C-OOD ranking (mean ood-auroc): table column -> (label, higher is better)
+ID_RANKINGS = {"id_auroc": ("id-auroc", True), "id_aurc": ("aurc", False)}
 COUNTERPARTS = {
     "resnetv2_50x1_bit_distilled": "resnetv2_50x1_bitm"
 }  # BiT R50x1 distilled from a 152x2 teacher vs BiT-M R50x1
@@ -134,6 +138,54 @@ def correlations(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["kappa", "n", "pearson", "spearman"])
 
 
+def kendall_tau(x, y) -> float:
+    """Kendall's tau-b of two equally long sequences (ties in either count in neither the concordant nor the
+    discordant pairs, and shrink the denominator); NaN when either is constant. In numpy over all pairs (the
+    leaderboard reads without scipy; scipy.stats.kendalltau gives the same)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    i, j = np.triu_indices(len(x), k=1)
+    dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    untied = math.sqrt(np.count_nonzero(dx) * np.count_nonzero(dy))
+    return float(np.sum(dx * dy) / untied) if untied else float("nan")
+
+
+def model_rankings(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per kappa, its models (each by its best entry of that kappa) ranked by mean ood-auroc and by each ID ranking of
+    :data:`ID_RANKINGS` the table holds (1 = best; ties share the best rank; NaN where a model lacks the value), best
+    C-OOD rank first."""
+    entries = valid(table).sort_values(["mean_ood_auroc", "model"], ascending=[False, True], kind="stable")
+    held = {c: higher for c, (_, higher) in ID_RANKINGS.items() if c not in _missing_rankings(table)}
+    out = {}
+    for kappa, rows in entries.groupby("kappa", sort=True):
+        rows = rows.drop_duplicates("model")
+        ranks = {"model": rows["model"], "ood": rows["mean_ood_auroc"].rank(ascending=False, method="min")}
+        for column, higher in held.items():
+            ranks[column] = rows[column].astype("float64").rank(ascending=not higher, method="min")
+        out[kappa] = pd.DataFrame(ranks).reset_index(drop=True)
+    return out
+
+
+def ranking_correlations(table: pd.DataFrame) -> pd.DataFrame:
+    """Per kappa and ID ranking: Spearman rho and Kendall tau-b between the models' C-OOD ranks and their ID ranks,
+    over the models that have both (``n``); NaN for fewer than :data:`MIN_CORRELATED` models or a constant ranking. A
+    positive value: the models that rank better on the ID task rank better at C-OOD detection too."""
+    rows = []
+    for kappa, ranks in model_rankings(table).items():
+        for column in [c for c in ID_RANKINGS if c in ranks.columns]:
+            both = ranks[["ood", column]].dropna()
+            enough = len(both) >= MIN_CORRELATED
+            rows.append(
+                {
+                    "kappa": kappa,
+                    "id": column,
+                    "n": len(both),
+                    "spearman": both["ood"].rank().corr(both[column].rank()) if enough else float("nan"),
+                    "kendall": kendall_tau(both["ood"], both[column]) if enough else float("nan"),
+                }
+            )
+    return pd.DataFrame(rows, columns=["kappa", "id", "n", "spearman", "kendall"])
+
+
 def win_rates(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Share of models where the row kappa's mean ood-auroc beats the column kappa's (ties count 1/2),
     over the models evaluated with both; and those model counts."""
@@ -177,7 +229,8 @@ def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFA
         )
         out += [f"  {r.model} / {r.kappa}: {r.flag}" for r in flagged.itertuples()]
     out += ["", *leader_lines(table, top), "", *focus_lines(table, focus, baseline)]
-    out += ["", *distillation_lines(table, baseline), "", *correlation_lines(table), "", *win_rate_lines(table)]
+    out += ["", *distillation_lines(table, baseline), "", *correlation_lines(table)]
+    out += ["", *ranking_lines(table, top), "", *win_rate_lines(table)]
     codes = {name: code_sha256(json.loads(params)) for name, params in zip(table["kappa"], table["kappa_params"])}
     if any(codes.values()):
         out += ["", "Submission files' kappas, by the sha256 of their code:"]
@@ -239,6 +292,50 @@ def correlation_lines(table: pd.DataFrame) -> list[str]:
         else:
             text = f"n={r.n:<5} Pearson r={r.pearson:+.3f}  Spearman rho={r.spearman:+.3f}"
         out.append(f"  {r.kappa:<{width}}  {text}")
+    return out
+
+
+def _missing_rankings(table: pd.DataFrame) -> list[str]:
+    """The ID rankings no valid entry of the table holds (a column absent, or blank in every entry)."""
+    entries = valid(table)
+    return [c for c in ID_RANKINGS if c not in entries.columns or entries[c].isna().all()]
+
+
+def ranking_lines(table: pd.DataFrame, top: int = 10) -> list[str]:
+    """The report's C-OOD ranking against the ID rankings, per kappa: the correlations over the models (in words where
+    they cannot be computed), then the ``top`` models' ranks side by side; the ID rankings the board lacks, in
+    words."""
+    missing = _missing_rankings(table)
+    shown = {c: label for c, (label, _) in ID_RANKINGS.items() if c not in missing}
+    labels = " and ".join(label for label, _ in ID_RANKINGS.values())
+    out = [f"C-OOD ranking (mean ood-auroc) vs. ID ranking ({labels}) of the models, per kappa (rank 1 = best):"]
+    if missing:
+        lacks = ", ".join(f"{ID_RANKINGS[c][0]} ({c})" for c in missing)
+        them = "them" if len(missing) > 1 else "it"
+        out.append(f"  the board lacks {lacks}: no valid entry holds {them}; not ranked by {them}")
+    if not shown:
+        return out
+    corr = ranking_correlations(table).set_index(["kappa", "id"])
+    for kappa, ranks in model_rankings(table).items():
+        out.append(f"  {kappa} ({plural(len(ranks), 'model')}):")
+        for column, label in shown.items():
+            r = corr.loc[(kappa, column)]
+            if r["n"] < MIN_CORRELATED:
+                text = f"not enough models to correlate ({plural(int(r['n']), 'model')} with both)"
+            elif pd.isna(r["spearman"]) or pd.isna(r["kendall"]):
+                text = f"no correlation: one of the rankings is the same for all {plural(int(r['n']), 'model')}"
+            else:
+                text = f"n={int(r['n']):<5} Spearman rho={r['spearman']:+.3f}  Kendall tau={r['kendall']:+.3f}"
+            out.append(f"    {label:<9} {text}")
+        head = ranks.head(top)
+        out.append("    " + "".join(f"{name:>10}" for name in ["c-ood", *shown.values()]) + "  model")
+        for row in head.itertuples(index=False):
+            cells = [row.ood, *(getattr(row, c) for c in shown)]
+            out.append(
+                "    " + "".join("-".rjust(10) if pd.isna(v) else f"{int(v):>10}" for v in cells) + f"  {row.model}"
+            )
+        if len(ranks) > len(head):
+            out.append(f"    ... {plural(len(ranks) - len(head), 'more model')}")
     return out
 
 

@@ -152,6 +152,9 @@ def _value(value, path: str, field: Field, paper: bool) -> None:
         _text(value, path, meta["format"], nullable)
     elif field.kind is int:
         _integer(value, path, meta["minimum"], nullable)
+    elif field.kind is bool:
+        if not isinstance(value, bool):
+            raise _fail(path, f"must be true or false, got {value!r}")
     else:
         _number(value, path, nullable, meta["unit"])
 

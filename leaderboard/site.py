@@ -55,6 +55,11 @@ def mean_metrics() -> list[Metric]:
     return [m for m in registered("level") if m.aggregate == "mean"]
 
 
+def later_id_metrics() -> list[Metric]:
+    """The ID metrics a model page shows after :data:`ENTRY_METRICS` (the selective and calibration metrics)."""
+    return [m for m in registered("id") if m.table_column not in ("id_acc", "id_auroc", "id_avg_conf")]
+
+
 def optional_columns() -> dict[str, str]:
     """The index's columns shown when some entry fills them: key -> table column."""
     return {**OPTIONAL_COLUMNS, **{m.name: m.table_column for m in mean_metrics()}, "n": "num_parameters"}
@@ -179,6 +184,7 @@ def build_site(
             for e in model["e"]
         ]
         shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
+        shown += [(m.table_column, m.label) for m in later_id_metrics()]
         metrics = [(key, label) for key, label in shown if any(e[key] is not None for e in entries)]
         curves = [{"label": e["name"], "title": e["k"], "values": e["l"]} for e in entries]
         plot = {"levels": len(levels), "curves": curves}
@@ -307,6 +313,7 @@ def _entry_page(entry: dict, row: pd.Series, record: dict | None, board, out: Pa
         "weights": row["weights_sha256"],
         "bundle": None if pd.isna(row.get("bundle_sha256")) else row["bundle_sha256"],  # absent: a table from before
         "idconf": _num(row["id_avg_conf"]),
+        **{m.table_column: _num(row.get(m.table_column)) for m in later_id_metrics()},
         "definition": row["ood_auroc_definition"],
         "created": row["created"],
         "harness": row["harness_version"],

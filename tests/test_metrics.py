@@ -61,7 +61,12 @@ def test_level_and_id_metrics():
         "e_aurc": pytest.approx((1 / 9) - (1 / 3 + (2 / 3) * math.log(2 / 3))),
         "sac_95": pytest.approx(2 / 3),
         "sac_99": pytest.approx(2 / 3),
+        **dict.fromkeys(("ece", "ece_mass", "nll", "brier")),  # not declared probabilities
     }
+    calibrated = id_metrics(np.array([0.9, 0.8, 0.1]), np.array([True, True, False]), probability=True)
+    assert calibrated["ece"] == calibrated["ece_mass"] == pytest.approx((0.1 + 0.2 + 0.1) / 3)  # a bin each
+    assert calibrated["nll"] == pytest.approx(-(2 * math.log(0.9) + math.log(0.8)) / 3)
+    assert calibrated["brier"] == pytest.approx((0.01 + 0.04 + 0.01) / 3)
     assert id_metrics(np.array([0.9, 0.8]), np.array([True, True]))["auroc"] is None
 
 

@@ -43,6 +43,7 @@ def test_submit_writes_every_output(tiny_glyphs, tmp_path):
     assert records["odin"]["kappa"] == {
         "name": "odin",
         "params": {"preset": "paper", "temperature": 2.0, "epsilon": 1e-5},
+        "probability": True,  # max softmax(f(x')/T)
     }
     assert records["mc_dropout"]["kappa"]["params"] == {"passes": 3}
     assert rec["summary"]["mean_ood_auroc"] == pytest.approx(np.mean([lvl["ood_auroc"] for lvl in rec["levels"]]))

@@ -172,7 +172,8 @@ class KappaDef(Needs):
     ``make(params)`` returns its implementation (a :class:`Kappa`: the kind gives its methods and its needs). A
     stochastic kappa declares ``seeded``: its values then depend on the run's seed and on the batches, which the
     harness fixes by the manifest and the batch size, the same rule for every split, and its cache entries are keyed
-    on both."""
+    on both. A kappa whose reported confidence is the probability that the prediction is right (the max softmax
+    probability) declares ``probability``: its records then hold the calibration metrics (ECE, NLL, Brier)."""
 
     name: str
     summary: str
@@ -183,6 +184,7 @@ class KappaDef(Needs):
     reference: str = ""
     seeded: bool = False  # its values depend on the run's seed and on how samples are batched (MC-dropout's masks)
     from_options: Callable[[dict], dict] | None = None  # the harness's options (odin_preset, mc_passes) -> parameters
+    probability: bool = False  # its reported confidence is a probability in [0, 1] that the prediction is right
 
     def __post_init__(self):
         if self.source not in SOURCES:
@@ -204,9 +206,10 @@ def register_kappa(
     source: str = "built-in",
     seeded: bool = False,
     from_options: Callable[[dict], dict] | None = None,
+    probability: bool = False,
 ) -> Callable[[type[Kappa]], type[Kappa]]:
     """Class decorator: register the :class:`Kappa` subclass as kappa ``name`` (its summary: the first line of its
-    docstring unless given; its needs: its kinds')."""
+    docstring unless given; its needs: its kinds'; ``probability``: see :class:`KappaDef`)."""
 
     def register(cls: type[Kappa]) -> type[Kappa]:
         if not (inspect.isclass(cls) and issubclass(cls, Kappa)) or inspect.isabstract(cls):
@@ -215,7 +218,9 @@ def register_kappa(
             )
         text = summary or (inspect.getdoc(cls) or "").split("\n")[0]
         DECLARED.append(
-            KappaDef(name, text, source, cls.needs(), dict(defaults or {}), cls, reference, seeded, from_options)
+            KappaDef(
+                name, text, source, cls.needs(), dict(defaults or {}), cls, reference, seeded, from_options, probability
+            )
         )
         return cls
 
@@ -232,6 +237,7 @@ class KappaSpec(Needs):
     needs: frozenset
     source: str
     seeded: bool = False
+    probability: bool = False  # its reported confidence is a probability that the prediction is right
 
     @property
     def in_model(self) -> bool:

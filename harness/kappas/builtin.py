@@ -41,7 +41,9 @@ SUMMARIES = {
     "energy": "T * logsumexp(logits / T)",
 }
 for name, kappa in BUILTIN_LOGIT_KAPPAS.items():
-    register_kappa(name, SUMMARIES[name], defaults=kappa.params, reference=PAPER, source="paper")(from_logits(kappa))
+    register_kappa(
+        name, SUMMARIES[name], defaults=kappa.params, reference=PAPER, source="paper", probability=kappa.probability
+    )(from_logits(kappa))
 
 
 def _odin_options(options: dict) -> dict:
@@ -65,6 +67,7 @@ def _mc_options(options: dict) -> dict:
     defaults={"preset": "paper", **ODIN_PRESETS["paper"]},
     reference="Liang et al., ICLR 2018",
     from_options=_odin_options,
+    probability=True,  # reports max softmax(f(x')/T): a probability, T-scaled
 )
 class Odin(ModelKappa):
     def score_model(self, model, images, seed: int):
@@ -89,4 +92,12 @@ class McDropout(ModelKappa):
 def submission_kappa(kappa: LogitFunction) -> KappaDef:
     """A submission's own kappa (its code runs beside the model, in the submission's process)."""
     own = from_logits(kappa)
-    return KappaDef(kappa.name, "the submission's own", "submission", own.needs(), dict(kappa.params), own)
+    return KappaDef(
+        kappa.name,
+        "the submission's own",
+        "submission",
+        own.needs(),
+        dict(kappa.params),
+        own,
+        probability=kappa.probability,
+    )

@@ -47,6 +47,7 @@ class LogitFunction:
     confidence: Callable[[np.ndarray], np.ndarray] | None = None  # monotone map: score -> reported value
     params: dict = field(default_factory=dict)
     wants_features: bool = False
+    probability: bool = False  # the reported value is a probability that the prediction is right
 
     def __call__(self, logits: np.ndarray, features: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Return (ranking scores, reported confidences), float64, one per sample."""
@@ -63,7 +64,7 @@ class LogitFunction:
 
 
 BUILTIN_LOGIT_KAPPAS: dict[str, LogitFunction] = {
-    "softmax": LogitFunction("softmax", _max_log_softmax, confidence=np.exp),
+    "softmax": LogitFunction("softmax", _max_log_softmax, confidence=np.exp, probability=True),
     "entropy": LogitFunction("entropy", _neg_entropy),
     "max_logit": LogitFunction("max_logit", lambda logits: logits.max(axis=1)),
     "energy": LogitFunction("energy", _energy, params={"temperature": 1.0}),

@@ -59,6 +59,9 @@ GRADIENT_DETECTORS = {
 }
 # implemented in harness.kappas.detectors, one module each (they score through the model in ways of their own)
 IN_DETECTORS = ("MahalanobisODIN", "MultiMahalanobis", "Gram", "NACUE", "RankFeat", "MCM")
+# the detectors whose kappa (minus pytorch-ood's score) is a probability that the prediction is right: the max softmax
+# probability of temperature-scaled logits
+PROBABILITIES = ("TemperatureScaling",)
 # pytorch-ood's class name -> the kappa registered for it, here or in harness.kappas.detectors
 KAPPA_OF: dict[str, str] = {}
 NAMES = {"KLMatching": "kl_matching", "TemperatureScaling": "temperature_scaling"}
@@ -211,7 +214,14 @@ def register_pytorch_ood(cls, name: str, defaults: dict):
     """Class decorator: register an implementation of pytorch-ood's ``cls`` as kappa ``name``, with the title and
     venue of the class's paper as its summary and reference."""
     KAPPA_OF[cls.__name__] = name
-    return register_kappa(name, _summary(cls), defaults=defaults, reference=_reference(cls), source="pytorch-ood")
+    return register_kappa(
+        name,
+        _summary(cls),
+        defaults=defaults,
+        reference=_reference(cls),
+        source="pytorch-ood",
+        probability=cls.__name__ in PROBABILITIES,
+    )
 
 
 def _bridged(base: type, cls, *kinds: type, **attributes) -> type:

@@ -174,4 +174,4 @@ def _definition(name: str, user_kappas: dict[str, LogitFunction]) -> KappaDef:
 
 
 def _spec(kdef: KappaDef, params: dict) -> KappaSpec:
-    return KappaSpec(kdef.name, params, kdef.make(params), kdef.needs, kdef.source, kdef.seeded)
+    return KappaSpec(kdef.name, params, kdef.make(params), kdef.needs, kdef.source, kdef.seeded, kdef.probability)

@@ -34,11 +34,14 @@ def evaluate_kappa(
     num_id_classes: int,
     num_ood_classes: int,
     num_levels: int,
+    probability: bool = False,
 ) -> KappaResult:
     """Levels from the estimation split, then each level's metrics on the test split against the ID test set.
 
     Class scores (and so level scores) are means of the kappa's reported value (``confs``: for softmax the max
     probability, not its logarithm); the ranking score (``scores``) only orders samples inside the AUROC.
+    ``probability``: the kappa declares its reported values probabilities that the prediction is right (they must lie
+    in [0, 1]); its ID metrics then include the calibration metrics.
     """
     levels = severity_levels(
         class_scores(estimation.confs[kappa], estimation.labels, num_ood_classes), num_id_classes, num_levels
@@ -47,6 +50,11 @@ def evaluate_kappa(
     if len(missing):
         raise HarnessError(f"{len(missing)} OOD classes have no test images (first: index {missing[0]})")
     id_scores, id_conf = id_test.scores[kappa], id_test.confs[kappa]
+    if probability and not np.all((id_conf >= 0.0) & (id_conf <= 1.0)):
+        outside = int(np.sum(~((id_conf >= 0.0) & (id_conf <= 1.0))))
+        raise HarnessError(
+            f"kappa '{kappa}' declares its values probabilities, but {outside} ID values lie outside [0, 1]"
+        )
     rows = []
     for level in range(levels.num_levels):
         mask = np.isin(ood_test.labels, levels.classes[level])
@@ -61,5 +69,5 @@ def evaluate_kappa(
                 "num_ood": int(mask.sum()),
             }
         )
-    ids = id_metrics(id_scores, id_test.preds == id_test.labels, id_conf)
+    ids = id_metrics(id_scores, id_test.preds == id_test.labels, id_conf, probability)
     return KappaResult(kappa, levels, rows, {**ids, "num": int(len(id_scores))})

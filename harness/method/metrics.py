@@ -12,7 +12,7 @@ import numpy as np
 
 from harness.errors import HarnessError
 from harness.method.registry import IdScores, LevelScores, Metric, register_metric, registered
-from harness.method.selective import SAC_TARGETS, aurc, coverage_at_accuracy, e_aurc
+from harness.method.selective import ECE_BINS, SAC_TARGETS, aurc, brier, coverage_at_accuracy, e_aurc, ece, nll
 
 FPR_CONVENTION = (
     "fpr_at_95_tpr: ID positive; threshold = largest t keeping >= 95% of ID (kappa >= t); "
@@ -92,17 +92,21 @@ def level_metrics(
     return {m.name: m.compute(scores) for m in registered("level")}
 
 
-def id_metrics(scores: np.ndarray, correct: np.ndarray, conf: np.ndarray | None = None) -> dict[str, float | None]:
+def id_metrics(
+    scores: np.ndarray, correct: np.ndarray, conf: np.ndarray | None = None, probability: bool = False
+) -> dict[str, float | None]:
     """Every registered ID metric: by default the accuracy, the AUROC of kappa separating correct from wrong
-    predictions, and the mean confidence.
+    predictions, the mean confidence, the selective metrics, and, where ``probability`` (the kappa declares its
+    reported confidence a probability that the prediction is right), the calibration metrics.
 
-    ``auroc`` is None when every prediction is right (or every one wrong): it is then undefined.
+    ``auroc`` is None when every prediction is right (or every one wrong): it is then undefined; the calibration
+    metrics are None without ``probability``.
     """
     scores = _checked("ID scores", scores)
     correct = np.asarray(correct, dtype=bool).ravel()
     if correct.shape != scores.shape:
         raise HarnessError(f"{len(correct)} correctness flags for {len(scores)} ID scores")
-    data = IdScores(scores, correct, scores if conf is None else conf)
+    data = IdScores(scores, correct, scores if conf is None else conf, probability)
     return {m.name: m.compute(data) for m in registered("id")}
 
 
@@ -113,6 +117,12 @@ def summary_metrics(rows: list[dict]) -> dict[str, float]:
 
 def _id_auroc(d: IdScores) -> float | None:
     return auroc(d.scores[d.correct], d.scores[~d.correct]) if 0 < d.correct.sum() < len(d.correct) else None
+
+
+def _calibration(measure):
+    """A calibration metric of the reported confidence against correctness: None unless the kappa declares it a
+    probability."""
+    return lambda d: measure(d.conf, d.correct) if d.probability else None
 
 
 def _level(name: str, compute, label: str, definition: str, **declared) -> Metric:
@@ -247,6 +257,39 @@ for name, compute, better, label, definition in (
     ),
 ):
     register_metric(Metric(name, "id", compute, better, label, definition, column=f"id_{name}", null="never"))
+# the companion paper's calibration of the reported confidence on the ID test set: null where the kappa does not
+# declare it a probability that the prediction is right (entropy, energy, max logit, distances)
+_UNCALIBRATED = "; null where the kappa's reported value is not a probability that the prediction is right"
+for name, compute, unit, label, definition in (
+    (
+        "ece",
+        _calibration(lambda p, c: ece(p, c, binning="width")),
+        True,
+        "ece",
+        f"expected calibration error of the reported confidence, {ECE_BINS} equal-width bins (the companion "
+        "paper's, the default)",
+    ),
+    (
+        "ece_mass",
+        _calibration(lambda p, c: ece(p, c, binning="mass")),
+        True,
+        "ece-mass",
+        f"expected calibration error of the reported confidence, {ECE_BINS} equal-mass bins",
+    ),
+    (
+        "nll",
+        _calibration(nll),
+        False,
+        "nll",
+        "negative log-likelihood (natural log) of correctness under the reported confidence, clipped to [eps, 1 - eps]",
+    ),
+    ("brier", _calibration(brier), True, "brier", "mean squared gap between the reported confidence and correctness"),
+):
+    register_metric(
+        Metric(
+            name, "id", compute, False, label, definition + _UNCALIBRATED, unit=unit, column=f"id_{name}", null="always"
+        )
+    )
 register_metric(
     Metric(
         "mean_ood_auroc",

@@ -38,11 +38,13 @@ class LevelScores:
 
 @dataclass(frozen=True)
 class IdScores:
-    """What an ID metric sees: the ID test scores, whether each prediction is right, and the reported confidences."""
+    """What an ID metric sees: the ID test scores, whether each prediction is right, the reported confidences, and
+    whether the kappa declares them probabilities that the prediction is right (the calibration metrics need them)."""
 
     scores: Any
     correct: Any
     conf: Any
+    probability: bool = False
 
 
 @dataclass(frozen=True)

@@ -241,14 +241,19 @@ class ChildForward:
             check_kappa_name(name, f"submission {self.sandbox.file}")
             if name in registry().defs or not (
                 isinstance(spec, dict)
-                and set(spec) == {"params", "wants_features"}
+                and set(spec) == {"params", "wants_features", "probability"}
                 and isinstance(spec["wants_features"], bool)
+                and isinstance(spec["probability"], bool)
                 and isinstance(spec["params"], dict)
                 and set(spec["params"]) == {"source", "code_sha256"}
             ):
                 raise Malformed(f"kappa {name[:60]!r} is not a submission kappa")
             out[name] = LogitFunction(
-                name, _computed_in_child, params=spec["params"], wants_features=spec["wants_features"]
+                name,
+                _computed_in_child,
+                params=spec["params"],
+                wants_features=spec["wants_features"],
+                probability=spec["probability"],
             )
         return out
 

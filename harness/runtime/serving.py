@@ -57,7 +57,8 @@ def load(options: dict):
         "name": submission.name,
         "data_config": {k: v for k, v in submission.preprocessing.items() if k != "transform"},
         "kappas": {
-            n: {"params": k.params, "wants_features": k.wants_features} for n, k in submission.user_kappas.items()
+            n: {"params": k.params, "wants_features": k.wants_features, "probability": k.probability}
+            for n, k in submission.user_kappas.items()
         },
         "head": None if forward.head is None else list(forward.head),
         "state": state_entries(submission.model),

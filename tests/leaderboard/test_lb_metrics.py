@@ -129,7 +129,10 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
     result = KappaResult("softmax", None, base["levels"], base["id"])
     frame = outputs.per_level_frame("glyph_cnn", [result])
     assert list(frame.columns)[14:16] == ["median gap", "level score"]  # the other level metrics, the level score
-    assert list(frame.columns)[16:] == ["id-aurc", "id-e-aurc", "id-sac@95", "id-sac@99"]  # then the other ID ones
+    assert list(frame.columns)[16:] == [  # then the other ID ones
+        *("id-aurc", "id-e-aurc", "id-sac@95", "id-sac@99"),
+        *("id-ece", "id-ece-mass", "id-nll", "id-brier"),
+    ]
     assert list(frame.columns)[10:14] == ["fpr@95", "aupr-in", "aupr-out", "fpr@99"]
     assert frame["median gap"].tolist()[:2] == [1.0, 0.9] and frame["fpr@99"].tolist()[0] == 0.5
     made = outputs.record(
@@ -137,6 +140,7 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
         benchmark=base["benchmark"],
         model=base["model"],
         kappa_params={},
+        probability=False,
         seed=0,
         version="0.1.0",
         created=base["created"],
@@ -264,5 +268,54 @@ def test_the_terminal_summary_names_a_registered_summary_metric():
         "0.8100",
         "id-auroc",
         "n/a",
-    ] + [word for label in ("aurc", "e-aurc", "sac@95", "sac@99") for word in (label, "n/a")]  # not in this record
+    ] + [
+        word
+        for label in ("aurc", "e-aurc", "sac@95", "sac@99", "ece", "ece-mass", "brier")  # not in this record
+        for word in (label, "n/a")
+    ]
     assert "worst" not in outputs.summary_table([result])
+
+
+def _calibrated(rec: dict, probability: bool, values: dict | None) -> dict:
+    rec = copy.deepcopy(rec)
+    rec["kappa"]["probability"] = probability
+    rec["id"].update(values or dict.fromkeys(("ece", "ece_mass", "nll", "brier")))
+    return rec
+
+
+def test_the_calibration_metrics_and_kappa_probability_are_optional_fields(tmp_path):
+    calibrated = _calibrated(record(), True, {"ece": 0.031, "ece_mass": 0.029, "nll": 0.52, "brier": 0.14})
+    uncalibrated = _calibrated(record(model="m2", weights="44" * 32, kappa="energy"), False, None)
+    older = record(model="older", weights="33" * 32)  # written before them: neither field
+    schema = jsonschema.Draft202012Validator(shape.json_schema())
+    assert schema.schema["properties"]["kappa"]["properties"]["probability"]["type"] == "boolean"
+    assert "probability" not in schema.schema["properties"]["kappa"]["required"]
+    for rec in (calibrated, uncalibrated, older, json.loads(V1_RECORD.read_text())):
+        validate_record(rec)
+        schema.validate(rec)
+    for path, value, message in (
+        ("kappa", {**calibrated["kappa"], "probability": "yes"}, "kappa.probability: must be true or false, got 'yes'"),
+        ("id", {**calibrated["id"], "ece": 1.5}, "id.ece: out of range [0, 1]: 1.5"),
+        ("id", {**calibrated["id"], "brier": -0.1}, "id.brier: out of range [0, 1]: -0.1"),
+    ):
+        bad = {**calibrated, path: value}
+        with pytest.raises(LeaderboardError, match=f"^{re.escape(message)}$"):
+            validate_record(bad)
+        assert not schema.is_valid(bad)
+    validate_record({**calibrated, "id": {**calibrated["id"], "nll": 3.2}})  # NLL is not bounded by 1
+
+    board = tmp_path / "b"
+    add_records(board, [calibrated, uncalibrated, older], create=True)
+    table = current_table(board).set_index("model")
+    assert table.loc["glyph_cnn", ["id_ece", "id_ece_mass", "id_nll", "id_brier"]].tolist() == [
+        0.031,
+        0.029,
+        0.52,
+        0.14,
+    ]
+    assert table.loc[["m2", "older"], "id_ece"].isna().all()  # null, and absent: both blank
+    out = tmp_path / "site"
+    build_site(current_table(board), out, "current", board=board)
+    page = (out / "models" / page_name("glyph_cnn")).read_text()
+    assert "<th>ece</th><th>ece-mass</th><th>nll</th><th>brier</th>" in page and "<td>0.0310</td>" in page
+    assert "<th>ece</th>" not in (out / "models" / page_name("older")).read_text()  # no entry has it: no column

@@ -1,5 +1,8 @@
 """The report reproduces the paper's headline claims from its published table."""
 
+import math
+
+import numpy as np
 import pytest
 
 from lb_boards import SUBMISSION
@@ -13,6 +16,10 @@ from leaderboard.report import (
     distillation_pairs,
     family,
     focus_rank,
+    kendall_tau,
+    model_rankings,
+    ranking_correlations,
+    ranking_lines,
     report,
     win_rates,
 )
@@ -151,3 +158,116 @@ def test_two_submission_kappas_of_one_name_keep_apart(tmp_path):
     text = report(current_table(tmp_path / "b"))
     assert "    1. glyph_cnn                                energy_sub #beefbeef 0.9000  (id-acc 0.8100)" in text
     assert "  [2] energy_sub #c0dec0de      0% (1)          -" in text and "(code_sha256" not in text
+
+
+def _ranked_board(tmp_path):
+    """Six glyph-like models in softmax (the sixth written before aurc existed: no id.aurc) and one in entropy."""
+    values = [  # mean ood-auroc, id-auroc, aurc
+        (0.90, 0.80, 0.05),
+        (0.88, 0.85, 0.06),
+        (0.86, 0.78, 0.07),
+        (0.84, 0.70, 0.09),
+        (0.82, 0.75, 0.08),
+        (0.80, 0.72, None),
+    ]
+    records = []
+    for i, (ood, id_auroc, aurc) in enumerate(values):
+        rec = record(model=f"m{i}", weights=f"{i + 1}" * 64, aurocs=[ood] * 11)
+        rec["id"]["auroc"] = id_auroc
+        if aurc is not None:
+            rec["id"]["aurc"] = aurc
+        records.append(rec)
+    records.append(record(model="m0", weights="1" * 64, kappa="entropy"))
+    add_records(tmp_path / "b", records, create=True)
+    return current_table(tmp_path / "b"), values
+
+
+def test_kendall_tau_is_scipys_tau_b():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(3)
+    for n in (3, 10, 40):
+        x, y = rng.integers(0, 5, n).astype(float), rng.normal(size=n)  # ties in x
+        assert kendall_tau(x, y) == pytest.approx(scipy_stats.kendalltau(x, y).statistic, abs=1e-12)
+    assert math.isnan(kendall_tau([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+
+
+def test_the_c_ood_ranking_beside_the_id_rankings_on_glyph_like_records(tmp_path):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    table, values = _ranked_board(tmp_path)
+    ranks = model_rankings(table)
+    softmax = ranks["softmax"].set_index("model")
+    assert softmax["ood"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert softmax["id_auroc"].tolist() == [2, 1, 3, 6, 4, 5]  # higher id-auroc ranks better
+    assert softmax["id_aurc"].tolist()[:5] == [1, 2, 3, 5, 4] and math.isnan(softmax.loc["m5", "id_aurc"])
+
+    corr = ranking_correlations(table).set_index(["kappa", "id"])
+    ood = [v[0] for v in values]
+    expected = {
+        "id_auroc": (ood, [v[1] for v in values]),
+        "id_aurc": (ood[:5], [-v[2] for v in values[:5]]),  # lower aurc is better
+    }
+    for column, (x, y) in expected.items():
+        r = corr.loc[("softmax", column)]
+        assert r["n"] == len(x)
+        assert r["spearman"] == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
+        assert r["kendall"] == pytest.approx(scipy_stats.kendalltau(x, y).statistic, abs=1e-12)
+    assert corr.loc[("softmax", "id_aurc"), "spearman"] == pytest.approx(0.9)  # one swapped pair of five
+    assert (
+        corr.loc[("entropy", "id_auroc"), "n"] == 1
+        and corr.loc[("entropy", "id_auroc"), ["spearman", "kendall"]].isna().all()
+    )
+
+    lines = report(table).splitlines()
+    start = lines.index(
+        "C-OOD ranking (mean ood-auroc) vs. ID ranking (id-auroc and aurc) of the models, per kappa (rank 1 = best):"
+    )
+    section = lines[start : lines.index("", start)]
+    rho, tau = corr.loc[("softmax", "id_auroc"), ["spearman", "kendall"]]
+    assert section[1:4] == [
+        "  entropy (1 model):",
+        "    id-auroc  not enough models to correlate (1 model with both)",
+        "    aurc      not enough models to correlate (0 models with both)",
+    ]
+    assert "  softmax (6 models):" in section
+    assert f"    id-auroc  n=6     Spearman rho={rho:+.3f}  Kendall tau={tau:+.3f}" in section
+    assert "    aurc      n=5     Spearman rho=+0.900  Kendall tau=+0.800" in section
+    assert "         c-ood  id-auroc      aurc  model" in section
+    assert "             4         6         5  m3" in section and "             6         5         -  m5" in section
+    assert "nan" not in "\n".join(section).lower()
+
+
+def test_a_constant_id_ranking_and_a_short_listing_are_said_in_words(tmp_path):
+    records = [record(model=f"m{i}", weights=f"{i + 1}" * 64, aurocs=[0.9 - 0.01 * i] * 11) for i in range(4)]
+    add_records(tmp_path / "b", records, create=True)  # every id-auroc 0.86, no aurc
+    lines = ranking_lines(current_table(tmp_path / "b"), top=2)
+    assert lines[1] == "  the board lacks aurc (id_aurc): no valid entry holds it; not ranked by it"
+    assert "    id-auroc  no correlation: one of the rankings is the same for all 4 models" in lines
+    assert lines[-1] == "    ... 2 more models" and lines[-2].endswith("  m1")
+
+
+def test_the_papers_board_ranks_by_id_auroc_and_says_it_lacks_aurc(table):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    corr = ranking_correlations(table).set_index(["kappa", "id"])
+    assert set(corr.index.get_level_values("id")) == {"id_auroc"}  # the paper publishes no AURC
+    for kappa in ("softmax", "entropy"):
+        entries = table[(table["flag"] == "") & (table["kappa"] == kappa)]
+        entries = entries.sort_values("mean_ood_auroc", ascending=False).drop_duplicates("model")
+        both = entries[["mean_ood_auroc", "id_auroc"]].dropna()
+        r = corr.loc[(kappa, "id_auroc")]
+        assert r["n"] == len(both) > 500
+        assert r["spearman"] == pytest.approx(scipy_stats.spearmanr(both).statistic, abs=1e-9)
+        assert r["kendall"] == pytest.approx(scipy_stats.kendalltau(*both.T.values).statistic, abs=1e-9)
+    text = report(table)
+    assert "  the board lacks aurc (id_aurc): no valid entry holds it; not ranked by it" in text
+    assert f"    id-auroc  n={int(corr.loc[('softmax', 'id_auroc'), 'n']):<5} Spearman rho=" in text
+
+
+def test_a_board_without_any_id_ranking_says_so_and_stops(tmp_path):
+    records = [record(model=f"m{i}", weights=f"{i + 1}" * 64) for i in range(3)]
+    for rec in records:
+        rec["id"]["auroc"] = None  # every prediction right: undefined
+    add_records(tmp_path / "b", records, create=True)
+    assert ranking_lines(current_table(tmp_path / "b")) == [
+        "C-OOD ranking (mean ood-auroc) vs. ID ranking (id-auroc and aurc) of the models, per kappa (rank 1 = best):",
+        "  the board lacks id-auroc (id_auroc), aurc (id_aurc): no valid entry holds them; not ranked by them",
+    ]
