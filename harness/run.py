@@ -100,6 +100,7 @@ def _levels_and_metrics(scorer: Scorer, scores: dict[str, SplitScores]) -> tuple
             num_id,
             num_ood,
             scorer.config.num_levels,
+            scorer.config.severity_rule,
         )
         for spec in specs
     ]
