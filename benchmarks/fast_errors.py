@@ -33,6 +33,7 @@ def mistakes(folder: str) -> dict[str, list[str]]:
         "missing weights file": ["submit", "timm:resnet18", "--weights", "missing.safetensors"],
         "more levels than a benchmark folder's classes": ["submit", CNN, "--benchmark", folder, "--levels", "500"],
         "more levels than the embedded benchmark's classes": ["submit", CNN, "--levels", "500"],
+        "severity rule typo": ["submit", CNN, "--severity-rule", "orignal"],
         "typo'd subcommand": ["sbumit", CNN],
     }
 

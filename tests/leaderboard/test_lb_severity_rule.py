@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import jsonschema
@@ -110,3 +111,27 @@ def test_a_board_of_records_before_the_rule_shows_blanks(tmp_path):
     assert all("[" not in line for line in format_rows(select(again)).splitlines())
     build_site(again, tmp_path / "site", "current", board=board)
     assert '"rule"' not in (tmp_path / "site" / "index.html").read_text()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="the browser tests need chromium (Debian: apt-get install chromium)"
+)
+def test_the_index_page_shows_a_rule_other_than_the_default_in_a_browser(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    board = tmp_path / "board"
+    add_records(
+        board, [ruled("integer", model="a_net"), ruled("original", model="b_net", weights="22" * 32)], create=True
+    )
+    build_site(current_table(board), tmp_path / "site", "current", board=board)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto((tmp_path / "site" / "index.html").as_uri())
+        page.wait_for_function("!document.getElementById('leaderboard').dataset.pending")
+        cells = page.eval_on_selector_all(
+            "#leaderboard tbody tr", "rows => rows.map(r => [r.dataset.model, r.querySelector('td.kap').innerText])"
+        )
+        browser.close()
+    assert sorted(cells) == [["a_net", "softmax"], ["b_net", "softmax [original]"]]
