@@ -29,9 +29,8 @@ PROVENANCES = ("harness", "paper")
 VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
 MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
 NOT_NAMES = (".", "..")  # a name is never a path's "here" or "up"
-CANONICAL_SEVERITY_RULE = (
-    "integer"  # the harness's default rule (harness.method.severity), what a record without one used
-)
+# the harness's default severity rule (harness.method.severity): what a record without one used
+CANONICAL_SEVERITY_RULE = "integer"
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")  # a Hub repo, owner/name
 # string formats: name -> (pattern, what a value must be); "name" also has the byte and character rules of the validator
