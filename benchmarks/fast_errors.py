@@ -35,6 +35,7 @@ def mistakes(folder: str, imagenet_weights: str) -> dict[str, list[str]]:
         "missing weights file": ["submit", "timm:resnet18", "--weights", "missing.safetensors"],
         "more levels than a benchmark folder's classes": ["submit", CNN, "--benchmark", folder, "--levels", "500"],
         "more levels than the embedded benchmark's classes": ["submit", CNN, "--levels", "500"],
+        "severity rule typo": ["submit", CNN, "--severity-rule", "orignal"],
         "typo'd subcommand": ["sbumit", CNN],
         "a weights file of 1,000 classes on 36 ID classes": [
             "submit", "timm:vit_large_patch16_224", "--weights", imagenet_weights, "--benchmark", folder,

@@ -10,6 +10,7 @@ import pandas as pd
 from dataset_builder.errors import BenchmarkError
 
 LEVEL_COLUMNS = ["level", "class_id", "class_index", "class_score", "level_score", "percentile"]
+RULE_COLUMNS = ["window_percentile", "severity_rule"]  # written since the severity rule is named; older ones lack them
 DEFAULT_NUM_LEVELS = 11  # the harness's default --levels (docs/method.md section 3)
 
 
@@ -45,8 +46,12 @@ def level_table(
     level_scores: list[float],
     percentiles: list[float],
     class_ids: list[str],
+    window_percentiles: list[float] | None = None,
+    rule: str | None = None,
 ) -> pd.DataFrame:
-    """One row per (level, class), classes in ascending score order within each level."""
+    """One row per (level, class), classes in ascending score order within each level; with ``window_percentiles``
+    and the severity ``rule`` that formed the levels, the columns of :data:`RULE_COLUMNS` too."""
+    named = window_percentiles is not None and rule is not None
     rows = [
         {
             "level": level,
@@ -55,11 +60,12 @@ def level_table(
             "class_score": float(class_scores[c]),
             "level_score": float(level_scores[level]),
             "percentile": float(percentiles[level]),
+            **({"window_percentile": float(window_percentiles[level]), "severity_rule": rule} if named else {}),
         }
         for level, classes in enumerate(level_classes)
         for c in classes
     ]
-    return pd.DataFrame(rows, columns=LEVEL_COLUMNS)
+    return pd.DataFrame(rows, columns=LEVEL_COLUMNS + RULE_COLUMNS if named else LEVEL_COLUMNS)
 
 
 def write_level_table(table: pd.DataFrame, folder: Path, model: str, kappa: str) -> Path:
@@ -89,11 +95,12 @@ def level_data_files(table: pd.DataFrame, test_shards: dict[str, str]) -> dict[s
 
 
 def read_level_table(path: Path) -> pd.DataFrame:
-    """A level manifest, checked for the columns of :data:`LEVEL_COLUMNS`."""
+    """A level manifest, checked for the columns of :data:`LEVEL_COLUMNS` (then those of :data:`RULE_COLUMNS`, or none
+    in a manifest written before them)."""
     try:
         table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
         raise BenchmarkError(f"cannot read the level manifest {path}: {exc}") from exc
-    if list(table.columns) != LEVEL_COLUMNS:
+    if list(table.columns) not in (LEVEL_COLUMNS, LEVEL_COLUMNS + RULE_COLUMNS):
         raise BenchmarkError(f"{path} is not a level manifest: columns {list(table.columns)}, expected {LEVEL_COLUMNS}")
     return table

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.method.severity import DEFAULT_NUM_LEVELS
+from harness.method.severity import DEFAULT_NUM_LEVELS, DEFAULT_RULE, check_rule
 from harness.options import DECODERS, FEATURE_DTYPES, check_name
 
 PHYSICAL_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # the default memory limit
@@ -45,9 +45,10 @@ class EvalConfig:
     scores in ``cache_dir`` (default ``$COOD_BENCH_CACHE/scores``), with ``keep_logits`` the logits and features too
     (in ``feature_dtype``, float32 or float16, which the kappas then read in every run alike), so that a rerun resumes
     and a new kappa needs no new pass; and, with the ``torchvision`` decoder on the CPU, the decoded images (up to
-    ``decoded_cache_gb``; 0: none), so that the next model with the same preprocessing skips decoding. ``order_seed``:
-    the secret order the images cross the model in (None: drawn from the operating system; every record names the one
-    used, and a rerun given it streams the same batches)."""
+    ``decoded_cache_gb``; 0: none), so that the next model with the same preprocessing skips decoding.
+    ``severity_rule``: how the levels' windows start (:data:`harness.method.severity.SEVERITY_RULES`; integer, the
+    canonical). ``order_seed``: the secret order the images cross the model in (None: drawn from the operating system;
+    every record names the one used, and a rerun given it streams the same batches)."""
 
     benchmark: str | Path = "glyphs"
     kappas: tuple[str, ...] | None = None
@@ -56,6 +57,7 @@ class EvalConfig:
     weights: str | Path | None = None
     revision: str | None = None
     num_levels: int = DEFAULT_NUM_LEVELS
+    severity_rule: str = DEFAULT_RULE
     batch_size: int = 256
     workers: int | None = None
     decoder: str = "auto"
@@ -90,6 +92,7 @@ class EvalConfig:
             raise HarnessError(
                 f"--levels must be at least 2 (the method needs a first and a last level), got {self.num_levels}"
             )
+        check_rule(self.severity_rule)
         if self.order_seed is not None and not 0 <= self.order_seed < 1 << 63:
             raise HarnessError(f"--order-seed must be from 0 to 2**63 - 1, got {self.order_seed}")
         if self.batch_size < 1:

@@ -30,7 +30,7 @@ from harness.method.evaluation import KappaResult
 from harness.method.metrics import summary_metrics
 from harness.method.registry import definitions, registered
 from harness.method.scores import SplitScores
-from harness.method.severity import SEVERITY_CONVENTION
+from harness.method.severity import DEFAULT_RULE, severity_convention
 from harness.runtime.scoring import Scorer, preprocessing
 from harness.submission import Submission
 from leaderboard.csvsafe import csv_bytes
@@ -48,9 +48,9 @@ PAPER_COLUMNS = {
 
 def extra_columns() -> dict[str, str]:
     """``per_level.csv``'s columns after the paper's: the other level metrics of the registry, then the level
-    score."""
+    score and the window's real percentile (the severity rule's column follows them)."""
     metrics = {m.name: m.label for m in registered("level") if m.name not in PAPER_COLUMNS}
-    return {**metrics, "level_score": "level score"}
+    return {**metrics, "level_score": "level score", "window_percentile": "window percentile"}
 
 
 def _clean(value):
@@ -79,8 +79,8 @@ def record(
     metric_definitions: dict,
     per_class: dict | None = None,
 ) -> dict:
-    """The result record of one (model, kappa) pair (:mod:`leaderboard.record`); ``per_class`` summarises the
-    drill-down."""
+    """The result record of one (model, kappa) pair (:mod:`leaderboard.record`), naming its levels' severity rule;
+    ``per_class`` summarises the drill-down."""
     return _clean(
         make_record(
             provenance="harness",
@@ -97,13 +97,14 @@ def record(
             created=created,
             timings=timings,
             per_class=per_class,
+            severity_rule=result.rule,
         )
     )
 
 
 def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame:
-    """All levels of all kappas in the paper's columns (then the other level metrics with the level score, and the
-    other ID metrics as ``id-<label>``)."""
+    """All levels of all kappas in the paper's columns (then the other level metrics with the level score, the
+    window's real percentile, the severity rule, and the other ID metrics as ``id-<label>``)."""
     rows, extra = [], extra_columns()
     later_id = [m for m in registered("id") if m.name not in ("acc", "auroc", "avg_conf")]  # after the paper's columns
     for result in results:
@@ -120,6 +121,7 @@ def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame
                 }
             )
             out.update({label: row.get(k) for k, label in extra.items()})
+            out["severity rule"] = result.rule
             out.update({f"id-{m.label}": result.id.get(m.name) for m in later_id})
             rows.append(out)
     return pd.DataFrame(rows)
@@ -247,6 +249,8 @@ def write_outputs(
                 levels.level_scores.tolist(),
                 levels.percentiles.tolist(),
                 ood_class_ids,
+                levels.window_percentiles.tolist(),
+                levels.rule,
             )
             write_level_table(table, staging / "levels", model_name, result.kappa)
         (staging / names["csv"]).write_bytes(csv_bytes(per_level_frame(model_name, results)))
@@ -273,9 +277,9 @@ def write_outputs(
     }
 
 
-def metric_definitions() -> dict[str, str]:
+def metric_definitions(rule: str = DEFAULT_RULE) -> dict[str, str]:
     """What a record's ``metric_definitions`` holds: every registered metric's definition and the severity rule."""
-    return {**definitions(), "severity_levels": SEVERITY_CONVENTION}
+    return {**definitions(), "severity_levels": severity_convention(rule)}
 
 
 @dataclass
@@ -350,7 +354,7 @@ def records_of(
             version=__version__,
             created=created,
             timings=run_info,
-            metric_definitions=metric_definitions(),
+            metric_definitions=metric_definitions(result.rule),
             per_class=drilldown.summaries[spec.name],
         )
         for spec, result in zip(scorer.kappas, results)

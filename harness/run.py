@@ -100,7 +100,8 @@ def _levels_and_metrics(scorer: Scorer, scores: dict[str, SplitScores]) -> tuple
             num_id,
             num_ood,
             scorer.config.num_levels,
-            spec.probability,
+            probability=spec.probability,
+            rule=scorer.config.severity_rule,
         )
         for spec in specs
     ]

@@ -29,6 +29,8 @@ PROVENANCES = ("harness", "paper")
 VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
 MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
 NOT_NAMES = (".", "..")  # a name is never a path's "here" or "up"
+# the harness's default severity rule (harness.method.severity): what a record without one used
+CANONICAL_SEVERITY_RULE = "integer"
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")  # a Hub repo, owner/name
 # string formats: name -> (pattern, what a value must be); "name" also has the byte and character rules of the validator
@@ -36,6 +38,7 @@ FORMATS = {
     "name": (None, "a name"),
     "sha256": (re.compile(r"^[0-9a-f]{64}$"), "a lowercase 64-digit hex sha256"),
     "kappa_name": (re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$"), "a kappa name (letters, digits, _ . -)"),
+    "rule_name": (re.compile(r"^[a-z][a-z0-9_]{0,63}$"), "a severity rule's name (a lower-case identifier)"),
     "request_id": (re.compile(r"^[0-9a-f]{12}$"), "a request id (12 hex digits)"),
     "commit": (re.compile(r"^[0-9a-f]{40}$"), "a commit sha (40 lowercase hex digits)"),
     "repo_id": (REPO_ID, "a Hub repo id (owner/name)"),
@@ -225,6 +228,17 @@ def _metric_parts() -> tuple[type, type, type]:
         before=(
             ("level", int, spec(minimum=0)),
             ("percentile", float, spec(unit=True)),
+            (
+                "window_percentile",
+                float,
+                spec(
+                    unit=True,
+                    absent_in_older=True,
+                    unset_absent=True,
+                    doc="the level's window start over the last window's, start / (N - 1) (0 when N = 1), where "
+                    "percentile is the nominal l / (L - 1); absent from records made before it and reported results",
+                ),
+            ),
             ("level_score", float | None, spec(reported=True)),
         ),
         after=(
@@ -286,6 +300,15 @@ class Record:
     model: Model = spec()
     kappa: Kappa = spec()
     num_levels: int = spec(minimum=2, column="num_levels")
+    severity_rule: str = spec(
+        format="rule_name",
+        absent_in_older=True,
+        unset_absent=True,
+        column="severity_rule",
+        doc=f"the rule the levels' windows start by (docs/method.md section 3): {CANONICAL_SEVERITY_RULE} (canonical) "
+        "or original (the original code's float rule); absent from records made before it and reported results, "
+        f"which used {CANONICAL_SEVERITY_RULE}",
+    )
     levels: list[Level] = spec(items=(2, None))
     id: IdMetrics = spec()
     summary: Summary = spec()

@@ -18,6 +18,7 @@ from datetime import datetime
 from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import (
+    CANONICAL_SEVERITY_RULE,
     FORMATS,
     MAX_NAME_BYTES,
     NOT_NAMES,
@@ -267,10 +268,22 @@ def _validate_levels(record: dict) -> None:
                     f"{path}.level_score", f"decreases ({score} after {previous}); levels must be ordered easiest first"
                 )
             previous = score
+    _validate_windows(levels)
     mean = record["summary"]["mean_ood_auroc"]
     actual = math.fsum(level["ood_auroc"] for level in levels) / count
     if abs(mean - actual) > 1e-6:
         raise _fail("summary.mean_ood_auroc", f"is {mean} but the levels' ood_auroc average {actual}")
+
+
+def _validate_windows(levels: list) -> None:
+    """The levels' real window percentiles: in every level or in none (a record made before them), never
+    decreasing."""
+    held = ["window_percentile" in level for level in levels]
+    if any(held) and not all(held):
+        raise _fail(f"levels[{held.index(False)}]", "missing field 'window_percentile' (other levels have it)")
+    for index in range(1, len(levels) if all(held) else 0):
+        if levels[index]["window_percentile"] < levels[index - 1]["window_percentile"]:
+            raise _fail(f"levels[{index}].window_percentile", "decreases; levels must be ordered easiest first")
 
 
 def _validate_since(record: dict) -> None:
@@ -370,7 +383,8 @@ def model_identity(model: dict) -> str | list:
 
 
 def entry_id(record: dict) -> str:
-    """16 hex digits naming the entry: (model identity (:func:`model_identity`), kappa + params, benchmark revision).
+    """16 hex digits naming the entry: (model identity (:func:`model_identity`), kappa + params, benchmark revision,
+    and the severity rule where it is not the canonical one, so that every entry of that rule keeps its id).
 
     A null manifest hash (reported results) falls back to the benchmark id and version.
     """
@@ -380,6 +394,8 @@ def entry_id(record: dict) -> str:
         "kappa": [record["kappa"]["name"], canonical_params(record["kappa"]["params"])],
         "benchmark": bench["manifest_sha256"] or f"{bench['id']}@{bench['version']}",
     }
+    if record.get("severity_rule", CANONICAL_SEVERITY_RULE) != CANONICAL_SEVERITY_RULE:
+        identity["severity_rule"] = record["severity_rule"]
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -33,7 +33,7 @@ from leaderboard.errors import LeaderboardError
 from leaderboard.report import win_rates
 from leaderboard.schema import VERIFIED, canonical_params
 from leaderboard.table import table_levels
-from leaderboard.views import code_sha256, family, kappa_names
+from leaderboard.views import code_sha256, family, kappa_names, rule_suffix
 
 PAPER_URL = "https://arxiv.org/abs/2302.11893"
 STATIC = ("site.js", "site.css")
@@ -47,7 +47,12 @@ ENTRY_METRICS = (
 )  # a model page's metrics table (then the means of the level metrics); a column no entry has is left out
 OPTIONAL_COLUMNS = {"idauroc": "id_auroc"}  # index columns shown when filled (then the means, then "n")
 SYMBOLS = {"temperature": "T", "epsilon": "\u03b5"}  # parameter names in a kappa's short form
-LEVEL_COUNTS = (("percentile", "percentile"), ("num_id", "# id"), ("num_ood", "# ood"))
+LEVEL_COUNTS = (
+    ("percentile", "percentile"),
+    ("window_percentile", "window percentile"),
+    ("num_id", "# id"),
+    ("num_ood", "# ood"),
+)
 
 
 def mean_metrics() -> list[Metric]:
@@ -66,7 +71,8 @@ def optional_columns() -> dict[str, str]:
 
 
 def level_metrics() -> list[tuple[str, str]]:
-    """A model page's per-level columns: every registered level metric, then the level's percentile and counts."""
+    """A model page's per-level columns: every registered level metric, then the level's percentiles (nominal and
+    its window's real one) and counts."""
     return [*((m.name, m.label) for m in registered("level")), *LEVEL_COUNTS]
 
 
@@ -252,6 +258,7 @@ def _entry(r: pd.Series, levels: list[str]) -> dict:
         **{m.name: _num(r.get(m.table_column)) for m in mean_metrics()},
         "l": [_num(r[c]) for c in levels],
         "rec": r["record_file"],
+        **({"rule": r["severity_rule"]} if rule_suffix(r.get("severity_rule")) else {}),  # where not the canonical
     }
 
 

@@ -27,6 +27,7 @@ FRONT = [
     "kappa",
     "kappa_name",
     "kappa_params",
+    "severity_rule",
     "provenance",
     "verification",
     "flag",
@@ -132,7 +133,7 @@ def write_table(directory: Path, table: pd.DataFrame) -> None:
 
 def read_table(path: Path) -> pd.DataFrame:
     """A table file; one written before records could be verified gets its ``verification`` column (all
-    self-reported), one written before a metric existed gets the metric's columns, blank."""
+    self-reported), one written before a metric or the severity rule existed gets their columns, blank."""
     try:
         table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
@@ -142,6 +143,8 @@ def read_table(path: Path) -> pd.DataFrame:
     if "record_file" in table.columns:
         order = table_columns(len(table_levels(table)))
         metrics = [*mean_columns(), *(m.table_column for m in registered() if m.scope != "level" and m.table_column)]
+        if "severity_rule" not in table.columns:
+            table.insert(min(order.index("severity_rule"), len(table.columns)), "severity_rule", None)
         for column in [c for c in order if c in metrics and c not in table.columns]:
             table.insert(min(order.index(column), len(table.columns)), column, float("nan"))
     return table

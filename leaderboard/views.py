@@ -11,6 +11,7 @@ import pandas as pd
 
 from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
+from leaderboard.record import CANONICAL_SEVERITY_RULE
 from leaderboard.table import LEVEL_PREFIX, table_levels
 
 
@@ -94,10 +95,11 @@ def select(
 
 
 def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None) -> str:
-    """A plain-text table: rank, model, kappa (a submission file's by its name: :func:`kappa_names`), id-acc, mean
-    ood-auroc, the sorted level, flags."""
+    """A plain-text table: rank, model, kappa (a submission file's by its name: :func:`kappa_names`; ``[RULE]`` after
+    it where the levels' severity rule is not the canonical one), id-acc, mean ood-auroc, the sorted level, flags."""
     shown = rows.head(limit) if limit else rows
-    shown = shown.assign(kappa=shown["kappa"].map(kappa_names(rows)))
+    rules = shown.get("severity_rule", pd.Series(None, index=shown.index, dtype="object"))
+    shown = shown.assign(kappa=shown["kappa"].map(kappa_names(rows)) + rules.map(rule_suffix))
     columns = ["rank", "model", "kappa", "id_acc", "mean_ood_auroc"]
     sorted_by = sort_column(rows, sort)
     if sorted_by not in columns:
@@ -116,6 +118,12 @@ def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None
     if len(shown) < len(rows):
         out.append(f"... {len(rows) - len(shown)} more (use --limit 0 for all)")
     return "\n".join(out)
+
+
+def rule_suffix(rule) -> str:
+    """`` [original]`` for a severity rule other than the canonical one; nothing for it or for none (a record made
+    before the rule was named, which used the canonical one)."""
+    return "" if pd.isna(rule) or rule == CANONICAL_SEVERITY_RULE else f" [{rule}]"
 
 
 def _cell(value) -> str:

@@ -156,9 +156,9 @@ def test_impossible_levels_fail_before_the_embedded_benchmark_is_built(tmp_path,
 
 
 def test_a_new_severity_rule_is_one_file(tiny_glyphs, monkeypatch):
-    """The severity rule is written once, in harness/method/severity.py: a different rule for the window starts there
-    (squared spacing instead of even) changes the levels the harness forms, and the leaderboard takes the records
-    without an edit of its own."""
+    """The severity rules are written once, in harness/method/severity.py: a rule added there (squared spacing of the
+    window starts instead of even) is chosen by name, changes the levels the harness forms, and the leaderboard takes
+    the records, which name it, without an edit of its own."""
     from harness.method import severity
     from leaderboard.schema import validate_record
 
@@ -169,9 +169,11 @@ def test_a_new_severity_rule_is_one_file(tiny_glyphs, monkeypatch):
     def squared(num_windows, num_levels):
         return np.asarray([round((level / (num_levels - 1)) ** 2 * (num_windows - 1)) for level in range(num_levels)])
 
-    monkeypatch.setattr(severity, "window_starts", squared)
-    changed = evaluate(cnn.build_model(), cnn.DATA_CONFIG, **run).records[0]
+    monkeypatch.setitem(severity.SEVERITY_RULES, "squared", severity.SeverityRule("squared", squared, "squared"))
+    changed = evaluate(cnn.build_model(), cnn.DATA_CONFIG, severity_rule="squared", **run).records[0]
     validate_record(changed)
+    assert (even["severity_rule"], changed["severity_rule"]) == ("integer", "squared")
+    assert changed["metric_definitions"]["severity_levels"].endswith("ties by class index, squared")
     scores = [level["level_score"] for level in changed["levels"]]
     assert scores == sorted(scores) and changed["levels"][0] == even["levels"][0]
     assert changed["levels"][-1] == even["levels"][-1]  # both rules start the last level at the last window

@@ -80,7 +80,8 @@ def test_every_field_of_the_config_is_an_option_of_the_command_line_with_the_con
 def test_each_option_sets_its_field_of_the_config():
     defaults = cli_options()
     assert config_from_options(defaults) == SUBMIT_DEFAULTS
-    checked = {"decoder": "pil", "feature_dtype": "float16"}  # the string fields the config checks: a valid other
+    # the string fields the config checks: a valid other
+    checked = {"decoder": "pil", "feature_dtype": "float16", "severity_rule": "original"}
     changed = {bool: lambda v: not v, int: lambda v: v + 3, float: lambda v: v * 2, str: lambda v: v + "2"}
     for option, default in defaults.items():
         field = field_of(option)

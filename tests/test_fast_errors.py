@@ -54,8 +54,9 @@ def test_the_torch_block_blocks(blocked):
             "error: no/such/benchmark is not a benchmark folder: no manifest.json\n",
         ),
         (["--weights", "missing.safetensors", "timm:resnet18"], "error: weights file missing.safetensors not found\n"),
+        (["--severity-rule", "orignal"], "error: unknown severity rule 'orignal'; known: integer, original\n"),
     ],
-    ids=["kappa", "kappa-among-others", "benchmark", "weights"],
+    ids=["kappa", "kappa-among-others", "benchmark", "weights", "severity-rule"],
 )
 def test_a_mistake_is_answered_before_torch(blocked, args, line):
     target = [] if any(a.startswith("timm:") for a in args) else [CNN]

@@ -1,12 +1,29 @@
-"""Severity levels (docs/method.md section 3): hand-computed cases, properties, errors, the compatible rule."""
+"""Severity levels (docs/method.md section 3): hand-computed cases, properties, errors, the named rules (integer, the
+canonical one, and the original code's float rule) and the windows' real percentiles."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.config import EvalConfig
 from harness.errors import HarnessError
-from harness.method.severity import class_scores, num_windows, severity_levels, window_starts
+from harness.method.severity import (
+    SEVERITY_RULES,
+    check_rule,
+    class_scores,
+    num_windows,
+    severity_convention,
+    severity_levels,
+    window_starts,
+)
+
+
+def float_rule(n: int, num_levels: int) -> list[int]:
+    """The original code's window starts, written here independently of the harness."""
+    starts = [int(x * n) for x in np.linspace(0, 1, num_levels)]
+    starts[-1] -= 1
+    return starts
 
 
 def test_hand_computed_levels():
@@ -33,9 +50,52 @@ def test_eleven_levels_integer_starts():
 
 def test_integer_rule_matches_original_float_rule_for_eleven_levels():
     for n in list(range(1, 2000)) + [9_001, 10_321, 29_999, 30_000]:
-        original = [int(x * n) for x in np.linspace(0, 1, 11)]
-        original[-1] -= 1
-        assert window_starts(n, 11).tolist() == original, n
+        assert window_starts(n, 11).tolist() == float_rule(n, 11), n
+        assert window_starts(n, 11, "original").tolist() == float_rule(n, 11), n
+
+
+@pytest.mark.parametrize(
+    "n, num_levels, level, original, integer",
+    [(7, 8, 5, 4, 5), (14, 8, 5, 9, 10), (365, 74, 39, 194, 195)],  # SPEC's case; a small benchmark's; the glyphs'
+)
+def test_the_rules_differ_by_one_window_for_some_levels(n, num_levels, level, original, integer):
+    floats, integers = window_starts(n, num_levels, "original"), window_starts(n, num_levels, "integer")
+    assert floats.tolist() == float_rule(n, num_levels)
+    assert (floats[level], integers[level]) == (original, integer)
+    assert integers[level] == (level * n) // (num_levels - 1)
+    assert np.flatnonzero(floats != integers)[0] == level
+
+
+def test_an_unknown_rule_is_refused_in_one_line():
+    message = "unknown severity rule 'float'; known: integer, original"
+    for call in (
+        lambda: check_rule("float"),
+        lambda: window_starts(14, 8, "float"),
+        lambda: EvalConfig(severity_rule="float"),
+    ):
+        with pytest.raises(HarnessError) as error:
+            call()
+        assert str(error.value) == message
+    assert list(SEVERITY_RULES) == ["integer", "original"]
+
+
+def test_each_rule_is_named_in_the_convention():
+    assert severity_convention().endswith("ties by class index, integer window starts")
+    assert "int(linspace(0, 1, L)[l] * N)" in severity_convention("original")
+
+
+def test_the_levels_carry_their_rule_and_their_windows_real_percentiles():
+    # K = 49 classes, W = 36: N = 14 windows, L = 8; level 5 starts at window 10 (integer) or 9 (float).
+    s = np.random.default_rng(0).permutation(49).astype(float)
+    for rule, fifth in (("integer", 10), ("original", 9)):
+        levels = severity_levels(s, window=36, num_levels=8, rule=rule)
+        assert levels.rule == rule and levels.starts[5] == fifth
+        assert levels.window_percentiles.tolist() == pytest.approx((levels.starts / 13).tolist(), abs=0)
+        assert levels.window_percentiles[5] == fifth / 13
+        assert levels.percentiles.tolist() == pytest.approx([i / 7 for i in range(8)])  # the nominal ones, as before
+        assert levels.classes[5].tolist() == np.argsort(s, kind="stable")[fifth : fifth + 36].tolist()
+    one = severity_levels(np.arange(4, dtype=float), window=4, num_levels=3)  # N = 1: every level is the one window
+    assert one.starts.tolist() == [0, 0, 0] and one.window_percentiles.tolist() == [0.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize("k,w,windows", [(400, 36, 365), (48, 36, 13), (10, 10, 1), (5, 10, 0)])
@@ -82,14 +142,15 @@ def test_class_without_estimation_images_is_refused():
     scores=st.lists(st.floats(-1e6, 1e6, allow_nan=False) | st.sampled_from([0.0, 1.0, 0.5]), min_size=1, max_size=120),
     window=st.integers(1, 40),
     num_levels=st.integers(2, 15),
+    rule=st.sampled_from(list(SEVERITY_RULES)),
 )
-def test_level_properties(scores, window, num_levels):
+def test_level_properties(scores, window, num_levels, rule):
     s = np.array(scores)
     if len(s) < window:
         with pytest.raises(HarnessError):
-            severity_levels(s, window, num_levels)
+            severity_levels(s, window, num_levels, rule)
         return
-    levels = severity_levels(s, window, num_levels)
+    levels = severity_levels(s, window, num_levels, rule)
     order = np.argsort(s, kind="stable")
     assert levels.classes.shape == (num_levels, window)
     for level in levels.classes:  # each level holds exactly W distinct classes
@@ -99,3 +160,6 @@ def test_level_properties(scores, window, num_levels):
     assert levels.classes[-1][-1] == order[-1]  # the last level ends at the most confident
     for level, start in zip(levels.classes, levels.starts):
         assert level.tolist() == order[start : start + window].tolist()
+    windows = len(s) - window + 1
+    expected = levels.starts / (windows - 1) if windows > 1 else np.zeros(num_levels)
+    assert levels.window_percentiles.tolist() == expected.tolist()  # start / (N - 1), 0 for a single window

@@ -29,6 +29,7 @@ _EXPORTS = {
     "severity_levels": "severity",
     "num_windows": "severity",
     "window_starts": "severity",
+    "SEVERITY_RULES": "severity",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -9,7 +9,7 @@ import numpy as np
 from harness.errors import HarnessError
 from harness.method.metrics import id_metrics, level_metrics
 from harness.method.scores import SplitScores
-from harness.method.severity import SeverityLevels, class_scores, severity_levels
+from harness.method.severity import DEFAULT_RULE, SeverityLevels, class_scores, severity_levels
 
 
 @dataclass(frozen=True)
@@ -18,8 +18,9 @@ class KappaResult:
 
     kappa: str
     levels: SeverityLevels
-    rows: list[dict]  # one per level: level, percentile, level_score, metrics, counts
+    rows: list[dict]  # one per level: level, percentile, window_percentile, level_score, metrics, counts
     id: dict
+    rule: str = DEFAULT_RULE  # the severity rule the levels' windows start by
 
     @property
     def mean_ood_auroc(self) -> float:
@@ -35,8 +36,10 @@ def evaluate_kappa(
     num_ood_classes: int,
     num_levels: int,
     probability: bool = False,
+    rule: str = DEFAULT_RULE,
 ) -> KappaResult:
-    """Levels from the estimation split, then each level's metrics on the test split against the ID test set.
+    """Levels from the estimation split (windows starting by ``rule``), then each level's metrics on the test split
+    against the ID test set.
 
     Class scores (and so level scores) are means of the kappa's reported value (``confs``: for softmax the max
     probability, not its logarithm); the ranking score (``scores``) only orders samples inside the AUROC.
@@ -44,7 +47,7 @@ def evaluate_kappa(
     in [0, 1]); its ID metrics then include the calibration metrics.
     """
     levels = severity_levels(
-        class_scores(estimation.confs[kappa], estimation.labels, num_ood_classes), num_id_classes, num_levels
+        class_scores(estimation.confs[kappa], estimation.labels, num_ood_classes), num_id_classes, num_levels, rule
     )
     missing = np.setdiff1d(np.arange(num_ood_classes), ood_test.labels)
     if len(missing):
@@ -63,6 +66,7 @@ def evaluate_kappa(
             {
                 "level": level,
                 "percentile": float(levels.percentiles[level]),
+                "window_percentile": float(levels.window_percentiles[level]),
                 "level_score": float(levels.level_scores[level]),
                 **metrics,
                 "num_id": int(len(id_scores)),
@@ -70,4 +74,4 @@ def evaluate_kappa(
             }
         )
     ids = id_metrics(id_scores, id_test.preds == id_test.labels, id_conf, probability)
-    return KappaResult(kappa, levels, rows, {**ids, "num": int(len(id_scores))})
+    return KappaResult(kappa, levels, rows, {**ids, "num": int(len(id_scores))}, rule)

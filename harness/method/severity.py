@@ -1,11 +1,13 @@
 """Severity levels of docs/method.md section 3: per-model groups of |ID| OOD classes, easiest to hardest.
 
-Pure numpy, no I/O. Integer window starts (canonical) and stable ordering (ties by class index).
+Pure numpy, no I/O. Stable ordering (ties by class index); the window starts by a named rule of
+:data:`SEVERITY_RULES`: ``integer`` (canonical, the default) or ``original`` (the original code's float rule).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,9 +15,10 @@ import numpy as np
 from harness.errors import HarnessError
 
 DEFAULT_NUM_LEVELS = 11
-SEVERITY_CONVENTION = (
+DEFAULT_RULE = "integer"
+CONVENTION = (
     "docs/method.md section 3: class score = mean of the reported kappa value on the estimation "
-    "split, ties by class index, integer window starts"
+    "split, ties by class index, "
 )
 
 
@@ -29,9 +32,11 @@ class SeverityLevels:
 
     classes: np.ndarray  # (L, W) int64
     level_scores: np.ndarray  # (L,) float64, mean class score of each level's window
-    percentiles: np.ndarray  # (L,) float64, l / (L - 1)
+    percentiles: np.ndarray  # (L,) float64, l / (L - 1): the nominal percentile
     starts: np.ndarray  # (L,) int64, window start in the ascending class order
     class_scores: np.ndarray  # (K,) float64
+    window_percentiles: np.ndarray  # (L,) float64, start / (N - 1): the window's real percentile (0 when N = 1)
+    rule: str = DEFAULT_RULE  # the window-start rule (SEVERITY_RULES)
 
     @property
     def num_levels(self) -> int:
@@ -68,19 +73,73 @@ def num_windows(num_ood: int, window: int) -> int:
     return max(num_ood - window + 1, 0)
 
 
-def window_starts(num_windows: int, num_levels: int) -> np.ndarray:
-    """Integer window starts: ``(l * N) // (L - 1)`` for l < L-1, and ``N - 1`` for the last level."""
+def _integer_starts(num_windows: int, num_levels: int) -> np.ndarray:
+    """``(l * N) // (L - 1)`` for l < L-1, and ``N - 1`` for the last level (integer arithmetic)."""
+    starts = [(level * num_windows) // (num_levels - 1) for level in range(num_levels - 1)]
+    return np.asarray([*starts, num_windows - 1], dtype=np.int64)
+
+
+def _original_starts(num_windows: int, num_levels: int) -> np.ndarray:
+    """``int(linspace(0, 1, L)[l] * N)`` in floating point, then the last start less 1 (the original code's rule)."""
+    starts = [int(fraction * num_windows) for fraction in np.linspace(0.0, 1.0, num_levels)]
+    starts[-1] -= 1
+    return np.asarray(starts, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class SeverityRule:
+    """A named window-start rule: ``starts(N, L)`` gives the L window starts among N windows, ascending."""
+
+    name: str
+    starts: Callable[[int, int], np.ndarray]
+    description: str  # as records' metric_definitions carry it
+
+
+SEVERITY_RULES = {
+    rule.name: rule
+    for rule in (
+        SeverityRule("integer", _integer_starts, "integer window starts"),
+        SeverityRule(
+            "original",
+            _original_starts,
+            "the original code's float window starts, int(linspace(0, 1, L)[l] * N) with the last one less 1",
+        ),
+    )
+}
+
+
+def check_rule(name: str) -> SeverityRule:
+    """The rule named ``name``; a name that is none of :data:`SEVERITY_RULES` is refused in one line."""
+    if name not in SEVERITY_RULES:
+        raise HarnessError(f"unknown severity rule '{name}'; known: {', '.join(SEVERITY_RULES)}")
+    return SEVERITY_RULES[name]
+
+
+def severity_convention(rule: str = DEFAULT_RULE) -> str:
+    """How a record's levels were formed (its ``metric_definitions["severity_levels"]``), naming ``rule``."""
+    return CONVENTION + check_rule(rule).description
+
+
+def window_starts(num_windows: int, num_levels: int, rule: str = DEFAULT_RULE) -> np.ndarray:
+    """The window starts of ``num_levels`` levels among ``num_windows`` windows by ``rule`` (default: integer)."""
     if num_levels < 2:
         raise HarnessError(f"the number of severity levels must be at least 2, got {num_levels}")
     if num_windows < 1:
         raise HarnessError("there must be at least one window")
-    starts = [(level * num_windows) // (num_levels - 1) for level in range(num_levels - 1)]
-    starts.append(num_windows - 1)
-    return np.asarray(starts, dtype=np.int64)
+    return check_rule(rule).starts(num_windows, num_levels)
 
 
-def severity_levels(class_score: np.ndarray, window: int, num_levels: int = DEFAULT_NUM_LEVELS) -> SeverityLevels:
-    """Form ``num_levels`` levels of ``window`` (= |Y_ID|) classes each from per-class scores.
+def window_percentiles(starts: np.ndarray, num_windows: int) -> np.ndarray:
+    """Each window's real percentile among the windows: ``start / (N - 1)``, 0 when there is one window."""
+    starts = np.asarray(starts, dtype=np.float64)
+    return starts / (num_windows - 1) if num_windows > 1 else np.zeros_like(starts)
+
+
+def severity_levels(
+    class_score: np.ndarray, window: int, num_levels: int = DEFAULT_NUM_LEVELS, rule: str = DEFAULT_RULE
+) -> SeverityLevels:
+    """Form ``num_levels`` levels of ``window`` (= |Y_ID|) classes each from per-class scores, the windows starting by
+    ``rule`` (:data:`SEVERITY_RULES`).
 
     Level 0 starts at the least confident class, the last level ends at the most confident.
     """
@@ -99,9 +158,10 @@ def severity_levels(class_score: np.ndarray, window: int, num_levels: int = DEFA
             f"too few OOD classes: {k} OOD classes cannot fill a level of {window} (the number of ID classes)"
         )
     order = np.argsort(s, kind="stable")
-    starts = window_starts(num_windows(k, window), num_levels)
+    windows = num_windows(k, window)
+    starts = window_starts(windows, num_levels, rule)
     classes = np.stack([order[start : start + window] for start in starts])
     # fsum is exactly rounded, so level scores of overlapping sorted windows never decrease.
     level_scores = np.array([math.fsum(s[level]) / window for level in classes])
     percentiles = np.arange(num_levels, dtype=np.float64) / (num_levels - 1)
-    return SeverityLevels(classes, level_scores, percentiles, starts, s)
+    return SeverityLevels(classes, level_scores, percentiles, starts, s, window_percentiles(starts, windows), rule)

@@ -265,7 +265,8 @@
       out.push(td("rank", String(i + 1), i + 1));
       out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + esc(m.m) + "</a>" +
         (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
-      out.push(td("text kap", esc(data.short[e.k] || e.k), e.k, e.k), td("mean", fmt(e.mean), e.mean));
+      var rule = e.rule ? ' <span class="rule" title="severity rule">[' + esc(e.rule) + "]</span>" : "";
+      out.push(td("text kap", esc(data.short[e.k] || e.k) + rule, e.k, e.k), td("mean", fmt(e.mean), e.mean));
       out.push(td("acc", fmt(e.acc), e.acc));
       if (cols.idauroc) { out.push(td("idauroc", fmt(e.idauroc), e.idauroc)); }
       var strip = e.l.map(function (v, level) {

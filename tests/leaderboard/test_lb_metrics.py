@@ -129,7 +129,8 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
     result = KappaResult("softmax", None, base["levels"], base["id"])
     frame = outputs.per_level_frame("glyph_cnn", [result])
     assert list(frame.columns)[14:16] == ["median gap", "level score"]  # the other level metrics, the level score
-    assert list(frame.columns)[16:] == [  # then the other ID ones
+    assert list(frame.columns)[16:18] == ["window percentile", "severity rule"]  # where the levels' windows start
+    assert list(frame.columns)[18:] == [  # then the other ID ones
         *("id-aurc", "id-e-aurc", "id-sac@95", "id-sac@99"),
         *("id-ece", "id-ece-mass", "id-nll", "id-brier"),
     ]
