@@ -13,10 +13,10 @@ loading costs), then level ``--level`` is loaded, each call with a fresh ``datas
 
 from the local folder and from a local stand-in of the Hub (``tests/hub_server.py``) it is published to.
 
-Every load parses the card's YAML, where each config declares the ``ClassLabel`` names (the classes it holds);
+Every load parses the card's YAML, where each config declares the sample features (the same in every config);
 the last lines print its size and parse time for the glyph card and for an ImageNet-shaped benchmark (1,000 ID
-and 10,450 OOD classes, one reference pair; manifest and class tables only), as written, without the per-level
-configs, and without either the per-level configs or the ``ClassLabel`` (the card before both).
+and 10,450 OOD classes, one reference pair; manifest and class tables only), as written and without the per-level
+configs.
 
     python benchmarks/level_loading.py [--level 7] [--repeats 2]
 """
@@ -105,32 +105,22 @@ def imagenet_shaped(folder: Path, num_id: int = 1000, num_ood: int = 10450) -> P
     return root
 
 
-def card_yaml(meta: dict, per_level: bool, class_label: bool) -> str:
-    """The card's YAML, without the per-level configs or with the class id a string when asked."""
+def card_yaml(meta: dict, per_level: bool) -> str:
+    """The card's YAML, without the per-level configs when asked."""
     keep = [c["config_name"] for c in meta["configs"] if per_level or "__level_" not in c["config_name"]]
     meta = {
         **meta,
         "configs": [c for c in meta["configs"] if c["config_name"] in keep],
         "dataset_info": [i for i in meta["dataset_info"] if i["config_name"] in keep],
     }
-    if not class_label:
-        for info in meta["dataset_info"]:
-            info["features"] = [
-                {"name": "json", "struct": [{"name": "class_id", "dtype": "string"}]} if f["name"] == "json" else f
-                for f in info["features"]
-            ]
     return yaml.dump(meta, sort_keys=False, allow_unicode=True)
 
 
 def yaml_figures(root: Path) -> None:
     meta = yaml.safe_load(card_text(root).split("---\n")[1])
     print(f"\ncard YAML, {root.name}          lines  parse s")
-    for name, per_level, class_label in (
-        ("as written", True, True),
-        ("no per-level configs", False, True),
-        ("neither (before)", False, False),
-    ):
-        text = card_yaml(meta, per_level, class_label)
+    for name, per_level in (("as written", True), ("no per-level configs", False)):
+        text = card_yaml(meta, per_level)
         start = time.perf_counter()
         yaml.safe_load(text)
         print(f"  {name:22} {len(text.splitlines()):9,}  {time.perf_counter() - start:7.2f}")

@@ -30,6 +30,25 @@ def number_pool(ood_table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def id_labels(id_ids: list[str]) -> dict[str, int]:
+    """The label of each ID class: its place in the ID class order (the logits' column, as the harness reads it)."""
+    return {cid: i for i, cid in enumerate(id_ids)}
+
+
+def ood_labels(ood_table: pd.DataFrame, num_id: int) -> dict[str, int]:
+    """The label of each OOD candidate (status ``ood`` before the image rules), fixed before any image is read:
+    ``num_id`` + its place among the candidates. It is ``num_id`` + its pool index unless the image rules remove a
+    class; a removed class's label is left unused, so a label never changes meaning."""
+    candidates = ood_table.loc[ood_table["status"] == "ood", "id"]
+    return {cid: num_id + i for i, cid in enumerate(candidates)}
+
+
+def with_labels(table: pd.DataFrame, labels: dict[str, int]) -> pd.DataFrame:
+    """``table`` with a ``label`` column from ``labels``; -1 for a removed OOD class (it has no image)."""
+    kept = table["status"] == "ood" if "status" in table else pd.Series(True, index=table.index)
+    return table.assign(label=[labels[cid] if keep else -1 for cid, keep in zip(table["id"], kept)])
+
+
 def write_class_tables(folder: Path, id_table: pd.DataFrame, ood_table: pd.DataFrame) -> None:
     """``classes/id.parquet`` and ``classes/ood.parquet`` (every OOD candidate, removed ones with their reason)."""
     (folder / "classes").mkdir(parents=True, exist_ok=True)

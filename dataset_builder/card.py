@@ -1,13 +1,14 @@
 """The dataset card (``README.md``): YAML configs, features and licence, written through huggingface_hub's card API.
 
-Configs: ``pool`` (the default: every split of the benchmark) and, for each reference (model,
+Configs: ``pool`` (the default: every split of the benchmark), ``id`` (the ID splits alone: ``id_train`` or
+``id_fit`` to train a model on, ``id_test``) and, for each reference (model,
 kappa) pair listed in ``levels/reference.txt``, ``<model>__<kappa>`` with the ``id_test`` split
 and one split ``level_NN`` per severity level, each listing that level's OOD test shards, plus one
 config ``<model>__<kappa>__level_NN`` per level with that split alone: ``datasets`` prepares every
 split of a config it loads without streaming, so a level loads alone only from a config of its own.
 Level manifests of other pairs live in ``levels/`` too and load with :func:`dataset_builder.loading.load_level`.
-Every config declares the features, the class id as an integer ``ClassLabel`` over the classes it holds
-(:func:`dataset_builder.loading.label_names`).
+Every config declares the same features (:func:`dataset_builder.loading.sample_features`): the image, the
+integer label ``cls`` (one label space per benchmark) and ``json.class_id``.
 
 The body's loading examples are plain ``datasets.load_dataset`` calls (``load_level`` only for pairs
 without a config). A card written at build time (no repo id) names the local folder (``path/to/benchmark``);
@@ -30,8 +31,8 @@ from huggingface_hub import DatasetCard, DatasetCardData
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.files import write_atomic
 from dataset_builder.levels import level_data_files, level_file_name, level_split, read_level_table
-from dataset_builder.loading import label_names, sample_features, test_shards
-from dataset_builder.manifest import load_manifest
+from dataset_builder.loading import features_of, test_shards
+from dataset_builder.manifest import LABELLED_SINCE, load_manifest
 
 REFERENCE = "levels/reference.txt"
 CARD_TAG = "cood-bench"  # marks a card this module wrote; publish rewrites only such cards
@@ -155,8 +156,11 @@ def level_config(name: str, split: str) -> str:
     return f"{name}__{split}"
 
 
+ID_SPLITS = ("id_train", "id_fit", "id_test")
+
+
 def card_data(root: Path) -> DatasetCardData:
-    """The card's YAML: licence, configs and their features (the class label names the classes each config holds)."""
+    """The card's YAML: licence, configs and their features (the same in every config)."""
     bench = Benchmark.open(root)
     manifest = bench.manifest
     splits = sorted({s["split"] for s in manifest["shards"]}, key=list(SPLIT_FOLDERS).index)
@@ -165,13 +169,15 @@ def card_data(root: Path) -> DatasetCardData:
             "config_name": "pool",
             "default": True,
             "data_files": [{"split": split, "path": SPLIT_FOLDERS[split]} for split in splits],
-        }
+        },
+        {
+            "config_name": "id",
+            "data_files": [{"split": split, "path": SPLIT_FOLDERS[split]} for split in ID_SPLITS if split in splits],
+        },
     ]
-    names = {"pool": label_names(bench)}
     shards = test_shards(manifest)
     for name in reference_configs(root):
-        table = read_level_table(root / "levels" / f"{name}.parquet")
-        files = level_data_files(table, shards)
+        files = level_data_files(read_level_table(root / "levels" / f"{name}.parquet"), shards)
         configs.append(
             {
                 "config_name": name,
@@ -179,13 +185,10 @@ def card_data(root: Path) -> DatasetCardData:
                 + [{"split": split, "path": paths} for split, paths in files.items()],
             }
         )
-        names[name] = label_names(bench, table["class_id"])
-        held = {level_split(int(level)): group["class_id"] for level, group in table.groupby("level")}
-        for split, paths in files.items():
-            configs.append(
-                {"config_name": level_config(name, split), "data_files": [{"split": split, "path": list(paths)}]}
-            )
-            names[level_config(name, split)] = label_names(bench, held[split], with_id=False)
+        configs += [
+            {"config_name": level_config(name, split), "data_files": [{"split": split, "path": list(paths)}]}
+            for split, paths in files.items()
+        ]
     fields, _ = licence(manifest)
     data = DatasetCardData(
         **fields,
@@ -194,9 +197,8 @@ def card_data(root: Path) -> DatasetCardData:
         tags=["out-of-distribution-detection", CARD_TAG, "arxiv:2302.11893"],
         configs=configs,
     )
-    DatasetInfosDict(
-        {c: DatasetInfo(features=sample_features(bench.image_ext, n)) for c, n in names.items()}
-    ).to_dataset_card_data(data)
+    features = features_of(manifest)
+    DatasetInfosDict({c["config_name"]: DatasetInfo(features=features) for c in configs}).to_dataset_card_data(data)
     return data
 
 
@@ -237,21 +239,15 @@ def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, rev
             f"rewritten for the Hub repo. Replace `{LOCAL_PATH}` by this folder's path."
         ]
     )
+    ext = manifest["image_ext"]
     blocks.append(
         f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}; `streaming=True` reads only the "
         "shards you iterate over:\n\n```python\nfrom datasets import load_dataset\n\n"
         f'pool = load_dataset({source}, "pool", split="ood_estimation"{rev}, streaming=True)\n'
-        'label = next(iter(pool))["json"]["class_id"]\n'
-        'class_id = pool.features["json"]["class_id"].int2str(label)\n```'
+        "sample = next(iter(pool))\n"
+        f'image, label, class_id = sample["{ext}"], sample["cls"], sample["json"]["class_id"]\n```'
     )
-    num_id = manifest["classes"]["id"]
-    blocks.append(
-        f"`json.class_id` is an integer `ClassLabel` whose names are the ids of the classes a config holds: in `pool`, "
-        f"the {num_id} ID classes by index (label = the ID class index, what a classifier predicts), then the OOD pool "
-        f"by index (label = {num_id} + pool index); in `<model>__<kappa>`, the ID classes, then the OOD classes of its "
-        "levels by pool index; in `<model>__<kappa>__level_NN`, the level's classes by pool index. `int2str` gives "
-        "the id back; `classes/id.parquet` and `classes/ood.parquet` name each id."
-    )
+    blocks += _label_blocks(manifest, splits, source, rev)
     for name in reference_configs(root):
         last, level = _example_level(root, name)
         split = level_split(level)
@@ -275,6 +271,31 @@ def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, rev
             f"level = load_level({source}, {_q(model)}, {_q(kappa)}, {level}{rev})\n```"
         )
     return "\n\n".join(blocks)
+
+
+def _label_blocks(manifest: dict, splits: list[str], source: str, rev: str) -> list[str]:
+    """The label space, and the ID training split to train a model on (config ``id``)."""
+    num_id = manifest["classes"]["id"]
+    blocks = [
+        f"Every config has the columns `{manifest['image_ext']}` (a PIL image), `cls` (the integer label) and "
+        "`json.class_id` (the class id). One label space for the whole benchmark, the same in every config: an ID "
+        f"class's label is its place in the ID class order (0 to {num_id - 1}, what a classifier predicts), an OOD "
+        f"class's is {num_id} + its place among the OOD candidates; `classes/id.parquet` and `classes/ood.parquet` "
+        "give each class's `label`."
+    ]
+    if manifest["format_version"] < LABELLED_SINCE:
+        blocks.append(
+            f"This benchmark is of format {manifest['format_version']}: its samples have no `cls` and its class "
+            "tables no `label`."
+        )
+    train = next((s for s in ("id_train", "id_fit") if s in splits), None)
+    what = f"`{train}` holds ID images to train a model on" if train else "this benchmark has no ID training split"
+    blocks.append(
+        f"Config `id`: the ID splits alone ({', '.join(f'`{s}`' for s in ID_SPLITS if s in splits)}); {what}:\n\n"
+        "```python\nfrom datasets import load_dataset\n\n"
+        f'train = load_dataset({source}, "id", split={_q(train or "id_test")}{rev})\n```'
+    )
+    return blocks
 
 
 def card_text(root: str | Path, *, repo_id: str | None = None, revision: str | None = None) -> str:
@@ -334,3 +355,25 @@ def add_levels(root: str | Path, level_file: str | Path, model: str, kappa: str,
         write_atomic(root / REFERENCE, "".join(f"{n}\n" for n in names).encode())
     write_card(root)
     return target
+
+
+def level_calls(root: str | Path, model: str, kappa: str, *, reference: bool = True) -> list[str]:
+    """What loads one level of a pair added by :func:`add_levels`: ``load_dataset`` on the pair's level config
+    (``reference``; else ``load_level``), on the local folder, then on the Hub repo once published (the tag
+    ``cood-dataset publish`` sets by default)."""
+    root = Path(root).resolve()
+    name = Path(level_file_name(model, kappa)).stem
+    last, level = _example_level(root, name)
+    version = load_manifest(root)[0]["benchmark"]["version"]
+    split = level_split(level)
+
+    def call(source: str, rev: str) -> str:
+        if reference:
+            return f"datasets.load_dataset({_q(source)}, {_q(level_config(name, split))}, split={_q(split)}{rev})"
+        return f"dataset_builder.loading.load_level({_q(source)}, {_q(model)}, {_q(kappa)}, {level}{rev})"
+
+    return [
+        f"levels level_00 to {last}; level {level} loads with:",
+        f"  local:     {call(root.as_posix(), '')}",
+        f"  published: {call('<repo id>', f', revision={_q(version)}')}  (after cood-dataset publish)",
+    ]

@@ -210,10 +210,12 @@ def levels(
     kappa: str = typer.Option(..., help="Confidence function."),
     reference: bool = typer.Option(True, help="Give the pair a config of its own in the dataset card."),
 ) -> None:
-    """Add a (model, kappa) severity-level manifest to a benchmark and rewrite its dataset card."""
-    from dataset_builder.card import add_levels
+    """Add a (model, kappa) severity-level manifest to a benchmark and rewrite its dataset card; print the
+    datasets.load_dataset call that loads a level, locally and once published."""
+    from dataset_builder.card import add_levels, level_calls
 
     typer.echo(add_levels(benchmark, level_file, model, kappa, reference=reference))
+    typer.echo("\n".join(level_calls(benchmark, model, kappa, reference=reference)))
 
 
 @app.command()

@@ -41,7 +41,16 @@ from tqdm import tqdm
 
 from dataset_builder import faults
 from dataset_builder import manifest as manifest_io
-from dataset_builder.assemble import class_counts, finish, number_pool, partial_of, write_class_tables
+from dataset_builder.assemble import (
+    class_counts,
+    finish,
+    id_labels,
+    number_pool,
+    ood_labels,
+    partial_of,
+    with_labels,
+    write_class_tables,
+)
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.files import write_atomic
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
@@ -103,6 +112,7 @@ class Block:
     source: ImageSource  # narrowed to the block's classes
     classes: tuple[str, ...]
     positions: tuple[int, ...]
+    labels: tuple[int, ...] = ()  # each class's label (:mod:`dataset_builder.assemble`)
     test_source: ImageSource | None = None  # a fit block: the ID test images, whose byte-identical copies it skips
 
     @property
@@ -193,7 +203,7 @@ def _read_good(
 
 
 def _samples(
-    class_id: str, names: list[str], good: dict[str, tuple[bytes, str]], ext: str, formats: Counter
+    class_id: str, label: int, names: list[str], good: dict[str, tuple[bytes, str]], ext: str, formats: Counter
 ) -> list[dict]:
     keys = [sample_key(class_id, name) for name in names]
     if len(set(keys)) != len(keys):
@@ -203,7 +213,7 @@ def _samples(
             " (file names differing only in dots or extension)"
         )
     formats.update(good[name][1] for name in names)
-    return [make_sample(key, ext, good[name][0], class_id) for key, name in zip(keys, names)]
+    return [make_sample(key, ext, good[name][0], class_id, label) for key, name in zip(keys, names)]
 
 
 def _id_shard(
@@ -218,11 +228,11 @@ def _id_shard(
 ) -> tuple[ShardInfo | None, dict[str, int]]:
     """One shard of a block's ID classes, each class's images from ``read(class id)``; returns it and the counts."""
     writer, counts = ShardWriter(partial, relpath, split), {}
-    for cid in _each_class(block.classes):
+    for cid, label in _each_class(zip(block.classes, block.labels)):
         good = read(cid)
         if not good:
             raise BenchmarkError(f"ID class {cid} has no readable {what}image in {block.source.location(cid)}")
-        for sample in _samples(cid, sorted(good), good, s.image_ext, formats):
+        for sample in _samples(cid, label, sorted(good), good, s.image_ext, formats):
             writer.write(sample)
         counts[cid] = len(good)
     return writer.close(), counts
@@ -266,7 +276,7 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
         fit += [{"id": cid, "num_fit_images": n} for cid, n in counts.items()]
     else:
         estimation = ShardWriter(partial, f"ood/estimation/{block.number:06d}.tar", "ood_estimation")
-        for cid, position in _each_class(zip(block.classes, block.positions)):
+        for cid, position, label in _each_class(zip(block.classes, block.positions, block.labels)):
             try:
                 names = source.names(cid)
             except SourceError as exc:
@@ -290,10 +300,14 @@ def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
             relpath = f"ood/test/{position // TEST_GROUP_SIZE:03d}/{cid}.tar"
             shards.append(
                 write_shard(
-                    partial, relpath, "ood_test", _samples(cid, split.test, good, s.image_ext, formats), class_id=cid
+                    partial,
+                    relpath,
+                    "ood_test",
+                    _samples(cid, label, split.test, good, s.image_ext, formats),
+                    class_id=cid,
                 )
             )
-            for sample in _samples(cid, split.estimation, good, s.image_ext, formats):
+            for sample in _samples(cid, label, split.estimation, good, s.image_ext, formats):
                 estimation.write(sample)
             classes.append({"id": cid, "num_images": len(split.test) + len(split.estimation), "rule": None})
         shards.insert(0, estimation.close())
@@ -362,7 +376,12 @@ def finished_block(partial: Path, block: Block) -> dict | None:
 
 
 def _blocks(
-    kind: str, source: ImageSource, ids: list[str], size: int, test_source: ImageSource | None = None
+    kind: str,
+    source: ImageSource,
+    ids: list[str],
+    size: int,
+    labels: dict[str, int],
+    test_source: ImageSource | None = None,
 ) -> list[Block]:
     blocks = []
     for n, start in enumerate(range(0, len(ids), size)):
@@ -374,6 +393,7 @@ def _blocks(
                 source.subset(classes),
                 classes,
                 tuple(range(start, start + len(classes))),
+                tuple(labels[c] for c in classes),
                 None if test_source is None else test_source.subset(classes),
             )
         )
@@ -503,6 +523,7 @@ def build_from_folders(
     ood_present = set(ood_source.classes())
     in_source = [c for c in candidates if c in ood_present]
     config = {
+        "format_version": manifest_io.FORMAT_VERSION,  # a build of another format is not resumed
         "settings": asdict(settings),
         "description": description,
         "id": id_ids,
@@ -512,10 +533,11 @@ def build_from_folders(
     }
     partial = _open_partial(root, config, overwrite)
 
-    blocks = _blocks("id", id_source, id_ids, settings.id_classes_per_shard)
+    labels = id_labels(id_ids) | ood_labels(ood_table, len(id_ids))
+    blocks = _blocks("id", id_source, id_ids, settings.id_classes_per_shard, labels)
     if fit_source is not None:
-        blocks += _blocks("fit", fit_source, id_ids, settings.id_classes_per_shard, id_source)
-    blocks += _blocks("ood", ood_source, in_source, settings.ood_classes_per_shard)
+        blocks += _blocks("fit", fit_source, id_ids, settings.id_classes_per_shard, labels, id_source)
+    blocks += _blocks("ood", ood_source, in_source, settings.ood_classes_per_shard, labels)
     results = {b.name: r for b in blocks if (r := finished_block(partial, b)) is not None}
     todo = [(partial, b, settings) for b in blocks if b.name not in results]
     with tqdm(
@@ -544,9 +566,9 @@ def build_from_folders(
     for rule in ("too_few_images", "unreadable_source"):
         removed = ood_table["id"].map(lambda c, rule=rule: c in outcome and outcome[c].get("rule") == rule)
         ood_table.loc[removed, ["status", "rule"]] = ["removed", rule]
-    ood_table = number_pool(ood_table)
+    ood_table = with_labels(number_pool(ood_table), labels)
     _check_pool_left(partial, ood_table, len(in_source), min_ood_classes, settings.min_images)
-    write_class_tables(partial, id_table, ood_table)
+    write_class_tables(partial, with_labels(id_table, labels), ood_table)
 
     skipped = sorted((s for r in ordered for s in r["skipped"]), key=lambda s: (s["class_id"], s["file"]))
     unreadable = sorted((u for r in ordered for u in r.get("unreadable", [])), key=lambda u: u["class_id"])

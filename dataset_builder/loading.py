@@ -6,17 +6,15 @@ benchmark manifest (one OOD test shard per class), and handed to
 folder or a Hub dataset repo; a repo is read at one commit (``revision``: a tag, branch or sha,
 default ``main``), through ``hf://datasets/<repo>@<commit>/...`` paths.
 
-The class id of a sample (``json.class_id``, a string such as ``u0041`` in the shards) loads as an
-integer ``ClassLabel`` whose names are the ids of the classes a dataset holds: the ID classes by index
-(label = ID class index, what a classifier predicts) when it holds ID images, then its OOD classes by
-pool index (the whole pool: label = number of ID classes + pool index); ``int2str`` gives the string id
-back. Declaring it labels the samples without changing a byte of the shards (their sha256 is the
-benchmark's identity); naming only the classes held keeps each config's names short in the card's YAML.
+Every config of a benchmark has the same columns, timm's and the Hub's image WebDataset form: the image
+(``png`` or ``jpg``: the benchmark's ``image_ext``), ``cls`` (the integer label: the ID class's place in
+the ID class order, what a classifier predicts; the number of ID classes + the OOD class's place among
+the OOD candidates; the class tables' ``label``, the same in every config) and ``json`` (``class_id``, the
+class's string id). A benchmark of format 1 has no ``cls``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import datasets
@@ -26,27 +24,27 @@ from huggingface_hub.errors import EntryNotFoundError
 from dataset_builder.benchmark import HUB_PREFIX, Benchmark
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.levels import level_data_files, level_file_name, level_split, read_level_table
+from dataset_builder.manifest import LABELLED_SINCE
 
 
-def label_names(bench: Benchmark, ood: Iterable[str] | None = None, *, with_id: bool = True) -> list[str]:
-    """``ClassLabel`` names: the ID class ids by index (``with_id``), then the OOD class ids of ``ood`` (default: the
-    whole pool) by pool index."""
-    pool = bench.ood_classes["id"].tolist()
-    held = set(pool if ood is None else ood)
-    return (bench.id_classes["id"].tolist() if with_id else []) + [c for c in pool if c in held]
-
-
-def sample_features(image_ext: str, names: list[str] | None = None) -> datasets.Features:
-    """The features of every sample: key, source shard, the image, and its class id (a ``ClassLabel`` over
-    ``names`` when given, else the string)."""
+def sample_features(image_ext: str, labelled: bool = True) -> datasets.Features:
+    """The features of every sample: key, source shard, the image, its integer label ``cls`` (``labelled``: a
+    benchmark of format 2 or later) and its class id."""
+    label = {"cls": datasets.Value("int64")} if labelled else {}
     return datasets.Features(
         {
             "__key__": datasets.Value("string"),
             "__url__": datasets.Value("string"),
             image_ext: datasets.Image(),
-            "json": {"class_id": datasets.ClassLabel(names=names) if names is not None else datasets.Value("string")},
+            **label,
+            "json": {"class_id": datasets.Value("string")},
         }
     )
+
+
+def features_of(manifest: dict) -> datasets.Features:
+    """The sample features of a benchmark, from its manifest (format 1 has no ``cls``)."""
+    return sample_features(manifest["image_ext"], manifest["format_version"] >= LABELLED_SINCE)
 
 
 def test_shards(manifest: dict) -> dict[str, str]:
@@ -96,12 +94,11 @@ def load_level(
     split = level_split(level)
     if split not in files:
         raise BenchmarkError(f"level {level} does not exist; the levels are 0..{len(files) - 1}")
-    names = label_names(bench, table.loc[table["level"] == level, "class_id"], with_id=False)
     return datasets.load_dataset(
         "webdataset",
         data_files={split: [prefix + p for p in files[split]]},
         split=split,
-        features=sample_features(bench.image_ext, names),
+        features=features_of(bench.manifest),
         streaming=streaming,
         **kwargs,
     )

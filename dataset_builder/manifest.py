@@ -10,7 +10,9 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.files import write_atomic
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: every sample has a ``cls`` label member, the class tables a ``label`` column
+READ_VERSIONS = (1, 2)
+LABELLED_SINCE = 2  # the first format whose samples have ``cls``
 # Largest image (width x height) a benchmark holds: 8192 x 8192, at most 192 MiB decoded as RGB per image and
 # reader, far above any classification photo, and below Pillow's own warning threshold (~89.5M pixels).
 MAX_IMAGE_PIXELS = 2**26
@@ -30,7 +32,7 @@ def write_manifest(root: Path, manifest: dict) -> str:
 
 
 def load_manifest(root: Path, *, local: bool = True) -> tuple[dict, str]:
-    """The manifest of a benchmark folder and its sha256, checked: a JSON object of this format version whose
+    """The manifest of a benchmark folder and its sha256, checked: a JSON object of a format version this reads whose
     shard paths stay inside the folder (``local``: also after following symbolic links; a Hub snapshot's
     files are links into the Hub cache)."""
     path = Path(root) / MANIFEST
@@ -45,9 +47,10 @@ def load_manifest(root: Path, *, local: bool = True) -> tuple[dict, str]:
         raise BenchmarkError(f"{path} is not valid JSON: {exc}") from exc
     if not isinstance(manifest, dict):
         raise BenchmarkError(f"{path} is not a manifest: not a JSON object")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in READ_VERSIONS:
         raise BenchmarkError(
-            f"{path} has format_version {manifest.get('format_version')!r}, this version reads {FORMAT_VERSION}"
+            f"{path} has format_version {manifest.get('format_version')!r}, this version reads "
+            f"{' and '.join(map(str, READ_VERSIONS))}"
         )
     _check_fields(Path(root), manifest, path, local)
     return manifest, hashlib.sha256(data).hexdigest()

@@ -1,7 +1,9 @@
 """WebDataset shards: deterministic writing (sorted members, mtime 0, atomic rename) and checked reading.
 
-A sample is ``{"__key__": key, <image_ext>: image bytes, "json": {"class_id": ...}}``. Keys contain
-no dots (WebDataset splits member names at the first dot).
+A sample is ``{"__key__": key, <image_ext>: image bytes, "cls": label, "json": {"class_id": ...}}``: the image,
+its integer label as ASCII digits (timm's and the Hub's image WebDatasets' ``cls``; one label space per benchmark,
+the class tables' ``label``) and its class id. Benchmarks of format 1 have no ``cls``. Keys contain no dots
+(WebDataset splits member names at the first dot).
 """
 
 from __future__ import annotations
@@ -46,8 +48,13 @@ def sample_key(class_id: str, image_key: str) -> str:
     return f"{class_id}__{stem}".replace(".", "_")
 
 
-def make_sample(key: str, image_ext: str, image: bytes, class_id: str) -> dict:
-    return {"__key__": key, image_ext: image, "json": json.dumps({"class_id": class_id}, sort_keys=True).encode()}
+def make_sample(key: str, image_ext: str, image: bytes, class_id: str, label: int) -> dict:
+    return {
+        "__key__": key,
+        image_ext: image,
+        "cls": str(int(label)).encode(),
+        "json": json.dumps({"class_id": class_id}, sort_keys=True).encode(),
+    }
 
 
 def file_sha256(path: str | os.PathLike) -> str:

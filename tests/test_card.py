@@ -7,6 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
+import PIL.Image
 import pytest
 import yaml
 from huggingface_hub import DatasetCard, HfApi, hf_hub_download
@@ -66,7 +67,7 @@ def test_the_card_yaml_parses_with_the_glyph_licence_and_the_configs(bench):
     card = DatasetCard.load(bench / "README.md")
     meta = front_matter(text)
     assert card.data.to_dict()["configs"] == meta["configs"]
-    assert [c["config_name"] for c in meta["configs"]] == ["pool", CONFIG] + [
+    assert [c["config_name"] for c in meta["configs"]] == ["pool", "id", CONFIG] + [
         f"{CONFIG}__level_{i:02d}" for i in range(11)
     ]
     assert (meta["license"], meta["license_name"]) == ("other", "dejavu-fonts-license")
@@ -144,8 +145,9 @@ def test_a_folder_benchmark_records_the_licence_given_to_the_builder(tmp_path):
 def test_the_local_examples_are_plain_load_dataset_calls_and_they_run(bench):
     text = (bench / "README.md").read_text()
     assert "<repo>" not in text and '<model>__<kappa>"' not in text
-    pool_block, level_block, any_level_block = python_blocks(text)
+    pool_block, id_block, level_block, any_level_block = python_blocks(text)
     assert f'load_dataset("{LOCAL_PATH}", "pool", split="ood_estimation", streaming=True)' in pool_block
+    assert f'load_dataset("{LOCAL_PATH}", "id", split="id_test")' in id_block  # tiny_glyphs has no id_train
     assert f'load_dataset("{LOCAL_PATH}", "{CONFIG}__level_07", split="level_07")' in level_block
     assert f'load_dataset("{LOCAL_PATH}", "{CONFIG}", split="level_07", streaming=True)' in level_block
     assert all("webdataset" not in b and "dataset_builder" not in b for b in (pool_block, level_block))
@@ -153,6 +155,9 @@ def test_the_local_examples_are_plain_load_dataset_calls_and_they_run(bench):
     pool = run_example(pool_block, **{LOCAL_PATH: str(bench)})
     assert sum(1 for _ in pool["pool"]) == POOL_ESTIMATION
     assert pool["class_id"] == Benchmark.open(bench).ood_classes["id"].iloc[pool["label"] - 36]
+    assert isinstance(pool["image"], PIL.Image.Image) and type(pool["label"]) is int
+    train = run_example(id_block, **{LOCAL_PATH: str(bench)})["train"]
+    assert len(train) == 36 * 8 and sorted(set(train["cls"])) == list(range(36))
     level = run_example(level_block, **{LOCAL_PATH: str(bench)})
     assert len(level["level"]) == 36 * 8
     assert sorted(r["__key__"] for r in level["stream"]) == sorted(level["level"]["__key__"])
@@ -169,8 +174,13 @@ def test_publish_uploads_a_card_that_names_the_repo_and_leaves_the_folder_as_it_
     assert text == card_text(bench, repo_id=REPO, revision="1.0.0")
     assert front_matter(text)["configs"] == front_matter(before["README.md"].decode())["configs"]
     assert LOCAL_PATH not in text and CITATION in text
-    pool_block, level_block, any_level_block = python_blocks(text)
+    pool_block, id_block, level_block, any_level_block = python_blocks(text)
     assert f'load_dataset("{REPO}", "pool", split="ood_estimation", revision="1.0.0", streaming=True)' in pool_block
+    assert f'load_dataset("{REPO}", "id", split="id_test", revision="1.0.0")' in id_block
+    assert (
+        run_example(id_block)["train"]["cls"]
+        == run_example(id_block, **{REPO: str(bench), ', revision="1.0.0"': ""})["train"]["cls"]
+    )
     assert f'load_dataset("{REPO}", "{CONFIG}__level_07", split="level_07", revision="1.0.0")' in level_block
     assert f'load_dataset("{REPO}", "{CONFIG}", split="level_07", revision="1.0.0", streaming=True)' in level_block
     assert f'load_level("{REPO}", "tiny-cnn", "softmax", 7, revision="1.0.0")' in any_level_block

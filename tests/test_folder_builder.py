@@ -66,12 +66,16 @@ def test_class_rules_and_a_mixed_format_class_loading_through_datasets(tmp_path)
         for s in iter_samples(bench.shard_path(sh))
         if json.loads(s["json"])["class_id"] == "owl"
     ]
-    assert len(owl) == 4 and all(set(s) == {"__key__", "jpg", "json"} for s in owl)
+    assert len(owl) == 4 and all(set(s) == {"__key__", "jpg", "cls", "json"} for s in owl)
+    owl_label = len(bench.id_classes) + 2  # the third candidate kept: the ID classes, then the candidates in order
+    assert table.at["owl", "label"] == owl_label and {int(s["cls"]) for s in owl} == {owl_label}
+    assert table.at["cat", "label"] == table.at["fox", "label"] == -1  # removed: no images, no label
     files = [str(bench.shard_path(s)) for s in bench.shards("ood_estimation") + bench.shards("ood_test")]
     loaded = datasets.load_dataset(
         "webdataset", data_files={"pool": files}, split="pool", features=sample_features("jpg")
     )
     assert len(loaded) == 3 * 4  # nothing dropped: the PNG sits under the same field
+    assert {r["json"]["class_id"]: r["cls"] for r in loaded} == table.loc[["ant", "bee", "owl"], "label"].to_dict()
     assert {loaded[i]["jpg"].format for i in range(len(loaded))} == set(bench.manifest["image_formats"])
 
 

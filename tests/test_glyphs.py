@@ -64,8 +64,16 @@ def test_layout_counts_and_split(tiny_glyphs):
     test = {s["__key__"] for sh in test_shards for s in iter_samples(bench.shard_path(sh))}
     assert len(estimation) == 48 * 16 and not estimation & test
     sample = next(iter_samples(bench.shard_path(test_shards[0])))
-    assert set(sample) == {"__key__", "png", "json"} and "." not in sample["__key__"]
+    assert set(sample) == {"__key__", "png", "cls", "json"} and "." not in sample["__key__"]
     assert json.loads(sample["json"])["class_id"] == test_shards[0]["class_id"]
+    pool = bench.ood_classes.set_index("id")
+    assert (
+        int(sample["cls"])
+        == 36 + pool.at[test_shards[0]["class_id"], "index"]
+        == pool.at[test_shards[0]["class_id"], "label"]
+    )
+    assert bench.id_classes["label"].tolist() == list(range(36))
+    assert pool["label"].tolist() == list(range(36, 36 + 48))  # no image rule: the number of ID classes + pool index
     assert sample["png"][:8] == b"\x89PNG\r\n\x1a\n"
     removed = pd.read_parquet(tiny_glyphs / "classes" / "ood.parquet").query("status == 'removed'")
     assert removed["rule"].notna().all() and "not_sampled" in set(removed["rule"])

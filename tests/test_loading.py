@@ -3,20 +3,29 @@ by tag."""
 
 from __future__ import annotations
 
+import re
+import shutil
 from pathlib import Path
 
 import datasets
+import PIL.Image
 import pytest
+import torch
 import yaml
 from huggingface_hub import HfApi
+from typer.testing import CliRunner
 
+import dataset_builder.loading
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.card import add_levels
+from dataset_builder.cli import app
 from dataset_builder.errors import BenchmarkError
+from dataset_builder.glyphs.build import build as build_glyphs
 from dataset_builder.imagenet import build_imagenet
-from dataset_builder.levels import level_table
+from dataset_builder.levels import level_file_name, level_table
 from dataset_builder.loading import load_level
 from dataset_builder.publish import publish
+from glyph_fixtures import TINY
 from image_fixtures import OPTIONS, VAL_CLASSES, imagenet_tree
 
 CONFIG = "tiny-model__softmax"
@@ -45,10 +54,10 @@ def bench(tmp_path_factory) -> Path:
 LEVELS = [f"level_{i:02d}" for i in range(11)]
 
 
-def class_ids(bench: Path) -> list[str]:
-    """The ID class ids by index, then the OOD pool's by index: the names of the ``ClassLabel``."""
+def labels(bench: Path) -> dict[str, int]:
+    """Class id -> label, as the class tables give it (ID classes and the OOD pool)."""
     b = Benchmark.open(bench)
-    return b.id_classes["id"].tolist() + b.ood_classes["id"].tolist()
+    return dict(zip(b.id_classes["id"], b.id_classes["label"])) | dict(zip(b.ood_classes["id"], b.ood_classes["label"]))
 
 
 def level_07_shards(bench: Path) -> set[str]:
@@ -64,33 +73,34 @@ def test_card_declares_features_a_default_pool_and_reference_configs(bench):
     meta = yaml.safe_load(text.split("---\n")[1])
     configs = {c["config_name"]: c for c in meta["configs"]}
     assert (
-        list(configs) == ["pool", CONFIG, *(f"{CONFIG}__{split}" for split in LEVELS)]
+        list(configs) == ["pool", "id", CONFIG, *(f"{CONFIG}__{split}" for split in LEVELS)]
         and configs["pool"]["default"] is True
     )
+    assert configs["id"]["data_files"] == [{"split": "id_test", "path": "id/test/*.tar"}]
     assert [f["split"] for f in configs["pool"]["data_files"]] == ["id_test", "ood_estimation", "ood_test"]
     level_files = {f["split"]: f["path"] for f in configs[CONFIG]["data_files"]}
     assert list(level_files) == ["id_test", *LEVELS]
     assert level_files["level_07"] == [f"ood/test/000/{c}.tar" for c in level_07_classes(bench)]
     assert configs[f"{CONFIG}__level_07"]["data_files"] == [{"split": "level_07", "path": level_files["level_07"]}]
-    held = {
-        "pool": class_ids(bench),
-        CONFIG: class_ids(bench),
-        f"{CONFIG}__level_07": level_07_classes(bench),
-    }  # by pool index
-    infos = {info["config_name"]: {f["name"]: f for f in info["features"]} for info in meta["dataset_info"]}
-    assert list(infos) == list(configs) and all(features["jpg"]["dtype"] == "image" for features in infos.values())
-    for config, names in held.items():
-        label = {"class_label": {"names": {str(i): n for i, n in enumerate(names)}}}
-        assert infos[config]["json"]["struct"] == [{"name": "class_id", "dtype": label}]
+    features = {
+        "jpg": {"dtype": "image"},
+        "cls": {"dtype": "int64"},
+        "json": {"struct": [{"name": "class_id", "dtype": "string"}]},
+    }
+    assert all(
+        {f.pop("name"): f for f in info["features"]}
+        == {"__key__": {"dtype": "string"}, "__url__": {"dtype": "string"}} | features
+        for info in meta["dataset_info"]
+    )
     assert (bench / "levels" / "reference.txt").read_text() == f"{CONFIG}\n"
 
 
 def test_a_level_loads_locally_with_its_classes_and_counts(bench):
     level = load_level(bench, "tiny/model", "softmax", 7)
     assert len(level) == 2 * 2
-    label = level.features["json"]["class_id"]
-    assert sorted({label.int2str(row["class_id"]) for row in level["json"]}) == level_07_classes(bench)
+    assert sorted({row["class_id"] for row in level["json"]}) == level_07_classes(bench)
     assert level[0]["jpg"].size == (16, 16)
+    assert level["cls"] == [labels(bench)[row["class_id"]] for row in level["json"]]
     streamed = list(load_level(bench, "tiny/model", "softmax", 7, streaming=True))
     assert sorted(r["__key__"] for r in streamed) == sorted(level["__key__"])
     by_config = datasets.load_dataset(str(bench), CONFIG, split="level_07")
@@ -111,24 +121,33 @@ def test_one_level_loads_through_load_dataset_preparing_that_split_alone(bench, 
     assert {r["__url__"] for r in stream} == level_07_shards(bench)
 
 
-def test_the_class_id_is_a_class_label_whose_ints_are_the_class_index(bench):
-    ids, num_id = class_ids(bench), len(Benchmark.open(bench).id_classes)
-    for config, split, names in (
-        ("pool", "id_test", ids),
-        ("pool", "ood_test", ids),
-        (f"{CONFIG}__level_07", "level_07", level_07_classes(bench)),
+def test_a_class_has_one_label_in_every_config_the_class_tables_label(bench):
+    table, num_id = labels(bench), len(Benchmark.open(bench).id_classes)
+    assert list(table.values())[:num_id] == list(range(num_id))  # ID: the logits' column
+    assert all(label >= num_id for label in list(table.values())[num_id:])  # OOD: after the ID classes
+    seen: dict[tuple[str, str], dict[str, set]] = {}
+    for config, split in (
+        ("pool", "id_test"),
+        ("id", "id_test"),
+        ("pool", "ood_test"),
+        (CONFIG, "level_07"),
+        (f"{CONFIG}__level_07", "level_07"),
     ):
-        ds = datasets.load_dataset(str(bench), config, split=split, streaming=True)
-        assert ds.features["json"]["class_id"].names == names
-        rows = list(ds)
-        assert rows and all(names[r["json"]["class_id"]] == r["__key__"].split("__")[0] for r in rows)
-        if config == "pool":  # ID: the ID class index; OOD: number of ID classes + pool index
-            assert all((r["json"]["class_id"] < num_id) == (split == "id_test") for r in rows)
-    level = load_level(bench, "tiny/model", "softmax", 7)
-    assert level.features["json"]["class_id"].names == level_07_classes(bench)
-    assert sorted(level_07_classes(bench)[row["class_id"]] for row in level["json"]) == sorted(
-        k.split("__")[0] for k in level["__key__"]
+        ds = datasets.load_dataset(str(bench), config, split=split)
+        assert isinstance(ds[0]["jpg"], PIL.Image.Image) and ds[0]["jpg"].size == (16, 16)
+        assert ds.features["cls"] == datasets.Value("int64") and all(type(label) is int for label in ds["cls"])
+        found: dict[str, set] = {}
+        for row in ds.select_columns(["cls", "json"]):
+            found.setdefault(row["json"]["class_id"], set()).add(row["cls"])
+        assert found and all(found[c] == {table[c]} for c in found)
+        seen[(config, split)] = found
+    level_class = level_07_classes(bench)[0]
+    assert (
+        seen[("pool", "ood_test")][level_class]
+        == seen[(CONFIG, "level_07")][level_class]
+        == seen[(f"{CONFIG}__level_07", "level_07")][level_class]
     )
+    assert seen[("pool", "id_test")] == seen[("id", "id_test")]
 
 
 def test_unknown_levels_are_one_line_errors(bench):
@@ -146,7 +165,50 @@ def test_publish_then_load_by_tag_round_trips(bench, hub_server):
     assert sorted(remote["__key__"]) == sorted(local["__key__"])
     assert {r["__key__"]: r["jpg"].tobytes() for r in remote} == {r["__key__"]: r["jpg"].tobytes() for r in local}
     by_config = datasets.load_dataset("cood/imagenet-tiny", f"{CONFIG}__level_07", split="level_07", revision="1.0.0")
-    assert sorted(zip(by_config["__key__"], by_config["json"])) == sorted(zip(local["__key__"], local["json"]))
-    assert by_config.features["json"]["class_id"].names == level_07_classes(bench)
+    assert sorted(zip(by_config["__key__"], by_config["cls"])) == sorted(zip(local["__key__"], local["cls"]))
+    assert {r["json"]["class_id"] for r in by_config} == set(level_07_classes(bench))
     pool = datasets.load_dataset("cood/imagenet-tiny", split="ood_test", revision="1.0.0", streaming=True)
     assert len(list(pool)) == 5 * 2
+
+
+def test_the_levels_command_prints_the_calls_that_load_what_it_wrote(bench, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(bench, root)
+    level_file = root / "levels" / f"{CONFIG}.parquet"
+    for reference, pair in ((True, ("other/model", "energy")), (False, ("third", "softmax"))):
+        args = ["levels", str(root), str(level_file), "--model", pair[0], "--kappa", pair[1]]
+        done = CliRunner().invoke(app, args + ([] if reference else ["--no-reference"]))
+        assert done.exit_code == 0, done.output
+        lines = done.output.splitlines()
+        assert lines[0] == str(root / "levels" / level_file_name(*pair))
+        assert lines[1] == "levels level_00 to level_10; level 7 loads with:"
+        local = lines[2].removeprefix("  local:     ")
+        published = lines[3].removeprefix("  published: ")
+        name = f"{level_file_name(*pair).removesuffix('.parquet')}"
+        if reference:
+            assert (
+                local == f'datasets.load_dataset("{root.resolve().as_posix()}", "{name}__level_07", split="level_07")'
+            )
+            assert published.startswith(f'datasets.load_dataset("<repo id>", "{name}__level_07", split="level_07", ')
+        else:
+            assert local == f'dataset_builder.loading.load_level("{root.resolve().as_posix()}", "third", "softmax", 7)'
+        assert published.endswith(', revision="1.0.0")  (after cood-dataset publish)')
+        level = eval(local, {"datasets": datasets, "dataset_builder": dataset_builder})
+        assert sorted(level["__key__"]) == sorted(load_level(bench, "tiny/model", "softmax", 7)["__key__"])
+        assert isinstance(level[0]["jpg"], PIL.Image.Image)
+        assert level["cls"] == [labels(bench)[row["class_id"]] for row in level["json"]]
+
+
+def test_the_docs_training_example_loads_the_id_training_split(tmp_path):
+    root = tmp_path / "glyphs"
+    build_glyphs(root, progress=False, workers=1, **{**TINY, "id_train_per_class": 2})
+    text = (Path(__file__).resolve().parents[1] / "docs" / "loading.md").read_text()
+    section = text.split("## Training a model on the ID training split")[1].split("\n## ")[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    namespace: dict = {}
+    exec(compile(code.replace("path/to/benchmark", str(root)), "docs/loading.md", "exec"), namespace)
+    assert namespace["image"] == "png" and len(namespace["train"]) == 36 * 2
+    batch = next(iter(namespace["loader"]))
+    assert batch["image"].shape == (64, 3, 224, 224) and batch["label"].dtype == torch.int64
+    ids = Benchmark.open(root).id_classes
+    assert set(batch["label"].tolist()) <= set(range(36)) and ids["label"].tolist() == list(range(36))

@@ -9,7 +9,17 @@ from pathlib import Path
 from tqdm import tqdm
 
 from dataset_builder import manifest as manifest_io
-from dataset_builder.assemble import check_target, class_counts, finish, number_pool, partial_of, write_class_tables
+from dataset_builder.assemble import (
+    check_target,
+    class_counts,
+    finish,
+    id_labels,
+    number_pool,
+    ood_labels,
+    partial_of,
+    with_labels,
+    write_class_tables,
+)
 from dataset_builder.glyphs import classes as glyph_classes
 from dataset_builder.glyphs import render
 from dataset_builder.glyphs.settings import BENCHMARK_ID, BENCHMARK_VERSION
@@ -27,9 +37,11 @@ def _render_class(task: tuple[int, str, str, list[str]]) -> list[tuple[str, byte
     return [(key, render.render_png(char, render.style_for(seed, cid, key))) for key in keys]
 
 
-def _samples(rendered: list[tuple[str, bytes]], cid: str, keep: set[str] | None = None) -> list[dict]:
+def _samples(rendered: list[tuple[str, bytes]], cid: str, label: int, keep: set[str] | None = None) -> list[dict]:
     return [
-        make_sample(sample_key(cid, key), IMAGE_EXT, png, cid) for key, png in rendered if keep is None or key in keep
+        make_sample(sample_key(cid, key), IMAGE_EXT, png, cid, label)
+        for key, png in rendered
+        if keep is None or key in keep
     ]
 
 
@@ -91,7 +103,8 @@ def _write(
     id_table["index"] = [glyph_classes.ID_CHARS.index(c) for c in id_table["char"]]
     id_table = id_table.sort_values("index")[["index", "id", "char", "name"]]
     ood_table = number_pool(table[table["status"] != "id"])
-    write_class_tables(partial, id_table, ood_table)
+    labels = id_labels(id_table["id"].tolist()) | ood_labels(ood_table, len(id_table))
+    write_class_tables(partial, with_labels(id_table, labels), with_labels(ood_table, labels))
 
     keys = [f"{i:04d}" for i in range(images_per_class)]
     id_tasks = [
@@ -117,15 +130,17 @@ def _write(
         ) as bar,
     ):
         for (_, _, cid, _), rendered in zip(id_tasks, workers_pool.imap(_render_class, id_tasks)):
-            id_test.add(_samples([r for r in rendered if r[0].startswith("test")], cid))
-            id_train.add(_samples([r for r in rendered if r[0].startswith("train")], cid))
+            id_test.add(_samples([r for r in rendered if r[0].startswith("test")], cid, labels[cid]))
+            id_train.add(_samples([r for r in rendered if r[0].startswith("train")], cid, labels[cid]))
             bar.update()
         for index, ((_, _, cid, _), rendered) in enumerate(zip(ood_tasks, workers_pool.imap(_render_class, ood_tasks))):
             split = split_class(keys, cid, seed, n_test)
-            estimation.add(_samples(rendered, cid, set(split.estimation)))
+            estimation.add(_samples(rendered, cid, labels[cid], set(split.estimation)))
             relpath = f"ood/test/{index // TEST_GROUP_SIZE:03d}/{cid}.tar"
             shards.append(
-                write_shard(partial, relpath, "ood_test", _samples(rendered, cid, set(split.test)), class_id=cid)
+                write_shard(
+                    partial, relpath, "ood_test", _samples(rendered, cid, labels[cid], set(split.test)), class_id=cid
+                )
             )
             bar.update()
     shards = id_test.close() + id_train.close() + estimation.close() + shards

@@ -4,7 +4,7 @@ characters and default settings."""
 import string
 
 BENCHMARK_ID = "glyphs"
-BENCHMARK_VERSION = "1.0.0"
+BENCHMARK_VERSION = "1.1.0"  # 1.1.0: the samples carry their label (cls, format 2); the images are 1.0.0's
 ID_CHARS = string.ascii_uppercase + string.digits
 NUM_ID_CLASSES = len(ID_CHARS)
 DEFAULTS = {

@@ -7,7 +7,9 @@ at once (:func:`harness.runtime.interleave.merged`), and the consumer mixes thei
 into groups that fill a batch (:func:`shard_groups`). Under torchrun the caller divides the shards among ranks. Each
 shard is fetched (a Hub shard is downloaded on first use), checked against the manifest's size and sha256, and decoded
 by the run's decoder (:mod:`harness.runtime.decoding`) in the readers, or in this process for a GPU decoder, on a CUDA
-stream of its own (:class:`DecodeLane`)."""
+stream of its own (:class:`DecodeLane`). A sample's class is its ``json.class_id``, in benchmarks of every format (the
+``cls`` label of format 2 is for ``datasets`` and timm; the harness labels classes itself), so those built before
+format 2 read as before."""
 
 from __future__ import annotations
 
