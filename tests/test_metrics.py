@@ -61,8 +61,13 @@ def test_level_and_id_metrics():
         "e_aurc": pytest.approx((1 / 9) - (1 / 3 + (2 / 3) * math.log(2 / 3))),
         "sac_95": pytest.approx(2 / 3),
         "sac_99": pytest.approx(2 / 3),
+        "acc_low": pytest.approx(0.2077, abs=1e-4),  # Wilson's interval of 2 of 3
+        "acc_high": pytest.approx(0.9385, abs=1e-4),
+        "auroc_low": None,  # one wrong prediction: the AUROC has no variance, so no interval
+        "auroc_high": None,
     }
     assert id_metrics(np.array([0.9, 0.8]), np.array([True, True]))["auroc"] is None
+    assert id_metrics(np.array([0.9, 0.8]), np.array([True, True]))["auroc_low"] is None
 
 
 def test_nan_and_empty_inputs_are_refused():

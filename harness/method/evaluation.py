@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from harness.errors import HarnessError
-from harness.method.metrics import id_metrics, level_metrics
+from harness.method.metrics import id_metrics, level_metrics, summary_intervals
+from harness.method.registry import LevelSet
 from harness.method.scores import SplitScores
 from harness.method.severity import SeverityLevels, class_scores, severity_levels
 
 
 @dataclass(frozen=True)
 class KappaResult:
-    """Everything measured for one (model, kappa) pair."""
+    """Everything measured for one (model, kappa) pair; ``summary_intervals``: the ends of the summary metrics'
+    intervals (``mean_ood_auroc_low``, ...), which need the per-sample scores (the summary itself comes from
+    ``rows``)."""
 
     kappa: str
     levels: SeverityLevels
-    rows: list[dict]  # one per level: level, percentile, level_score, metrics, counts
+    rows: list[dict]  # one per level: level, percentile, level_score, metrics with their intervals' ends, counts
     id: dict
+    summary_intervals: dict = field(default_factory=dict)
 
     @property
     def mean_ood_auroc(self) -> float:
@@ -47,9 +51,10 @@ def evaluate_kappa(
     if len(missing):
         raise HarnessError(f"{len(missing)} OOD classes have no test images (first: index {missing[0]})")
     id_scores, id_conf = id_test.scores[kappa], id_test.confs[kappa]
-    rows = []
+    rows, members = [], []
     for level in range(levels.num_levels):
         mask = np.isin(ood_test.labels, levels.classes[level])
+        members.append(np.flatnonzero(mask))
         metrics = level_metrics(id_scores, ood_test.scores[kappa][mask], id_conf, ood_test.confs[kappa][mask])
         rows.append(
             {
@@ -62,4 +67,5 @@ def evaluate_kappa(
             }
         )
     ids = id_metrics(id_scores, id_test.preds == id_test.labels, id_conf)
-    return KappaResult(kappa, levels, rows, {**ids, "num": int(len(id_scores))})
+    bounds = summary_intervals(LevelSet(id_scores, ood_test.scores[kappa], members))
+    return KappaResult(kappa, levels, rows, {**ids, "num": int(len(id_scores))}, bounds)

@@ -129,7 +129,8 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
     result = KappaResult("softmax", None, base["levels"], base["id"])
     frame = outputs.per_level_frame("glyph_cnn", [result])
     assert list(frame.columns)[14:16] == ["median gap", "level score"]  # the other level metrics, the level score
-    assert list(frame.columns)[16:] == ["id-aurc", "id-e-aurc", "id-sac@95", "id-sac@99"]  # then the other ID ones
+    assert list(frame.columns)[16:20] == ["id-aurc", "id-e-aurc", "id-sac@95", "id-sac@99"]  # then the other ID ones
+    assert list(frame.columns)[20:] == ["ood-auroc low", "ood-auroc high"]  # then the level intervals' ends
     assert list(frame.columns)[10:14] == ["fpr@95", "aupr-in", "aupr-out", "fpr@99"]
     assert frame["median gap"].tolist()[:2] == [1.0, 0.9] and frame["fpr@99"].tolist()[0] == 0.5
     made = outputs.record(
