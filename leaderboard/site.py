@@ -32,7 +32,7 @@ from leaderboard.drilldown import level_classes, publishable, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.report import win_rates
 from leaderboard.schema import VERIFIED, canonical_params
-from leaderboard.table import table_levels
+from leaderboard.table import interval_columns, table_levels
 from leaderboard.views import code_sha256, family, kappa_names
 
 PAPER_URL = "https://arxiv.org/abs/2302.11893"
@@ -45,8 +45,15 @@ ENTRY_METRICS = (
     ("idconf", "id avg conf"),
     ("mean", "mean ood-auroc"),
 )  # a model page's metrics table (then the means of the level metrics); a column no entry has is left out
+COLUMN_KEYS = {
+    "id_acc": "acc",
+    "id_auroc": "idauroc",
+    "id_avg_conf": "idconf",
+    "mean_ood_auroc": "mean",
+}  # else: its name
 OPTIONAL_COLUMNS = {"idauroc": "id_auroc"}  # index columns shown when filled (then the means, then "n")
 SYMBOLS = {"temperature": "T", "epsilon": "\u03b5"}  # parameter names in a kappa's short form
+CURVE = "ood_auroc"  # the level metric of the severity curves
 LEVEL_COUNTS = (("percentile", "percentile"), ("num_id", "# id"), ("num_ood", "# ood"))
 
 
@@ -63,6 +70,11 @@ def optional_columns() -> dict[str, str]:
 def level_metrics() -> list[tuple[str, str]]:
     """A model page's per-level columns: every registered level metric, then the level's percentile and counts."""
     return [*((m.name, m.label) for m in registered("level")), *LEVEL_COUNTS]
+
+
+def interval_keys() -> dict[str, tuple[str, str]]:
+    """The entry keys of the metrics with an interval (the metric registry's), with the table columns of its ends."""
+    return {COLUMN_KEYS.get(column, column): ends for column, ends in interval_columns().items()}
 
 
 def page_name(model: str) -> str:
@@ -114,6 +126,7 @@ def build_site(
         (out / folder).mkdir(parents=True, exist_ok=True)
     env = Environment(loader=PackageLoader("leaderboard", "templates"), autoescape=select_autoescape(default=True))
     env.globals["fmt"] = _fmt
+    env.globals["ci"] = _interval
     levels = table_levels(table)
     records = _records(table, board)
     for name in STATIC:
@@ -179,8 +192,8 @@ def build_site(
             for e in model["e"]
         ]
         shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
-        metrics = [(key, label) for key, label in shown if any(e[key] is not None for e in entries)]
-        curves = [{"label": e["name"], "title": e["k"], "values": e["l"]} for e in entries]
+        metrics = [(key, label) for key, label in shown if any(e.get(key) is not None for e in entries)]
+        curves = [{"label": e["name"], "title": e["k"], "values": e["l"], **_bars(e["levels"])} for e in entries]
         plot = {"levels": len(levels), "curves": curves}
         write_atomic(
             page,
@@ -245,16 +258,47 @@ def _entry(r: pd.Series, levels: list[str]) -> dict:
         "mean": _num(r["mean_ood_auroc"]),
         **{m.name: _num(r.get(m.table_column)) for m in mean_metrics()},
         "l": [_num(r[c]) for c in levels],
+        "ci": {
+            key: [_num(r[low]), _num(r[high])]
+            for key, (low, high) in interval_keys().items()
+            if _num(r.get(low)) is not None and _num(r.get(high)) is not None
+        },
         "rec": r["record_file"],
     }
 
 
+def _bars(levels: list[dict]) -> dict:
+    """A curve's error bars: each level's ood-auroc interval ends (``lo``, ``hi``), None where a level has none;
+    nothing for an entry without any (published numbers, a record made before intervals)."""
+    ends = next(m.bounds for m in registered("level") if m.name == CURVE)
+    low, high = ([level.get(end) for level in levels] for end in ends or ())
+    return {"lo": low, "hi": high} if any(v is not None for v in low) else {}
+
+
+def _interval(item: dict, key: str) -> Markup:
+    """What a page shows beside a metric of ``item`` (an entry, or a record's level): its interval ``[low, high]``,
+    ``no interval`` where the metric has one but the item has none (published numbers, a record made before
+    intervals), nothing for a metric without intervals or a missing value."""
+    if "ci" in item:  # an entry
+        declared, ends = key in interval_keys(), item["ci"].get(key)
+    else:  # a level of a record
+        metric = next((m for m in registered("level") if m.name == key), None)
+        declared = bool(metric and metric.bounds)
+        ends = [item.get(end) for end in metric.bounds] if declared else None
+    if not declared or item.get(key) is None:
+        return Markup("")
+    if not ends or None in ends:
+        return Markup(' <span class="ci none">no interval</span>')
+    return Markup(' <span class="ci">[{}, {}]</span>').format(_fmt(ends[0]), _fmt(ends[1]))
+
+
 def _compact(entry: dict) -> dict:
-    """An entry as the index embeds it: no record path, no empty flag, the status only when not self-reported."""
+    """An entry as the index embeds it: no record path, no empty flag or intervals, the status only when not
+    self-reported."""
     return {
         k: v
         for k, v in entry.items()
-        if k != "rec" and not (k == "flag" and not v) and not (k == "ver" and v == "self-reported")
+        if k != "rec" and not (k in ("flag", "ci") and not v) and not (k == "ver" and v == "self-reported")
     }
 
 
