@@ -4,7 +4,6 @@ record and the paper's entries show "no interval"."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from pathlib import Path
@@ -13,7 +12,7 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from lb_records import record
+from lb_records import interval_records, record, with_intervals
 from leaderboard import record as shape
 from leaderboard.cli import app
 from leaderboard.errors import LeaderboardError
@@ -24,28 +23,7 @@ from leaderboard.table import record_row, table_columns
 from leaderboard.views import format_rows, not_separable, select
 
 V1_RECORD = Path(__file__).with_name("data") / "record_v1.json"
-STATEMENT = {
-    "confidence": 0.95,
-    "methods": {
-        "levels.ood_auroc": "delong-logit",
-        "id.acc": "wilson",
-        "id.auroc": "delong-logit",
-        "summary.mean_ood_auroc": "delong-logit-mean-covariance",
-    },
-}
 runner = CliRunner()
-
-
-def with_intervals(rec: dict, half: float = 0.01) -> dict:
-    """``rec`` with every interval a harness record carries: ``half`` either side of each value."""
-    rec = copy.deepcopy(rec)
-    for level in rec["levels"]:
-        level["ood_auroc_low"], level["ood_auroc_high"] = level["ood_auroc"] - half, level["ood_auroc"] + half
-    for part, names in ((rec["id"], ("acc", "auroc")), (rec["summary"], ("mean_ood_auroc",))):
-        for name in names:
-            part[f"{name}_low"], part[f"{name}_high"] = part[name] - half, part[name] + half
-    rec["intervals"] = copy.deepcopy(STATEMENT)
-    return rec
 
 
 def test_a_record_with_intervals_is_valid_to_the_validator_and_the_json_schema():
@@ -101,22 +79,13 @@ def test_the_table_has_low_and_high_columns_blank_for_a_v1_record_and_a_paper_en
         assert all(row[f"{name}_{side}"] is None for name in ("id_acc", "mean_ood_auroc") for side in ("low", "high"))
 
 
-def _board(tmp_path: Path, halves: dict[str, float | None]) -> Path:
-    """A board of one model per (mean ood-auroc offset, interval half-width), None: no interval (a v1-style
-    record)."""
-    records = []
-    for i, (name, half) in enumerate(halves.items()):
-        shift = [0.0, -0.01, -0.1, -0.105][i]
-        rec = record(
-            model=name, weights=f"{i + 1:02d}" * 32, aurocs=[round(0.9 + shift - 0.02 * j, 6) for j in range(11)]
-        )
-        records.append(with_intervals(rec, half) if half is not None else rec)
-    add_records(tmp_path / "board", records, create=True)
-    return tmp_path / "board"
+def interval_board(folder: Path, halves: dict[str, float | None]) -> Path:
+    add_records(folder / "board", interval_records(halves), create=True)
+    return folder / "board"
 
 
 def test_show_marks_adjacent_rows_whose_intervals_overlap(tmp_path):
-    board = _board(tmp_path, {"first": 0.02, "second": 0.02, "third": 0.005, "fourth": None})
+    board = interval_board(tmp_path, {"first": 0.02, "second": 0.02, "third": 0.005, "fourth": None})
     table = current_table(board)
     rows = select(table)
     assert rows["model"].tolist() == ["first", "second", "third", "fourth"]
@@ -131,7 +100,7 @@ def test_show_marks_adjacent_rows_whose_intervals_overlap(tmp_path):
     assert (
         re.search(r"^\s*2\u2248\s+second", result.output, re.M) and "not separable from the row above" in result.output
     )
-    separate = _board(tmp_path / "b2", {"first": 0.001, "second": 0.001})
+    separate = interval_board(tmp_path / "b2", {"first": 0.001, "second": 0.001})
     assert "\u2248" not in format_rows(select(current_table(separate)))
 
 
@@ -141,7 +110,7 @@ def _site_data(page: str, element: str) -> dict:
 
 
 def test_the_site_shows_error_bars_intervals_and_no_interval(tmp_path):
-    board = _board(tmp_path, {"first": 0.02, "second": 0.02, "third": 0.005, "fourth": None})
+    board = interval_board(tmp_path, {"first": 0.02, "second": 0.02, "third": 0.005, "fourth": None})
     out = tmp_path / "site"
     build_site(current_table(board), out, "v1", board=board)
     recs = [json.loads(path.read_text()) for path in (board / "records").rglob("*.json")]
