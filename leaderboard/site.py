@@ -14,6 +14,7 @@ Every value from the table or a record is HTML-escaped (or JSON-escaped for the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -126,7 +127,8 @@ def build_site(
         (out / folder).mkdir(parents=True, exist_ok=True)
     env = Environment(loader=PackageLoader("leaderboard", "templates"), autoescape=select_autoescape(default=True))
     env.globals["fmt"] = _fmt
-    env.globals["ci"] = _interval
+    bounds = {m.name: m.bounds for m in registered("level") if m.bounds}  # the level metrics with an interval
+    env.globals["ci"] = functools.partial(_interval, entry_keys=set(interval_keys()), level_bounds=bounds)
     levels = table_levels(table)
     records = _records(table, board)
     for name in STATIC:
@@ -193,7 +195,10 @@ def build_site(
         ]
         shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
         metrics = [(key, label) for key, label in shown if any(e.get(key) is not None for e in entries)]
-        curves = [{"label": e["name"], "title": e["k"], "values": e["l"], **_bars(e["levels"])} for e in entries]
+        curves = [
+            {"label": e["name"], "title": e["k"], "values": e["l"], **_bars(e["levels"], bounds.get(CURVE))}
+            for e in entries
+        ]
         plot = {"levels": len(levels), "curves": curves}
         write_atomic(
             page,
@@ -230,9 +235,10 @@ def _downloads(table: pd.DataFrame, folder: Path) -> None:
 def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
     """One item per model, its entries best first (valid before flagged): the index page's embedded data."""
     rows = table.sort_values(["model", "mean_ood_auroc", "kappa"], ascending=[True, False, True], kind="stable")
+    ends = interval_keys()
     models = []
     for model, group in rows.groupby("model", sort=False):
-        entries = [_entry(r, levels) for _, r in group.iterrows()]
+        entries = [_entry(r, levels, ends) for _, r in group.iterrows()]
         entries.sort(key=lambda e: bool(e["flag"]))  # stable: the best valid entry first
         params = group["num_parameters"].dropna()
         models.append(
@@ -247,7 +253,8 @@ def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
     return models
 
 
-def _entry(r: pd.Series, levels: list[str]) -> dict:
+def _entry(r: pd.Series, levels: list[str], ends: dict[str, tuple[str, str]]) -> dict:
+    """An entry of the index's data; ``ends``: :func:`interval_keys`."""
     return {
         "k": r["kappa"],
         "prov": r["provenance"],
@@ -260,36 +267,41 @@ def _entry(r: pd.Series, levels: list[str]) -> dict:
         "l": [_num(r[c]) for c in levels],
         "ci": {
             key: [_num(r[low]), _num(r[high])]
-            for key, (low, high) in interval_keys().items()
+            for key, (low, high) in ends.items()
             if _num(r.get(low)) is not None and _num(r.get(high)) is not None
         },
         "rec": r["record_file"],
     }
 
 
-def _bars(levels: list[dict]) -> dict:
-    """A curve's error bars: each level's ood-auroc interval ends (``lo``, ``hi``), None where a level has none;
-    nothing for an entry without any (published numbers, a record made before intervals)."""
-    ends = next(m.bounds for m in registered("level") if m.name == CURVE)
-    low, high = ([level.get(end) for level in levels] for end in ends or ())
+def _bars(levels: list[dict], ends: tuple[str, str] | None) -> dict:
+    """A curve's error bars: each level's ood-auroc interval ends (``lo``, ``hi``; ``ends``: their names in a record),
+    None where a level has none; nothing for an entry without any (published numbers, a record made before
+    intervals)."""
+    if ends is None:
+        return {}
+    low, high = ([level.get(end) for level in levels] for end in ends)
     return {"lo": low, "hi": high} if any(v is not None for v in low) else {}
 
 
-def _interval(item: dict, key: str) -> Markup:
+NO_INTERVAL = Markup(' <span class="ci none">no interval</span>')
+
+
+def _interval(item: dict, key: str, entry_keys: set[str], level_bounds: dict[str, tuple[str, str]]) -> Markup:
     """What a page shows beside a metric of ``item`` (an entry, or a record's level): its interval ``[low, high]``,
     ``no interval`` where the metric has one but the item has none (published numbers, a record made before
-    intervals), nothing for a metric without intervals or a missing value."""
+    intervals), nothing for a metric without intervals or a missing value. ``entry_keys``: the entry keys with an
+    interval (:func:`interval_keys`); ``level_bounds``: the level metrics' interval ends by metric."""
     if "ci" in item:  # an entry
-        declared, ends = key in interval_keys(), item["ci"].get(key)
+        declared, ends = key in entry_keys, item["ci"].get(key)
     else:  # a level of a record
-        metric = next((m for m in registered("level") if m.name == key), None)
-        declared = bool(metric and metric.bounds)
-        ends = [item.get(end) for end in metric.bounds] if declared else None
+        declared = key in level_bounds
+        ends = [item.get(end) for end in level_bounds[key]] if declared else None
     if not declared or item.get(key) is None:
         return Markup("")
     if not ends or None in ends:
-        return Markup(' <span class="ci none">no interval</span>')
-    return Markup(' <span class="ci">[{}, {}]</span>').format(_fmt(ends[0]), _fmt(ends[1]))
+        return NO_INTERVAL
+    return Markup(f' <span class="ci">[{_fmt(float(ends[0]))}, {_fmt(float(ends[1]))}]</span>')  # numbers only
 
 
 def _compact(entry: dict) -> dict:
