@@ -142,3 +142,13 @@ def test_the_paper_entries_show_no_interval(paper_board, tmp_path):
     assert all(
         "ci" not in e for m in _site_data((out / "index.html").read_text(), "board-data")["models"] for e in m["e"]
     )
+
+
+def test_a_version_1_record_shows_no_interval_on_the_site(tmp_path):
+    old = json.loads(V1_RECORD.read_text())
+    add_records(tmp_path / "b", [old], create=True)
+    out = tmp_path / "site"
+    build_site(current_table(tmp_path / "b"), out, "v1", board=tmp_path / "b")
+    page = (out / "models" / page_name(old["model"]["name"])).read_text()
+    assert '<span class="ci none">no interval</span>' in page and '<span class="ci">' not in page
+    assert "lo" not in _site_data(page, "model-data")["curves"][0]
