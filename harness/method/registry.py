@@ -75,7 +75,7 @@ class Metric:
     per level) or ``mean`` (a column ``mean_<name>``), None for none; ``column`` (id and summary metrics): its table
     column; ``null``: see :data:`NULLS`; ``since``: the record schema version from which every record holds it (None:
     added later, records may lack it, as records written before it existed do); ``interval``: how its 95% interval is
-    computed (an :class:`IntervalRule`; records then hold ``<name>_low`` and ``<name>_high`` beside it), None for
+    computed (an :class:`IntervalRule`; records then hold ``<name>_low`` and ``<name>_high`` in its part), None for
     none."""
 
     name: str
