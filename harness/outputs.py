@@ -27,7 +27,7 @@ from harness import __version__, phases
 from harness.drilldown import PerClass
 from harness.errors import HarnessError
 from harness.method.evaluation import KappaResult
-from harness.method.metrics import summary_metrics
+from harness.method.metrics import interval_statement, summary_metrics
 from harness.method.registry import definitions, registered
 from harness.method.scores import SplitScores
 from harness.method.severity import DEFAULT_RULE, severity_convention
@@ -44,6 +44,7 @@ PAPER_COLUMNS = {
     "ood_auroc": "ood-auroc",
     "ood_avg_conf": "ood_avg_conf",
 }  # then every other registered level metric under its label, then the level score
+SIDES = ("low", "high")
 
 
 def extra_columns() -> dict[str, str]:
@@ -51,6 +52,11 @@ def extra_columns() -> dict[str, str]:
     score and the window's real percentile (the severity rule's column follows them)."""
     metrics = {m.name: m.label for m in registered("level") if m.name not in PAPER_COLUMNS}
     return {**metrics, "level_score": "level score", "window_percentile": "window percentile"}
+
+
+def interval_columns() -> dict[str, str]:
+    """``per_level.csv``'s last columns: the ends of the level metrics' intervals (``ood-auroc low``, ...)."""
+    return {end: f"{m.label} {side}" for m in registered("level") if m.bounds for end, side in zip(m.bounds, SIDES)}
 
 
 def _clean(value):
@@ -89,8 +95,9 @@ def record(
             kappa={"name": result.kappa, "params": kappa_params, "probability": probability},
             levels=result.rows,
             id=result.id,
-            summary=summary_metrics(result.rows),
+            summary={**summary_metrics(result.rows), **result.summary_intervals},
             metric_definitions=metric_definitions,
+            intervals=interval_statement(),
             seed=seed,
             order_seed=order_seed,
             harness_version=version,
@@ -104,7 +111,8 @@ def record(
 
 def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame:
     """All levels of all kappas in the paper's columns (then the other level metrics with the level score, the
-    window's real percentile, the severity rule, and the other ID metrics as ``id-<label>``)."""
+    window's real percentile, the severity rule, the other ID metrics as ``id-<label>``, and the ends of the level
+    metrics' intervals)."""
     rows, extra = [], extra_columns()
     later_id = [m for m in registered("id") if m.name not in ("acc", "auroc", "avg_conf")]  # after the paper's columns
     for result in results:
@@ -123,6 +131,7 @@ def per_level_frame(model_name: str, results: list[KappaResult]) -> pd.DataFrame
             out.update({label: row.get(k) for k, label in extra.items()})
             out["severity rule"] = result.rule
             out.update({f"id-{m.label}": result.id.get(m.name) for m in later_id})
+            out.update({label: row.get(k) for k, label in interval_columns().items()})
             rows.append(out)
     return pd.DataFrame(rows)
 

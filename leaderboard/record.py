@@ -212,8 +212,31 @@ def _metric_field(metric: Metric) -> tuple:
     )
 
 
+def _interval_fields(metric: Metric) -> list[tuple]:
+    """The ends of a registered metric's interval (none without one) as fields of its part: null where the metric is
+    undefined, left out where no interval was computed (published results, records made before intervals)."""
+    column = metric.table_column if metric.scope != "level" else None
+    return [
+        (
+            end,
+            float | None,
+            spec(
+                unit=metric.unit,
+                absent_in_older=True,
+                unset_absent=True,
+                column=f"{column}_{side}" if column else None,
+                doc=f"the {side} end of {metric.name}'s interval (intervals.methods says how); null where "
+                f"{metric.name} is; absent where no interval was computed (published results, records made before "
+                "intervals)",
+            ),
+        )
+        for end, side in zip(metric.bounds or (), ("low", "high"))
+    ]
+
+
 def _metric_part(name: str, scope: str, doc: str, before: tuple = (), after: tuple = ()) -> type:
-    fields = [*before, *(_metric_field(m) for m in registered(scope)), *after]
+    metrics = registered(scope)
+    fields = [*before, *map(_metric_field, metrics), *after, *(f for m in metrics for f in _interval_fields(m))]
     part = dataclasses.make_dataclass(name, fields, frozen=True, kw_only=True, namespace={"__doc__": doc})
     PARTS[name] = part
     return part
@@ -284,6 +307,15 @@ class PerClass:
 
 
 @_shape
+class Intervals:
+    """How the record's intervals were computed, said once: their confidence and, per metric by its place
+    (``levels.ood_auroc``, ``id.acc``, ``summary.mean_ood_auroc``), the method."""
+
+    confidence: float = spec(unit=True)
+    methods: dict[str, str] = spec()
+
+
+@_shape
 class Verification:
     status: str = spec(const=VERIFIED)
     request: str = spec(format="request_id")
@@ -333,6 +365,11 @@ class Record:
         optional=True,
         doc="optional: the per-OOD-class drill-down (the validator also checks levels == num_levels, quantiles not "
         "decreasing, the hardest classes in order within the level's range)",
+    )
+    intervals: Intervals | None = spec(
+        optional=True,
+        doc="optional: the confidence and methods of the intervals whose ends (<metric>_low, <metric>_high) the "
+        "levels, id and summary hold; absent from published results and records made before intervals",
     )
     verification: Verification | None = spec(
         optional=True,

@@ -28,6 +28,7 @@ from leaderboard.record import (
     Benchmark,
     Field,
     HubWeights,
+    Intervals,
     PerClass,
     Record,
     TorchvisionWeights,
@@ -192,6 +193,7 @@ def validate_record(record) -> None:
     _part(record, "", Record, paper)
     _validate_levels(record)
     _validate_since(record)
+    _validate_intervals(record)
     if "hub_weights" in record["model"]:
         _part(record["model"]["hub_weights"], "model.hub_weights", HubWeights)
     if "torchvision_weights" in record["model"]:
@@ -297,6 +299,27 @@ def _validate_since(record: dict) -> None:
             if metric.name not in part:
                 where = {"level": f"levels[{index}]", "id": "id", "summary": "summary"}[metric.scope]
                 raise _fail(where, f"missing field '{metric.name}' (schema version {version} has it)")
+
+
+def _validate_intervals(record: dict) -> None:
+    """An interval's ends are both null (none: a published result, an undefined metric) or both numbers around the
+    metric's value, and the record says how it computed them (``intervals``)."""
+    if "intervals" in record:
+        _part(record["intervals"], "intervals", Intervals)
+    parts = {"level": record["levels"], "id": [record["id"]], "summary": [record["summary"]]}
+    for metric in registered():
+        for index, part in enumerate(parts[metric.scope] if metric.bounds else ()):
+            where = {"level": f"levels[{index}]", "id": "id", "summary": "summary"}[metric.scope]
+            low, high = (part.get(end) for end in metric.bounds)
+            if low is None and high is None:
+                continue
+            value = part.get(metric.name)
+            if low is None or high is None or value is None:
+                raise _fail(f"{where}.{metric.bounds[0]}", f"{metric.name}'s interval needs both ends and the value")
+            if not low - 1e-9 <= value <= high + 1e-9:
+                raise _fail(f"{where}.{metric.bounds[0]}", f"[{low}, {high}] does not hold {metric.name} {value}")
+            if "intervals" not in record:
+                raise _fail("record", "missing field 'intervals' (it says how the intervals were computed)")
 
 
 def _validate_per_class(per_class, num_levels: int) -> None:

@@ -14,6 +14,7 @@ Every value from the table or a record is HTML-escaped (or JSON-escaped for the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -32,7 +33,7 @@ from leaderboard.drilldown import level_classes, publishable, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.report import win_rates
 from leaderboard.schema import VERIFIED, canonical_params
-from leaderboard.table import table_levels
+from leaderboard.table import interval_columns, table_levels
 from leaderboard.views import code_sha256, family, kappa_names, rule_suffix
 
 PAPER_URL = "https://arxiv.org/abs/2302.11893"
@@ -45,8 +46,15 @@ ENTRY_METRICS = (
     ("idconf", "id avg conf"),
     ("mean", "mean ood-auroc"),
 )  # a model page's metrics table (then the means of the level metrics); a column no entry has is left out
+COLUMN_KEYS = {
+    "id_acc": "acc",
+    "id_auroc": "idauroc",
+    "id_avg_conf": "idconf",
+    "mean_ood_auroc": "mean",
+}  # else: its name
 OPTIONAL_COLUMNS = {"idauroc": "id_auroc"}  # index columns shown when filled (then the means, then "n")
 SYMBOLS = {"temperature": "T", "epsilon": "\u03b5"}  # parameter names in a kappa's short form
+CURVE = "ood_auroc"  # the level metric of the severity curves
 LEVEL_COUNTS = (
     ("percentile", "percentile"),
     ("window_percentile", "window percentile"),
@@ -74,6 +82,11 @@ def level_metrics() -> list[tuple[str, str]]:
     """A model page's per-level columns: every registered level metric, then the level's percentiles (nominal and
     its window's real one) and counts."""
     return [*((m.name, m.label) for m in registered("level")), *LEVEL_COUNTS]
+
+
+def interval_keys() -> dict[str, tuple[str, str]]:
+    """The entry keys of the metrics with an interval (the metric registry's), with the table columns of its ends."""
+    return {COLUMN_KEYS.get(column, column): ends for column, ends in interval_columns().items()}
 
 
 def page_name(model: str) -> str:
@@ -125,6 +138,8 @@ def build_site(
         (out / folder).mkdir(parents=True, exist_ok=True)
     env = Environment(loader=PackageLoader("leaderboard", "templates"), autoescape=select_autoescape(default=True))
     env.globals["fmt"] = _fmt
+    bounds = {m.name: m.bounds for m in registered("level") if m.bounds}  # the level metrics with an interval
+    env.globals["ci"] = functools.partial(_interval, entry_keys=set(interval_keys()), level_bounds=bounds)
     levels = table_levels(table)
     records = _records(table, board)
     for name in STATIC:
@@ -191,8 +206,11 @@ def build_site(
         ]
         shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
         shown += [(m.table_column, m.label) for m in later_id_metrics()]
-        metrics = [(key, label) for key, label in shown if any(e[key] is not None for e in entries)]
-        curves = [{"label": e["name"], "title": e["k"], "values": e["l"]} for e in entries]
+        metrics = [(key, label) for key, label in shown if any(e.get(key) is not None for e in entries)]
+        curves = [
+            {"label": e["name"], "title": e["k"], "values": e["l"], **_bars(e["levels"], bounds.get(CURVE))}
+            for e in entries
+        ]
         plot = {"levels": len(levels), "curves": curves}
         write_atomic(
             page,
@@ -229,9 +247,10 @@ def _downloads(table: pd.DataFrame, folder: Path) -> None:
 def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
     """One item per model, its entries best first (valid before flagged): the index page's embedded data."""
     rows = table.sort_values(["model", "mean_ood_auroc", "kappa"], ascending=[True, False, True], kind="stable")
+    ends = interval_keys()
     models = []
     for model, group in rows.groupby("model", sort=False):
-        entries = [_entry(r, levels) for _, r in group.iterrows()]
+        entries = [_entry(r, levels, ends) for _, r in group.iterrows()]
         entries.sort(key=lambda e: bool(e["flag"]))  # stable: the best valid entry first
         params = group["num_parameters"].dropna()
         models.append(
@@ -246,7 +265,8 @@ def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
     return models
 
 
-def _entry(r: pd.Series, levels: list[str]) -> dict:
+def _entry(r: pd.Series, levels: list[str], ends: dict[str, tuple[str, str]]) -> dict:
+    """An entry of the index's data; ``ends``: :func:`interval_keys`."""
     return {
         "k": r["kappa"],
         "prov": r["provenance"],
@@ -257,17 +277,53 @@ def _entry(r: pd.Series, levels: list[str]) -> dict:
         "mean": _num(r["mean_ood_auroc"]),
         **{m.name: _num(r.get(m.table_column)) for m in mean_metrics()},
         "l": [_num(r[c]) for c in levels],
+        "ci": {
+            key: [_num(r[low]), _num(r[high])]
+            for key, (low, high) in ends.items()
+            if _num(r.get(low)) is not None and _num(r.get(high)) is not None
+        },
         "rec": r["record_file"],
         **({"rule": r["severity_rule"]} if rule_suffix(r.get("severity_rule")) else {}),  # where not the canonical
     }
 
 
+def _bars(levels: list[dict], ends: tuple[str, str] | None) -> dict:
+    """A curve's error bars: each level's ood-auroc interval ends (``lo``, ``hi``; ``ends``: their names in a record),
+    None where a level has none; nothing for an entry without any (published numbers, a record made before
+    intervals)."""
+    if ends is None:
+        return {}
+    low, high = ([level.get(end) for level in levels] for end in ends)
+    return {"lo": low, "hi": high} if any(v is not None for v in low) else {}
+
+
+NO_INTERVAL = Markup(' <span class="ci none">no interval</span>')
+
+
+def _interval(item: dict, key: str, entry_keys: set[str], level_bounds: dict[str, tuple[str, str]]) -> Markup:
+    """What a page shows beside a metric of ``item`` (an entry, or a record's level): its interval ``[low, high]``,
+    ``no interval`` where the metric has one but the item has none (published numbers, a record made before
+    intervals), nothing for a metric without intervals or a missing value. ``entry_keys``: the entry keys with an
+    interval (:func:`interval_keys`); ``level_bounds``: the level metrics' interval ends by metric."""
+    if "ci" in item:  # an entry
+        declared, ends = key in entry_keys, item["ci"].get(key)
+    else:  # a level of a record
+        declared = key in level_bounds
+        ends = [item.get(end) for end in level_bounds[key]] if declared else None
+    if not declared or item.get(key) is None:
+        return Markup("")
+    if not ends or None in ends:
+        return NO_INTERVAL
+    return Markup(f' <span class="ci">[{_fmt(float(ends[0]))}, {_fmt(float(ends[1]))}]</span>')  # numbers only
+
+
 def _compact(entry: dict) -> dict:
-    """An entry as the index embeds it: no record path, no empty flag, the status only when not self-reported."""
+    """An entry as the index embeds it: no record path, no empty flag or intervals, the status only when not
+    self-reported."""
     return {
         k: v
         for k, v in entry.items()
-        if k != "rec" and not (k == "flag" and not v) and not (k == "ver" and v == "self-reported")
+        if k != "rec" and not (k in ("flag", "ci") and not v) and not (k == "ver" and v == "self-reported")
     }
 
 

@@ -60,6 +60,16 @@ def mean_columns() -> dict[str, str]:
     return {m.table_column: m.name for m in registered("level") if m.aggregate == "mean"}
 
 
+def interval_columns() -> dict[str, tuple[str, str]]:
+    """The columns of the ends of the metrics' intervals (the metric registry's ``interval``), by the column of their
+    metric: ``id_acc`` -> (``id_acc_low``, ``id_acc_high``). Blank for records without intervals."""
+    return {
+        m.table_column: (f"{m.table_column}_low", f"{m.table_column}_high")
+        for m in registered()
+        if m.bounds and m.scope != "level" and m.table_column
+    }
+
+
 def level_columns(num_levels: int) -> list[str]:
     """``ood_auroc_l0`` .. ``ood_auroc_l{L-1}``: the per-level ood-auroc columns."""
     return [f"{LEVEL_PREFIX}{i}" for i in range(num_levels)]
@@ -114,9 +124,11 @@ def build_table(rows: list[dict], num_levels: int) -> pd.DataFrame:
 
 
 def table_columns(num_levels: int) -> list[str]:
-    """Every column in presentation order: :data:`FRONT`, the levels, the metrics' means, :data:`BACK`, then the
-    record's other declared columns."""
-    order = FRONT + level_columns(num_levels) + list(mean_columns()) + BACK
+    """Every column in presentation order: :data:`FRONT` (each metric followed by its interval's ends), the levels,
+    the metrics' means, :data:`BACK`, then the record's other declared columns."""
+    ends = interval_columns()
+    front = [c for column in FRONT for c in (column, *ends.get(column, ()))]
+    order = front + level_columns(num_levels) + list(mean_columns()) + BACK
     return order + [c for c in record_columns() if c not in order]
 
 
@@ -133,7 +145,8 @@ def write_table(directory: Path, table: pd.DataFrame) -> None:
 
 def read_table(path: Path) -> pd.DataFrame:
     """A table file; one written before records could be verified gets its ``verification`` column (all
-    self-reported), one written before a metric or the severity rule existed gets their columns, blank."""
+    self-reported), one written before a metric (or its interval) or the severity rule existed gets their columns,
+    blank."""
     try:
         table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
@@ -143,6 +156,7 @@ def read_table(path: Path) -> pd.DataFrame:
     if "record_file" in table.columns:
         order = table_columns(len(table_levels(table)))
         metrics = [*mean_columns(), *(m.table_column for m in registered() if m.scope != "level" and m.table_column)]
+        metrics += [end for ends in interval_columns().values() for end in ends]
         if "severity_rule" not in table.columns:
             table.insert(min(order.index("severity_rule"), len(table.columns)), "severity_rule", None)
         for column in [c for c in order if c in metrics and c not in table.columns]:

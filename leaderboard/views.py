@@ -12,7 +12,9 @@ import pandas as pd
 from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import CANONICAL_SEVERITY_RULE
-from leaderboard.table import LEVEL_PREFIX, table_levels
+from leaderboard.table import LEVEL_PREFIX, interval_columns, table_levels
+
+NOT_SEPARABLE = "\u2248"  # beside a rank: not separable from the entry ranked above
 
 
 def _averaged() -> dict:
@@ -94,14 +96,32 @@ def select(
     return rows.assign(rank=range(1, len(rows) + 1))
 
 
+def not_separable(rows: pd.DataFrame, column: str) -> list[bool]:
+    """Per row of ``rows`` (in their order): whether its interval of ``column`` overlaps that of the row above, so
+    the two are not separable (the data cannot tell their order at the intervals' confidence). False for the first
+    row, where either row has no interval (a published result, a record made before intervals) and for a column
+    without intervals."""
+    ends = interval_columns().get(column)
+    if ends is None or not set(ends) <= set(rows.columns):
+        return [False] * len(rows)
+    low, high = (rows[end].to_numpy(dtype="float64", na_value=float("nan")) for end in ends)
+    return [False] + [bool(low[i] <= high[i - 1] and low[i - 1] <= high[i]) for i in range(1, len(rows))]
+
+
 def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None) -> str:
-    """A plain-text table: rank, model, kappa (a submission file's by its name: :func:`kappa_names`; ``[RULE]`` after
-    it where the levels' severity rule is not the canonical one), id-acc, mean ood-auroc, the sorted level, flags."""
+    """A plain-text table: rank (with :data:`NOT_SEPARABLE` where the sorted metric's interval overlaps the row
+    above's, :func:`not_separable`), model, kappa (a submission file's by its name: :func:`kappa_names`; ``[RULE]``
+    after it where the levels' severity rule is not the canonical one), id-acc, mean ood-auroc, the sorted level,
+    flags; a legend line when a rank is marked."""
+    sorted_by = sort_column(rows, sort)
+    marks = [NOT_SEPARABLE if mark else "" for mark in not_separable(rows, sorted_by)]
     shown = rows.head(limit) if limit else rows
     rules = shown.get("severity_rule", pd.Series(None, index=shown.index, dtype="object"))
-    shown = shown.assign(kappa=shown["kappa"].map(kappa_names(rows)) + rules.map(rule_suffix))
+    shown = shown.assign(
+        kappa=shown["kappa"].map(kappa_names(rows)) + rules.map(rule_suffix),
+        rank=[f"{r}{m}" for r, m in zip(shown["rank"], marks)],
+    )
     columns = ["rank", "model", "kappa", "id_acc", "mean_ood_auroc"]
-    sorted_by = sort_column(rows, sort)
     if sorted_by not in columns:
         columns.append(sorted_by)
     header = [c.replace("_", "-") for c in columns] + ["flag"]
@@ -117,6 +137,9 @@ def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None
     out = [line(header), line(["-" * w for w in widths])] + [line(b) for b in body]
     if len(shown) < len(rows):
         out.append(f"... {len(rows) - len(shown)} more (use --limit 0 for all)")
+    if any(marks[: len(shown)]):
+        name = sorted_by.replace("_", "-")
+        out.append(f"{NOT_SEPARABLE}: not separable from the row above (their 95% intervals of {name} overlap)")
     return "\n".join(out)
 
 

@@ -62,12 +62,17 @@ def test_level_and_id_metrics():
         "sac_95": pytest.approx(2 / 3),
         "sac_99": pytest.approx(2 / 3),
         **dict.fromkeys(("ece", "ece_mass", "nll", "brier")),  # not declared probabilities
+        "acc_low": pytest.approx(0.2077, abs=1e-4),  # Wilson's interval of 2 of 3
+        "acc_high": pytest.approx(0.9385, abs=1e-4),
+        "auroc_low": None,  # one wrong prediction: the AUROC has no variance, so no interval
+        "auroc_high": None,
     }
     calibrated = id_metrics(np.array([0.9, 0.8, 0.1]), np.array([True, True, False]), probability=True)
     assert calibrated["ece"] == calibrated["ece_mass"] == pytest.approx((0.1 + 0.2 + 0.1) / 3)  # a bin each
     assert calibrated["nll"] == pytest.approx(-(2 * math.log(0.9) + math.log(0.8)) / 3)
     assert calibrated["brier"] == pytest.approx((0.01 + 0.04 + 0.01) / 3)
     assert id_metrics(np.array([0.9, 0.8]), np.array([True, True]))["auroc"] is None
+    assert id_metrics(np.array([0.9, 0.8]), np.array([True, True]))["auroc_low"] is None
 
 
 def test_nan_and_empty_inputs_are_refused():

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from harness.errors import HarnessError
-from harness.method.metrics import id_metrics, level_metrics
+from harness.method.metrics import id_metrics, level_metrics, summary_intervals
+from harness.method.registry import LevelSet
 from harness.method.scores import SplitScores
 from harness.method.severity import DEFAULT_RULE, SeverityLevels, class_scores, severity_levels
 
 
 @dataclass(frozen=True)
 class KappaResult:
-    """Everything measured for one (model, kappa) pair."""
+    """Everything measured for one (model, kappa) pair; ``summary_intervals``: the ends of the summary metrics'
+    intervals (``mean_ood_auroc_low``, ...), which need the per-sample scores (the summary itself comes from
+    ``rows``)."""
 
     kappa: str
     levels: SeverityLevels
-    rows: list[dict]  # one per level: level, percentile, window_percentile, level_score, metrics, counts
+    rows: list[dict]  # per level: level, (window) percentile, level score, metrics and their intervals' ends, counts
     id: dict
     rule: str = DEFAULT_RULE  # the severity rule the levels' windows start by
+    summary_intervals: dict = field(default_factory=dict)
 
     @property
     def mean_ood_auroc(self) -> float:
@@ -58,9 +62,10 @@ def evaluate_kappa(
         raise HarnessError(
             f"kappa '{kappa}' declares its values probabilities, but {outside} ID values lie outside [0, 1]"
         )
-    rows = []
+    rows, members = [], []
     for level in range(levels.num_levels):
         mask = np.isin(ood_test.labels, levels.classes[level])
+        members.append(np.flatnonzero(mask))
         metrics = level_metrics(id_scores, ood_test.scores[kappa][mask], id_conf, ood_test.confs[kappa][mask])
         rows.append(
             {
@@ -74,4 +79,5 @@ def evaluate_kappa(
             }
         )
     ids = id_metrics(id_scores, id_test.preds == id_test.labels, id_conf, probability)
-    return KappaResult(kappa, levels, rows, {**ids, "num": int(len(id_scores))}, rule)
+    bounds = summary_intervals(LevelSet(id_scores, ood_test.scores[kappa], members))
+    return KappaResult(kappa, levels, rows, {**ids, "num": int(len(id_scores))}, rule, bounds)

@@ -11,7 +11,25 @@ import math
 import numpy as np
 
 from harness.errors import HarnessError
-from harness.method.registry import IdScores, LevelScores, Metric, register_metric, registered
+from harness.method.intervals import (
+    CONFIDENCE,
+    DELONG_METHOD,
+    WILSON_METHOD,
+    Interval,
+    auroc_interval,
+    mean_auroc_interval,
+    wilson_interval,
+)
+from harness.method.registry import (
+    IdScores,
+    IntervalRule,
+    LevelScores,
+    LevelSet,
+    Metric,
+    interval_methods,
+    register_metric,
+    registered,
+)
 from harness.method.selective import ECE_BINS, SAC_TARGETS, aurc, brier, coverage_at_accuracy, e_aurc, ece, nll
 
 FPR_CONVENTION = (
@@ -20,6 +38,7 @@ FPR_CONVENTION = (
 )
 FPR99_CONVENTION = FPR_CONVENTION.replace("95", "99")
 AUROC_CONVENTION = "mann-whitney with average ranks (a tied ID/OOD pair counts 1/2)"
+MEAN_DELONG_METHOD = "delong-logit-mean-covariance"  # the mean of the levels' AUROCs, 1' C 1 / L^2 from DeLong's C
 AUPR_CONVENTION = (
     "average precision (step-wise, as scikit-learn); aupr_in: ID positive, aupr_out: OOD positive on -kappa"
 )
@@ -89,7 +108,7 @@ def level_metrics(
     scores = LevelScores(
         id_scores, ood_scores, id_scores if id_conf is None else id_conf, ood_scores if ood_conf is None else ood_conf
     )
-    return {m.name: m.compute(scores) for m in registered("level")}
+    return _measured(registered("level"), scores)
 
 
 def id_metrics(
@@ -107,12 +126,49 @@ def id_metrics(
     if correct.shape != scores.shape:
         raise HarnessError(f"{len(correct)} correctness flags for {len(scores)} ID scores")
     data = IdScores(scores, correct, scores if conf is None else conf, probability)
-    return {m.name: m.compute(data) for m in registered("id")}
+    return _measured(registered("id"), data)
 
 
 def summary_metrics(rows: list[dict]) -> dict[str, float]:
     """Every registered summary metric of one (model, kappa) pair, from its level rows."""
     return {m.name: m.compute(rows) for m in registered("summary")}
+
+
+def summary_intervals(levels: LevelSet) -> dict[str, float | None]:
+    """The ends of the summary metrics' intervals (``mean_ood_auroc_low``, ...), from the per-sample scores."""
+    return {k: v for m in registered("summary") if m.interval for k, v in _ends(m, m.interval.compute(levels))}
+
+
+def interval_statement() -> dict:
+    """What a record's ``intervals`` says once: the confidence and each interval's method by its place."""
+    return {"confidence": CONFIDENCE, "methods": interval_methods()}
+
+
+def _measured(metrics: tuple[Metric, ...], data) -> dict[str, float | None]:
+    """Each metric's value on ``data``, then the ends of the intervals the metrics declare."""
+    out = {m.name: m.compute(data) for m in metrics}
+    return {**out, **{k: v for m in metrics if m.interval for k, v in _ends(m, m.interval.compute(data))}}
+
+
+def _ends(metric: Metric, bounds: tuple[float, float] | None) -> tuple[tuple[str, float | None], ...]:
+    return tuple(zip(metric.bounds, bounds or (None, None)))
+
+
+def _pair(interval: Interval) -> tuple[float, float]:
+    return interval.low, interval.high
+
+
+def _delong(positive: np.ndarray, negative: np.ndarray) -> tuple[float, float] | None:
+    """DeLong's interval of an AUROC (logit scale); None with fewer than 2 scores on a side (no variance)."""
+    return _pair(auroc_interval(positive, negative)) if min(len(positive), len(negative)) >= 2 else None
+
+
+def _mean_delong(s: LevelSet) -> tuple[float, float] | None:
+    """The interval of the mean of the levels' AUROCs, from their DeLong covariance; None where a level or the ID
+    set has fewer than 2 scores."""
+    if len(s.id_scores) < 2 or any(len(level) < 2 for level in s.levels):
+        return None
+    return _pair(mean_auroc_interval(s.id_scores, s.ood_scores, s.levels))
 
 
 def _id_auroc(d: IdScores) -> float | None:
@@ -139,6 +195,7 @@ _level(
     aggregate="levels",
     since=1,
     null="never",
+    interval=IntervalRule(DELONG_METHOD, lambda d: _delong(d.id_scores, d.ood_scores)),
 )
 _level(
     "fpr_at_95_tpr",
@@ -197,6 +254,7 @@ register_metric(
         column="id_acc",
         since=1,
         null="never",
+        interval=IntervalRule(WILSON_METHOD, lambda d: _pair(wilson_interval(int(d.correct.sum()), len(d.correct)))),
     )
 )
 register_metric(
@@ -211,6 +269,7 @@ register_metric(
         column="id_auroc",
         null="always",
         since=1,
+        interval=IntervalRule(DELONG_METHOD, lambda d: _delong(d.scores[d.correct], d.scores[~d.correct])),
     )
 )
 register_metric(
@@ -301,5 +360,6 @@ register_metric(
         column="mean_ood_auroc",
         null="never",
         since=1,
+        interval=IntervalRule(MEAN_DELONG_METHOD, _mean_delong),
     )
 )

@@ -48,6 +48,26 @@ class IdScores:
 
 
 @dataclass(frozen=True)
+class LevelSet:
+    """What a summary metric's interval sees: the ID test scores (positives), every OOD test score, and per level the
+    indices of its OOD scores (the levels share the positives, and overlapping levels share OOD images)."""
+
+    id_scores: Any
+    ood_scores: Any
+    levels: Any
+
+
+@dataclass(frozen=True)
+class IntervalRule:
+    """How a metric's 95% interval is computed: ``method`` names it (records state it once, in ``intervals``);
+    ``compute`` takes what the metric's ``compute`` takes (a summary metric's: a :class:`LevelSet`) and returns
+    ``(low, high)``, or None where the metric is undefined."""
+
+    method: str
+    compute: Callable[[Any], tuple[float, float] | None]
+
+
+@dataclass(frozen=True)
 class Metric:
     """A metric. ``compute`` takes a :class:`LevelScores` (scope ``level``), an :class:`IdScores` (``id``) or the
     list of level rows (``summary``) and returns a float (None where ``null`` is ``always`` and it is undefined).
@@ -56,7 +76,9 @@ class Metric:
     it; ``unit``: its values lie in [0, 1]; ``aggregate`` (level metrics): how the table shows it, ``levels`` (a column
     per level) or ``mean`` (a column ``mean_<name>``), None for none; ``column`` (id and summary metrics): its table
     column; ``null``: see :data:`NULLS`; ``since``: the record schema version from which every record holds it (None:
-    added later, records may lack it, as records written before it existed do)."""
+    added later, records may lack it, as records written before it existed do); ``interval``: how its 95% interval is
+    computed (an :class:`IntervalRule`; records then hold ``<name>_low`` and ``<name>_high`` in its part), None for
+    none."""
 
     name: str
     scope: str
@@ -69,6 +91,7 @@ class Metric:
     column: str | None = None
     null: str = "paper"
     since: int | None = None
+    interval: IntervalRule | None = None
 
     @property
     def table_column(self) -> str | None:
@@ -76,6 +99,12 @@ class Metric:
         if self.scope != "level":
             return self.column
         return f"mean_{self.name}" if self.aggregate == "mean" else None
+
+    @property
+    def bounds(self) -> tuple[str, str] | None:
+        """The names of its interval's ends in a record (``acc_low``, ``acc_high``), and in the table with ``_low`` and
+        ``_high`` after its column; None without an interval."""
+        return (f"{self.name}_low", f"{self.name}_high") if self.interval else None
 
 
 _METRICS: dict[str, Metric] = {}
@@ -115,6 +144,13 @@ def generation() -> tuple[str, ...]:
     """What is registered now (a key for what is derived from the registry)."""
     registered()
     return tuple(_METRICS)
+
+
+def interval_methods() -> dict[str, str]:
+    """How each metric's interval is computed, by its place in a record (``levels.ood_auroc``, ``id.acc``,
+    ``summary.mean_ood_auroc``), as records state it."""
+    where = {"level": "levels", "id": "id", "summary": "summary"}
+    return {f"{where[m.scope]}.{m.name}": m.interval.method for m in registered() if m.interval}
 
 
 def definitions() -> dict[str, str]:

@@ -71,7 +71,9 @@
     legend.textContent = "";
     var W = chartWidth(box, 720), H = 270;
     var all = [];
-    curves.forEach(function (c) { c.values.forEach(function (v) { if (v !== null) { all.push(v); } }); });
+    curves.forEach(function (c) {
+      c.values.concat(c.lo || [], c.hi || []).forEach(function (v) { if (v !== null) { all.push(v); } });
+    });
     var range = tenths(all, 5, 10), lo = range[0] / 10, hi = range[1] / 10;
     var pw = W - L - R, ph = H - T - B;
     function x(level) { return L + pw * level / Math.max(levels - 1, 1); }
@@ -96,6 +98,7 @@
         .filter(Boolean).join(" ");
       var line = svg("polyline", { "class": "curve", points: points, stroke: color });
       line.appendChild(svg("title", {}, c.title || c.label));
+      if (c.lo) { root.appendChild(errorBars(c, color, x, y)); }
       root.appendChild(line);
       var item = html("li", { title: c.title || c.label });
       item.appendChild(html("span", { "class": "swatch", style: "background:" + color }));
@@ -114,15 +117,32 @@
       var px = (event.clientX - box.left) * W / box.width;
       var level = Math.max(0, Math.min(levels - 1, Math.round((px - L) / pw * (levels - 1))));
       guide.setAttribute("x1", x(level)); guide.setAttribute("x2", x(level)); guide.setAttribute("visibility", "visible");
-      var rows = curves.map(function (c, index) { return { v: c.values[level], label: c.label, color: lines[index].color }; })
+      var rows = curves.map(function (c, index) {
+        var ends = c.lo && c.lo[level] !== null ? " [" + fmt(c.lo[level]) + ", " + fmt(c.hi[level]) + "]" : "";
+        return { v: c.values[level], ends: ends, label: c.label, color: lines[index].color };
+      })
         .filter(function (r) { return r.v !== null; })
         .sort(function (a, b) { return b.v - a.v; });
       showTip(event, [{ text: "level " + level }].concat(rows.map(function (r) {
-        return { text: r.v.toFixed(4) + " " + r.label, color: r.color };
+        return { text: r.v.toFixed(4) + r.ends + " " + r.label, color: r.color };
       })));
     });
     overlay.addEventListener("mouseleave", function () { guide.setAttribute("visibility", "hidden"); hideTip(); });
     box.appendChild(root);
+  }
+
+  /* A curve's error bars: per level with an interval, a vertical line from its low to its high end, capped. */
+  function errorBars(c, color, x, y) {
+    var group = svg("g", { "class": "errbars", stroke: color });
+    c.lo.forEach(function (lo, level) {
+      var hi = c.hi[level];
+      if (lo === null || hi === null) { return; }
+      var at = x(level);
+      group.appendChild(svg("line", { "class": "errbar", x1: at, x2: at, y1: y(lo), y2: y(hi), "data-level": level,
+        "data-lo": lo, "data-hi": hi }));
+      [lo, hi].forEach(function (v) { group.appendChild(svg("line", { "class": "cap", x1: at - 3, x2: at + 3, y1: y(v), y2: y(v) })); });
+    });
+    return group;
   }
 
   /* ---------------- id-accuracy vs mean ood-auroc ---------------- */
@@ -258,17 +278,28 @@
       return "<td" + (cls ? ' class="' + cls + '"' : "") + (v === undefined ? "" : ' data-v="' + esc(v === null ? "" : v) + '"') +
         (title ? ' title="' + esc(title) + '"' : "") + ">" + text + "</td>";
     }
-    function row(r, i) {
-      var m = r.model, e = r.e, out = [];
-      out.push('<tr data-model="' + esc(m.m) + '"' + (e.flag ? ' class="flagged"' : "") + ">");
+    /* The interval of a row's metric ``key`` as a cell's title; "no interval" where the metric has one elsewhere. */
+    function ends(e, key) {
+      var ci = (e.ci || {})[key];
+      return ci ? "95% interval [" + fmt(ci[0]) + ", " + fmt(ci[1]) + "]" : "no interval";
+    }
+    /* Whether a row's interval of the sorted metric overlaps the row above's: the two are not separable. */
+    function joined(r, above) {
+      var a = above && (above.e.ci || {})[state.sort], b = (r.e.ci || {})[state.sort];
+      return !!(a && b && b[0] <= a[1] && a[0] <= b[1]);
+    }
+    function row(r, i, view) {
+      var m = r.model, e = r.e, out = [], near = joined(r, view[i - 1]);
+      out.push('<tr data-model="' + esc(m.m) + '"' + (e.flag ? ' class="flagged"' : "") + (near ? ' data-near="1"' : "") + ">");
       out.push(td("tick", '<input type="checkbox" aria-label="tick ' + esc(m.m) + '"' + (state.sel.indexOf(m.m) >= 0 ? " checked" : "") + ">"));
-      out.push(td("rank", String(i + 1), i + 1));
+      out.push(td("rank", String(i + 1) + (near ? '<span class="near">\u2248</span>' : ""), i + 1,
+        near ? "not separable from #" + i + ": their 95% intervals overlap" : ""));
       out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + esc(m.m) + "</a>" +
         (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
       var rule = e.rule ? ' <span class="rule" title="severity rule">[' + esc(e.rule) + "]</span>" : "";
-      out.push(td("text kap", esc(data.short[e.k] || e.k) + rule, e.k, e.k), td("mean", fmt(e.mean), e.mean));
-      out.push(td("acc", fmt(e.acc), e.acc));
-      if (cols.idauroc) { out.push(td("idauroc", fmt(e.idauroc), e.idauroc)); }
+      out.push(td("text kap", esc(data.short[e.k] || e.k) + rule, e.k, e.k), td("mean", fmt(e.mean), e.mean, ends(e, "mean")));
+      out.push(td("acc", fmt(e.acc), e.acc, ends(e, "acc")));
+      if (cols.idauroc) { out.push(td("idauroc", fmt(e.idauroc), e.idauroc, e.idauroc === null ? "" : ends(e, "idauroc"))); }
       var strip = e.l.map(function (v, level) {
         if (v === null) { return '<span data-v="" title="level ' + level + ': -"></span>'; }
         var c = heat(v);

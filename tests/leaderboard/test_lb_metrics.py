@@ -130,10 +130,11 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
     frame = outputs.per_level_frame("glyph_cnn", [result])
     assert list(frame.columns)[14:16] == ["median gap", "level score"]  # the other level metrics, the level score
     assert list(frame.columns)[16:18] == ["window percentile", "severity rule"]  # where the levels' windows start
-    assert list(frame.columns)[18:] == [  # then the other ID ones
+    assert list(frame.columns)[18:26] == [  # then the other ID ones
         *("id-aurc", "id-e-aurc", "id-sac@95", "id-sac@99"),
         *("id-ece", "id-ece-mass", "id-nll", "id-brier"),
     ]
+    assert list(frame.columns)[26:] == ["ood-auroc low", "ood-auroc high"]  # then the level intervals' ends
     assert list(frame.columns)[10:14] == ["fpr@95", "aupr-in", "aupr-out", "fpr@99"]
     assert frame["median gap"].tolist()[:2] == [1.0, 0.9] and frame["fpr@99"].tolist()[0] == 0.5
     made = outputs.record(

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from lb_boards import SUBMISSION, small_board, wide_board
-from lb_records import record
+from lb_records import interval_records, record
 from leaderboard.site import build_site, page_name
 from leaderboard.store import add_records, current_table
 
@@ -567,3 +567,41 @@ def test_wide_tables_scroll_in_their_panel_with_the_first_column_pinned(browser,
     wrap.evaluate("w => { w.scrollLeft = 200; }")
     assert wrap.evaluate("w => w.scrollLeft") == 200 and cell.bounding_box()["x"] == x
     phone.close()
+
+
+@pytest.mark.parametrize("width, height", [(1280, 900), (390, 844)])
+def test_model_pages_show_error_bars_and_the_index_marks_ranks_not_separable(browser, tmp_path, width, height):
+    halves = {"first": 0.02, "second": 0.02, "third": 0.005, "fourth": None}
+    add_records(tmp_path / "b", interval_records(halves), create=True)
+    out = tmp_path / "site"
+    build_site(current_table(tmp_path / "b"), out, "current", board=tmp_path / "b")
+    page = browser.new_page(viewport={"width": width, "height": height})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto((out / "models" / page_name("first")).as_uri())
+    bars = page.locator("#curves .errbars line.errbar")
+    assert bars.count() == 11
+    chart = page.locator("#curves svg").bounding_box()
+    for bar in bars.all():
+        box = bar.bounding_box()  # drawn, with a length (the interval is 0.04 wide), inside the chart
+        assert box["height"] > 2 and chart["x"] <= box["x"] <= chart["x"] + chart["width"]
+        assert chart["y"] <= box["y"] and box["y"] + box["height"] <= chart["y"] + chart["height"]
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    first = page.locator("#entries tbody tr").first
+    assert "[0.7800, 0.8200]" in first.inner_text()  # the mean ood-auroc's interval beside it
+    page.goto((out / "models" / page_name("fourth")).as_uri())
+    assert page.locator("#curves polyline.curve").count() == 1 and page.locator("#curves .errbars").count() == 0
+    assert "no interval" in page.locator("#entries").inner_text()
+    page.goto((out / "index.html").as_uri())
+    assert shown(page, "model") == ["first", "second", "third", "fourth"]
+    near = page.eval_on_selector_all(ROWS, "rows => rows.map(r => r.dataset.near === '1')")
+    assert near == [False, True, False, False]  # 0.79 [0.77, 0.81] overlaps 0.80 [0.78, 0.82]; 0.70 is apart
+    rank = page.locator(f"{ROWS} td.rank").nth(1)
+    assert rank.inner_text() == "2\u2248" and rank.get_attribute("title").startswith("not separable from #1")
+    assert page.locator(f"{ROWS} td.mean").first.get_attribute("title") == "95% interval [0.7800, 0.8200]"
+    assert page.locator(f"{ROWS} td.mean").nth(3).get_attribute("title") == "no interval"
+    page.locator('th[data-sort="acc"]').click()  # id-acc: the same 0.81 with overlapping intervals, but no interval
+    settle(page)
+    assert page.eval_on_selector_all(ROWS, "rows => rows.filter(r => r.dataset.near === '1').length") == 2
+    page.close()
+    assert errors == []
