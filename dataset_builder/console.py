@@ -145,3 +145,11 @@ def _fail(exc: Exception, error: str) -> NoReturn:
     if isinstance(exc, OSError):  # a full disk, a denied permission, a missing folder: the file and the reason
         fail(exc, f"{error}: {describe_os_error(exc)}", 1)
     fail(exc, f"{error}: {one_line(exc)} (set COOD_DEBUG=1 for the traceback)", 1)
+
+
+def plural(count: int, word: str, words: str = "") -> str:
+    """``1 model``, ``12 shards``, ``1,000 images``, ``36 classes``; ``words``: an irregular plural (``entry``,
+    ``entries``)."""
+    if count == 1:
+        return f"{count:,} {word}"
+    return f"{count:,} {words or word + ('es' if word.endswith(('s', 'x', 'ch', 'sh')) else 's')}"

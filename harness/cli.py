@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from dataset_builder.console import make_app, require_torch_extra, run_app
+from dataset_builder.console import make_app, plural, require_torch_extra, run_app
 from dataset_builder.errors import NOTHING_WRITTEN, on_interrupt
 from harness import __version__, bundle, phases
 from harness.config import SUBMIT_DEFAULTS as DEFAULTS
@@ -16,7 +16,6 @@ from harness.config import Limits, config_from_options
 from harness.errors import HarnessError
 from harness.method.severity import SEVERITY_RULES
 from harness.options import check_target
-from harness.phases import plural
 from harness.preflight import check_before_loading
 from harness.zoo import weights_kinds, zoo_usage
 

@@ -8,6 +8,7 @@ import time
 import torch
 
 from dataset_builder.benchmark import Benchmark
+from dataset_builder.console import plural
 from harness import phases
 from harness.adapters import ClassCountMismatch, load_target
 from harness.config import EvalConfig
@@ -17,7 +18,6 @@ from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSE
 from harness.kappas.features import require_exposed
 from harness.kappas.registry import split_request
 from harness.options import is_zoo_target, misplaced_revision, misplaced_weights
-from harness.phases import plural
 from harness.runtime.execution import Execution
 from harness.runtime.inference import KappaSpec, LocalForward, gives_features
 from harness.runtime.isolation import ChildForward, load_isolated

@@ -47,8 +47,3 @@ def shown(enabled: bool) -> Iterator[None]:
     finally:
         log.removeHandler(handler)
         log.setLevel(level)
-
-
-def plural(n: int, word: str) -> str:
-    """``1 shard``, ``12 shards``, ``1,000 images``, ``36 classes``."""
-    return f"{n:,} {word}" + ("" if n == 1 else "es" if word.endswith(("s", "x", "ch", "sh")) else "s")

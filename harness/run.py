@@ -10,6 +10,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
+from dataset_builder.console import plural
 from harness import phases
 from harness.benchmarks import benchmark_before_loading, open_checked
 from harness.config import SUBMIT_DEFAULTS, EvalConfig
@@ -18,7 +19,6 @@ from harness.loading import kappa_specs, kappas_before_loading, load_submission
 from harness.method.evaluation import KappaResult, evaluate_kappa
 from harness.method.scores import SplitScores
 from harness.outputs import Evaluation, check_out, records_of, save
-from harness.phases import plural
 from harness.runtime.distributed import close, init_ranks
 from harness.runtime.execution import auto_device
 from harness.runtime.scoring import Scorer, fit, make_scorer, resolve_run, score_splits, summed_stats

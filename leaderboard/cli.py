@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from dataset_builder.console import make_app, run_app
+from dataset_builder.console import make_app, plural, run_app
 from dataset_builder.errors import on_interrupt
 from leaderboard import (
     __version__,
@@ -131,7 +131,7 @@ def add(
     ids = store.add_files(directory, records, create=create, say=skip)
     added = len(ids) - len(skipped)
     there = f" ({len(skipped)} already there)" if skipped else ""
-    typer.echo(f"added {views.plural(added, 'entry', 'entries')} to {directory}{there}: {', '.join(ids)}")
+    typer.echo(f"added {plural(added, 'entry', 'entries')} to {directory}{there}: {', '.join(ids)}")
 
 
 @app.command("import-paper")
@@ -150,14 +150,12 @@ def import_paper(
     table = store.current_table(directory)
     flagged = table[table["flag"] != ""]
     models = len({r["model"]["name"] for r in records})
-    typer.echo(
-        f"imported {views.plural(len(records), 'entry', 'entries')} ({views.plural(models, 'model')}) into {directory}"
-    )
+    typer.echo(f"imported {plural(len(records), 'entry', 'entries')} ({plural(models, 'model')}) into {directory}")
     if flagged.empty:
         typer.echo("flagged none")
     else:
-        entries = views.plural(len(flagged), "entry", "entries")
-        typer.echo(f"flagged {entries} of {views.plural(flagged['model'].nunique(), 'model')}:")
+        entries = plural(len(flagged), "entry", "entries")
+        typer.echo(f"flagged {entries} of {plural(flagged['model'].nunique(), 'model')}:")
     for row in flagged.itertuples():
         typer.echo(f"  {row.model} / {row.kappa}: {row.flag}")
 
@@ -167,7 +165,7 @@ def release(directory: Path = DIR, note: str = typer.Option("", help="A line for
     """Freeze the current table as the next version (v1, v2, ...)."""
 
     info = releases.release(directory, note)
-    entries = views.plural(info["num_entries"], "entry", "entries")
+    entries = plural(info["num_entries"], "entry", "entries")
     typer.echo(f"released v{info['version']}: {entries}, {len(info['added'])} new")
 
 
@@ -214,7 +212,7 @@ def site(
     """Write a static HTML site (a row per model, filters, charts, downloads, a page per model, the raw records)."""
 
     pages = sites.build_site(_table(directory, version), out, _label(version), board=directory)
-    typer.echo(f"wrote {views.plural(len(pages), 'page')} to {out} (open {out / 'index.html'})")
+    typer.echo(f"wrote {plural(len(pages), 'page')} to {out} (open {out / 'index.html'})")
 
 
 @app.command()
@@ -294,7 +292,7 @@ def list_requests(requests_repo: str = QUEUE, endpoint: str | None = ENDPOINT) -
     """List the queue's requests, oldest first, with their status (and a failure's reason)."""
 
     _, items = requests.list_requests(requests.hub_api(endpoint), requests_repo)
-    typer.echo(f"{requests_repo}: {views.plural(len(items), 'request')}")
+    typer.echo(f"{requests_repo}: {plural(len(items), 'request')}")
     for item in items:
         detail = item.get("reason") or (f"v{item['release']}" if item.get("release") else item.get("worker", ""))
         typer.echo(
@@ -333,7 +331,7 @@ def worker(
         api, requests_repo, directory, evaluator, publish_repo, space or publish_repo, name, log=typer.echo
     ).run(max_requests, poll)
     done = sum(r["status"] == "done" for r in served)
-    typer.echo(f"{name}: served {views.plural(len(served), 'request')}, {done} done, {len(served) - done} failed")
+    typer.echo(f"{name}: served {plural(len(served), 'request')}, {done} done, {len(served) - done} failed")
 
 
 def main() -> None:

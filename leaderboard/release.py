@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from dataset_builder.console import plural
 from dataset_builder.files import fsync_dir, write_atomic
 from leaderboard import jsonio
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import validate_benchmark
 from leaderboard.store import load_config, locked, records_table
 from leaderboard.table import PARQUET, read_table, write_table
-from leaderboard.views import plural
 
 RELEASES = "releases"
 RELEASE_JSON = "release.json"

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dataset_builder.console import plural
 from leaderboard.errors import LeaderboardError
-from leaderboard.views import benchmark_phrase, code_sha256, kappa_names, plural
+from leaderboard.views import benchmark_phrase, code_sha256, kappa_names
 
 DEFAULT_FOCUS = r"^CLIP_(?!finetuned)"  # the paper's zero-shot CLIP models
 DEFAULT_BASELINE = "softmax"

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from dataset_builder.console import plural
 from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import CANONICAL_SEVERITY_RULE
@@ -20,11 +21,6 @@ NOT_SEPARABLE = "\u2248"  # beside a rank: not separable from the entry ranked a
 def _averaged() -> dict:
     """The level metrics the table holds by their mean (the metric registry's), by name."""
     return {m.name: m for m in registered("level") if m.aggregate == "mean"}
-
-
-def plural(count: int, word: str, words: str = "") -> str:
-    """``1 model``, ``2 models``; ``words``: an irregular plural (``entry``, ``entries``)."""
-    return f"{count} {word if count == 1 else words or word + 's'}"
 
 
 def benchmark_phrase(bench: dict) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from filelock import FileLock
 from huggingface_hub import HfApi
 
+from dataset_builder.console import plural
 from dataset_builder.errors import one_line
 from leaderboard import publish as hub
 from leaderboard import release as releases
@@ -25,7 +26,6 @@ from leaderboard import requests as queue
 from leaderboard import store
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import revision
-from leaderboard.views import plural
 
 EVALUATORS = "cood_bench.evaluators"
 TURN_LOCK = ".worker.lock"

@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from dataset_builder.console import plural
 from harness import phases
 from harness.config import EvalConfig
 from harness.errors import HarnessError
@@ -327,7 +328,7 @@ def named(batch: dict) -> str:
     """A batch's shards in a few words, for a one-line error: its first shard, and how many more."""
     paths = list(dict.fromkeys(batch.get("rows", []))) or [batch["shard"]]
     more = len(paths) - 1
-    return paths[0] + (f" (and {phases.plural(more, 'more shard')} in its batch)" if more else "")
+    return paths[0] + (f" (and {plural(more, 'more shard')} in its batch)" if more else "")
 
 
 def score_mixed(

@@ -15,13 +15,13 @@ import torch
 from tqdm import tqdm
 
 from dataset_builder.benchmark import Benchmark
+from dataset_builder.console import plural
 from dataset_builder.embedded import cache_root
 from harness import phases
 from harness.config import EvalConfig
 from harness.errors import HarnessError
 from harness.kappas.fitting import with_fit
 from harness.method.scores import SplitScores
-from harness.phases import plural
 from harness.runtime import interleave
 from harness.runtime.data import Loader, Reading, default_workers, shard_groups
 from harness.runtime.decoded_cache import DecodedCache

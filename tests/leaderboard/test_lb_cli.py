@@ -98,7 +98,7 @@ def test_import_paper_uses_the_shipped_table(tmp_path):
 
     assert (PAPER_TABLE.parent / "PAPER_RESULTS_LICENSE.txt").read_text().count("MIT") >= 1
     out = _run("import-paper", "-d", tmp_path / "p")
-    assert out.splitlines()[0] == f"imported 1848 entries (706 models) into {tmp_path / 'p'}"
+    assert out.splitlines()[0] == f"imported 1,848 entries (706 models) into {tmp_path / 'p'}"
     assert out.splitlines()[1] == "flagged 6 entries of 3 models:"
     assert len(current_table(tmp_path / "p")) == 1848
 

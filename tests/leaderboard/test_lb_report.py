@@ -101,7 +101,7 @@ def test_report_text(table):
     text = report(table)
     assert text.startswith(
         "Leaderboard of imagenet-cood-paper2023 iclr2023 (no manifest: published numbers), 11 severity levels: "
-        "1848 entries, 706 models, 5 kappas."
+        "1,848 entries, 706 models, 5 kappas."
     )
     assert "Flagged and left out below (6 entries, 3 models):" in text
     assert "    1. vit_large_patch16_384_original           max_logit    0.9458  (id-acc 0.8516)" in text

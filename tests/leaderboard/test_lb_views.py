@@ -1,10 +1,11 @@
 import pytest
 
+from dataset_builder.console import plural
 from lb_boards import SUBMISSION
 from lb_records import GLYPHS, record
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_records, current_table
-from leaderboard.views import benchmark_phrase, format_rows, heading, kappa_names, plural, select, sort_column
+from leaderboard.views import benchmark_phrase, format_rows, heading, kappa_names, select, sort_column
 
 
 @pytest.fixture
