@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
+import operator
 import re
 import shutil
 from importlib import resources
@@ -139,7 +141,8 @@ def build_site(
     env = Environment(loader=PackageLoader("leaderboard", "templates"), autoescape=select_autoescape(default=True))
     env.globals["fmt"] = _fmt
     bounds = {m.name: m.bounds for m in registered("level") if m.bounds}  # the level metrics with an interval
-    env.globals["ci"] = functools.partial(_interval, entry_keys=set(interval_keys()), level_bounds=bounds)
+    env.globals["metric_cells"] = functools.partial(_metric_cells, entry_keys=set(interval_keys()))
+    env.globals["level_rows"] = functools.partial(_level_rows, level_bounds=bounds)
     levels = table_levels(table)
     records = _records(table, board)
     for name in STATIC:
@@ -194,12 +197,12 @@ def build_site(
     pages = [out / "index.html"]
     write_atomic(pages[0], index.encode())
     template = env.get_template("model.html")
-    details = table.set_index("record_file")
+    details = table.set_index("record_file").to_dict("index")  # a dict per row: far faster to read than a Series
     for model in models:
         page = out / "models" / model["p"]
         entries = [
             {
-                **_entry_page(e, details.loc[e["rec"]], records.get(e["rec"]), board, out),
+                **_entry_page(e, details[e["rec"]], records.get(e["rec"]), board, out),
                 "name": short.get(e["k"], e["k"]),
             }
             for e in model["e"]
@@ -249,23 +252,24 @@ def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
     rows = table.sort_values(["model", "mean_ood_auroc", "kappa"], ascending=[True, False, True], kind="stable")
     ends = interval_keys()
     models = []
-    for model, group in rows.groupby("model", sort=False):
-        entries = [_entry(r, levels, ends) for _, r in group.iterrows()]
-        entries.sort(key=lambda e: bool(e["flag"]))  # stable: the best valid entry first
-        params = group["num_parameters"].dropna()
+    # one conversion of the whole table to dicts: reading a dict is far faster than a pandas row or group
+    for model, group in itertools.groupby(rows.to_dict("records"), key=operator.itemgetter("model")):
+        group = list(group)
+        entries = sorted((_entry(r, levels, ends) for r in group), key=lambda e: bool(e["flag"]))  # best valid first
+        params = [r["num_parameters"] for r in group if not pd.isna(r["num_parameters"])]
         models.append(
             {
                 "m": model,
                 "f": family(model),
                 "p": page_name(model),
-                "n": int(params.iloc[0]) if len(params) else None,
+                "n": int(params[0]) if params else None,
                 "e": entries,
             }
         )
     return models
 
 
-def _entry(r: pd.Series, levels: list[str], ends: dict[str, tuple[str, str]]) -> dict:
+def _entry(r: dict, levels: list[str], ends: dict[str, tuple[str, str]]) -> dict:
     """An entry of the index's data; ``ends``: :func:`interval_keys`."""
     return {
         "k": r["kappa"],
@@ -300,21 +304,42 @@ def _bars(levels: list[dict], ends: tuple[str, str] | None) -> dict:
 NO_INTERVAL = Markup(' <span class="ci none">no interval</span>')
 
 
-def _interval(item: dict, key: str, entry_keys: set[str], level_bounds: dict[str, tuple[str, str]]) -> Markup:
-    """What a page shows beside a metric of ``item`` (an entry, or a record's level): its interval ``[low, high]``,
-    ``no interval`` where the metric has one but the item has none (published numbers, a record made before
+def _metric_cells(entry: dict, metrics: list[tuple[str, str]], entry_keys: set[str]) -> Markup:
+    """An entry's cells in a model page's metrics table: each metric with, beside it, its interval ``[low, high]``,
+    ``no interval`` where the metric has one but the entry has none (published numbers, a record made before
     intervals), nothing for a metric without intervals or a missing value. ``entry_keys``: the entry keys with an
-    interval (:func:`interval_keys`); ``level_bounds``: the level metrics' interval ends by metric."""
-    if "ci" in item:  # an entry
-        declared, ends = key in entry_keys, item["ci"].get(key)
-    else:  # a level of a record
-        declared = key in level_bounds
-        ends = [item.get(end) for end in level_bounds[key]] if declared else None
-    if not declared or item.get(key) is None:
-        return Markup("")
-    if not ends or None in ends:
-        return NO_INTERVAL
-    return Markup(f' <span class="ci">[{_fmt(float(ends[0]))}, {_fmt(float(ends[1]))}]</span>')  # numbers only
+    interval (:func:`interval_keys`)."""
+    cells = []
+    for key, _ in metrics:  # numbers only (:func:`_fmt`) and markup
+        value = entry.get(key)
+        ci = "" if key not in entry_keys or value is None else _ends_text(*(entry["ci"].get(key) or (None, None)))
+        cells.append(f"<td>{_fmt(value)}{ci}</td>")
+    return Markup("".join(cells))
+
+
+def _level_interval(level: dict, value, ends: tuple[str, str] | None) -> str:
+    """Beside a level's metric ``value``: its interval read from the level's ``ends`` (the metric's interval ends,
+    None for a metric without intervals), as :func:`_metric_cells` shows an entry's."""
+    return "" if ends is None or value is None else _ends_text(level.get(ends[0]), level.get(ends[1]))
+
+
+def _ends_text(low, high) -> str:
+    """``[low, high]``, or ``no interval`` where an end is missing (HTML: numbers only)."""
+    return NO_INTERVAL if low is None or high is None else f' <span class="ci">[{low:.4f}, {high:.4f}]</span>'
+
+
+def _level_rows(entry: dict, level_bounds: dict[str, tuple[str, str]]) -> Markup:
+    """An entry's per-level table body: per level, its number and each metric with its interval. Built here rather
+    than cell by cell in the template: a page of the paper's board holds thousands of cells."""
+    columns = [(key, level_bounds.get(key)) for key, _ in entry["metrics"]]
+    rows = []
+    for level in entry["levels"]:
+        rows.append(f"<tr><td>{int(level['level'])}</td>")
+        for key, ends in columns:  # numbers only (:func:`_fmt`) and markup
+            value = level.get(key)
+            rows.append(f"<td>{_fmt(value)}{_level_interval(level, value, ends)}</td>")
+        rows.append("</tr>")
+    return Markup("".join(rows))
 
 
 def _compact(entry: dict) -> dict:
@@ -335,7 +360,7 @@ def _num(value) -> float | None:
 
 def _fmt(value) -> str:
     """A metric for a page: 4 decimals, an integer as is, ``-`` when missing."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or value != value:  # None or NaN
         return "-"
     return str(value) if isinstance(value, int) else f"{value:.4f}"
 
@@ -364,7 +389,7 @@ def _win_rate_rows(rates: pd.DataFrame, counts: pd.DataFrame, short: dict[str, s
     ]
 
 
-def _entry_page(entry: dict, row: pd.Series, record: dict | None, board, out: Path) -> dict:
+def _entry_page(entry: dict, row: dict, record: dict | None, board, out: Path) -> dict:
     """A model page's view of one entry: its per-level metrics (every one the record has) and per-class drill-down."""
     levels = record["levels"] if record else [{"level": i, "ood_auroc": v} for i, v in enumerate(entry["l"])]
     metrics = [(key, label) for key, label in level_metrics() if any(level.get(key) is not None for level in levels)]
