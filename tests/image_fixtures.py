@@ -189,3 +189,16 @@ def small_imagenet(root: Path, num_val: int, num_ood: int, per_val: int, per_ood
         "val_labels": root / "LOC_val_solution.csv",
         "pool_tar": tar_of(root / "winter21_whole.tar", {t.name: t.read_bytes() for t in sorted(tars.iterdir())}),
     }
+
+
+def small_imagenet_benchmark(root: Path, num_val: int, num_ood: int, per_val: int, per: int, id_classes: int) -> Path:
+    """A benchmark built from :func:`small_imagenet` (its class folders): ``id_classes`` of the ``num_val`` ImageNet-1K
+    classes against the ``num_ood`` ImageNet-21K ones of ``per`` images each, half of each class for testing."""
+    from dataset_builder.imagenet import build_imagenet
+
+    src = small_imagenet(root / "src", num_val=num_val, num_ood=num_ood, per_val=per_val, per_ood=per)
+    build_imagenet(
+        root / "bench", src["pool"], src["val"], id_classes=id_classes, min_images=per, images_per_class=per,
+        test_fraction=0.5, workers=1, progress=False,
+    )  # fmt: skip
+    return root / "bench"

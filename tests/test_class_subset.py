@@ -15,12 +15,11 @@ import pytest
 import torch
 from PIL import Image
 
-from dataset_builder.imagenet import build_imagenet
 from harness.run import evaluate
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward
 from harness.submission import ClassSubset, OutputWidthMismatch, fit_to_classes, load_file
-from image_fixtures import small_imagenet
+from image_fixtures import small_imagenet_benchmark
 from leaderboard.schema import validate_record
 
 WIDE = """import torch
@@ -72,13 +71,7 @@ def test_another_width_is_refused_in_one_line_naming_the_subset():
 @pytest.fixture(scope="module")
 def small_bench(tmp_path_factory):
     """12 of 15 ImageNet-1K classes (5 images each) vs. 130 ImageNet-21K classes (6 each)."""
-    root = tmp_path_factory.mktemp("subset")
-    src = small_imagenet(root / "src", num_val=15, num_ood=130, per_val=5, per_ood=6)
-    build_imagenet(
-        root / "bench", src["pool"], src["val"], id_classes=12, min_images=6, images_per_class=6,
-        test_fraction=0.5, workers=2, progress=False,
-    )  # fmt: skip
-    return root / "bench"
+    return small_imagenet_benchmark(tmp_path_factory.mktemp("subset"), 15, 130, per_val=5, per=6, id_classes=12)
 
 
 def id_images(bench) -> dict[str, Image.Image]:

@@ -14,12 +14,11 @@ import torch
 import torchvision
 from torchvision.models import MobileNet_V3_Small_Weights
 
-from dataset_builder.imagenet import build_imagenet
 from dataset_builder.shards import file_sha256
 from harness.adapters import load_target
 from harness.errors import HarnessError
 from harness.submission import weights_sha256
-from image_fixtures import small_imagenet
+from image_fixtures import small_imagenet_benchmark
 from leaderboard.schema import validate_record
 
 ENTRY = MobileNet_V3_Small_Weights.IMAGENET1K_V1
@@ -49,13 +48,7 @@ def primed(tmp_path_factory):
 @pytest.fixture(scope="module")
 def small_bench(tmp_path_factory):
     """4 of 4 ImageNet-1K classes (6 images each) vs. 24 ImageNet-21K classes (4 each)."""
-    root = tmp_path_factory.mktemp("tv-bench")
-    src = small_imagenet(root / "src", num_val=4, num_ood=24, per_val=6, per_ood=4)
-    build_imagenet(
-        root / "bench", src["pool"], src["val"], id_classes=4, min_images=4, images_per_class=4,
-        test_fraction=0.5, workers=1, progress=False,
-    )  # fmt: skip
-    return root / "bench"
+    return small_imagenet_benchmark(tmp_path_factory.mktemp("tv-bench"), 4, 24, per_val=6, per=4, id_classes=4)
 
 
 def harness(*args, env: dict) -> subprocess.CompletedProcess:
