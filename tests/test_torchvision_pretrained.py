@@ -143,3 +143,30 @@ def test_an_empty_cache_offline_or_unreachable_is_one_line(small_bench, tmp_path
         assert (done.returncode, done.stderr.splitlines()[-1]) == (2, line), done.stderr
         assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
     assert not list(cache.iterdir())  # nothing half-written left in the cache
+
+
+def test_a_server_that_sends_nothing_ends_the_fetch_in_one_line(tmp_path, monkeypatch):
+    """A network that takes the connection and never answers (here a proxy that accepts and stays silent) ends the
+    fetch after the stall timeout rather than hanging the run."""
+    from harness.adapters import torchvision_models
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # the kernel accepts the connection; nobody ever reads or writes
+    proxy = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    for name, value in {"https_proxy": proxy, "HTTPS_PROXY": proxy, "no_proxy": "", "NO_PROXY": ""}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(torchvision_models, "STALL_S", 0.5)
+    try:
+        with pytest.raises(HarnessError) as refused:
+            torchvision_models.fetch(ENTRY)
+    finally:
+        silent.close()
+    assert str(refused.value) == (
+        "torchvision: download.pytorch.org sent nothing for 0.5 s to fetch MobileNet_V3_Small_Weights.IMAGENET1K_V1, "
+        f"and it is not in the torch.hub cache ({tmp_path / 'hub' / 'checkpoints'}): check the network, or give "
+        "--weights"
+    )
+    assert socket.getdefaulttimeout() is None  # the process's default is back
+    assert not list((tmp_path / "hub" / "checkpoints").iterdir())

@@ -4,6 +4,9 @@ weights entry's transform."""
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -14,6 +17,7 @@ from harness.errors import HarnessError
 from harness.submission import Submission
 
 OFFLINE_VALUES = ("1", "ON", "YES", "TRUE")  # huggingface_hub's reading of HF_HUB_OFFLINE
+STALL_S = 60.0  # a download that hears nothing for this long ends (torch.hub's download takes no timeout of its own)
 
 
 def torchvision_weights_entry(name: str, sha: str):
@@ -59,7 +63,7 @@ def fetch(entry) -> Path:
     the prefix its name carries, as ``torch.hub`` checks it); offline (``HF_HUB_OFFLINE``), an unreachable server or a
     file that does not match its name is one line."""
     import os
-    from urllib.error import HTTPError, URLError
+    from urllib.error import HTTPError
 
     from torch.hub import HASH_REGEX, download_url_to_file
 
@@ -74,17 +78,37 @@ def fetch(entry) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     prefix = HASH_REGEX.search(path.name)
     try:  # a temporary file renamed over the path: nothing half-written is left in the cache
-        download_url_to_file(entry.url, str(path), prefix and prefix.group(1), progress=False)
+        with _stall_timeout(STALL_S):
+            download_url_to_file(entry.url, str(path), prefix and prefix.group(1), progress=False)
     except HTTPError as exc:
         raise HarnessError(f"torchvision: {entry.url} answered {exc.code} {exc.reason} for {label}") from exc
-    except (URLError, OSError) as exc:
-        raise HarnessError(
-            f"torchvision: cannot reach {urlparse(entry.url).netloc} to fetch {label}, and it is not in the torch.hub "
-            f"cache ({path.parent}): check the network, or give --weights"
-        ) from exc
+    except OSError as exc:  # URLError too; a stall is a TimeoutError, alone or as a URLError's reason
+        stalled = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
+        raise _unreachable(entry, label, path, stalled) from exc
     except RuntimeError as exc:  # torch.hub's hash check
         raise HarnessError(f"torchvision: the file fetched for {label} does not match its name: {exc}") from exc
     return path
+
+
+def _unreachable(entry, label: str, path: Path, stalled: bool) -> HarnessError:
+    server = urlparse(entry.url).netloc
+    what = f"{server} sent nothing for {STALL_S:g} s" if stalled else f"cannot reach {server}"
+    return HarnessError(
+        f"torchvision: {what} to fetch {label}, and it is not in the torch.hub cache ({path.parent}): check the "
+        "network, or give --weights"
+    )
+
+
+@contextmanager
+def _stall_timeout(seconds: float) -> Iterator[None]:
+    """Sockets opened inside give up after ``seconds`` without a byte (urllib's default timeout, which torch.hub's
+    download uses)."""
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
 
 
 def pretrained(name: str, entry, num_classes: int | None):
