@@ -237,12 +237,13 @@ def kappas(
     defs = [d for d in registry().defs.values() if needs is None or needs in d.needs]
     for line in kappa_table(defs, list(registry().defs.values()), NEEDS):
         typer.echo(line)
-    typer.echo(f"{len(defs)} kappas")
+    typer.echo(plural(len(defs), "kappa"))
 
 
 def kappa_table(defs, every, needs_order, width: int = LISTING_WIDTH) -> list[str]:
     """The listing's lines, none longer than ``width``: name, source, needs and summary (wrapped under itself), then an
-    indented line (wrapped alike) with the parameters and the reference. Columns are as wide as ``every`` needs."""
+    indented line (wrapped alike) with the parameters, whether it reports a probability, and the reference. Columns
+    are as wide as ``every`` needs."""
     name_w = max(len(d.name) for d in every)
     source_w = max(len(d.source) for d in every)
     need = lambda d: "+".join(n for n in needs_order if n in d.needs)  # noqa: E731
@@ -253,7 +254,8 @@ def kappa_table(defs, every, needs_order, width: int = LISTING_WIDTH) -> list[st
         summary = textwrap.wrap(d.summary or "-", width - len(head), break_on_hyphens=False) or ["-"]
         lines += [f"{head}{summary[0]}", *(" " * len(head) + part for part in summary[1:])]
         params = ", ".join(f"{k}={v}" for k, v in d.defaults.items())
-        detail = " -- ".join(filter(None, [params and f"[{params}]", d.reference]))
+        reports = d.probability and "reports a probability (ECE, NLL, Brier)"
+        detail = " -- ".join(filter(None, [params and f"[{params}]", reports, d.reference]))
         if detail:
             lines += textwrap.wrap(
                 detail, width, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False

@@ -89,6 +89,8 @@ def test_the_kappa_listing_fits_in_120_columns():
     assert lines[energy].split()[:4] == ["energy", "paper", "needs", "logits"]
     assert lines[energy].endswith("  T * logsumexp(logits / T)")
     assert lines[energy + 1] == "    [temperature=1.0] -- Galil, Dabbah & El-Yaniv, ICLR 2023"
+    softmax = lines.index(next(line for line in lines if line.startswith("softmax ")))
+    assert lines[softmax + 1] == "    reports a probability (ECE, NLL, Brier) -- Galil, Dabbah & El-Yaniv, ICLR 2023"
 
 
 def test_a_long_summary_wraps_under_itself():
