@@ -143,7 +143,7 @@ def summary_table(results: list[KappaResult], width: int = TABLE_WIDTH) -> str:
     """The per-level table printed at the end of a run: each kappa's ood-auroc and fpr@95 per level under one header
     row of short names (``k1.auroc``, ``k1.fpr95``, ...), its kappas in blocks no wider than ``width`` columns, and a
     legend that names the kappas and the columns; then a few lines per kappa with its summary and ID metrics in [0, 1]
-    (the metric registry's, by label)."""
+    (the metric registry's, by label), each with its 95% interval where it has one."""
     base = {
         "level": [row["level"] for row in results[0].rows],
         "pct": [f"{row['percentile']:.1f}" for row in results[0].rows],
@@ -164,10 +164,20 @@ def summary_table(results: list[KappaResult], width: int = TABLE_WIDTH) -> str:
     out = [lines, *textwrap.wrap(legend, width), ""]
     shown = [m for m in (*registered("summary"), *registered("id")) if m.unit]  # the registry's rates, in order
     for result in results:
-        values = {**summary_metrics(result.rows), **result.id}
-        cells = ("n/a" if values.get(m.name) is None else f"{values[m.name]:.4f}" for m in shown)
-        out += _filled(f"{result.kappa:>12}: ", [f"{m.label} {cell}" for m, cell in zip(shown, cells)], width)
+        values = {**summary_metrics(result.rows), **result.summary_intervals, **result.id}
+        items = [f"{m.label} {_with_interval(values, m)}" for m in shown]
+        out += _filled(f"{result.kappa:>12}: ", items, width)
     return "\n".join(out)
+
+
+def _with_interval(values: dict, metric) -> str:
+    """A metric's value for the terminal, ``n/a`` when it has none, followed by its interval ``[low, high]`` where the
+    run has one."""
+    value = values.get(metric.name)
+    if value is None:
+        return "n/a"
+    ends = [values.get(end) for end in metric.bounds or ()]
+    return f"{value:.4f}" + (f" [{ends[0]:.4f}, {ends[1]:.4f}]" if ends and None not in ends else "")
 
 
 def _filled(head: str, items: list[str], width: int, gap: str = "   ") -> list[str]:

@@ -187,6 +187,14 @@ def test_the_table_of_many_kappas_fits_100_columns_in_blocks_with_a_legend():
     assert all(f"k{i} {name}" in legend for i, name in enumerate(names, 1))
     last = [i for i, line in enumerate(lines) if "a_file_kappa_with_a_long_name:" in line][0]
     assert lines[last].split(": ", 1)[1].startswith("mean ood-auroc 0.8500") and "sac@99 0.5000" in lines[last + 1]
+    bounded = KappaResult(
+        "softmax", None, rows, {**ids, "acc_low": 0.88, "acc_high": 0.92, "auroc_low": None, "auroc_high": None}
+    )
+    bounded.summary_intervals.update(mean_ood_auroc_low=0.8412, mean_ood_auroc_high=0.8583)
+    lines = summary_table([bounded]).splitlines()
+    summary = " ".join(" ".join(lines[[i for i, line in enumerate(lines) if "softmax:" in line][0] :]).split())
+    assert "mean ood-auroc 0.8500 [0.8412, 0.8583] id-acc 0.9000 [0.8800, 0.9200] id-auroc 0.8500 aurc" in summary
+    assert max(map(len, lines)) <= 100
 
 
 BAD_MODELS = {
