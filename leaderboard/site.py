@@ -149,6 +149,8 @@ def build_site(
         write_atomic(out / "static" / name, resources.files("leaderboard").joinpath("static", name).read_bytes())
     _downloads(table, out / "downloads")
     models = _models(table, levels)
+    for entry in (e for model in models for e in model["e"] if e["rec"] in records):  # the index's curves' bars
+        entry.update(_bars(records[entry["rec"]]["levels"], bounds.get(CURVE)))
     first = table.iloc[0] if len(table) else None
     common = {
         "bench": {

@@ -354,7 +354,8 @@
       var shown = state.sel.length ? ticked : view.slice(0, 10);
       $("plot-what").textContent = state.sel.length ? ticked.length + " ticked" : "top " + shown.length + " of the view";
       drawCurves($("curves"), $("legend"), shown.map(function (r) {
-        return { label: label(r), title: r.model.m + " / " + r.e.k, values: r.e.l, href: "models/" + r.model.p };
+        return { label: label(r), title: r.model.m + " / " + r.e.k, values: r.e.l, lo: r.e.lo, hi: r.e.hi,
+          href: "models/" + r.model.p };
       }), data.levels);
       var colors = {};
       shown.forEach(function (r, i) { colors[r.model.m] = PALETTE[i % PALETTE.length]; });

@@ -594,6 +594,8 @@ def test_model_pages_show_error_bars_and_the_index_marks_ranks_not_separable(bro
     assert "no interval" in page.locator("#entries").inner_text()
     page.goto((out / "index.html").as_uri())
     assert shown(page, "model") == ["first", "second", "third", "fourth"]
+    assert page.locator("#curves .errbars").count() == 3  # the top curves' bars: all but the entry without intervals
+    assert page.locator("#curves .errbars line.errbar").count() == 33
     near = page.eval_on_selector_all(ROWS, "rows => rows.map(r => r.dataset.near === '1')")
     assert near == [False, True, False, False]  # 0.79 [0.77, 0.81] overlaps 0.80 [0.78, 0.82]; 0.70 is apart
     rank = page.locator(f"{ROWS} td.rank").nth(1)
