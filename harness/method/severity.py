@@ -35,12 +35,18 @@ class SeverityLevels:
     percentiles: np.ndarray  # (L,) float64, l / (L - 1): the nominal percentile
     starts: np.ndarray  # (L,) int64, window start in the ascending class order
     class_scores: np.ndarray  # (K,) float64
-    window_percentiles: np.ndarray  # (L,) float64, start / (N - 1): the window's real percentile (0 when N = 1)
     rule: str = DEFAULT_RULE  # the window-start rule (SEVERITY_RULES)
 
     @property
     def num_levels(self) -> int:
         return len(self.level_scores)
+
+    @property
+    def window_percentiles(self) -> np.ndarray:
+        """(L,) float64: each window's real percentile among the N windows, ``start / (N - 1)`` (0 when N = 1)."""
+        windows = num_windows(len(self.class_scores), self.classes.shape[1])
+        starts = np.asarray(self.starts, dtype=np.float64)
+        return starts / (windows - 1) if windows > 1 else np.zeros_like(starts)
 
 
 def class_scores(scores: np.ndarray, class_index: np.ndarray, num_classes: int) -> np.ndarray:
@@ -129,12 +135,6 @@ def window_starts(num_windows: int, num_levels: int, rule: str = DEFAULT_RULE) -
     return check_rule(rule).starts(num_windows, num_levels)
 
 
-def window_percentiles(starts: np.ndarray, num_windows: int) -> np.ndarray:
-    """Each window's real percentile among the windows: ``start / (N - 1)``, 0 when there is one window."""
-    starts = np.asarray(starts, dtype=np.float64)
-    return starts / (num_windows - 1) if num_windows > 1 else np.zeros_like(starts)
-
-
 def severity_levels(
     class_score: np.ndarray, window: int, num_levels: int = DEFAULT_NUM_LEVELS, rule: str = DEFAULT_RULE
 ) -> SeverityLevels:
@@ -158,10 +158,9 @@ def severity_levels(
             f"too few OOD classes: {k} OOD classes cannot fill a level of {window} (the number of ID classes)"
         )
     order = np.argsort(s, kind="stable")
-    windows = num_windows(k, window)
-    starts = window_starts(windows, num_levels, rule)
+    starts = window_starts(num_windows(k, window), num_levels, rule)
     classes = np.stack([order[start : start + window] for start in starts])
     # fsum is exactly rounded, so level scores of overlapping sorted windows never decrease.
     level_scores = np.array([math.fsum(s[level]) / window for level in classes])
     percentiles = np.arange(num_levels, dtype=np.float64) / (num_levels - 1)
-    return SeverityLevels(classes, level_scores, percentiles, starts, s, window_percentiles(starts, windows), rule)
+    return SeverityLevels(classes, level_scores, percentiles, starts, s, rule)

@@ -264,7 +264,6 @@ def test_the_harness_per_level_csv_holds_no_formula(tmp_path):
         percentiles=np.linspace(0.0, 1.0, 11),
         starts=np.zeros(11, dtype=np.int64),
         class_scores=np.array([-1.0, -0.5]),
-        window_percentiles=np.zeros(11),
     )
     results = [KappaResult(kappa, levels, base["levels"], base["id"]) for kappa in ("@SUM(1+1)", "softmax")]
     paths = outputs.write_outputs(
