@@ -30,17 +30,13 @@ def number_pool(ood_table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def id_labels(id_ids: list[str]) -> dict[str, int]:
-    """The label of each ID class: its place in the ID class order (the logits' column, as the harness reads it)."""
-    return {cid: i for i, cid in enumerate(id_ids)}
-
-
-def ood_labels(ood_table: pd.DataFrame, num_id: int) -> dict[str, int]:
-    """The label of each OOD candidate (status ``ood`` before the image rules), fixed before any image is read:
-    ``num_id`` + its place among the candidates. It is ``num_id`` + its pool index unless the image rules remove a
-    class; a removed class's label is left unused, so a label never changes meaning."""
+def class_labels(id_ids: list[str], ood_table: pd.DataFrame) -> dict[str, int]:
+    """Every class's label, one label space per benchmark, fixed before any image is read: an ID class's place in the
+    ID class order (the logits' column, as the harness reads it), then an OOD candidate's (status ``ood`` before the
+    image rules) ``len(id_ids)`` + its place among the candidates. That is ``len(id_ids)`` + its pool index unless
+    the image rules remove a class; a removed class's label is left unused, so a label never changes meaning."""
     candidates = ood_table.loc[ood_table["status"] == "ood", "id"]
-    return {cid: num_id + i for i, cid in enumerate(candidates)}
+    return {cid: i for i, cid in enumerate(id_ids)} | {cid: len(id_ids) + i for i, cid in enumerate(candidates)}
 
 
 def with_labels(table: pd.DataFrame, labels: dict[str, int]) -> pd.DataFrame:
@@ -49,11 +45,12 @@ def with_labels(table: pd.DataFrame, labels: dict[str, int]) -> pd.DataFrame:
     return table.assign(label=[labels[cid] if keep else -1 for cid, keep in zip(table["id"], kept)])
 
 
-def write_class_tables(folder: Path, id_table: pd.DataFrame, ood_table: pd.DataFrame) -> None:
-    """``classes/id.parquet`` and ``classes/ood.parquet`` (every OOD candidate, removed ones with their reason)."""
+def write_class_tables(folder: Path, id_table: pd.DataFrame, ood_table: pd.DataFrame, labels: dict[str, int]) -> None:
+    """``classes/id.parquet`` and ``classes/ood.parquet`` (every OOD candidate, removed ones with their reason), each
+    class with its label (:func:`class_labels`)."""
     (folder / "classes").mkdir(parents=True, exist_ok=True)
-    id_table.to_parquet(folder / "classes" / "id.parquet", index=False)
-    ood_table.to_parquet(folder / "classes" / "ood.parquet", index=False)
+    with_labels(id_table, labels).to_parquet(folder / "classes" / "id.parquet", index=False)
+    with_labels(ood_table, labels).to_parquet(folder / "classes" / "ood.parquet", index=False)
 
 
 def class_counts(id_table: pd.DataFrame, ood_table: pd.DataFrame) -> dict:

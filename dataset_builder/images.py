@@ -41,16 +41,7 @@ from tqdm import tqdm
 
 from dataset_builder import faults
 from dataset_builder import manifest as manifest_io
-from dataset_builder.assemble import (
-    class_counts,
-    finish,
-    id_labels,
-    number_pool,
-    ood_labels,
-    partial_of,
-    with_labels,
-    write_class_tables,
-)
+from dataset_builder.assemble import class_counts, class_labels, finish, number_pool, partial_of, write_class_tables
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.files import write_atomic
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
@@ -533,7 +524,7 @@ def build_from_folders(
     }
     partial = _open_partial(root, config, overwrite)
 
-    labels = id_labels(id_ids) | ood_labels(ood_table, len(id_ids))
+    labels = class_labels(id_ids, ood_table)
     blocks = _blocks("id", id_source, id_ids, settings.id_classes_per_shard, labels)
     if fit_source is not None:
         blocks += _blocks("fit", fit_source, id_ids, settings.id_classes_per_shard, labels, id_source)
@@ -566,9 +557,9 @@ def build_from_folders(
     for rule in ("too_few_images", "unreadable_source"):
         removed = ood_table["id"].map(lambda c, rule=rule: c in outcome and outcome[c].get("rule") == rule)
         ood_table.loc[removed, ["status", "rule"]] = ["removed", rule]
-    ood_table = with_labels(number_pool(ood_table), labels)
+    ood_table = number_pool(ood_table)
     _check_pool_left(partial, ood_table, len(in_source), min_ood_classes, settings.min_images)
-    write_class_tables(partial, with_labels(id_table, labels), ood_table)
+    write_class_tables(partial, id_table, ood_table, labels)
 
     skipped = sorted((s for r in ordered for s in r["skipped"]), key=lambda s: (s["class_id"], s["file"]))
     unreadable = sorted((u for r in ordered for u in r.get("unreadable", [])), key=lambda u: u["class_id"])

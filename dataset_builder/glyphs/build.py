@@ -12,12 +12,10 @@ from dataset_builder import manifest as manifest_io
 from dataset_builder.assemble import (
     check_target,
     class_counts,
+    class_labels,
     finish,
-    id_labels,
     number_pool,
-    ood_labels,
     partial_of,
-    with_labels,
     write_class_tables,
 )
 from dataset_builder.glyphs import classes as glyph_classes
@@ -103,8 +101,8 @@ def _write(
     id_table["index"] = [glyph_classes.ID_CHARS.index(c) for c in id_table["char"]]
     id_table = id_table.sort_values("index")[["index", "id", "char", "name"]]
     ood_table = number_pool(table[table["status"] != "id"])
-    labels = id_labels(id_table["id"].tolist()) | ood_labels(ood_table, len(id_table))
-    write_class_tables(partial, with_labels(id_table, labels), with_labels(ood_table, labels))
+    labels = class_labels(id_table["id"].tolist(), ood_table)
+    write_class_tables(partial, id_table, ood_table, labels)
 
     keys = [f"{i:04d}" for i in range(images_per_class)]
     id_tasks = [
