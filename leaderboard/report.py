@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dataset_builder.console import plural
+from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
 from leaderboard.views import benchmark_phrase, code_sha256, kappa_names
 
@@ -25,7 +26,16 @@ DISTILLED = re.compile(
     r"_(?:distilled|dist)(?=_|$)"
 )  # timm's names: deit_base_distilled_patch16_224, xcit_tiny_12_p8_224_dist
 # the ID rankings set beside the C-OOD ranking (mean ood-auroc): table column -> (label, higher is better)
-ID_RANKINGS = {"id_auroc": ("id-auroc", True), "id_aurc": ("aurc", False)}
+ID_RANKED = ("auroc", "aurc")  # the ID metrics (the metric registry's) whose rankings are set beside the C-OOD one
+
+
+def id_rankings() -> dict[str, tuple[str, bool]]:
+    """The ID rankings set beside the C-OOD ranking (mean ood-auroc): table column -> (label, higher is better), as
+    the metric registry declares them."""
+    metrics = {m.name: m for m in registered("id")}
+    return {metrics[n].table_column: (metrics[n].label, metrics[n].higher_is_better) for n in ID_RANKED}
+
+
 COUNTERPARTS = {
     "resnetv2_50x1_bit_distilled": "resnetv2_50x1_bitm"
 }  # BiT R50x1 distilled from a 152x2 teacher vs BiT-M R50x1
@@ -152,10 +162,10 @@ def kendall_tau(x, y) -> float:
 
 def model_rankings(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Per kappa, its models (each by its best entry of that kappa) ranked by mean ood-auroc and by each ID ranking of
-    :data:`ID_RANKINGS` the table holds (1 = best; ties share the best rank; NaN where a model lacks the value), best
+    :func:`id_rankings` the table holds (1 = best; ties share the best rank; NaN where a model lacks the value), best
     C-OOD rank first."""
     entries = valid(table).sort_values(["mean_ood_auroc", "model"], ascending=[False, True], kind="stable")
-    held = {c: higher for c, (_, higher) in ID_RANKINGS.items() if c not in _missing_rankings(table)}
+    held = {c: higher for c, (_, higher) in id_rankings().items() if c not in _missing_rankings(table)}
     out = {}
     for kappa, rows in entries.groupby("kappa", sort=True):
         rows = rows.drop_duplicates("model")
@@ -172,7 +182,7 @@ def ranking_correlations(table: pd.DataFrame) -> pd.DataFrame:
     positive value: the models that rank better on the ID task rank better at C-OOD detection too."""
     rows = []
     for kappa, ranks in model_rankings(table).items():
-        for column in [c for c in ID_RANKINGS if c in ranks.columns]:
+        for column in [c for c in id_rankings() if c in ranks.columns]:
             both = ranks[["ood", column]].dropna()
             enough = len(both) >= MIN_CORRELATED
             rows.append(
@@ -299,7 +309,7 @@ def correlation_lines(table: pd.DataFrame) -> list[str]:
 def _missing_rankings(table: pd.DataFrame) -> list[str]:
     """The ID rankings no valid entry of the table holds (a column absent, or blank in every entry)."""
     entries = valid(table)
-    return [c for c in ID_RANKINGS if c not in entries.columns or entries[c].isna().all()]
+    return [c for c in id_rankings() if c not in entries.columns or entries[c].isna().all()]
 
 
 def ranking_lines(table: pd.DataFrame, top: int = 10) -> list[str]:
@@ -307,11 +317,12 @@ def ranking_lines(table: pd.DataFrame, top: int = 10) -> list[str]:
     they cannot be computed), then the ``top`` models' ranks side by side; the ID rankings the board lacks, in
     words."""
     missing = _missing_rankings(table)
-    shown = {c: label for c, (label, _) in ID_RANKINGS.items() if c not in missing}
-    labels = " and ".join(label for label, _ in ID_RANKINGS.values())
+    rankings = id_rankings()
+    shown = {c: label for c, (label, _) in rankings.items() if c not in missing}
+    labels = " and ".join(label for label, _ in rankings.values())
     out = [f"C-OOD ranking (mean ood-auroc) vs. ID ranking ({labels}) of the models, per kappa (rank 1 = best):"]
     if missing:
-        lacks = ", ".join(f"{ID_RANKINGS[c][0]} ({c})" for c in missing)
+        lacks = ", ".join(f"{rankings[c][0]} ({c})" for c in missing)
         them = "them" if len(missing) > 1 else "it"
         out.append(f"  the board lacks {lacks}: no valid entry holds {them}; not ranked by {them}")
     if not shown:
