@@ -16,7 +16,6 @@ from harness.adapters.weights import ClassCountMismatch, load_weights, read_weig
 from harness.errors import HarnessError
 from harness.submission import Submission
 
-OFFLINE_VALUES = ("1", "ON", "YES", "TRUE")  # huggingface_hub's reading of HF_HUB_OFFLINE
 STALL_S = 60.0  # a download that hears nothing for this long ends (torch.hub's download takes no timeout of its own)
 
 
@@ -62,15 +61,15 @@ def fetch(entry) -> Path:
     """The entry's weights file from torch.hub's cache, downloaded there first when missing (its hash checked against
     the prefix its name carries, as ``torch.hub`` checks it); offline (``HF_HUB_OFFLINE``), an unreachable server or a
     file that does not match its name is one line."""
-    import os
     from urllib.error import HTTPError
 
+    from huggingface_hub import constants
     from torch.hub import HASH_REGEX, download_url_to_file
 
     path, label = cached_file(entry), entry_label(entry)
     if path.is_file():
         return path
-    if os.environ.get("HF_HUB_OFFLINE", "").upper() in OFFLINE_VALUES:
+    if constants.HF_HUB_OFFLINE:  # read as huggingface_hub reads it, as the Hub kinds do
         raise HarnessError(
             f"torchvision: {label} is not in the torch.hub cache ({path.parent}) and HF_HUB_OFFLINE is set: fetch it "
             "once online, or give --weights"
