@@ -212,8 +212,8 @@ def build_site(
         shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
         shown += [(m.table_column, m.label) for m in later_id_metrics()]
         metrics = [(key, label) for key, label in shown if any(e.get(key) is not None for e in entries)]
-        curves = [
-            {"label": e["name"], "title": e["k"], "values": e["l"], **_bars(e["levels"], bounds.get(CURVE))}
+        curves = [  # the error bars the index's data already holds
+            {"label": e["name"], "title": e["k"], "values": e["l"], **{k: e[k] for k in ("lo", "hi") if k in e}}
             for e in entries
         ]
         plot = {"levels": len(levels), "curves": curves}
