@@ -10,7 +10,6 @@ with no maintained Python wrapper, hence ctypes.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import json
@@ -90,19 +89,8 @@ def probe(libc, harness_pid: int, harness_start: str, port: int, bundle: str) ->
     }
 
 
-def lower_priority() -> None:
-    """Yield the CPU to the harness and the run's own sandbox: nice 10 for this process and the threads it starts, and
-    for its session's scheduling group where the kernel groups by session (bubblewrap starts a new session)."""
-    os.nice(10)
-    with contextlib.suppress(OSError):
-        with open("/proc/self/autogroup", "w") as group:
-            group.write("10")
-
-
 def main() -> None:
     setup = json.loads(sys.argv[1])
-    if setup["background"]:
-        lower_priority()
     libc = ctypes.CDLL(None, use_errno=True)
     if os.getuid() == 0:
         drop_root(libc)

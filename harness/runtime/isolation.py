@@ -74,16 +74,13 @@ class ChildForward:
         execution: Execution,
         num_classes: int,
         limits: Limits,
-        background: bool = False,
         subset: ClassSubset | None = None,
     ):
         self.limits, self.num_classes, self.started, self.subset = limits, num_classes, time.monotonic(), subset
         self.path, self.execution, self.features_dim = path, execution, None
         self.waiting: deque[ChildAnswer] = deque()  # batches sent whose answers are not taken yet (:meth:`launch`)
         cuda = execution.device.type == "cuda"
-        self.sandbox = sandbox.take(path, cuda, limits.memory_bytes) or sandbox.Sandbox(
-            path, cuda, limits.memory_bytes, background
-        )
+        self.sandbox = sandbox.take(path, cuda, limits.memory_bytes) or sandbox.Sandbox(path, cuda, limits.memory_bytes)
         try:
             self.isolation = {
                 **self.sandbox.ready(limits.load_timeout_s),
@@ -142,9 +139,10 @@ class ChildForward:
 
     def fresh(self) -> ChildForward:
         """The same file loaded anew in a sandbox of its own, which has seen none of the run's images: the re-check
-        asks it (:mod:`harness.runtime.recheck`), so that a model answering from a memory of what it saw cannot pass.
-        Refused in one line if the folder's files changed since the run began."""
-        other = ChildForward(self.path, self.execution, self.num_classes, self.limits, True, self.subset)
+        asks it once this one has ended (:mod:`harness.runtime.recheck`), so that a model answering from a memory of
+        what it saw, or by asking a process of the run, cannot pass. Refused in one line if the folder's files changed
+        since the run began."""
+        other = ChildForward(self.path, self.execution, self.num_classes, self.limits, self.subset)
         try:
             other.submission()
             if other.sandbox.bundle_sha256 != self.sandbox.bundle_sha256:

@@ -1,20 +1,29 @@
-"""The check that a model answers each image on its own: after the passes, a secret random sample of the images it
-answered is asked again, in fresh random batches of other sizes and other positions, and the logits must agree with
-the first answers within the tolerance of the run's device and dtype.
+"""The check that a model answers each image on its own: after the pass, a secret random sample of the evaluation rows
+(rows the pass scored, and rows of shards the score cache served) is asked again, in fresh random batches, by the file
+loaded anew in a sandbox of its own once the run's sandbox has ended; everything the scores depend on must agree with
+the first answers: the logits, the features, and every kappa's values, those computed in the model's process (the
+file's own, ``odin``, pytorch-ood's gradient detectors) and those computed here from the logits and features.
 
 A model whose answer to an image depends on the other images of its batch (their mean confidence, say, which differs
-between mostly-ID and mostly-OOD batches) or on what it saw before disagrees with itself here, and the run fails with
-one line before any record is written.
+between mostly-ID and mostly-OOD batches), on what it saw before, or on another process still alive disagrees with
+itself here, and the run fails with one line before any record is written (and its score cache entries are dropped).
+
+The tolerance (:class:`Tolerance`) is fixed per device and dtype and the model cannot move it: per compared column, an
+absolute part plus a relative part of the column's spread over the sampled images (its interquartile range and each
+value's distance from its median: a common offset, added to every output, moves neither), plus a few units in the last
+place of the dtype the values were stored in. A kappa whose values a model would inflate to widen its logits'
+tolerance is itself compared on its own spread.
+
+Not compared: the ``seeded`` kappas (MC-dropout's masks are drawn per batch, so another batching draws other masks).
 """
 
 from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,16 +31,43 @@ import torch
 from harness.errors import HarnessError
 from harness.method.scores import SplitScores
 from harness.runtime.execution import Execution
+from harness.runtime.inference import KappaSpec, score_batch_adaptive
 from harness.runtime.interleave import derived
 
-MIN_IMAGES, SHARE, MAX_IMAGES = 256, 0.01, 1024  # re-asked: 1% of the pass, at least 256, at most 1,024
-# the largest difference allowed between two answers to an image, relative to the largest first logit (at least 1):
+MIN_IMAGES, SHARE, MAX_IMAGES = 256, 0.01, 1024  # re-asked: 1% of the rows, at least 256, at most 1,024
+STORED_ULPS = 4  # units in the last place of the stored dtype that two honest answers may differ by
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far two answers to an image may differ, per value: ``absolute`` + ``relative`` x (the column's
+    interquartile range over the sample + the value's distance from the column's median) + ``STORED_ULPS`` units in
+    the last place of the dtype the value was stored in."""
+
+    name: str
+    absolute: float
+    relative: float
+
+    def allowed(self, first: np.ndarray, stored: np.dtype) -> np.ndarray:
+        """The allowed difference of each value of ``first`` (rows by columns, or rows)."""
+        low, middle, high = np.percentile(first, [25, 50, 75], axis=0)
+        spread = (high - low) + np.abs(first - middle)
+        return self.absolute + self.relative * spread + STORED_ULPS * np.finfo(stored).eps * np.abs(first)
+
+    def record(self) -> dict:
+        return {"device": self.name, "absolute": self.absolute, "relative_to_spread": self.relative}
+
+
 # float32 on the CPU sums in another order for another batch size (1e-6 seen); CUDA float32 may use TF32 matrix
-# products; half-precision autocast rounds every layer to 8 (bfloat16) or 11 (float16) bits
-TOLERANCES = {"cpu": 1e-4, "cuda": 1e-3, "autocast": 5e-2}
+# products (10-bit mantissas); half-precision autocast rounds every layer to 8 (bfloat16) or 11 (float16) bits
+TOLERANCES = {
+    "cpu": Tolerance("cpu float32", 1e-5, 1e-4),
+    "cuda": Tolerance("cuda float32", 1e-4, 2e-3),
+    "autocast": Tolerance("autocast", 1e-3, 5e-2),
+}
 
 
-def tolerance(execution: Execution) -> float:
+def tolerance(execution: Execution) -> Tolerance:
     """The tolerance of a run's device and dtype."""
     if execution.amp not in ("none", None):
         return TOLERANCES["autocast"]
@@ -39,36 +75,28 @@ def tolerance(execution: Execution) -> float:
 
 
 def sample_size(total: int) -> int:
-    """How many of a pass's ``total`` images are re-asked."""
+    """How many of ``total`` evaluation rows are re-asked."""
     return min(total, MAX_IMAGES, max(MIN_IMAGES, math.ceil(total * SHARE)))
 
 
 class Asked:
-    """The forward pass the re-check asks: for a sandboxed file, the file loaded anew in a sandbox of its own
-    (:meth:`ChildForward.fresh`), loading in a thread from :meth:`start` on (called once the pass's loader workers are
-    forked: a fork while that thread runs could copy a lock it holds), so that its loading overlaps the pass; else
-    ``forward`` itself (a library model or the caller's own, in this process)."""
+    """The forward pass the re-check asks (:meth:`get`): for a sandboxed file, the file loaded anew in a sandbox of its
+    own (:meth:`ChildForward.fresh`) after the run's sandbox has ended with its every process, so that nothing of the
+    run's is alive beside it; else ``forward`` itself (a library model or the caller's own, in this process)."""
 
     def __init__(self, forward):
-        self.forward, self.pool, self.loading = forward, None, None
-
-    def start(self) -> None:
-        if hasattr(self.forward, "fresh") and self.pool is None:
-            self.pool = ThreadPoolExecutor(1, thread_name_prefix="cood-fresh")
-            self.loading = self.pool.submit(self.forward.fresh)
+        self.forward, self.fresh = forward, None
 
     def get(self):
         if not hasattr(self.forward, "fresh"):
             return self.forward
-        self.start()
-        return self.loading.result()
+        self.forward.close()
+        self.fresh = self.forward.fresh()
+        return self.fresh
 
     def close(self) -> None:
-        """Wait for a fresh sandbox still loading, and end it."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
-            if self.loading.exception() is None:
-                self.loading.result().close()
+        if self.fresh is not None:
+            self.fresh.close()
 
 
 @contextmanager
@@ -81,29 +109,35 @@ def asked(forward) -> Iterator[Asked]:
         answering.close()
 
 
-def _logits(forward, images: torch.Tensor, seed: int) -> np.ndarray:
-    """The model's logits of ``images``, the batch halved on the device's out-of-memory as the pass halves it."""
-    try:
-        return np.asarray(forward(images, seed, []).logits, dtype=np.float64)
-    except torch.cuda.OutOfMemoryError:
-        if len(images) == 1:
-            raise
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    half = len(images) // 2
-    return np.concatenate([_logits(forward, images[:half], seed), _logits(forward, images[half:], derived(seed, 1))])
+@dataclass
+class Kept:
+    """A sampled row's image and label, with the first answer it was given (a part of rows alike)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    first: SplitScores
 
 
 class Recheck:
-    """Keeps the images and first logits of a secret sample of a pass's rows (:meth:`kept`, :meth:`answered`), then
-    re-asks them (:meth:`run`)."""
+    """Draws a secret sample of a pass's rows and of rows the score cache served (:meth:`choose`), keeps their images
+    and first answers as they pass (:meth:`kept`, :meth:`answered`, :meth:`add`), then re-asks them (:meth:`run`)."""
 
-    def __init__(self, total: int, batch_size: int, seed: int, tol: float):
+    def __init__(self, batch_size: int, seed: int, tol: Tolerance, kappas: list[KappaSpec], feature_dtype: str):
         self.rng = random.Random(derived(seed, "recheck"))
-        self.chosen = set(self.rng.sample(range(total), sample_size(total)))
-        self.batch_size, self.seed, self.tol, self.seen = batch_size, seed, tol, 0
-        self.images: list[torch.Tensor] = []
-        self.first: list[np.ndarray] = []
+        self.batch_size, self.seed, self.tol, self.feature_dtype = batch_size, seed, tol, feature_dtype
+        self.kappas = [k for k in kappas if not k.seeded]
+        self.chosen: set[int] = set()
+        self.seen = 0
+        self.parts: list[Kept] = []
+
+    def choose(self, passed: int, served: int) -> int:
+        """Sample the rows to re-ask among ``passed`` rows of the pass and ``served`` rows from the score cache, in
+        proportion; the number of served rows to add (:meth:`add`)."""
+        total = passed + served
+        count = sample_size(total) if total else 0
+        from_pass = round(count * passed / total) if total else 0
+        self.chosen = set(self.rng.sample(range(passed), from_pass))
+        return count - from_pass
 
     def kept(self, batches: Iterator[dict]) -> Iterator[dict]:
         """``batches``, the images of the sampled rows copied aside as they pass (``"recheck"``: their rows)."""
@@ -113,55 +147,94 @@ class Recheck:
                 self.seen += len(batch["keys"])
                 if rows:
                     batch["recheck"] = rows
-                    self.images.append(batch["images"][rows].to("cpu", copy=True))
             yield batch
 
     def answered(self, batch: dict, scored: SplitScores) -> None:
-        """Keep the first logits of a batch's sampled rows."""
+        """Keep the images and first answers of a batch's sampled rows."""
         if "recheck" in batch:
-            self.first.append(np.asarray(scored.logits[batch["recheck"]], dtype=np.float64))
+            rows = batch["recheck"]
+            self.add(batch["images"][rows], batch["labels"][rows], scored.take(np.asarray(rows)))
 
-    def _sizes(self, count: int) -> list[int]:
-        """Fresh batch sizes for ``count`` images: one image alone, then sizes other than the pass's batch size."""
-        low, high = max(2, self.batch_size // 4), max(2, self.batch_size - 1)
-        sizes = [1]
-        while sum(sizes) < count:
-            size = self.rng.randint(low, high)
-            sizes.append(size + 1 if size == self.batch_size else size)
-        return sizes
+    def add(self, images: torch.Tensor, labels: torch.Tensor, first: SplitScores) -> None:
+        """Rows to re-ask, with their first answers (the pass's, or the score cache's)."""
+        self.parts.append(Kept(images.to("cpu", copy=True), labels.to("cpu", copy=True), first))
 
-    def run(self, forward, device: torch.device) -> dict:
-        """Re-ask the sampled images and compare; what the record says of the check. A disagreement is one line."""
-        if not self.images:
+    def pick(self, rows: int, count: int) -> list[int]:
+        """``count`` of ``rows`` served rows, drawn by the re-check's secret generator."""
+        return sorted(self.rng.sample(range(rows), min(count, rows)))
+
+    def run(self, forward, num_classes: int) -> dict:
+        """Re-ask the sampled images and compare every value; what the record says of the check. A disagreement is
+        one line."""
+        if not self.parts:
             return {"recheck_images": 0}
-        start = time.perf_counter()
-        images, first = torch.cat(self.images), np.concatenate(self.first)
-        order = list(range(len(first)))
-        self.rng.shuffle(order)
-        again = np.empty_like(first)
-        batches, at = 0, 0
-        for size in self._sizes(len(order)):
-            rows = order[at : at + size]
-            at += len(rows)
-            if not rows:
-                break
-            again[rows] = _logits(forward, images[rows].to(device), derived(self.seed, "recheck", batches))
-            batches += 1
-        scale = max(1.0, float(np.abs(first).max()))
-        worst = np.abs(again - first).max(axis=1)
-        differ = int(np.sum(worst > self.tol * scale))
+        again, batches = self._again(forward, num_classes)
+        compared, worst, differ = [], 0.0, {}
+        for name, first, second, stored in self._pairs(again):
+            excess = np.abs(second - first) / self.tol.allowed(first, stored)
+            rows = excess.max(axis=1) if excess.ndim == 2 else excess
+            compared.append(name)
+            worst = max(worst, float(rows.max()))
+            for key in self._keys_of(name)[rows > 1].tolist():
+                differ.setdefault(key, name)
+        count = sum(len(part.first) for part in self.parts)
         if differ:
+            what = ", ".join(dict.fromkeys(differ.values()))
             raise HarnessError(
-                f"the model answered {differ} of {len(first)} images it was asked again, in batches of other sizes and "
-                f"positions, otherwise than the first time (largest difference {worst.max():.3g}, allowed "
-                f"{self.tol * scale:.3g}): an answer may depend on its image alone, not on the images beside it or "
-                "on what came before; nothing is written"
+                f"the model answered {len(differ)} of {count} images it was asked again, in other batches by the file "
+                f"loaded anew, otherwise than the first time ({what} beyond the {self.tol.name} tolerance, up to "
+                f"{worst:.3g} times it): an answer may depend on its image alone, not on the images beside it or on "
+                "what came before; nothing is written"
             )
         return {
-            "recheck_images": len(first),
+            "recheck_images": count,
             "recheck_batches": batches,
-            "recheck_max_difference": float(worst.max()),
-            "recheck_tolerance": self.tol * scale,
-            "recheck_s": round(time.perf_counter() - start, 3),
-            "recheck_process": "a fresh sandbox" if hasattr(forward, "fresh") else "the same process",
+            "recheck_compared": compared,
+            "recheck_worst_share": round(worst, 6),
+            "recheck_tolerance": self.tol.record(),
+            "recheck_process": "a fresh sandbox" if hasattr(forward, "sandbox") else "the same process",
         }
+
+    def _again(self, forward, num_classes: int) -> tuple[SplitScores, int]:
+        """Every sampled row asked again, in shuffled batches of the pass's size, sorted by key."""
+        keys = np.concatenate([part.first.keys for part in self.parts])
+        images = torch.cat([part.images for part in self.parts])
+        labels = torch.cat([part.labels for part in self.parts])
+        order = list(range(len(keys)))
+        self.rng.shuffle(order)
+        parts = []
+        for b, at in enumerate(range(0, len(order), self.batch_size)):
+            rows = order[at : at + self.batch_size]
+            batch = {"keys": list(keys[rows]), "images": images[rows], "labels": labels[rows]}
+            batch["seed"] = derived(self.seed, "recheck", b)
+            parts.append(score_batch_adaptive(forward, batch, num_classes, self.kappas, True, self.feature_dtype))
+        return SplitScores.concat(parts), len(parts)
+
+    def _keys_of(self, name: str) -> np.ndarray:
+        return np.concatenate([part.first.keys for part in self.parts if _field(part.first, name) is not None])
+
+    def _pairs(self, again: SplitScores) -> Iterator[tuple[str, np.ndarray, np.ndarray, np.dtype]]:
+        """``(what, first answers, answers again, stored dtype)`` of every value the scores depend on that the first
+        answers hold: logits, features, each kappa's ranking scores and reported values."""
+        names = ["logits", "features"] + [f"{part} of kappa '{k.name}'" for k in self.kappas for part in PARTS]
+        for name in names:
+            firsts = [_field(part.first, name) for part in self.parts]
+            if all(f is None for f in firsts):
+                continue
+            first = np.concatenate([f for f in firsts if f is not None]).astype(np.float64)
+            rows = np.searchsorted(again.keys, self._keys_of(name))
+            second = np.asarray(_field(again, name), dtype=np.float64)[rows]
+            stored = np.dtype(self.feature_dtype if name == "features" else np.float32)
+            yield name, first, second, stored
+
+
+PARTS = ("scores", "values")
+
+
+def _field(scores: SplitScores, name: str) -> np.ndarray | None:
+    """A compared field of ``scores`` by its name in :meth:`Recheck._pairs`, or None where it is not held."""
+    if name in ("logits", "features"):
+        return getattr(scores, name)
+    part, kappa = name.split(" of kappa ")
+    held = scores.scores if part == "scores" else scores.confs
+    return held.get(kappa.strip("'"))

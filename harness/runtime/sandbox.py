@@ -35,8 +35,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
+from dataset_builder.console import plural
 from harness.bundle import Bundle
 from harness.config import PHYSICAL_MEMORY
 from harness.errors import HarnessError, escaped
@@ -366,10 +368,10 @@ def _start_time() -> str:
 class Sandbox:
     """A submission file's sandbox, started: the bundle copied and hashed, the child running, the channel to it.
 
-    :meth:`ready` waits for the child's account of its guards and checks it; :meth:`ask` is one exchange. A sandbox
-    in the ``background`` (the re-check's, which loads while the run goes on) runs at a lower priority."""
+    :meth:`ready` waits for the child's account of its guards and checks it; :meth:`ask` is one exchange. Every
+    sandbox starts alike (the child cannot tell the run's from the re-check's)."""
 
-    def __init__(self, path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY, background: bool = False):
+    def __init__(self, path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY):
         bundle = Bundle.of(path)
         self.key, self.file = (str(Path(path).resolve()), cuda, memory_bytes), bundle.file
         self.budget = Budget(memory_bytes, cuda, root_uid(privileged()))
@@ -385,12 +387,12 @@ class Sandbox:
             self._make_copy_folder()
             self.bundle_sha256, digests = bundle.hash(copy_to=self.copy)
             self.file_sha256 = digests[bundle.file]
-            self._launch(background)
+            self._launch()
         except BaseException:
             self.close()
             raise
 
-    def _launch(self, background: bool) -> None:
+    def _launch(self) -> None:
         ours, theirs = socket.socketpair()
         batches, answers = Arena(what="batch", size=self.budget.share), Arena(what="answer", size=self.budget.share)
         self.channel = Channel(ours, batches, answers)
@@ -405,7 +407,6 @@ class Sandbox:
             "probe_port": self.probe.getsockname()[1],
             "bundle": BUNDLE_MOUNT,
             "limits": self.budget.for_child(),
-            "background": background,
         }
         env = {"OMP_WAIT_POLICY": "PASSIVE"} | {k: os.environ[k] for k in ALLOWED_ENV if k in os.environ}
         env.update(
@@ -532,10 +533,14 @@ class Sandbox:
         return error(f"{what}{': ' + last if last else ''}")
 
     def close(self) -> None:
-        """End the sandbox (its every process dies with it) and remove the bundle's copy."""
+        """End the sandbox and remove the bundle's copy; returns once its every process has ended (the re-check's
+        sandbox loads the file only then: nothing of this one's is left alive beside it)."""
         if self.process is not None and self.process.poll() is None:
+            tree = _tree(self.process.pid)
             self.process.kill()
+            _kill(tree)  # a process bubblewrap started that has not yet asked to die with it
             self.process.wait()
+            _wait_ended(tree)
         if self.channel is not None:
             self.channel.close()
             self.channel = None
@@ -566,6 +571,54 @@ class Sandbox:
         self.budget.remove_cgroups(wait_s=0.5)
         if self.copy is not None:
             shutil.rmtree(self.copy, ignore_errors=True)
+
+
+def _tree(pid: int) -> dict[int, str]:
+    """``pid`` and its every descendant, by pid, with their start times (who each is, should a pid be reused)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None:
+                parents.setdefault(int(stat[1]), []).append(int(entry.name))
+    tree, todo = {}, [pid]
+    while todo:
+        at = todo.pop()
+        stat = _stat(at)
+        if stat is not None:
+            tree[at] = stat[19]
+            todo += parents.get(at, [])
+    return tree
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (state, parent, ...), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _kill(tree: dict[int, str]) -> None:
+    """Kill every process of ``tree`` that is still the one it was."""
+    for pid, start in tree.items():
+        stat = _stat(pid)
+        if stat is not None and stat[19] == start:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _wait_ended(tree: dict[int, str], timeout: float = EXIT_WAIT_S) -> None:
+    """Wait until every process of ``tree`` has ended (gone, a zombie, or its pid another's); one line if one lives."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid, start in tree.items() if (stat := _stat(pid)) and stat[0] != "Z" and stat[19] == start]
+        if not alive:
+            return
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{plural(len(alive), 'process')} of the submission's sandbox outlived it")
+        time.sleep(0.01)
 
 
 _LIVE: set[Sandbox] = set()  # every sandbox whose copy exists: ended on SIGTERM or SIGHUP, and at exit
@@ -603,9 +656,9 @@ def prestart(path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY) 
     """Start a file's sandboxes now, the run's and its re-check's, so that their start-up overlaps the caller's own
     (a small run would otherwise wait for the re-check's at its end); :func:`take` hands them to the run one by one. A
     failure here is left for the run to meet and report."""
-    for at in range(PRESTARTED):
+    for _ in range(PRESTARTED):
         try:
-            sandbox = Sandbox(path, cuda, memory_bytes, background=at > 0)
+            sandbox = Sandbox(path, cuda, memory_bytes)
         except HarnessError:
             return
         _STARTED.setdefault(sandbox.key, []).append(sandbox)

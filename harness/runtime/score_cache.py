@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import io
 import json
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -147,6 +148,10 @@ class ScoreCache:
                 f"cannot write the score cache in {self.folder} ({exc.strerror or exc}); "
                 "the run goes on without caching"
             )
+
+    def drop(self) -> None:
+        """Remove every entry of this run key: a model that failed its re-check leaves none to be served again."""
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def read_entry(path: Path, check: Callable[[dict], None], cache: str, again: str) -> dict[str, np.ndarray] | None:

@@ -5,7 +5,7 @@ runs between loading the model and forming the levels."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -52,12 +52,14 @@ EVAL_SPLITS = ("id_test", "ood_estimation", "ood_test")
 class Plan:
     """A pass's shards sorted out by the score cache: per split, the scores it serves whole (``parts``, to which the
     pass adds what it scores); by path, the shards to score with their split (``todo``) and what the cache has of
-    them (``hits``); the names of the kappas they lack (``needed``)."""
+    them (``hits``); the names of the kappas they lack (``needed``); the shards it serves whole, with all it has of
+    them (``served``: the re-check asks a sample of them again)."""
 
     parts: dict[str, list[SplitScores]]
     todo: dict[str, tuple[str, dict]] = field(default_factory=dict)
     hits: dict[str, SplitScores | None] = field(default_factory=dict)
     needed: set[str] = field(default_factory=set)
+    served: list[tuple[dict, SplitScores]] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -146,6 +148,7 @@ class Scorer:
                 plan.needed |= {k.name for k in missing or []}
             else:
                 plan.parts[split].append(cached.only(names, keep_logits=outputs))
+                plan.served.append((shard, cached))
         return plan
 
     def _bar(self, desc: str, total: int) -> tqdm:
@@ -163,27 +166,30 @@ class Scorer:
     ) -> dict[str, SplitScores]:
         """The scores of ``splits``' ``kappas`` (default: the run's), with ``outputs`` also their logits and features:
         the shards the score cache lacks, of every split at once, through the model in the run's secret order
-        (:mod:`harness.runtime.interleave`); with ``check``, a sample of their images asked again at the end
-        (:mod:`harness.runtime.recheck`, its account in :attr:`recheck`)."""
+        (:mod:`harness.runtime.interleave`); with ``check``, a secret sample of the pass's rows and of the rows the
+        cache served asked again at the end (:mod:`harness.runtime.recheck`, its account in :attr:`recheck`). A
+        failed re-check drops the run's score cache entries."""
         kappas = self.kappas if kappas is None else kappas
         names = [k.name for k in kappas]
         plan = self._plan(splits, kappas, outputs)
         kappas = [k for k in kappas if k.name in plan.needed]
         sizes = {path: shard["num_samples"] for path, (_, shard) in plan.todo.items()}
         seed = derived(self.order_seed, "rank", self.ranks.rank, *splits)
-        recheck = Recheck(sum(sizes.values()) if check else 0, self.config.batch_size, seed, tolerance(self.execution))
+        config = self.config
+        recheck = Recheck(config.batch_size, seed, tolerance(self.execution), self.kappas, config.feature_dtype)
+        served = recheck.choose(sum(sizes.values()), sum(len(s) for _, s in plan.served)) if check else 0
         shards = secret_order([shard for _, shard in plan.todo.values()], seed)
         mixed = self.batches([[shard] for shard in shards], self._labels_of(splits), seed)
         batches = recheck.kept(self._seeded(" + ".join(splits), mixed, seed))
         with (
-            recheck_forward(self.forward if check and sizes else None) as recheck_asks,
+            recheck_forward(self.forward) as recheck_asks,
             closing(mixed),
             closing(batches),
             self._bar(" + ".join(splits), sum(sizes.values())) as bar,
         ):
             for path, scored in score_mixed(
                 self.forward,
-                _then(batches, recheck_asks.start),
+                batches,
                 sizes,
                 len(self.benchmark.id_classes),
                 kappas,
@@ -193,8 +199,49 @@ class Scorer:
             ):
                 self._done(path, scored, plan, names, outputs)
             if check:
-                self.recheck = recheck.run(recheck_asks.get(), self.execution.device)
+                start = time.perf_counter()
+                self._add_served(recheck, plan.served, served, splits)
+                self._rechecked(recheck, recheck_asks, start)
         return {split: self._gathered(split, plan.parts[split]) for split in splits}
+
+    def _add_served(self, recheck: Recheck, served: list[tuple[dict, SplitScores]], count: int, splits) -> None:
+        """Add ``count`` rows of shards the score cache served to the re-check: a few such shards drawn at random,
+        read again for their images, the cache's values their first answers."""
+        if not count:
+            return
+        order = list(range(len(served)))
+        recheck.rng.shuffle(order)
+        chosen, rows = [], 0
+        for at in order:
+            chosen.append(served[at])
+            rows += len(served[at][1])
+            if rows >= count:
+                break
+        picked = set(recheck.pick(rows, count))
+        cached = {shard["path"]: scores for shard, scores in chosen}
+        at = 0
+        for batch in self.batches([[shard] for shard, _ in chosen], self._labels_of(splits)):
+            if "error" in batch:
+                raise HarnessError(batch["error"])
+            mine = [i for i in range(len(batch["keys"])) if at + i in picked]
+            at += len(batch["keys"])
+            if mine:
+                scores = cached[batch["shard"]]
+                first = scores.take(np.searchsorted(scores.keys, np.asarray(batch["keys"])[mine]))
+                recheck.add(batch["images"][mine], batch["labels"][mine], first)
+
+    def _rechecked(self, recheck: Recheck, asks, start: float) -> None:
+        """Re-ask the re-check's sample of the model loaded anew (its cost, from ``start``, the load included); a
+        failure drops the run's score cache entries."""
+        if not recheck.parts:
+            return
+        try:
+            self.recheck = recheck.run(asks.get(), len(self.benchmark.id_classes))
+        except HarnessError:
+            if self.cache is not None:
+                self.cache.drop()
+            raise
+        self.recheck["recheck_s"] = round(time.perf_counter() - start, 3)
 
     def _seeded(self, what: str, mixed: Iterator[dict], seed: int) -> Iterator[dict]:
         """The mixed batches, each with its seed for the seeded kappas; notes how long the first took to come."""
@@ -261,14 +308,6 @@ class Scorer:
             kappas, {k.name: [parts[k.name] for _, parts, _ in everyone] for k in kappas}, labels, self.config.seed
         )
         return labels
-
-
-def _then(batches: Iterator[dict], start: Callable[[], None]) -> Iterator[dict]:
-    """``batches``, calling ``start`` once the first has come (the loader's workers are forked by then)."""
-    for i, batch in enumerate(batches):
-        yield batch
-        if i == 0:
-            start()
 
 
 def cache_cost(cache: ScoreCache, head, images: int) -> str:
@@ -407,12 +446,13 @@ def score_splits(scorer: Scorer) -> tuple[dict[str, SplitScores], dict]:
 
 
 def _recheck_line(check: dict, seconds: float) -> str:
-    """The line that closes the re-check: how many images, how close the answers, what it cost."""
+    """The line that closes the re-check: how many images, what was compared, what it cost."""
     share = check["recheck_s"] / max(seconds - check["recheck_s"], 1e-9)
     return (
         f"re-check: {plural(check['recheck_images'], 'image')} asked again in "
-        f"{plural(check['recheck_batches'], 'batch')} of other sizes, every answer the same within "
-        f"{check['recheck_tolerance']:.2g} ({check['recheck_s']:.1f} s, {share:.1%} of the pass)"
+        f"{plural(check['recheck_batches'], 'batch')} by the file loaded anew, logits, features and "
+        f"{plural(len(check['recheck_compared']) // 2 - 1, 'kappa')} within the {check['recheck_tolerance']['device']} "
+        f"tolerance ({check['recheck_s']:.1f} s, {share:.1%} of the pass)"
     )
 
 

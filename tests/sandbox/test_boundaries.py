@@ -1,6 +1,7 @@
 """The pieces of the boundary on their own: the channel refuses what is not a well-formed message of data, the bundle
 is the file's folder without links, and the queue's worker runs library models only."""
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -152,6 +153,14 @@ def _nice(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
 
+SETUP_PER_SANDBOX = ("channel", "batches", "answers", "probe_port")  # its own descriptors and probe
+
+
+def _setup(pid: int) -> dict:
+    """The setup a sandbox's child was started with: the last argument of its command line."""
+    return json.loads(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[-2])
+
+
 def test_prestarted_sandboxes_are_taken_once_each_and_for_their_device_kind_only(tmp_path):
     from harness.runtime import sandbox
 
@@ -167,9 +176,13 @@ def test_prestarted_sandboxes_are_taken_once_each_and_for_their_device_kind_only
     try:
         assert sandbox.take(path, cuda=False) is None
         assert run.ready(120)["mode"] == "sandbox" and recheck.ready(120)["mode"] == "sandbox"
-        # the re-check's child yields the CPU to the run (its start-up overlaps the harness's); the run's does not
-        assert {_nice(p) for p in _descendants(run.process.pid)} == {0}
-        assert _nice(_descendants(recheck.process.pid)[-1]) == 10
+        # both start alike: the same priority and a setup of the same fields, so a child cannot tell which it is
+        assert {_nice(p) for p in _descendants(run.process.pid) + _descendants(recheck.process.pid)} == {0}
+        setups = [_setup(_descendants(s.process.pid)[-1]) for s in (run, recheck)]
+        assert setups[0].keys() == setups[1].keys() and "background" not in setups[0]
+        assert {k: v for k, v in setups[0].items() if k not in SETUP_PER_SANDBOX} == {
+            k: v for k, v in setups[1].items() if k not in SETUP_PER_SANDBOX
+        }
     finally:
         run.close()
         recheck.close()

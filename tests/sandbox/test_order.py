@@ -70,7 +70,7 @@ class Cheat(cnn.GlyphCNN):
 def probe(logits):
     return np.full(len(logits), float(STATE["batches"]))
 """,
-    # honest in the pass, but answers otherwise once a lone image follows full batches (the re-check's first)
+    # honest in the pass, but answers otherwise once a lone image follows full batches (the old re-check's first)
     "recheck": """
 STATE = {"full": 0, "rechecked": False, "batches": 0}
 class Cheat(cnn.GlyphCNN):
@@ -80,8 +80,19 @@ class Cheat(cnn.GlyphCNN):
         STATE["rechecked"] |= len(x) == 1 and STATE["full"] > 1
         STATE["full"] = max(STATE["full"], len(x))
         return logits * 2 if STATE["rechecked"] else logits
+def probe(logits):  # 1 in a process that has answered a batch (a count would differ between the pass and re-check)
+    return np.full(len(logits), float(STATE["batches"] > 0))
+""",
+    # honest in the first batches of a process (as long as a re-check lasts), then sure of everything
+    "late": """
+STATE = {"batches": 0}
+class Cheat(cnn.GlyphCNN):
+    def forward(self, x):
+        logits = super().forward(x)
+        STATE["batches"] += 1
+        return logits * 10 if STATE["batches"] > 16 else logits
 def probe(logits):
-    return np.full(len(logits), float(STATE["batches"]))
+    return np.full(len(logits), float(STATE["batches"] > 0))
 """,
     # the batch's context, and every image it has seen answered again from memory: a re-check in its own process passes
     "memory": """
@@ -179,7 +190,7 @@ def test_a_model_that_reads_keys_finds_none_and_wins_nothing(tiny_glyphs, tmp_pa
 
 
 @pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("attack", ["order", "context", "memory"])
+@pytest.mark.parametrize("attack", ["order", "context", "memory", "late"])
 def test_a_model_whose_answers_depend_on_more_than_its_image_fails_the_re_check(
     tiny_glyphs, tmp_path, honest_in_batches, attack, where
 ):
@@ -194,12 +205,12 @@ def test_a_model_whose_answers_depend_on_more_than_its_image_fails_the_re_check(
 def test_a_model_that_would_answer_the_re_check_otherwise_is_never_asked_it(
     tiny_glyphs, tmp_path, honest_in_batches, where
 ):
-    """The re-check asks the file loaded anew, which has seen no full batch: the cheat's trigger never fires, and the
-    run's records are the honest ones (its probe counted the pass's batches in the first process)."""
+    """The re-check asks the file loaded anew in batches of the pass's size: the cheat's trigger (a lone image after
+    full batches) never fires, and the run's records are the honest ones (its probe answered in every batch)."""
     run = attacked(hostile_file(tmp_path, "recheck", tiny_glyphs), tiny_glyphs, where)
     assert "records" in run, run.get("error")
-    counts = np.concatenate([np.asarray(v) for v in run["probe"].values()])
-    assert counts.min() >= 1 and counts.max() > 10  # it answered batch after batch
+    answered = np.concatenate([np.asarray(v) for v in run["probe"].values()])
+    assert answered.size and np.all(answered == 1.0)
     records = [r for r in run["records"] if r["kappa"]["name"] != "probe"]
     assert same_scores(records, honest_in_batches)
     assert {r["timings"]["recheck_process"] for r in records} == {"a fresh sandbox"}
