@@ -48,6 +48,18 @@ def tiny_glyphs(tmp_path_factory) -> Path:
     )
 
 
+FIT_PER_CLASS = 30
+
+
+@pytest.fixture(scope="session")
+def fit_glyphs(tmp_path_factory) -> Path:
+    """The tiny glyph benchmark with an ID training split to fit on, built once per session."""
+    return built_once(
+        session_folder(tmp_path_factory) / "fit" / "glyphs",
+        lambda folder: build(folder, progress=False, **{**TINY, "id_train_per_class": FIT_PER_CLASS}),
+    )
+
+
 @pytest.fixture(scope="session")
 def default_glyphs(benchmark_cache) -> Path:
     from dataset_builder.embedded import embedded_benchmark

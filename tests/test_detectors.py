@@ -11,8 +11,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from dataset_builder.glyphs.build import build
-from glyph_fixtures import TINY, load_example
+from glyph_fixtures import FIT_PER_CLASS, load_example
 from harness import __version__
 from harness.errors import HarnessError
 from harness.run import evaluate, submit
@@ -23,16 +22,7 @@ pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leave
 
 CNN = Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py"
 DATA_CONFIG = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "interpolation": "bilinear", "crop_pct": 1.0}
-FIT_PER_CLASS = 30
 EVAL_IMAGES = 36 * 8 + 48 * 24
-
-
-@pytest.fixture(scope="module")
-def fit_glyphs(tmp_path_factory) -> Path:
-    """The tiny glyph benchmark with an ID training split to fit on."""
-    folder = tmp_path_factory.mktemp("fit") / "glyphs"
-    build(folder, progress=False, **{**TINY, "id_train_per_class": FIT_PER_CLASS})
-    return folder
 
 
 def records_in(folder: Path) -> dict:

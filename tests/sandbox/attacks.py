@@ -2,14 +2,18 @@
 when the file is imported or the model built), a sandboxed run, the command line in a subprocess, the comparison with
 the honest run, and a look for processes left behind."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from glyph_fixtures import cnn_variant
-from harness import evaluate
+from harness import HarnessError, evaluate
 
 KAPPAS = ["softmax", "energy"]
 MIXED = r"shard \S+\.tar \(and \d+ more shards in its batch\): "  # a failing batch, of rows of many shards
@@ -17,6 +21,83 @@ ORDER_SEED = 1  # one secret order for the honest and the hostile runs: the same
 NOT_COMPARED = ("created", "timings", "order_seed")
 USERS = {"root": (), "user_namespace": ("unshare", "-r")}  # the harness as root, and as root of a user namespace
 QUICK = ("--quiet", "--no-cache", "--workers", "0")  # a run with nothing printed or kept, its images read in one thread
+
+
+BATCH = 16  # the tiny benchmark in many batches
+PROBE = """
+import harness.runtime.channel as channel
+SEEN = []  # the body of every batch message, as the child's end of the channel receives it
+_receive = channel.Channel.receive
+def receive(self, timeout=None):
+    kind, body = _receive(self, timeout)
+    if kind == "batch":
+        SEEN.append(body)
+    return kind, body
+channel.Channel.receive = receive
+"""
+
+
+def hostile_file(folder, attack: str, benchmark, name: str = "cheat") -> str:
+    """The example CNN's weights behind an attack's forward (``attack``: source defining ``Cheat`` and ``probe``, and
+    maybe more ``KAPPAS``), named as the honest model, with the probe kappa; the ID classes' ids are in
+    ``id_classes.txt`` beside it."""
+    (folder / "id_classes.txt").write_text("\n".join(_id_classes(benchmark)))
+    body = (
+        PROBE
+        + "KAPPAS = {}\n"
+        + attack
+        + ("KAPPAS['probe'] = probe\nNAME = 'glyph_cnn'\ndef build_model():\n    return variant(Cheat)\n")
+    )
+    return str(cnn_variant(folder / f"{name}.py", body))
+
+
+def _id_classes(benchmark) -> list[str]:
+    import pandas as pd
+
+    return pd.read_parquet(benchmark / "classes" / "id.parquet")["id"].tolist()
+
+
+RUN = """
+import json, sys
+from harness import HarnessError, evaluate
+path, benchmark, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+try:
+    run = evaluate(path, benchmark=benchmark, progress=False, **options)
+except HarnessError as exc:
+    print(json.dumps({"error": str(exc)}))
+else:
+    probe = {split: scores.scores["probe"].tolist() for split, scores in run.scores.items()}
+    print(json.dumps({"records": run.records, "probe": probe}))
+"""
+
+
+def user_namespaces() -> bool:
+    return bool(shutil.which("unshare")) and subprocess.run(["unshare", "-r", "true"]).returncode == 0
+
+
+def attacked(path: str, benchmark, where: str, kappas: tuple[str, ...] = (), **options) -> dict:
+    """The run's records and the probe's values per split, or its one-line error, as root or as root of a user
+    namespace (a subprocess under ``unshare -r``): ``KAPPAS``, ``kappas`` and the probe, in batches of ``BATCH``, in
+    the secret order of ``ORDER_SEED`` unless ``options`` say otherwise."""
+    options = {"kappas": [*KAPPAS, *kappas, "probe"], "batch_size": BATCH, "order_seed": ORDER_SEED, **options}
+    if where == "root":
+        try:
+            run = evaluate(path, benchmark=benchmark, progress=False, **options)
+        except HarnessError as exc:
+            return {"error": str(exc)}
+        return {"records": run.records, "probe": {s: v.scores["probe"].tolist() for s, v in run.scores.items()}}
+    done = subprocess.run(
+        ["unshare", "-r", sys.executable, "-c", RUN, path, str(benchmark), json.dumps(options, default=str)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+WHERE = ["root", pytest.param("user namespace", marks=pytest.mark.skipif(not user_namespaces(), reason="no userns"))]
 
 
 def hostile(folder: Path, attack: str, name: str = "'glyph_cnn'") -> Path:

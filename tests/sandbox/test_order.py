@@ -3,33 +3,15 @@ splits' order, or at the other images of their batch, run sandboxed as root and 
 nothing. Each proves it ran through ``probe``, a kappa of its own computed in its process: its per-sample values say
 what it saw."""
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
-from attacks import KAPPAS, ORDER_SEED, same_scores
+from attacks import BATCH, KAPPAS, ORDER_SEED, WHERE, attacked, hostile_file, same_scores
 from glyph_fixtures import cnn_variant
-from harness import HarnessError, evaluate
+from harness import evaluate
 
 pytestmark = pytest.mark.slow
 
-BATCH = 16  # the tiny benchmark in many batches
-PROBE = """
-import harness.runtime.channel as channel
-SEEN = []  # the body of every batch message, as the child's end of the channel receives it
-_receive = channel.Channel.receive
-def receive(self, timeout=None):
-    kind, body = _receive(self, timeout)
-    if kind == "batch":
-        SEEN.append(body)
-    return kind, body
-channel.Channel.receive = receive
-"""
 ATTACKS = {
     # the keys (class id, file stem) the batch messages used to carry: certain of the right class for ID, unsure else
     "keys": """
@@ -109,66 +91,6 @@ def probe(logits):
 }
 
 
-def hostile_file(folder, attack: str, benchmark) -> str:
-    """The example CNN's weights behind an attack's forward, named as the honest model, with the probe kappa."""
-    (folder / "id_classes.txt").write_text("\n".join(_id_classes(benchmark)))
-    body = (
-        PROBE
-        + ATTACKS[attack]
-        + ("KAPPAS = {'probe': probe}\nNAME = 'glyph_cnn'\ndef build_model():\n    return variant(Cheat)\n")
-    )
-    return str(cnn_variant(folder / f"{attack}.py", body))
-
-
-def _id_classes(benchmark) -> list[str]:
-    import pandas as pd
-
-    return pd.read_parquet(benchmark / "classes" / "id.parquet")["id"].tolist()
-
-
-RUN = """
-import json, sys
-from harness import HarnessError, evaluate
-path, benchmark, kappas, batch, seed = sys.argv[1:6]
-kappas, batch, seed = kappas.split(","), int(batch), int(seed)
-try:
-    run = evaluate(path, benchmark=benchmark, kappas=kappas, batch_size=batch, order_seed=seed, progress=False)
-except HarnessError as exc:
-    print(json.dumps({"error": str(exc)}))
-else:
-    probe = {split: scores.scores["probe"].tolist() for split, scores in run.scores.items()}
-    print(json.dumps({"records": run.records, "probe": probe}))
-"""
-
-
-def user_namespaces() -> bool:
-    return bool(shutil.which("unshare")) and subprocess.run(["unshare", "-r", "true"]).returncode == 0
-
-
-def attacked(path: str, benchmark, where: str) -> dict:
-    """The run's records and the probe's values per split, or its one-line error, as root or as root of a user
-    namespace (a subprocess under ``unshare -r``)."""
-    kappas = [*KAPPAS, "probe"]
-    if where == "root":
-        try:
-            run = evaluate(
-                path, benchmark=benchmark, kappas=kappas, batch_size=BATCH, order_seed=ORDER_SEED, progress=False
-            )
-        except HarnessError as exc:
-            return {"error": str(exc)}
-        return {"records": run.records, "probe": {s: v.scores["probe"].tolist() for s, v in run.scores.items()}}
-    args = [path, str(benchmark), ",".join(kappas), str(BATCH), str(ORDER_SEED)]
-    done = subprocess.run(
-        ["unshare", "-r", sys.executable, "-c", RUN, *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def honest_in_batches(tiny_glyphs, tmp_path_factory):
     path = cnn_variant(tmp_path_factory.mktemp("honest") / "honest.py", "build_model = cnn.build_model\n")
@@ -177,12 +99,9 @@ def honest_in_batches(tiny_glyphs, tmp_path_factory):
     ).records
 
 
-WHERE = ["root", pytest.param("user namespace", marks=pytest.mark.skipif(not user_namespaces(), reason="no userns"))]
-
-
 @pytest.mark.parametrize("where", WHERE)
 def test_a_model_that_reads_keys_finds_none_and_wins_nothing(tiny_glyphs, tmp_path, honest_in_batches, where):
-    run = attacked(hostile_file(tmp_path, "keys", tiny_glyphs), tiny_glyphs, where)
+    run = attacked(hostile_file(tmp_path, ATTACKS["keys"], tiny_glyphs), tiny_glyphs, where)
     probed = np.concatenate([np.asarray(v) for v in run["probe"].values()])
     assert probed.size and np.all(probed == 1.0)  # it read every batch message: pixels, a seed, the kappas
     records = [r for r in run["records"] if r["kappa"]["name"] != "probe"]
@@ -194,7 +113,7 @@ def test_a_model_that_reads_keys_finds_none_and_wins_nothing(tiny_glyphs, tmp_pa
 def test_a_model_whose_answers_depend_on_more_than_its_image_fails_the_re_check(
     tiny_glyphs, tmp_path, honest_in_batches, attack, where
 ):
-    run = attacked(hostile_file(tmp_path, attack, tiny_glyphs), tiny_glyphs, where)
+    run = attacked(hostile_file(tmp_path, ATTACKS[attack], tiny_glyphs), tiny_glyphs, where)
     assert "records" not in run, "the attack went unnoticed"
     assert run["error"].startswith("the model answered ") and "asked again" in run["error"], run["error"]
     assert "\n" not in run["error"]
@@ -207,7 +126,7 @@ def test_a_model_that_would_answer_the_re_check_otherwise_is_never_asked_it(
 ):
     """The re-check asks the file loaded anew in batches of the pass's size: the cheat's trigger (a lone image after
     full batches) never fires, and the run's records are the honest ones (its probe answered in every batch)."""
-    run = attacked(hostile_file(tmp_path, "recheck", tiny_glyphs), tiny_glyphs, where)
+    run = attacked(hostile_file(tmp_path, ATTACKS["recheck"], tiny_glyphs), tiny_glyphs, where)
     assert "records" in run, run.get("error")
     answered = np.concatenate([np.asarray(v) for v in run["probe"].values()])
     assert answered.size and np.all(answered == 1.0)
