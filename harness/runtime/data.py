@@ -1,15 +1,15 @@
 """Streaming benchmark shards for the model.
 
 The evaluation passes read every split's shards together in the run's secret order: each reader (a DataLoader worker
-that lives across a run's passes, :class:`Loader`, or a background thread when there are none) merges its shards a few
-at once (:func:`harness.runtime.interleave.merged`), and the consumer mixes their chunks into batches
-(:class:`harness.runtime.interleave.Mixer`). The fit split's layer pass reads a split's shards in manifest order, packed
-into groups that fill a batch (:func:`shard_groups`). Under torchrun the caller divides the shards among ranks. Each
-shard is fetched (a Hub shard is downloaded on first use), checked against the manifest's size and sha256, and decoded
-by the run's decoder (:mod:`harness.runtime.decoding`) in the readers, or in this process for a GPU decoder, on a CUDA
-stream of its own (:class:`DecodeLane`). A sample's class is its ``json.class_id``, in benchmarks of every format (the
-``cls`` label of format 2 is for ``datasets`` and timm; the harness labels classes itself), so those built before
-format 2 read as before."""
+that lives across a run's passes, :class:`Loader`, or a background thread when there are none) mixes its shards row by
+row, a few shards of each split open at once (:func:`harness.runtime.interleave.merged`), and the consumer mixes the
+readers' chunks into batches (:class:`harness.runtime.interleave.Mixer`). The fit split's layer pass reads a split's
+shards in manifest order, packed into groups that fill a batch (:func:`shard_groups`). Under torchrun the caller
+divides the shards among ranks. Each shard is fetched (a Hub shard is downloaded on first use), checked against the
+manifest's size and sha256, and decoded by the run's decoder (:mod:`harness.runtime.decoding`) in the readers, or in
+this process for a GPU decoder, on a CUDA stream of its own (:class:`DecodeLane`). A sample's class is its
+``json.class_id``, in benchmarks of every format (the ``cls`` label of format 2 is for ``datasets`` and timm; the
+harness labels classes itself), so those built before format 2 read as before."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from dataset_builder.shards import read_shard
 from harness.config import EvalConfig
 from harness.runtime.decoded_cache import MAX_ENTRY_BYTES, DecodedCache
 from harness.runtime.decoding import joined
-from harness.runtime.interleave import Mixer, derived, merged
+from harness.runtime.interleave import READ_ROWS, Mixer, derived, merged
 
 
 def _collate(shard: str, examples: list, decode: Callable | None, field: str) -> dict:
@@ -66,7 +66,8 @@ class ShardStream(torch.utils.data.IterableDataset):
     images' bytes, ``"data"``, when ``decode`` is None, and their uint8 model inputs before normalising, ``"pixels"``,
     for a decoder with ``pixels`` (the consumer normalises them: see :class:`Loader`). With a ``decoded`` cache
     (:mod:`harness.runtime.decoded_cache`, for such a decoder), a shard decoded before is read from it, and one decoded
-    now is kept in it."""
+    now is kept in it. Read merged (an ``order_seed``), a chunk holds rows of many shards, each row's under
+    ``"rows"``."""
 
     def __init__(
         self,
@@ -110,15 +111,15 @@ class ShardStream(torch.utils.data.IterableDataset):
         self._class_ids[record] = json.loads(record)["class_id"]
         return self._class_ids[record]
 
-    def _kept(self, shard: dict, arrays: dict) -> Iterator[dict]:
-        """A shard's batches from its decoded images."""
+    def _kept(self, shard: dict, arrays: dict, rows: int) -> Iterator[dict]:
+        """A shard's chunks of ``rows`` from its decoded images."""
         keys, labels, pixels = (
             list(arrays["keys"]),
             torch.from_numpy(arrays["labels"]),
             torch.from_numpy(arrays["images"]),
         )
-        for start in range(0, len(keys), self.batch_size):
-            part = slice(start, start + self.batch_size)
+        for start in range(0, len(keys), rows):
+            part = slice(start, start + rows)
             yield {
                 "shard": shard["path"],
                 "shards": [(shard["path"], len(keys[part]))],
@@ -144,37 +145,46 @@ class ShardStream(torch.utils.data.IterableDataset):
                 joined([p[2] for p in parts]).numpy(),
             )
 
-    def _batches(self, shard: dict) -> Iterator[dict]:
-        """A shard's batches (through the decoded cache when there is one); raises BenchmarkError."""
+    def _batches(self, shard: dict, rows: int | None = None) -> Iterator[dict]:
+        """A shard's batches, or chunks of ``rows`` (through the decoded cache when there is one); raises
+        BenchmarkError."""
+        rows = rows or self.batch_size
         kept = self.decoded.load(shard) if self.decoded is not None else None
         if kept is not None:
-            yield from self._kept(shard, kept)
+            yield from self._kept(shard, kept, rows)
             return
         path = self.benchmark.shard_path(shard)
         self.benchmark.check_shard(shard, path, deep=self.verify)
         examples = (self._example(shard, sample) for sample in read_shard(path))
-        batches = (
-            _collate(shard["path"], chunk, self.decode_into, self.field) for chunk in _chunks(examples, self.batch_size)
-        )
+        batches = (_collate(shard["path"], chunk, self.decode_into, self.field) for chunk in _chunks(examples, rows))
         yield from self._keeping(shard, batches) if self.decoded is not None else batches
 
-    def _guarded(self, shard: dict) -> Iterator[dict]:
-        """A shard's batches, ending in an error batch where it is missing, corrupt or unreadable."""
+    def _guarded(self, shard: dict, rows: int) -> Iterator[dict]:
+        """A shard's chunks of ``rows``, ending in an error chunk where it is missing, corrupt or unreadable."""
         try:
-            yield from self._batches(shard)
+            yield from self._batches(shard, rows)
         except BenchmarkError as exc:
             yield {"shard": shard["path"], "error": str(exc)}
 
-    def _merged(self, shards: list[dict], reader: int) -> Iterator[dict]:
-        """The chunks of ``shards`` read a few at once in the run's secret order (:func:`interleave.merged`)."""
-        opened = [(shard["num_samples"], lambda shard=shard: self._guarded(shard)) for shard in shards]
-        return merged(opened, derived(self.order_seed, "reader", reader))
+    def _merged(self, shards: list[dict], reader: int, chunks: int) -> Iterator[dict]:
+        """The rows of ``shards`` mixed row by row in the run's secret order (:func:`interleave.merged`; each split a
+        lane), in ``chunks`` chunks; each shard is read ``READ_ROWS`` rows at a time."""
+        opened = [
+            (shard.get("split", ""), shard["num_samples"], lambda shard=shard: self._guarded(shard, READ_ROWS))
+            for shard in shards
+        ]
+        return merged(opened, derived(self.order_seed, "reader", reader), self.batch_size, chunks)
 
-    def __iter__(self) -> Iterator[dict]:
-        worker = torch.utils.data.get_worker_info()
-        mine = self.groups if worker is None else self.groups[worker.id :: worker.num_workers]
+    def read(self, reader: int, readers: int) -> Iterator[dict]:
+        """The chunks of reader ``reader`` of ``readers``: its share of the groups (every ``readers``-th). Merged
+        (with an ``order_seed``), every reader's rows go out in as many chunks as the largest share needs, so that
+        readers read in turn (as a DataLoader's workers are) end together and each stretch of the pass holds their
+        rows in proportion to their shares."""
+        mine = self.groups[reader::readers]
         if self.order_seed is not None:
-            yield from self._merged([shard for group in mine for shard in group], 0 if worker is None else worker.id)
+            rows = [sum(s["num_samples"] for group in self.groups[r::readers] for s in group) for r in range(readers)]
+            chunks = max(-(-n // self.batch_size) for n in rows)
+            yield from self._merged([shard for group in mine for shard in group], reader, chunks)
             return
         for group in mine:
             shard = group[0]
@@ -189,6 +199,10 @@ class ShardStream(torch.utils.data.IterableDataset):
             except BenchmarkError as exc:
                 yield {"shard": shard["path"], "error": str(exc)}
                 return
+
+    def __iter__(self) -> Iterator[dict]:
+        worker = torch.utils.data.get_worker_info()
+        return self.read(0, 1) if worker is None else self.read(worker.id, worker.num_workers)
 
 
 def _joined(parts: list[dict]) -> dict:
@@ -391,8 +405,8 @@ class Loader:
         self, groups: list[list[dict]], label_of: dict[str, int], order_seed: int | None = None
     ) -> Iterator[dict]:
         """The batches of one pass over ``groups`` (see :class:`ShardStream`); close the iterator to stop early. With
-        an ``order_seed``, each reader's shards are read merged in the run's secret order (chunks of one shard each,
-        which :class:`harness.runtime.interleave.Mixer` mixes into batches)."""
+        an ``order_seed``, each reader's shards are mixed row by row in the run's secret order (chunks of rows of many
+        shards, which :class:`harness.runtime.interleave.Mixer` mixes into batches)."""
         if not groups:
             return (batch for batch in ())  # a generator: the caller may close it
         mixed = Mixer(self.stream.batch_size, order_seed).batches if order_seed is not None else iter
