@@ -29,6 +29,7 @@ REQUESTS = {
     "nacue": "nacue:layers=features.1,features.2",
     "mc_dropout": "mc_dropout:passes=2",
 }
+SEEDS = np.arange(len(EVAL_CHARS) * PER_SHARD, dtype=np.int64) * 7919 + 11  # each evaluation image's own seed
 
 
 def glyphs(chars: str, per_char: int, split: str) -> torch.Tensor:
@@ -66,12 +67,12 @@ def glyph_split():
     model.eval()
     forward = LocalForward(model, Execution(torch.device("cpu"), "none", False, False), 36)
     fit_x, x = glyphs(ID_CHARS, FIT_PER_CLASS, "fit"), glyphs(EVAL_CHARS, PER_SHARD, "eval")
-    fit = forward(fit_x, 0, [])
+    fit = forward(fit_x, np.zeros(len(fit_x), np.int64), [])
     labels = np.repeat(np.arange(36), FIT_PER_CLASS)
     fit_data = SplitScores(
         np.arange(len(fit_x)).astype(str), labels, fit.logits.argmax(1), {}, {}, fit.logits, fit.features
     )
-    out = forward(x, 0, [])
+    out = forward(x, SEEDS, [])
     return model, forward, fit_x, fit_data, x, out.logits, out.features
 
 
@@ -98,7 +99,7 @@ def scored(spec, glyph_split, groups: list[np.ndarray]) -> np.ndarray:
     out = np.empty(len(x))
     for idx in groups:
         if spec.in_model:  # its own passes through the model, beside the forward pass
-            out[idx] = forward(x[idx], int(idx[0]), [spec]).scores[spec.name]
+            out[idx] = forward(x[idx], SEEDS[idx], [spec]).scores[spec.name]
         else:  # from one pass's outputs, as a batch's or a cached shard's
             out[idx] = kappa_scores(logits[idx], features[idx], forward.head, [spec])[0][spec.name]
     return out
@@ -111,17 +112,18 @@ def test_every_kappa_scores_a_sample_alone(name, glyph_split):
     runs = {how: scored(spec, glyph_split, groups) for how, groups in groupings.items()}
     whole = runs.pop("whole")
     assert np.all(np.isfinite(whole)) and np.ptp(whole) > 0
-    if spec.seeded:  # declared: its dropout masks are drawn per batch (the harness fixes batches by manifest and size)
-        assert all(not np.array_equal(run, whole) for run in runs.values())
-        return
     # float32 passes and matrix products may sum in another order for another batch size (a single row takes
     # another BLAS kernel): the same value to float32 rounding, far below any difference between samples
     for how, run in runs.items():
         np.testing.assert_allclose(run, whole, rtol=1e-5, atol=1e-5 * np.abs(whole).max(), err_msg=f"{name}, {how}")
 
 
-def test_only_mc_dropout_declares_a_batch_dependence():
+def test_only_mc_dropout_draws_from_its_images_seeds_and_another_seed_draws_otherwise(glyph_split):
     assert sorted(name for name, kdef in registry().defs.items() if kdef.seeded) == ["mc_dropout"]
+    spec = fitted(REQUESTS["mc_dropout"], glyph_split)
+    _, forward, _, _, x, _, _ = glyph_split
+    first, other = (forward(x[:64], seeds[:64], [spec]).scores[spec.name] for seeds in (SEEDS, SEEDS + 1))
+    assert np.all(np.abs(first - other) > 0)  # other masks for every image
 
 
 def test_openmax_is_pytorch_oods_with_every_distance_whatever_the_batch(glyph_split):

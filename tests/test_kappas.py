@@ -7,6 +7,7 @@ from scipy.special import softmax
 
 from harness.errors import HarnessError
 from harness.kappas import BUILTIN_LOGIT_KAPPAS, check_logits, mc_dropout, odin, resolve_kappas
+from harness.kappas.model import uniform
 from harness.runtime.execution import Execution
 from harness.runtime.inference import LocalForward, score_batch_adaptive
 
@@ -57,18 +58,34 @@ def test_odin_hand_computed_on_a_linear_model():
     assert torch.all(conf >= p.max(dim=1).values - 1e-12)  # the perturbation raises the top probability
 
 
-def test_mc_dropout_is_seeded_and_needs_dropout():
+def test_mc_dropout_draws_each_images_masks_from_its_seed_and_needs_dropout():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 3)).eval()
     x = torch.randn(6, 4)
-    a, b = mc_dropout(model, x, 30, 123), mc_dropout(model, x, 30, 123)
+    seeds = np.arange(6) * 1000 + 5
+    a, b = mc_dropout(model, x, 30, seeds), mc_dropout(model, x, 30, seeds)
     torch.testing.assert_close(a, b)
-    assert not model[1].training  # dropout back in eval mode
+    alone = torch.cat([mc_dropout(model, x[i : i + 1], 30, seeds[i : i + 1]) for i in range(6)])
+    torch.testing.assert_close(alone, a)  # an image's value does not depend on its batch
+    assert not torch.allclose(mc_dropout(model, x, 30, seeds + 1), a)  # other seeds, other masks
+    assert not model[1].training  # dropout in eval mode: the harness draws the masks
     deterministic = torch.sum(torch.softmax(model(x).double(), 1) * torch.log_softmax(model(x).double(), 1), 1)
     assert not torch.allclose(a, deterministic)  # the passes really are stochastic
     assert torch.all(a <= 0)
     with pytest.raises(HarnessError, match="dropout"):
-        mc_dropout(torch.nn.Linear(4, 3), x, 30, 0)
+        mc_dropout(torch.nn.Linear(4, 3), x, 30, seeds)
+    alpha = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.AlphaDropout(0.5), torch.nn.Linear(8, 3))
+    with pytest.raises(HarnessError, match="per-image masks for Dropout, .* not AlphaDropout"):
+        mc_dropout(alpha, x, 30, seeds)
+
+
+def test_the_per_image_draws_are_uniform_and_the_same_in_any_batch():
+    seeds = torch.tensor([3, 1 << 62, -5])
+    draws = uniform(seeds, 7, (20_000,))
+    assert draws.shape == (3, 20_000) and float(draws.min()) >= 0 and float(draws.max()) < 1
+    assert np.allclose(draws.mean(1).numpy(), 0.5, atol=0.01) and np.allclose(draws.var(1).numpy(), 1 / 12, atol=0.003)
+    assert torch.equal(uniform(seeds[1:2], 7, (20_000,)), draws[1:2])  # alone as in a batch
+    assert not torch.equal(uniform(seeds, 8, (20_000,)), draws)  # another salt: other draws
 
 
 def test_resolve_kappas():

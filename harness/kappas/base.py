@@ -42,7 +42,7 @@ class Outputs:
 class Kappa(ABC):  # noqa: B024 (the kinds below declare the abstract methods)
     """A kappa's implementation, built from its parameters. Scores are higher = more in-distribution; the confidence
     is the value reported (a monotone map of the score). A sample's score must not depend on the samples scored beside
-    it, unless the kappa is registered ``seeded`` (see :class:`KappaDef`)."""
+    it (a ``seeded`` kappa's draws come from each sample's own seed: see :class:`KappaDef`)."""
 
     reads: ClassVar[frozenset] = frozenset()
 
@@ -97,8 +97,11 @@ class ModelKappa(Kappa):
     reads = frozenset({"model"})
 
     @abstractmethod
-    def score_model(self, model: torch.nn.Module, images: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scores, confidences)`` of a batch of images (tensors, one per sample); ``seed`` is the batch's."""
+    def score_model(
+        self, model: torch.nn.Module, images: torch.Tensor, seed: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores, confidences)`` of a batch of images (tensors, one per sample); ``seed``: each image's seed (int64,
+        one per image), for a ``seeded`` kappa's random draws."""
 
 
 class StatefulModelKappa(ModelKappa):
@@ -170,10 +173,11 @@ class KappaDef(Needs):
     """A registered kappa.
 
     ``make(params)`` returns its implementation (a :class:`Kappa`: the kind gives its methods and its needs). A
-    stochastic kappa declares ``seeded``: its values then depend on the run's seed and on the batches, which the
-    harness fixes by the manifest and the batch size, the same rule for every split, and its cache entries are keyed
-    on both. A kappa whose reported confidence is the probability that the prediction is right (the max softmax
-    probability) declares ``probability``: its records then hold the calibration metrics (ECE, NLL, Brier)."""
+    stochastic kappa declares ``seeded``: it draws each sample's randomness from that sample's own seed (given per
+    image, from the run's secret order seed and the sample's key), so its values depend on the run's seeds but never
+    on the batches, and its cache entries are keyed on the seeds. A kappa whose reported confidence is the probability
+    that the prediction is right (the max softmax probability) declares ``probability``: its records then hold the
+    calibration metrics (ECE, NLL, Brier)."""
 
     name: str
     summary: str
@@ -182,7 +186,7 @@ class KappaDef(Needs):
     defaults: dict
     make: Callable[[dict], Kappa]
     reference: str = ""
-    seeded: bool = False  # its values depend on the run's seed and on how samples are batched (MC-dropout's masks)
+    seeded: bool = False  # its values depend on each sample's seed (MC-dropout's masks), never on its batch
     from_options: Callable[[dict], dict] | None = None  # the harness's options (odin_preset, mc_passes) -> parameters
     probability: bool = False  # its reported confidence is a probability in [0, 1] that the prediction is right
 

@@ -70,7 +70,7 @@ def _mc_options(options: dict) -> dict:
     probability=True,  # reports max softmax(f(x')/T): a probability, T-scaled
 )
 class Odin(ModelKappa):
-    def score_model(self, model, images, seed: int):
+    def score_model(self, model, images, seed):
         return odin(model, images, self.params["temperature"], self.params["epsilon"])
 
 
@@ -84,7 +84,7 @@ class Odin(ModelKappa):
     from_options=_mc_options,
 )
 class McDropout(ModelKappa):
-    def score_model(self, model, images, seed: int):
+    def score_model(self, model, images, seed):
         score = mc_dropout(model, images, self.params["passes"], seed)
         return score, score
 

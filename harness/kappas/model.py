@@ -65,18 +65,68 @@ def dropout_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd)]
 
 
-def mc_dropout(model: torch.nn.Module, images: torch.Tensor, passes: int, generator_seed: int) -> torch.Tensor:
-    """Minus the entropy of the mean softmax over ``passes`` passes with only dropout layers in train mode."""
+def mc_dropout(model: torch.nn.Module, images: torch.Tensor, passes: int, seeds) -> torch.Tensor:
+    """Minus the entropy of the mean softmax over ``passes`` passes with only dropout layers dropping, each image's
+    masks drawn from its own seed (``seeds``: one per image), so that an image's value is the same in any batch."""
     layers = dropout_layers(model)
     if not layers:
         raise HarnessError("kappa 'mc_dropout' needs a model with dropout layers; this model has none")
-    for layer in layers:
-        layer.train()
+    other = sorted({type(layer).__name__ for layer in layers if type(layer) not in ROW_MASKS})
+    if other:
+        raise HarnessError(f"kappa 'mc_dropout' draws per-image masks for {', '.join(ROW_MASKS_NAMES)}, not {other[0]}")
+    seeds = torch.as_tensor(seeds, dtype=torch.int64).to(images.device)
+    at = [0]
+    hooks = [
+        layer.register_forward_hook(lambda m, _, out, i=i: out * _kept(m, out, seeds, at[0], i))
+        for i, layer in enumerate(layers)
+    ]
     try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[images.device] if images.device.type == "cuda" else []):
-            torch.manual_seed(generator_seed)
-            mean_probs = sum(F.softmax(logits_of(model(images)).double(), dim=1) for _ in range(passes)) / passes
+        with torch.no_grad():
+            total = 0
+            for at[0] in range(passes):
+                total = total + F.softmax(logits_of(model(images)).double(), dim=1)
     finally:
-        for layer in layers:
-            layer.eval()
+        for hook in hooks:
+            hook.remove()
+    mean_probs = total / passes
     return torch.sum(mean_probs * torch.log(mean_probs.clamp_min(1e-300)), dim=1)
+
+
+ROW_MASKS = {torch.nn.Dropout: 0, torch.nn.Dropout1d: 1, torch.nn.Dropout2d: 2, torch.nn.Dropout3d: 3}
+ROW_MASKS_NAMES = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d"]
+
+
+def _kept(layer: torch.nn.Module, out: torch.Tensor, seeds: torch.Tensor, at: int, index: int) -> torch.Tensor:
+    """A dropout layer's mask for ``out`` (its output in eval mode, its input), scaled as torch scales it: per element
+    (``Dropout``) or per channel (``Dropout1d/2d/3d``), each image's drawn from its seed, the pass and the layer."""
+    spatial = ROW_MASKS[type(layer)]
+    shape = out.shape[1:] if not spatial else (out.shape[1],) + (1,) * (out.dim() - 2)
+    if layer.p >= 1:
+        return torch.zeros((len(out), *shape), dtype=out.dtype, device=out.device)
+    keep = uniform(seeds, at * 1024 + index, shape) >= layer.p
+    return keep.to(out.dtype) / (1 - layer.p)
+
+
+# splitmix64's constants as signed 64-bit integers
+_GOLDEN, _MIX1, _MIX2 = (c - (1 << 64) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def uniform(seeds: torch.Tensor, salt: int, shape) -> torch.Tensor:
+    """Uniform draws in [0, 1), ``shape`` per seed, each a pure function of its seed, ``salt`` and its place: the same
+    on every device and in any batch. Written by hand (splitmix64 in integer tensor arithmetic, which wraps): torch's
+    generators draw one stream per call, not one per image of a batch."""
+    count = 1
+    for n in shape:
+        count *= int(n)
+    places = torch.arange(count, device=seeds.device, dtype=torch.int64)
+    offset = (salt * _MIX1 + _GOLDEN + (1 << 63)) % (1 << 64) - (1 << 63)  # as a wrapped 64-bit integer
+    z = seeds[:, None] * _MIX2 + offset + places[None, :] * _GOLDEN
+    for shift, factor in ((30, _MIX1), (27, _MIX2)):
+        z = (z ^ _shifted(z, shift)) * factor
+    z = z ^ _shifted(z, 31)
+    return (_shifted(z, 11).double() / float(1 << 53)).view(len(seeds), *shape)
+
+
+def _shifted(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """``z`` shifted right by ``bits`` as unsigned 64-bit integers."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)

@@ -164,7 +164,7 @@ class GradientBridged(ModelKappa):
 
     cls: type
 
-    def score_model(self, model: torch.nn.Module, images: torch.Tensor, seed: int):
+    def score_model(self, model: torch.nn.Module, images: torch.Tensor, seed):
         wrapped = LogitsOnly(model)
         kwargs = {k: v for k, v in self.params.items() if k != "parameters"}
         if self.params["parameters"] == "last_layer":

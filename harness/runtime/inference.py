@@ -18,7 +18,6 @@ from harness.kappas import KappaSpec, Outputs, check_logits, split_output
 from harness.kappas.features import FeatureTap, check_features, check_head
 from harness.method.scores import SplitScores
 from harness.runtime.execution import Execution
-from harness.runtime.interleave import derived
 from harness.submission import ClassSubset
 
 
@@ -88,7 +87,7 @@ class ModelOutput:
 
 class LocalForward:
     """The model's forward pass (logits and features), and the kappas computed beside the model
-    (:attr:`KappaSpec.in_model`), in this process. A batch comes with pixels and a seed for the seeded kappas
+    (:attr:`KappaSpec.in_model`), in this process. A batch comes with pixels and its rows' seeds for the seeded kappas
     (MC-dropout's masks), nothing else: no key, class or split."""
 
     isolation = {"mode": "in-process"}
@@ -105,10 +104,10 @@ class LocalForward:
         classes (``subset``), the rows of the ID classes."""
         return self.tap.head if self.subset is None else self.subset.head(self.tap.head)
 
-    def __call__(self, images: torch.Tensor, seed: int, kappas: list[KappaSpec]) -> ModelOutput:
-        return self.launch(images, seed, kappas).result()
+    def __call__(self, images: torch.Tensor, seeds: np.ndarray, kappas: list[KappaSpec]) -> ModelOutput:
+        return self.launch(images, seeds, kappas).result()
 
-    def launch(self, images: torch.Tensor, seed: int, kappas: list[KappaSpec]) -> Pending:
+    def launch(self, images: torch.Tensor, seeds: np.ndarray, kappas: list[KappaSpec]) -> Pending:
         """A batch's forward pass and the passes of the kappas that need the model; its logits and features on their
         way to the host (from a GPU, copied asynchronously into pinned memory: :meth:`Pending.result` waits)."""
         images = self.execution.inputs(images)
@@ -133,7 +132,7 @@ class LocalForward:
                 continue
             try:
                 with self.execution.autocast():
-                    score, conf = spec.impl.score_model(self.model, images, seed)
+                    score, conf = spec.impl.score_model(self.model, images, seeds)
                 scores[spec.name], confs[spec.name] = score.cpu().numpy(), conf.cpu().numpy()
             except HarnessError:
                 raise
@@ -221,12 +220,12 @@ def gives_features(forward, transform, channels: int) -> bool:
     return forward(image[None], 0, []).features is not None
 
 
-def _launch(forward, images: torch.Tensor, seed: int, kappas: list[KappaSpec]):
+def _launch(forward, images: torch.Tensor, seeds: np.ndarray, kappas: list[KappaSpec]):
     """``forward``'s pass over a batch, launched (:class:`Pending`) where it can be, else done (:class:`Done`)."""
     in_model = [k for k in kappas if k.in_model]
-    return (
-        forward.launch(images, seed, in_model) if hasattr(forward, "launch") else Done(forward(images, seed, in_model))
-    )
+    if hasattr(forward, "launch"):
+        return forward.launch(images, seeds, in_model)
+    return Done(forward(images, seeds, in_model))
 
 
 def _finish(
@@ -273,7 +272,7 @@ def score_batch_adaptive(
     feature_dtype: str = EvalConfig.feature_dtype,
 ) -> SplitScores:
     """All kappas of one batch from one forward pass (plus the passes of the kappas that need the model, seeded by the
-    batch's ``"seed"``), halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
+    batch's rows' ``"seeds"``), halving the batch on CUDA out-of-memory until it fits (a single image must fit)."""
     return launch_adaptive(forward, batch, num_classes, kappas, keep_logits, feature_dtype)()
 
 
@@ -287,11 +286,11 @@ def launch_adaptive(
 ) -> Callable[[], SplitScores]:
     """:func:`score_batch_adaptive` launched: the forward pass now, the rest when the returned function is called
     (after the next batch's launch, so that the device and the host work at once). The results are in the batch's
-    order; the seeded kappas take the batch's ``"seed"`` (its halves, seeds derived from it). Out of memory at the
+    order; the seeded kappas take the batch's rows' ``"seeds"`` (its halves, theirs). Out of memory at the
     launch or in the answer (a sandboxed model's comes with its answer) halves the batch."""
-    keys, labels, seed = batch["keys"], batch["labels"].numpy(), batch.get("seed", 0)
+    keys, labels = batch["keys"], batch["labels"].numpy()
     try:
-        pending = _launch(forward, batch["images"], seed, kappas)
+        pending = _launch(forward, batch["images"], _seeds(batch), kappas)
     except torch.cuda.OutOfMemoryError as exc:
         scored = _halved(forward, batch, num_classes, kappas, keep_logits, feature_dtype, exc)
         return lambda: scored
@@ -308,20 +307,26 @@ def launch_adaptive(
 
 def _halved(forward, batch: dict, num_classes: int, kappas, keep_logits: bool, feature_dtype: str, exc) -> SplitScores:
     """A batch that ran out of memory, scored in two halves (each halved again as it needs), in the batch's order."""
-    keys, seed = batch["keys"], batch.get("seed", 0)
+    keys, seeds = batch["keys"], _seeds(batch)
     if len(keys) == 1:
         raise HarnessError("out of memory on a single image; use a smaller model, --amp, or another device") from exc
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     half = len(keys) // 2
     halves = [
-        {"keys": keys[part], "images": batch["images"][part], "labels": batch["labels"][part], "seed": derived(seed, i)}
-        for i, part in enumerate((slice(0, half), slice(half, None)))
+        {"keys": keys[part], "images": batch["images"][part], "labels": batch["labels"][part], "seeds": seeds[part]}
+        for part in (slice(0, half), slice(half, None))
     ]
     joined = SplitScores.concat(
         [score_batch_adaptive(forward, h, num_classes, kappas, keep_logits, feature_dtype) for h in halves]
     )
     return joined.take(np.searchsorted(joined.keys, np.asarray(keys)))  # back in the batch's order
+
+
+def _seeds(batch: dict) -> np.ndarray:
+    """A batch's rows' seeds for the seeded kappas (see :func:`harness.runtime.interleave.row_seeds`; zeros where a
+    batch has none)."""
+    return np.asarray(batch["seeds"], dtype=np.int64) if "seeds" in batch else np.zeros(len(batch["keys"]), np.int64)
 
 
 def named(batch: dict) -> str:

@@ -25,6 +25,7 @@ import random
 import secrets
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import torch
 
 OPEN_SHARDS = 4  # shards of one split each reader keeps open, at least
@@ -43,6 +44,12 @@ def derived(order_seed: int, *parts) -> int:
     """A 63-bit seed derived from ``order_seed`` and ``parts`` (a reader's, a batch's)."""
     text = "/".join(str(p) for p in (order_seed, *parts))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def row_seeds(order_seed: int, keys) -> np.ndarray:
+    """Each row's seed for the seeded kappas (MC-dropout's masks), from the run's secret order seed and the row's key
+    alone: the same in any batch, the pass's and the re-check's, and nothing the child can tell a row by."""
+    return np.array([derived(order_seed, "row", key) for key in keys], dtype=np.int64)
 
 
 def secret_order(shards: list, order_seed: int) -> list:

@@ -255,13 +255,13 @@ class ChildForward:
             )
         return out
 
-    def __call__(self, images: torch.Tensor, seed: int, kappas) -> ModelOutput:
-        """A batch's answer: only its pixels and a seed for the seeded kappas cross to the child (no key, class,
-        shard or split)."""
-        body = self._ask(self._batch(images, seed, kappas), "answer", self._answer_budget(len(images), kappas))
+    def __call__(self, images: torch.Tensor, seeds: np.ndarray, kappas) -> ModelOutput:
+        """A batch's answer: only its pixels and its rows' seeds for the seeded kappas cross to the child (no key,
+        class, shard or split)."""
+        body = self._ask(self._batch(images, seeds, kappas), "answer", self._answer_budget(len(images), kappas))
         return self._output(body, len(images), kappas)
 
-    def launch(self, images: torch.Tensor, seed: int, kappas) -> ChildAnswer | Done:
+    def launch(self, images: torch.Tensor, seeds: np.ndarray, kappas) -> ChildAnswer | Done:
         """A batch sent to the child, its answer taken when the returned :class:`ChildAnswer` is asked for it: on the
         CPU the child works on it while the harness finishes the batch before (:func:`harness.runtime.inference.
         score_mixed`). The answers come in order, each batch and answer placed in the shared memory clear of the one
@@ -271,14 +271,14 @@ class ChildForward:
         from harness.runtime.inference import Done
 
         if self.execution.device.type == "cuda":
-            return Done(self(images, seed, kappas))
+            return Done(self(images, seeds, kappas))
         budget = self._answer_budget(len(images), kappas)
         channel = self.sandbox.channel
         if self.waiting and not (channel.out.beside(images.nbytes) and 3 * budget <= channel.into.size):
             while self.waiting:
                 self._next_answer()
         try:
-            self.sandbox.send(self._batch(images, seed, kappas))
+            self.sandbox.send(self._batch(images, seeds, kappas))
         except HarnessError as exc:  # the sandbox has ended: no answer comes any more
             for earlier in self.waiting:
                 earlier.error = exc
@@ -302,8 +302,9 @@ class ChildForward:
             self.waiting.clear()
 
     @staticmethod
-    def _batch(images: torch.Tensor, seed: int, kappas) -> tuple[str, dict]:
-        return "batch", {"images": images.numpy(), "seed": int(seed), "kappas": [(k.name, k.params) for k in kappas]}
+    def _batch(images: torch.Tensor, seeds: np.ndarray, kappas) -> tuple[str, dict]:
+        seeds = np.asarray(seeds, dtype=np.int64)
+        return "batch", {"images": images.numpy(), "seeds": seeds, "kappas": [(k.name, k.params) for k in kappas]}
 
     def _output(self, body, n: int, kappas) -> ModelOutput:
         """A batch's answer as the harness uses it, every field checked."""

@@ -13,8 +13,6 @@ absolute part plus a relative part of the column's spread over the sampled image
 value's distance from its median: a common offset, added to every output, moves neither), plus a few units in the last
 place of the dtype the values were stored in. A kappa whose values a model would inflate to widen its logits'
 tolerance is itself compared on its own spread.
-
-Not compared: the ``seeded`` kappas (MC-dropout's masks are drawn per batch, so another batching draws other masks).
 """
 
 from __future__ import annotations
@@ -111,10 +109,11 @@ def asked(forward) -> Iterator[Asked]:
 
 @dataclass
 class Kept:
-    """A sampled row's image and label, with the first answer it was given (a part of rows alike)."""
+    """Sampled rows' images, labels and seeds, with the first answers they were given."""
 
     images: torch.Tensor
     labels: torch.Tensor
+    seeds: np.ndarray
     first: SplitScores
 
 
@@ -125,7 +124,7 @@ class Recheck:
     def __init__(self, batch_size: int, seed: int, tol: Tolerance, kappas: list[KappaSpec], feature_dtype: str):
         self.rng = random.Random(derived(seed, "recheck"))
         self.batch_size, self.seed, self.tol, self.feature_dtype = batch_size, seed, tol, feature_dtype
-        self.kappas = [k for k in kappas if not k.seeded]
+        self.kappas = kappas
         self.chosen: set[int] = set()
         self.seen = 0
         self.parts: list[Kept] = []
@@ -153,11 +152,11 @@ class Recheck:
         """Keep the images and first answers of a batch's sampled rows."""
         if "recheck" in batch:
             rows = batch["recheck"]
-            self.add(batch["images"][rows], batch["labels"][rows], scored.take(np.asarray(rows)))
+            self.add(batch["images"][rows], batch["labels"][rows], batch["seeds"][rows], scored.take(np.asarray(rows)))
 
-    def add(self, images: torch.Tensor, labels: torch.Tensor, first: SplitScores) -> None:
-        """Rows to re-ask, with their first answers (the pass's, or the score cache's)."""
-        self.parts.append(Kept(images.to("cpu", copy=True), labels.to("cpu", copy=True), first))
+    def add(self, images: torch.Tensor, labels: torch.Tensor, seeds: np.ndarray, first: SplitScores) -> None:
+        """Rows to re-ask, with their seeds and first answers (the pass's, or the score cache's)."""
+        self.parts.append(Kept(images.to("cpu", copy=True), labels.to("cpu", copy=True), np.array(seeds), first))
 
     def pick(self, rows: int, count: int) -> list[int]:
         """``count`` of ``rows`` served rows, drawn by the re-check's secret generator."""
@@ -200,13 +199,13 @@ class Recheck:
         keys = np.concatenate([part.first.keys for part in self.parts])
         images = torch.cat([part.images for part in self.parts])
         labels = torch.cat([part.labels for part in self.parts])
+        seeds = np.concatenate([part.seeds for part in self.parts])
         order = list(range(len(keys)))
         self.rng.shuffle(order)
         parts = []
-        for b, at in enumerate(range(0, len(order), self.batch_size)):
+        for at in range(0, len(order), self.batch_size):
             rows = order[at : at + self.batch_size]
-            batch = {"keys": list(keys[rows]), "images": images[rows], "labels": labels[rows]}
-            batch["seed"] = derived(self.seed, "recheck", b)
+            batch = {"keys": list(keys[rows]), "images": images[rows], "labels": labels[rows], "seeds": seeds[rows]}
             parts.append(score_batch_adaptive(forward, batch, num_classes, self.kappas, True, self.feature_dtype))
         return SplitScores.concat(parts), len(parts)
 

@@ -45,11 +45,11 @@ def run_key(benchmark_sha256: str, weights_sha256: str, code: str, preprocessing
     return _digest([benchmark_sha256, weights_sha256, code, preprocessing, numerics, __version__])[:24]
 
 
-def kappa_id(spec: KappaSpec, seed: int, batch_size: int, order_seed: int) -> str:
+def kappa_id(spec: KappaSpec, seed: int, order_seed: int) -> str:
     """The cache id of a kappa: its name and a hash of everything that defines its values."""
     defining = {"params": spec.params}  # a submission's kappa carries its code's sha256 among them
-    if spec.seeded:  # stochastic passes: the values depend on the seed and the batches, which the order seed draws
-        defining.update(seed=seed, batch_size=batch_size, order_seed=order_seed)
+    if spec.seeded:  # stochastic passes: the values depend on the rows' seeds, which the order seed draws
+        defining.update(seed=seed, order_seed=order_seed)
     return f"{spec.name}-{_digest(defining)[:12]}"
 
 

@@ -38,7 +38,7 @@ from harness.runtime.inference import (
     named,
     score_mixed,
 )
-from harness.runtime.interleave import derived, secret_order
+from harness.runtime.interleave import derived, row_seeds, secret_order
 from harness.runtime.isolation import ChildForward
 from harness.runtime.recheck import Recheck, tolerance
 from harness.runtime.recheck import asked as recheck_forward
@@ -180,7 +180,7 @@ class Scorer:
         served = recheck.choose(sum(sizes.values()), sum(len(s) for _, s in plan.served)) if check else 0
         shards = secret_order([shard for _, shard in plan.todo.values()], seed)
         mixed = self.batches([[shard] for shard in shards], self._labels_of(splits), seed)
-        batches = recheck.kept(self._seeded(" + ".join(splits), mixed, seed))
+        batches = recheck.kept(self._seeded(" + ".join(splits), mixed))
         with (
             recheck_forward(self.forward) as recheck_asks,
             closing(mixed),
@@ -228,7 +228,8 @@ class Scorer:
             if mine:
                 scores = cached[batch["shard"]]
                 first = scores.take(np.searchsorted(scores.keys, np.asarray(batch["keys"])[mine]))
-                recheck.add(batch["images"][mine], batch["labels"][mine], first)
+                keys = np.asarray(batch["keys"])[mine]
+                recheck.add(batch["images"][mine], batch["labels"][mine], row_seeds(self.order_seed, keys), first)
 
     def _rechecked(self, recheck: Recheck, asks, start: float) -> None:
         """Re-ask the re-check's sample of the model loaded anew (its cost, from ``start``, the load included); a
@@ -243,12 +244,12 @@ class Scorer:
             raise
         self.recheck["recheck_s"] = round(time.perf_counter() - start, 3)
 
-    def _seeded(self, what: str, mixed: Iterator[dict], seed: int) -> Iterator[dict]:
-        """The mixed batches, each with its seed for the seeded kappas; notes how long the first took to come."""
+    def _seeded(self, what: str, mixed: Iterator[dict]) -> Iterator[dict]:
+        """The mixed batches, each with its rows' seeds for the seeded kappas; notes how long the first took to come."""
         start = time.perf_counter()
-        for i, batch in enumerate(mixed):
+        for batch in mixed:
             self.first_batch_s.setdefault(what, round(time.perf_counter() - start, 3))
-            yield batch | {"seed": derived(seed, "batch", i)}
+            yield batch | {"seeds": row_seeds(self.order_seed, batch["keys"])}
 
     def _labels_of(self, splits: tuple[str, ...]) -> dict[str, int]:
         """The labels of the classes of ``splits``, ID and OOD together (their class ids never meet: refused
@@ -394,7 +395,7 @@ def _caches(
     )
     scores = ScoreCache(
         (root or cache_root() / "scores") / key,
-        {k.name: kappa_id(k, config.seed, config.batch_size, config.order_seed) for k in specs},
+        {k.name: kappa_id(k, config.seed, config.order_seed) for k in specs},
         config.feature_dtype,
     )
     if config.decoded_cache_gb <= 0 or not isinstance(images, TensorDecoder) or images.device.type != "cpu":

@@ -109,7 +109,7 @@ def serve(channel: Channel) -> None:
                 images = torch.from_numpy(body["images"])
                 channel.send("extracted", as_numpy(forward.extract(images, rebuilt(body["kappas"]))))
             else:
-                out = forward(torch.from_numpy(body["images"]), body["seed"], rebuilt(body["kappas"]))
+                out = forward(torch.from_numpy(body["images"]), body["seeds"], rebuilt(body["kappas"]))
                 channel.send(
                     "answer", {"logits": out.logits, "features": out.features, "scores": out.scores, "confs": out.confs}
                 )

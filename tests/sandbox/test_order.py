@@ -24,9 +24,9 @@ class Cheat(cnn.GlyphCNN):
             return logits
         certain = torch.tensor([k.split("__")[0] in ID for k in keys])
         return torch.where(certain[:, None], logits * 100, torch.zeros_like(logits))
-def probe(logits):  # 1: batches were seen, and none held anything but pixels, a seed and the kappas asked for
+def probe(logits):  # 1: batches were seen, and none held anything but pixels, seeds and the kappas asked for
     fields = set().union(*(body.keys() for body in SEEN))
-    return np.full(len(logits), 1.0 if SEEN and fields == {"images", "seed", "kappas"} else -1.0)
+    return np.full(len(logits), 1.0 if SEEN and fields == {"images", "seeds", "kappas"} else -1.0)
 """,
     # the order: id_test used to come first, so every full batch before the first short one was ID
     "order": """
@@ -103,7 +103,7 @@ def honest_in_batches(tiny_glyphs, tmp_path_factory):
 def test_a_model_that_reads_keys_finds_none_and_wins_nothing(tiny_glyphs, tmp_path, honest_in_batches, where):
     run = attacked(hostile_file(tmp_path, ATTACKS["keys"], tiny_glyphs), tiny_glyphs, where)
     probed = np.concatenate([np.asarray(v) for v in run["probe"].values()])
-    assert probed.size and np.all(probed == 1.0)  # it read every batch message: pixels, a seed, the kappas
+    assert probed.size and np.all(probed == 1.0)  # it read every batch message: pixels, seeds, the kappas
     records = [r for r in run["records"] if r["kappa"]["name"] != "probe"]
     assert same_scores(records, honest_in_batches)
 

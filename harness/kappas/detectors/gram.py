@@ -102,6 +102,6 @@ class Gram(LayersKappa):
         self.detector.feature_min, self.detector.feature_max = tensors(state["min"]), tensors(state["max"])
         self.detector.layer_norm = tensors(state["norm"])
 
-    def score_model(self, model, images, seed: int):
+    def score_model(self, model, images, seed):
         logits, outs = layer_outputs(model, self._layers(model), images)
         return outlier_scores(self.detector.predict_structured(logits, outs))

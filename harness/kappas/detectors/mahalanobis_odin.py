@@ -69,7 +69,7 @@ class MahalanobisOdin(FittedModelKappa):
     def load(self, state: dict) -> None:
         self.detector._base.mu, self.detector._base.precision = tensors(state["mu"]), tensors(state["precision"])
 
-    def score_model(self, model, images, seed: int):
+    def score_model(self, model, images, seed):
         base = self.detector._base
         base.mu, base.precision, base.encoder = (
             base.mu.to(images.device),

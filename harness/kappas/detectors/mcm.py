@@ -24,7 +24,7 @@ CLIP_HOW = "an open_clip: target, or a model with encode_image(images) and text_
 class Mcm(ModelKappa):
     """pytorch-ood's MCM on the model's image encoder and the text embeddings of the ID class names."""
 
-    def score_model(self, model, images, seed: int):
+    def score_model(self, model, images, seed):
         model = unwrapped(model)
         text = getattr(model, "text_embeddings", None)
         if not callable(getattr(model, "encode_image", None)) or not isinstance(text, torch.Tensor) or text.ndim != 2:

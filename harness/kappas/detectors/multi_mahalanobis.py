@@ -69,7 +69,7 @@ class MultiMahalanobis(LayersKappa):
         self.detector = self._detector(len(state["mu"]))
         self.detector.mu, self.detector.precision = tensors(state["mu"]), tensors(state["precision"])
 
-    def score_model(self, model, images, seed: int):
+    def score_model(self, model, images, seed):
         _, outs = layer_outputs(model, self._layers(model), images)
         self.detector.mu, self.detector.precision = (
             _to(self.detector.mu, images.device),

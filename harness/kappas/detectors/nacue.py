@@ -53,7 +53,7 @@ class Nacue(LayersKappa):
     def load(self, state: dict) -> None:
         self.counts = state["counts"]
 
-    def score_model(self, model, images, seed: int):
+    def score_model(self, model, images, seed):
         detector = self._detector(model)
         detector._stats = [
             _LayerStats(m=m, o_star=o, counts=torch.from_numpy(c))

@@ -28,7 +28,7 @@ SPLIT_HOW = (
 class RankFeat(ModelKappa):
     """pytorch-ood's RankFeat on ``forward_features`` (the backbone) and ``forward_head`` (the head)."""
 
-    def score_model(self, model, images, seed: int):
+    def score_model(self, model, images, seed):
         model = unwrapped(model)
         if not (callable(getattr(model, "forward_features", None)) and callable(getattr(model, "forward_head", None))):
             raise HarnessError(f"kappa 'rankfeat' needs the model split into a backbone and a head: {SPLIT_HOW}")
