@@ -23,11 +23,16 @@ DEFAULT_SHARE = 0.0  # off for now; docs/benchmark-format.md "The private part" 
 SPLITS = ("id_test", "ood_test")
 
 
-def resolve_seed(share: float, seed: int | None) -> int | None:
-    """The private seed of a build: ``seed``, else (a share above 0) one drawn from :mod:`secrets`, which only the
-    private manifest records. A share outside ``[0, MAX_PRIVATE_SHARE]`` is an error."""
+def check_share(share: float) -> None:
+    """A private share outside ``[0, MAX_PRIVATE_SHARE]`` is an error."""
     if not 0 <= share <= MAX_PRIVATE_SHARE:
         raise BenchmarkError(f"the private share must be between 0 and {MAX_PRIVATE_SHARE}, got {share}")
+
+
+def resolve_seed(share: float, seed: int | None) -> int | None:
+    """The private seed of a build: ``seed``, else (a share above 0) one drawn from :mod:`secrets`, which only the
+    private manifest records (:func:`check_share` first)."""
+    check_share(share)
     if seed is None and share > 0:
         return secrets.randbits(63)
     return seed
