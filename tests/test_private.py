@@ -207,3 +207,16 @@ def test_the_imagenet_builder_holds_back_its_share(tmp_path):
     assert sum(s["num_samples"] for s in public.shards("id_test")) == 3 * len(VAL_CLASSES)
     with pytest.raises(BenchmarkError, match="between 0 and 0.5"):
         build_imagenet(tmp_path / "no", tmp_path / "imagenet21k", tmp_path / "val", private_share=0.9)
+
+
+def test_the_folder_command_takes_the_private_options(tmp_path):
+    id_dir, ood_dir = image_folders(tmp_path)
+    options = ["--images-per-class=4", "--test-fraction=0.5", "--min-images=4", "--workers=1"]
+    done = CliRunner().invoke(
+        app,
+        ["folder", str(tmp_path / "b"), "--id", str(id_dir), "--ood", str(ood_dir), *options, "--private-share=0.5"]
+        + ["--private-seed=3"],
+    )
+    assert done.exit_code == 0, done.output
+    private = Benchmark.open(tmp_path / "b").private_part()
+    assert private.manifest["private"]["seed"] == 3 and len(private.shards("ood_test")) == 3
