@@ -287,9 +287,11 @@ def _summary(out: Path, sha: str) -> None:
 
     manifest, _ = load_manifest(out)
     skipped = manifest.get("skipped_images", {}).get("count", 0)
+    private = manifest.get("private")
     typer.echo(
         f"{out}: {manifest['classes']['id']} ID classes, {manifest['classes']['ood']} OOD classes, "
         f"{skipped} unreadable or oversized images skipped, {len(manifest['shards'])} shards, revision {sha}"
+        + (f"; {sum(private['num_images'].values())} test images held back in {out / 'private'}" if private else "")
     )
 
 

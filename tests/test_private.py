@@ -218,5 +218,6 @@ def test_the_folder_command_takes_the_private_options(tmp_path):
         + ["--private-seed=3"],
     )
     assert done.exit_code == 0, done.output
+    assert f"; 7 test images held back in {tmp_path / 'b' / 'private'}" in done.output  # 2 x 2 ID, 3 x 1 OOD
     private = Benchmark.open(tmp_path / "b").private_part()
     assert private.manifest["private"]["seed"] == 3 and len(private.shards("ood_test")) == 3

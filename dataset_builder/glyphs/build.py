@@ -29,8 +29,6 @@ from dataset_builder.workers import worker_pool
 
 IMAGE_EXT = "png"
 TEST_GROUP_SIZE = 1000
-
-
 PRIVATE_STYLE = "private-image/{}"  # a private image's style seed: the private seed, never the published one
 
 
