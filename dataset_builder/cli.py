@@ -57,7 +57,7 @@ def glyphs(
     private_seed: int | None = typer.Option(
         None,
         show_default="drawn from secrets, written only into private/manifest.json",
-        help="Seed choosing the private images and rendering them (keep it secret: it is not in the public manifest).",
+        help="Seed rendering the private images, chosen by --seed (keep it secret: it is not in the public manifest).",
     ),
     workers: int = typer.Option(2, help="Rendering processes."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark in OUT."),

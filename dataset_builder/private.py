@@ -39,11 +39,18 @@ def resolve_seed(share: float, seed: int | None) -> int | None:
 
 
 def with_private_part(
-    root: Path, manifest: dict, *, share: float, seed: int | None, counts: dict[str, dict[str, int]], shards: list[dict]
+    root: Path,
+    manifest: dict,
+    *,
+    share: float,
+    seed: int | None,
+    counts: dict[str, dict[str, int]],
+    shards: list[dict],
+    rule: str = PRIVATE_RULE,
 ) -> dict:
     """Write the private part's manifest into ``root/private`` and return ``manifest`` with its ``private`` entry;
     ``manifest`` as it is when ``share`` is 0. ``counts``: split -> class id -> private images (every test class, 0
-    included); ``shards``: the private shards' manifest entries."""
+    included); ``shards``: the private shards' manifest entries; ``rule``: how the private images were chosen."""
     if share == 0:
         return manifest
     part = {
@@ -52,7 +59,7 @@ def with_private_part(
         "benchmark": manifest["benchmark"],
         "image_ext": manifest["image_ext"],
         "max_image_pixels": manifest["max_image_pixels"],
-        "private": {"seed": seed, "share": share, "rule": PRIVATE_RULE},
+        "private": {"seed": seed, "share": share, "rule": rule},
         "classes": {split: dict(sorted(counts.get(split, {}).items())) for split in SPLITS},
         "shards": shards,
     }
@@ -61,7 +68,7 @@ def with_private_part(
     entry = {
         "manifest_sha256": sha,
         "share": share,
-        "rule": PRIVATE_RULE,
+        "rule": rule,
         "num_images": {split: sum(part["classes"][split].values()) for split in SPLITS},
     }
     return {**manifest, "private": entry}

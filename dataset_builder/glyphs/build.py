@@ -30,6 +30,11 @@ from dataset_builder.workers import worker_pool
 IMAGE_EXT = "png"
 TEST_GROUP_SIZE = 1000
 PRIVATE_STYLE = "private-image/{}"  # a private image's style seed: the private seed, never the published one
+PRIVATE_RULE = (
+    "per class, order the test images by sha256(f'private/{seed}/{class_id}/{image_key}') with the benchmark's seed; "
+    "the first floor(n_test_images * share) are private, rendered with the style "
+    "style_for(f'private-image/{private_seed}', class_id, image_key) instead of the published seed's"
+)
 
 
 def _render_class(task: tuple[str, str, list[tuple[int | str, str]]]) -> list[tuple[str, bytes]]:
@@ -67,8 +72,9 @@ def build(
 ) -> str:
     """Render and write the whole benchmark beside ``root``, then swap it in (an existing benchmark only with
     ``overwrite``); return the manifest sha256. A failed build leaves nothing behind. ``private_share`` of each
-    class's ID and OOD test images are held back in the private part (:mod:`dataset_builder.private`), rendered from
-    ``private_seed`` (drawn from :mod:`secrets` when None)."""
+    class's ID and OOD test images are held back in the private part (:mod:`dataset_builder.private`): which ones
+    follows from ``seed`` (so the published part is the same for every private seed), their images are rendered from
+    ``private_seed`` (drawn from :mod:`secrets` when None), so they cannot be rendered from what is published."""
     root = Path(root)
     private_seed = resolve_seed(private_share, private_seed)
     check_target(root, overwrite)
@@ -162,12 +168,11 @@ def _write(
     train = [f"train{i:04d}" for i in range(id_train_per_class)]
     id_ids, pool = id_table["id"].tolist(), ood_table[ood_table["status"] == "ood"]
     id_tests = {
-        cid: split_private([f"test{i:04d}" for i in range(id_test_per_class)], cid, private_seed, share)
-        for cid in id_ids
+        cid: split_private([f"test{i:04d}" for i in range(id_test_per_class)], cid, seed, share) for cid in id_ids
     }
     keys = [f"{i:04d}" for i in range(images_per_class)]
     splits = {cid: split_class(keys, cid, seed, n_test) for cid in pool["id"]}
-    ood_tests = {cid: split_private(split.test, cid, private_seed, share) for cid, split in splits.items()}
+    ood_tests = {cid: split_private(split.test, cid, seed, share) for cid, split in splits.items()}
     tasks = [(c, cid, _seeded(seed, private_seed, id_tests[cid], train)) for c, cid in zip(id_table["char"], id_ids)]
     tasks += [
         (c, cid, _seeded(seed, private_seed, ood_tests[cid], splits[cid].estimation))
@@ -196,6 +201,7 @@ def _write(
         seed=private_seed,
         counts=writers.private_counts,
         shards=[s.to_dict() for s in private_shards],
+        rule=PRIVATE_RULE,
     )
 
 
