@@ -7,8 +7,9 @@ a class never depends on other classes.
 A share of each class's test images can be held back from publication (the private part,
 docs/benchmark-format.md "The private part"): they are ordered by
 ``sha256(f"private/{private_seed}/{class_id}/{image_key}")`` and the first ``floor(n * share)`` of the
-class's ``n`` test images are private. The private seed is another seed than the split's, so the choice
-is not known from the published seed, and a class's choice never depends on other classes.
+class's ``n`` test images are private. The image builders pass a secret private seed, so the choice is not
+known from the published seed; the glyph builder passes its own seed and renders the private images from the
+secret one instead. A class's choice never depends on other classes.
 """
 
 from __future__ import annotations
