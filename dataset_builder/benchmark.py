@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from dataset_builder.errors import BenchmarkError
-from dataset_builder.manifest import HUB_PREFIX, MAX_IMAGE_PIXELS, load_manifest
+from dataset_builder.manifest import HUB_PREFIX, MANIFEST, MAX_IMAGE_PIXELS, load_manifest
+from dataset_builder.private import FOLDER as PRIVATE_FOLDER
 from dataset_builder.shards import file_sha256
 
 SPLITS = ("id_test", "id_fit", "id_train", "ood_estimation", "ood_test")
@@ -62,6 +63,25 @@ class Benchmark:
             raise BenchmarkError(f"cannot open {url}: {str(exc).splitlines()[0]}") from exc
         local = cls._open_folder(Path(root), local=False)
         return cls(local.root, local.manifest, local.sha256, local.id_classes, local.ood_classes, hub=(repo_id, commit))
+
+    def private_part(self, folder: str | Path | None = None) -> Benchmark:
+        """The private part (ID and OOD test images held back from publication, :mod:`dataset_builder.private`) as a
+        benchmark of the same classes whose ``id_test`` and ``ood_test`` shards are the private ones: from ``folder``
+        (where its keeper put it), by default ``<root>/private``. Its manifest must be the one the public manifest
+        names by sha256."""
+        named = self.manifest.get("private")
+        if not isinstance(named, dict) or not isinstance(named.get("manifest_sha256"), str):
+            raise BenchmarkError(f"benchmark {self.name} has no private part (its manifest names none)")
+        root = Path(folder) if folder is not None else self.root / PRIVATE_FOLDER
+        if not (root / MANIFEST).is_file():
+            raise BenchmarkError(f"the private part of {self.name} is not at {root}: no {MANIFEST}")
+        manifest, sha256 = load_manifest(root)
+        if sha256 != named["manifest_sha256"]:
+            raise BenchmarkError(
+                f"{root / MANIFEST} is not the private part benchmark {self.name} names: sha256 {sha256[:12]}, "
+                f"its manifest names {named['manifest_sha256'][:12]}"
+            )
+        return Benchmark(root, manifest, sha256, self.id_classes, self.ood_classes)
 
     @property
     def name(self) -> str:

@@ -13,7 +13,8 @@ require_torch_extra("cood-dataset")  # before the imports below, which need it
 from dataset_builder.errors import NOTHING_WRITTEN, BenchmarkError, on_interrupt  # noqa: E402
 from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS  # noqa: E402
 from dataset_builder.levels import DEFAULT_NUM_LEVELS  # noqa: E402
-from dataset_builder.split import DEFAULT_FIT_PER_CLASS  # noqa: E402
+from dataset_builder.private import DEFAULT_SHARE  # noqa: E402
+from dataset_builder.split import DEFAULT_FIT_PER_CLASS, MAX_PRIVATE_SHARE  # noqa: E402
 
 app = make_app("Build C-OOD benchmarks as WebDataset shards.", f"cood-dataset {__version__}")
 # the options the image builders (imagenet, folder) share, declared once
@@ -26,6 +27,18 @@ FIT_PER_CLASS = typer.Option(
     help="id_fit images per ID class (with --train; docs/benchmark-format.md: why this default).",
 )
 OVERWRITE = typer.Option(False, help="Replace an existing benchmark folder.")
+PRIVATE_SHARE = typer.Option(
+    DEFAULT_SHARE,
+    min=0.0,
+    max=MAX_PRIVATE_SHARE,
+    help="Share of each class's ID and OOD test images held back in the private part private/, never published "
+    "(e.g. 0.15; docs/benchmark-format.md: the private part).",
+)
+PRIVATE_SEED = typer.Option(
+    None,
+    show_default="drawn from secrets, written only into private/manifest.json",
+    help="Seed choosing the private images (keep it secret: it is not in the public manifest).",
+)
 
 
 @app.command()
@@ -40,6 +53,12 @@ def glyphs(
     id_test_per_class: int = typer.Option(50, help="ID test images per ID class."),
     id_train_per_class: int = typer.Option(300, help="ID training images per ID class (for training example models)."),
     visually_ambiguous: bool = typer.Option(True, help="Remove characters that draw like an ID character."),
+    private_share: float = PRIVATE_SHARE,
+    private_seed: int | None = typer.Option(
+        None,
+        show_default="drawn from secrets, written only into private/manifest.json",
+        help="Seed rendering the private images, chosen by --seed (keep it secret: it is not in the public manifest).",
+    ),
     workers: int = typer.Option(2, help="Rendering processes."),
     overwrite: bool = typer.Option(False, help="Replace an existing benchmark in OUT."),
 ) -> None:
@@ -55,6 +74,8 @@ def glyphs(
         n_test=n_test,
         id_test_per_class=id_test_per_class,
         id_train_per_class=id_train_per_class,
+        private_share=private_share,
+        private_seed=private_seed,
     )
     rule_sets = {"visually_ambiguous": visually_ambiguous}
     if out is None and overwrite:
@@ -118,6 +139,8 @@ def imagenet(
         "or hf://datasets/...): a seeded id_fit split for detectors that fit.",
     ),
     fit_per_class: int = FIT_PER_CLASS,
+    private_share: float = PRIVATE_SHARE,
+    private_seed: int | None = PRIVATE_SEED,
     workers: int = typer.Option(2, help="Processes reading images (and indexing Hub shards)."),
     overwrite: bool = OVERWRITE,
 ) -> None:
@@ -143,6 +166,8 @@ def imagenet(
         overwrite=overwrite,
         train=train,
         fit_per_class=fit_per_class,
+        private_share=private_share,
+        private_seed=private_seed,
     )
     _summary(out, sha)
 
@@ -164,6 +189,8 @@ def folder(
         None, "--train", help="ID training images in <class>/ folders: a seeded id_fit split for detectors that fit."
     ),
     fit_per_class: int = FIT_PER_CLASS,
+    private_share: float = PRIVATE_SHARE,
+    private_seed: int | None = PRIVATE_SEED,
     workers: int = typer.Option(2, help="Processes reading images."),
     overwrite: bool = OVERWRITE,
     license: str | None = typer.Option(
@@ -183,6 +210,8 @@ def folder(
         min_images=min_images,
         image_ext=image_ext,
         fit_per_class=fit_per_class,
+        private_share=private_share,
+        private_seed=private_seed,
     )
     sha = build_folder(
         out,
@@ -258,9 +287,11 @@ def _summary(out: Path, sha: str) -> None:
 
     manifest, _ = load_manifest(out)
     skipped = manifest.get("skipped_images", {}).get("count", 0)
+    private = manifest.get("private")
     typer.echo(
         f"{out}: {manifest['classes']['id']} ID classes, {manifest['classes']['ood']} OOD classes, "
         f"{skipped} unreadable or oversized images skipped, {len(manifest['shards'])} shards, revision {sha}"
+        + (f"; {sum(private['num_images'].values())} test images held back in {out / 'private'}" if private else "")
     )
 
 

@@ -42,6 +42,7 @@ from dataset_builder.imagenet_classes import (
 from dataset_builder.images import ImageSettings, build_from_folders
 from dataset_builder.levels import DEFAULT_NUM_LEVELS, check_num_levels, max_levels, ood_classes_needed
 from dataset_builder.manifest import load_manifest
+from dataset_builder.private import DEFAULT_SHARE, check_share
 from dataset_builder.source_forms import open_source
 from dataset_builder.sources import ImageSource, SourceError
 from dataset_builder.split import DEFAULT_FIT_PER_CLASS
@@ -179,6 +180,8 @@ def build_imagenet(
     overwrite: bool = False,
     train: str | Path | None = None,
     fit_per_class: int = DEFAULT_FIT_PER_CLASS,
+    private_share: float = DEFAULT_SHARE,
+    private_seed: int | None = None,
 ) -> str:
     """Build the ImageNet C-OOD benchmark under ``root``; return its manifest sha256.
 
@@ -190,10 +193,13 @@ def build_imagenet(
     ``id_classes`` restricts the ID classes to a subset of ImageNet-1K (for small trials): the ids, or a number of
     the classes ``val`` holds, picked with ``seed`` (:func:`pick_id_classes`); the class rules always use all 1,000
     classes. ``num_levels``: the severity levels the pool must give (:func:`check_pool_size`); a pool left with
-    fewer than 2 after the image rules is an error, with fewer than ``num_levels`` a warning.
+    fewer than 2 after the image rules is an error, with fewer than ``num_levels`` a warning. ``private_share`` of
+    each class's test images are held back in the private part, chosen with ``private_seed``
+    (:mod:`dataset_builder.private`).
     """
     check_target(Path(root), overwrite)  # before the class rules and the folder scans: a refusal comes at once
     check_num_levels(num_levels)
+    check_share(private_share)
     ood_table = imagenet_ood_classes(rule_sets, pool)
     ood_ids = set(ood_table.loc[ood_table["status"] == "ood", "id"])
     ood_source = open_source(imagenet21k, "--imagenet21k", keep=ood_ids, workers=workers)
@@ -216,6 +222,8 @@ def build_imagenet(
         min_images=min_images,
         image_ext="jpg",
         fit_per_class=fit_per_class,
+        private_share=private_share,
+        private_seed=private_seed,
     )
     held = set(ood_source.classes())
     candidates = [c for c in ood_table["id"] if c in ood_ids and c in held]  # pool order

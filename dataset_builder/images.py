@@ -31,7 +31,7 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -45,9 +45,11 @@ from dataset_builder.assemble import class_counts, class_labels, finish, number_
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.files import write_atomic
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
-from dataset_builder.shards import ShardInfo, ShardWriter, make_sample, sample_key, write_shard
+from dataset_builder.private import DEFAULT_SHARE, FOLDER, check_share, resolve_seed, with_private_part
+from dataset_builder.private import SPLITS as PRIVATE_SPLITS
+from dataset_builder.shards import ShardWriter, make_sample, sample_key, write_shard
 from dataset_builder.sources import FolderSource, ImageSource, SourceError
-from dataset_builder.split import DEFAULT_FIT_PER_CLASS, SPLIT_RULE, split_class, split_order
+from dataset_builder.split import DEFAULT_FIT_PER_CLASS, SPLIT_RULE, split_class, split_order, split_private
 from dataset_builder.workers import worker_pool
 
 TEST_GROUP_SIZE = 1000
@@ -76,8 +78,11 @@ class ImageSettings:
     id_classes_per_shard: int = 200
     max_image_pixels: int = MAX_IMAGE_PIXELS
     fit_per_class: int = DEFAULT_FIT_PER_CLASS
+    private_share: float = DEFAULT_SHARE  # of each class's test images, held back (dataset_builder.private)
+    private_seed: int | None = None  # None: drawn from secrets, recorded in the private manifest only
 
     def check(self) -> None:
+        check_share(self.private_share)
         if self.fit_per_class < 1:
             raise BenchmarkError(f"fit_per_class must be at least 1, got {self.fit_per_class}")
         if not 0 < self.n_test < self.images_per_class:
@@ -193,9 +198,8 @@ def _read_good(
     return good
 
 
-def _samples(
-    class_id: str, label: int, names: list[str], good: dict[str, tuple[bytes, str]], ext: str, formats: Counter
-) -> list[dict]:
+def _checked_keys(class_id: str, names: list[str]) -> list[str]:
+    """The sample keys of ``names``; two images of one key are an error."""
     keys = [sample_key(class_id, name) for name in names]
     if len(set(keys)) != len(keys):
         clash = next(k for k in keys if keys.count(k) > 1)
@@ -203,115 +207,139 @@ def _samples(
             f"class {class_id}: two images map to the sample key {clash}"
             " (file names differing only in dots or extension)"
         )
+    return keys
+
+
+def _samples(
+    class_id: str, label: int, names: list[str], good: dict[str, tuple[bytes, str]], ext: str, formats: Counter
+) -> list[dict]:
+    keys = _checked_keys(class_id, names)
     formats.update(good[name][1] for name in names)
     return [make_sample(key, ext, good[name][0], class_id, label) for key, name in zip(keys, names)]
+
+
+def _test_samples(
+    class_id: str, label: int, names: list[str], good: dict, s: ImageSettings, formats: Counter
+) -> tuple[list[dict], list[dict]]:
+    """A class's test samples, published and held back (:func:`dataset_builder.split.split_private`); ``formats``
+    counts the published ones."""
+    _checked_keys(class_id, names)  # a published and a private image of one key clash too
+    test = split_private(names, class_id, s.private_seed, s.private_share)
+    return (
+        _samples(class_id, label, test.public, good, s.image_ext, formats),
+        _samples(class_id, label, test.private, good, s.image_ext, Counter()),
+    )
 
 
 def _id_shard(
     partial: Path,
     relpath: str,
-    split: str,
     block: Block,
     s: ImageSettings,
-    formats: Counter,
+    out: dict,
     what: str,
     read: Callable[[str], dict],
-) -> tuple[ShardInfo | None, dict[str, int]]:
-    """One shard of a block's ID classes, each class's images from ``read(class id)``; returns it and the counts."""
-    writer, counts = ShardWriter(partial, relpath, split), {}
+) -> dict[str, int]:
+    """One shard of a block's ID classes (``id_test``, or ``id_fit`` for a fit block), each class's images from
+    ``read(class id)``; an ID test shard's private share goes to the private part's shard of the same path. Returns
+    the published images per class."""
+    split = "id_fit" if block.kind == "fit" else "id_test"
+    writer, private, counts = ShardWriter(partial, relpath, split), ShardWriter(partial / FOLDER, relpath, split), {}
     for cid, label in _each_class(zip(block.classes, block.labels)):
         good = read(cid)
         if not good:
             raise BenchmarkError(f"ID class {cid} has no readable {what}image in {block.source.location(cid)}")
-        for sample in _samples(cid, label, sorted(good), good, s.image_ext, formats):
+        if split == "id_test":
+            public, held = _test_samples(cid, label, sorted(good), good, s, out["formats"])
+            out["private_counts"]["id_test"][cid] = len(held)
+        else:
+            public, held = _samples(cid, label, sorted(good), good, s.image_ext, out["formats"]), []
+        for sample in public:
             writer.write(sample)
-        counts[cid] = len(good)
-    return writer.close(), counts
+        for sample in held:
+            private.write(sample)
+        counts[cid] = len(public)
+    out["shards"].append(writer.close())
+    out["private_shards"].append(private.close())
+    return counts
+
+
+def _run_id(partial: Path, block: Block, s: ImageSettings, out: dict) -> None:
+    def read_test(cid: str) -> dict:
+        return _read_good(block.source, block.source.names(cid), cid, None, out["skipped"], s.max_image_pixels)
+
+    counts = _id_shard(partial, f"id/test/{block.number:06d}.tar", block, s, out, "", read_test)
+    out["classes"] += [{"id": cid, "num_images": n} for cid, n in counts.items()]
+
+
+def _run_fit(partial: Path, block: Block, s: ImageSettings, out: dict) -> None:
+    source = block.source
+
+    def read_fit(cid: str) -> dict:
+        test = block.test_source
+        tests = {hashlib.sha256(test.read(cid, n)).hexdigest() for n in test.names(cid)}
+        return _read_good(
+            source,
+            split_order(source.names(cid), cid, s.seed),
+            cid,
+            s.fit_per_class,
+            out["skipped"],
+            s.max_image_pixels,
+            tests,
+            out["duplicates"],
+        )
+
+    counts = _id_shard(partial, f"id/fit/{block.number:06d}.tar", block, s, out, "training ", read_fit)
+    out["fit"] += [{"id": cid, "num_fit_images": n} for cid, n in counts.items()]
+
+
+def _run_ood(partial: Path, block: Block, s: ImageSettings, out: dict) -> None:
+    source, classes = block.source, out["classes"]
+    estimation = ShardWriter(partial, f"ood/estimation/{block.number:06d}.tar", "ood_estimation")
+    for cid, position, label in _each_class(zip(block.classes, block.positions, block.labels)):
+        try:
+            names = source.names(cid)
+        except SourceError as exc:
+            out["unreadable"].append({"class_id": cid, "error": str(exc)[:300]})
+            classes.append({"id": cid, "num_images": 0, "rule": "unreadable_source"})
+            continue
+        good = {}
+        if len(names) >= s.min_images:
+            wanted = max(s.images_per_class, s.min_images)
+            good = _read_good(source, split_order(names, cid, s.seed), cid, wanted, out["skipped"], s.max_image_pixels)
+        if len(good) < s.min_images:
+            classes.append({"id": cid, "num_images": 0, "rule": "too_few_images"})
+            continue
+        split = split_class(good, cid, s.seed, s.n_test, s.images_per_class)
+        public, held = _test_samples(cid, label, split.test, good, s, out["formats"])
+        relpath = f"ood/test/{position // TEST_GROUP_SIZE:03d}/{cid}.tar"
+        out["shards"].append(write_shard(partial, relpath, "ood_test", public, class_id=cid))
+        if held:
+            out["private_shards"].append(write_shard(partial / FOLDER, relpath, "ood_test", held, class_id=cid))
+        out["private_counts"]["ood_test"][cid] = len(held)
+        for sample in _samples(cid, label, split.estimation, good, s.image_ext, out["formats"]):
+            estimation.write(sample)
+        classes.append({"id": cid, "num_images": len(public) + len(split.estimation), "rule": None})
+    out["shards"].insert(0, estimation.close())
 
 
 def run_block(task: tuple[Path, Block, ImageSettings]) -> dict:
-    """Write one block's shards, then its marker; return what the manifest and class tables need from it."""
+    """Write one block's shards (its private ones in ``private/``), then its marker; return what the manifest and
+    class tables need from it."""
     partial, block, s = task
-    source = block.source
-    shards, classes, skipped, formats, fit, duplicates, unreadable = [], [], [], Counter(), [], [], []
-    if block.kind == "id":
-
-        def read_test(cid: str) -> dict:
-            return _read_good(source, source.names(cid), cid, None, skipped, s.max_image_pixels)
-
-        shard, counts = _id_shard(
-            partial, f"id/test/{block.number:06d}.tar", "id_test", block, s, formats, "", read_test
-        )
-        shards.append(shard)
-        classes += [{"id": cid, "num_images": n} for cid, n in counts.items()]
-    elif block.kind == "fit":
-
-        def read_fit(cid: str) -> dict:
-            test = block.test_source
-            tests = {hashlib.sha256(test.read(cid, n)).hexdigest() for n in test.names(cid)}
-            return _read_good(
-                source,
-                split_order(source.names(cid), cid, s.seed),
-                cid,
-                s.fit_per_class,
-                skipped,
-                s.max_image_pixels,
-                tests,
-                duplicates,
-            )
-
-        shard, counts = _id_shard(
-            partial, f"id/fit/{block.number:06d}.tar", "id_fit", block, s, formats, "training ", read_fit
-        )
-        shards.append(shard)
-        fit += [{"id": cid, "num_fit_images": n} for cid, n in counts.items()]
-    else:
-        estimation = ShardWriter(partial, f"ood/estimation/{block.number:06d}.tar", "ood_estimation")
-        for cid, position, label in _each_class(zip(block.classes, block.positions, block.labels)):
-            try:
-                names = source.names(cid)
-            except SourceError as exc:
-                unreadable.append({"class_id": cid, "error": str(exc)[:300]})
-                classes.append({"id": cid, "num_images": 0, "rule": "unreadable_source"})
-                continue
-            good = {}
-            if len(names) >= s.min_images:
-                good = _read_good(
-                    source,
-                    split_order(names, cid, s.seed),
-                    cid,
-                    max(s.images_per_class, s.min_images),
-                    skipped,
-                    s.max_image_pixels,
-                )
-            if len(good) < s.min_images:
-                classes.append({"id": cid, "num_images": 0, "rule": "too_few_images"})
-                continue
-            split = split_class(good, cid, s.seed, s.n_test, s.images_per_class)
-            relpath = f"ood/test/{position // TEST_GROUP_SIZE:03d}/{cid}.tar"
-            shards.append(
-                write_shard(
-                    partial,
-                    relpath,
-                    "ood_test",
-                    _samples(cid, label, split.test, good, s.image_ext, formats),
-                    class_id=cid,
-                )
-            )
-            for sample in _samples(cid, label, split.estimation, good, s.image_ext, formats):
-                estimation.write(sample)
-            classes.append({"id": cid, "num_images": len(split.test) + len(split.estimation), "rule": None})
-        shards.insert(0, estimation.close())
-    source.close()
-    result = {
+    out = {
         "block": block.name,
-        "shards": [i.to_dict() for i in shards if i is not None],
-        "classes": classes,
-        "skipped": skipped,
-        "formats": dict(formats),
-        "fit": fit,
-        "duplicates": duplicates,
-        "unreadable": unreadable,
+        **{key: [] for key in ("shards", "private_shards", "classes", "skipped", "fit", "duplicates", "unreadable")},
+        "formats": Counter(),
+        "private_counts": {split: {} for split in PRIVATE_SPLITS},
+    }
+    {"id": _run_id, "fit": _run_fit, "ood": _run_ood}[block.kind](partial, block, s, out)
+    block.source.close()
+    result = {
+        **out,
+        "shards": [i.to_dict() for i in out["shards"] if i is not None],
+        "private_shards": [i.to_dict() for i in out["private_shards"] if i is not None],
+        "formats": dict(out["formats"]),
     }
     marker = partial / STATE / f"{block.name}.json"
     write_atomic(marker, json.dumps(result, sort_keys=True).encode())
@@ -359,8 +387,9 @@ def finished_block(partial: Path, block: Block) -> dict | None:
     if not marker.is_file():
         return None
     result = json.loads(marker.read_text())
-    for shard in result["shards"]:
-        path = partial / shard["path"]
+    written = [(partial, s) for s in result["shards"]] + [(partial / FOLDER, s) for s in result["private_shards"]]
+    for folder, shard in written:
+        path = folder / shard["path"]
         if not path.is_file() or path.stat().st_size != shard["num_bytes"]:
             return None
     return result
@@ -467,6 +496,33 @@ def _check_pool_left(partial: Path, ood_table: pd.DataFrame, candidates: int, ne
     )
 
 
+def _with_private_seed(partial: Path, settings: ImageSettings) -> ImageSettings:
+    """``settings`` with a private seed when its share is above 0: the one given, else the one an interrupted build in
+    ``partial`` drew (so that it resumes), else a new one from :func:`dataset_builder.private.resolve_seed`."""
+    if settings.private_share == 0 or settings.private_seed is not None:
+        return settings
+    try:
+        drawn = json.loads((partial / STATE / "config.json").read_text())["settings"]["private_seed"]
+    except (OSError, ValueError, KeyError, TypeError):
+        drawn = None
+    return replace(settings, private_seed=resolve_seed(settings.private_share, drawn))
+
+
+def _with_private_part(partial: Path, manifest: dict, settings: ImageSettings, ordered: list[dict]) -> dict:
+    """The manifest with its ``private`` entry, the private part's manifest written (nothing when the share is 0)."""
+    shards = [s for r in ordered for s in r["private_shards"]]
+    return with_private_part(
+        partial,
+        manifest,
+        share=settings.private_share,
+        seed=settings.private_seed,
+        counts={
+            split: {c: n for r in ordered for c, n in r["private_counts"][split].items()} for split in PRIVATE_SPLITS
+        },
+        shards=[s for split in PRIVATE_SPLITS for s in shards if s["split"] == split],
+    )
+
+
 def build_from_folders(
     root: str | Path,
     *,
@@ -496,6 +552,7 @@ def build_from_folders(
     """
     settings.check()
     root = Path(root)
+    settings = _with_private_seed(partial_of(root), settings)
     id_ids = id_table.sort_values("index")["id"].tolist()
     candidates = ood_table.loc[ood_table["status"] == "ood", "id"].tolist()
     check_class_ids(id_ids, "ID")
@@ -584,6 +641,7 @@ def build_from_folders(
         "classes": class_counts(id_table, ood_table),
         "shards": shards,
     }
+    manifest = _with_private_part(partial, manifest, settings, ordered)
     shutil.rmtree(partial / STATE)
     try:
         return finish(partial, root, manifest, overwrite)

@@ -11,6 +11,7 @@ commit. A tag is never moved: publishing different files under an existing tag i
 The dataset card is uploaded written afresh for the repo (:func:`dataset_builder.card.published_card`):
 its loading examples name the repo id and the tag. The local folder is left as it is (the card is
 not part of the manifest's sha256). A ``README.md`` that cood-bench did not write is uploaded as it is.
+The private part (``private/``) is never uploaded: the public manifest names it by sha256 only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from huggingface_hub.hf_api import RepoFile
 
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.manifest import MANIFEST, load_manifest
+from dataset_builder.private import FOLDER as PRIVATE_FOLDER
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +46,13 @@ class RemoteFile:
 
 
 def local_files(folder: Path) -> dict[str, Path]:
-    """``path in repo -> file`` for every file of the folder, except hidden ones and ``*.partial`` leftovers."""
+    """``path in repo -> file`` for every file of the folder, except hidden ones, ``*.partial`` leftovers and the
+    private part (``private/``, never published: :mod:`dataset_builder.private`)."""
     files = {}
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
+        if relative.parts[0] == PRIVATE_FOLDER:
+            continue
         if path.is_file() and not any(p.startswith(".") for p in relative.parts) and path.suffix != ".partial":
             files[relative.as_posix()] = path
     return files

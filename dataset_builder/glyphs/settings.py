@@ -15,4 +15,6 @@ DEFAULTS = {
     "id_test_per_class": 50,
     "id_train_per_class": 300,
     "rule_sets": {"visually_ambiguous": True},
+    "private_share": 0.0,  # no private part yet (dataset_builder.private)
+    "private_seed": None,
 }
