@@ -7,7 +7,7 @@ are downloaded when it is opened, each shard when it is first read (huggingface_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +18,7 @@ from dataset_builder.private import FOLDER as PRIVATE_FOLDER
 from dataset_builder.shards import file_sha256
 
 SPLITS = ("id_test", "id_fit", "id_train", "ood_estimation", "ood_test")
+PRIVATE_SPLITS = ("id_test_private", "ood_test_private")  # a private part's test splits, beside the public ones
 
 
 @dataclass(frozen=True)
@@ -106,13 +107,37 @@ class Benchmark:
             "num_ood_classes": len(self.ood_classes),
         }
 
+    def with_private(self, folder: str | Path | None = None) -> Benchmark:
+        """This benchmark with its private part's test shards (:meth:`private_part`) as two more splits,
+        ``id_test_private`` and ``ood_test_private``, read from the private part's folder (each shard's ``file``; its
+        ``path`` under ``private/``, apart from the public shards'); its identity (the public manifest's) unchanged."""
+        part = self.private_part(folder)
+        private = [
+            {
+                **s,
+                "split": f"{s['split']}_private",
+                "path": f"{PRIVATE_FOLDER}/{s['path']}",
+                "file": str(part.root / s["path"]),
+            }
+            for s in part.manifest["shards"]
+        ]
+        return replace(self, manifest={**self.manifest, "shards": self.manifest["shards"] + private})
+
+    @property
+    def private_sha256(self) -> str | None:
+        """The sha256 of the private part's manifest, as the public manifest names it (None: it names none)."""
+        named = self.manifest.get("private")
+        return named.get("manifest_sha256") if isinstance(named, dict) else None
+
     def shards(self, split: str) -> list[dict]:
-        if split not in SPLITS:
+        if split not in SPLITS + PRIVATE_SPLITS:
             raise BenchmarkError(f"unknown split '{split}'; known: {', '.join(SPLITS)}")
         return [s for s in self.manifest["shards"] if s["split"] == split]
 
     def shard_path(self, shard: dict) -> Path:
-        """The local file of a shard (a Hub benchmark downloads it first, once)."""
+        """The local file of a shard (a Hub benchmark downloads it first, once; a private part's is in its folder)."""
+        if "file" in shard:
+            return Path(shard["file"])
         if self.hub is None:
             return self.root / shard["path"]
         from huggingface_hub import hf_hub_download

@@ -103,7 +103,14 @@ def submit(
         None,
         show_default="drawn per run",
         help="Seed of the secret order the images cross the model in; the records name the one used: give it to "
-        "rerun the same batches.",
+        "rerun the same batches (reproducing a run; only a drawn seed verifies one).",
+    ),
+    private: bool | None = typer.Option(
+        None,
+        "--private/--no-private",
+        show_default="when the benchmark's folder holds its private part",
+        help="Also score the benchmark's private test images (never published) in the same pass, and test whether "
+        "the scores on them fall below the public ones (a model that memorised the public images).",
     ),
     odin_preset: str | None = typer.Option(
         None,

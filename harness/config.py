@@ -48,7 +48,8 @@ class EvalConfig:
     ``decoded_cache_gb``; 0: none), so that the next model with the same preprocessing skips decoding.
     ``severity_rule``: how the levels' windows start (:data:`harness.method.severity.SEVERITY_RULES`; integer, the
     canonical). ``order_seed``: the secret order the images cross the model in (None: drawn from the operating system;
-    every record names the one used, and a rerun given it streams the same batches)."""
+    every record names the one used, and a rerun given it streams the same batches). ``private``: also score the
+    benchmark's private test images (None: when its folder holds them; True: refused without them; False: never)."""
 
     benchmark: str | Path = "glyphs"
     kappas: tuple[str, ...] | None = None
@@ -67,6 +68,8 @@ class EvalConfig:
     compile: bool = False
     seed: int = 0
     order_seed: int | None = None
+    order_seed_drawn: bool = False  # set by the harness: it drew the order seed itself (no order_seed was given)
+    private: bool | None = None
     odin_preset: str | None = None
     mc_passes: int | None = None
     verify: bool = True

@@ -79,6 +79,7 @@ def record(
     probability: bool,
     seed: int,
     order_seed: int | None = None,
+    order_seed_drawn: bool = False,
     version: str,
     created: str,
     timings: dict,
@@ -100,11 +101,13 @@ def record(
             intervals=interval_statement(),
             seed=seed,
             order_seed=order_seed,
+            order_seed_drawn=order_seed_drawn,
             harness_version=version,
             created=created,
             timings=timings,
             per_class=per_class,
             severity_rule=result.rule,
+            private=result.private,
         )
     )
 
@@ -370,6 +373,7 @@ def records_of(
             probability=spec.probability,
             seed=config.seed,
             order_seed=config.order_seed,
+            order_seed_drawn=config.order_seed_drawn,
             version=__version__,
             created=created,
             timings=run_info,

@@ -16,7 +16,7 @@ from harness.benchmarks import benchmark_before_loading, open_checked
 from harness.config import SUBMIT_DEFAULTS, EvalConfig
 from harness.drilldown import PerClass, per_class
 from harness.loading import kappa_specs, kappas_before_loading, load_submission
-from harness.method.evaluation import KappaResult, evaluate_kappa
+from harness.method.evaluation import KappaResult, evaluate_kappa, with_private_check
 from harness.method.scores import SplitScores
 from harness.outputs import Evaluation, check_out, records_of, save
 from harness.runtime.distributed import close, init_ranks
@@ -68,7 +68,7 @@ def evaluate(
         if out is not None and ranks.is_main:
             check_out(Path(out))
         if bench is None:
-            bench = open_checked(config.benchmark, config.progress, config.num_levels)
+            bench = open_checked(config.benchmark, config.progress, config.num_levels, config.private)
         scorer = make_scorer(config, execution, ranks, forward, submission, bench, specs)
         stack.callback(scorer.close)
         timings = fit(scorer)
@@ -105,7 +105,21 @@ def _levels_and_metrics(scorer: Scorer, scores: dict[str, SplitScores]) -> tuple
         )
         for spec in specs
     ]
+    if "id_test_private" in scores:
+        results = [_with_private_check(result, scores, bench.private_sha256) for result in results]
     return results, per_class(results, scores["id_test"], scores["ood_test"], bench)
+
+
+def _with_private_check(result: KappaResult, scores: dict[str, SplitScores], sha256: str) -> KappaResult:
+    """``result`` with its private check (:func:`harness.method.evaluation.with_private_check`), said in one line."""
+    checked = with_private_check(result, scores, sha256)
+    check = checked.private
+    verdict = "reproduced" if check["reproduced"] else "NOT reproduced"
+    phases.say(
+        f"{result.kappa}: mean ood-auroc {result.mean_ood_auroc:.4f} public, {check['mean_ood_auroc']:.4f} on "
+        f"{plural(check['num_id'] + check['num_ood'], 'private image')} (p = {check['p_value']:.3g}: {verdict})"
+    )
+    return checked
 
 
 def submit(

@@ -316,6 +316,24 @@ class Intervals:
 
 
 @_shape
+class PrivateCheck:
+    """The record's levels scored on the benchmark's private test images (never published) beside its public ones,
+    and the one-sided test that the private mean ood-auroc is below the public one (docs/method.md, "Private
+    images")."""
+
+    manifest_sha256: str = spec(format="sha256")
+    num_id: int = spec(minimum=2)
+    num_ood: int = spec(minimum=2)
+    mean_ood_auroc: float = spec(unit=True, column="private_mean_ood_auroc")
+    level_ood_auroc: list[float] = spec(unit=True, items=(2, None))
+    difference: float = spec(doc="the public mean ood-auroc minus the private one")
+    z: float = spec(doc="the difference over its standard error (public and private variances summed), within +-40")
+    p_value: float = spec(unit=True)
+    alpha: float = spec(unit=True)
+    reproduced: bool = spec(doc="false: the private scores fall below the public ones at alpha (flagged)")
+
+
+@_shape
 class Verification:
     status: str = spec(const=VERIFIED)
     request: str = spec(format="request_id")
@@ -352,6 +370,13 @@ class Record:
         doc="optional: the seed of the secret order the harness streamed the images in (drawn per run; a rerun given "
         "it streams the same batches); absent from records made before it existed and from reported results",
     )
+    order_seed_drawn: bool | None = spec(
+        optional=True,
+        doc="optional: true when the harness drew the order seed itself, a secret order nobody knew before the run "
+        "(the worker's runs, and any run without --order-seed), false when it was given (a rerun that reproduces a "
+        "record's batches, which verifies nothing); only a drawn seed's records can be verified; absent from records "
+        "made before it",
+    )
     harness_version: str | None = spec(reported=True, column="harness_version")
     created: str | None = spec(format="date-time", reported=True, column="created")
     timings: dict | None = spec(reported=True)
@@ -370,6 +395,11 @@ class Record:
         optional=True,
         doc="optional: the confidence and methods of the intervals whose ends (<metric>_low, <metric>_high) the "
         "levels, id and summary hold; absent from published results and records made before intervals",
+    )
+    private: PrivateCheck | None = spec(
+        optional=True,
+        doc="optional: the levels on the benchmark's private test images, where the run had them (the worker's runs "
+        "on a benchmark with a private part); absent: not checked on private images",
     )
     verification: Verification | None = spec(
         optional=True,

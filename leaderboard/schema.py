@@ -202,6 +202,8 @@ def validate_record(record) -> None:
         _validate_per_class(record["per_class"], record["num_levels"])
     if "verification" in record:
         _validate_verification(record["verification"])
+        if record.get("order_seed_drawn") is not True:
+            raise _fail("verification", "a verified record's order seed must have been drawn by the harness")
 
 
 def _validate_verification(verification) -> None:
@@ -423,8 +425,23 @@ def entry_id(record: dict) -> str:
 
 
 def flags(record: dict) -> list[str]:
-    """Warnings derived from a valid record; an id-acc near chance marks a broken run."""
+    """Warnings derived from a valid record: an id-acc near chance marks a broken run; private scores below the public
+    ones, a model that may have memorised the public images."""
     chance = 1.0 / record["benchmark"]["num_id_classes"]
     if record["id"]["acc"] < NEAR_CHANCE_FACTOR * chance:
         return [f"id-acc near chance ({record['id']['acc']:.4f}, chance {chance:.4f})"]
+    private = record.get("private")
+    if private is not None and not private["reproduced"]:
+        return [
+            f"scores not reproduced on private images (mean ood-auroc {record['summary']['mean_ood_auroc']:.4f} "
+            f"public, {private['mean_ood_auroc']:.4f} private, p = {private['p_value']:.2g})"
+        ]
     return []
+
+
+def private_status(record: dict) -> str:
+    """What the private images say of a record: reproduced, not reproduced, or not checked (no private part)."""
+    private = record.get("private")
+    if private is None:
+        return "not checked"
+    return "reproduced" if private["reproduced"] else "not reproduced"

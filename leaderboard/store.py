@@ -53,7 +53,8 @@ RECORDS = "records"
 LOCK = ".lock"
 FORMAT_VERSION = 1
 LOCK_TIMEOUT_S = 300
-RUN_DETAILS = ("created", "timings", "harness_version", "order_seed")  # two runs of one model differ in these
+# two runs of one model differ in these
+RUN_DETAILS = ("created", "timings", "harness_version", "order_seed", "order_seed_drawn")
 SAME_WITHIN = 1e-6  # two runs in other secret orders sum in other batches: their metrics agree to float rounding
 _RECORD_FILE = re.compile(r"^([0-9]{6,})-([0-9a-f]{16})\.json$")
 

@@ -14,7 +14,7 @@ from harness.method.registry import registered
 from leaderboard.csvsafe import csv_bytes
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import columns as record_columns
-from leaderboard.schema import entry_id, flags, kappa_label, verification_status
+from leaderboard.schema import entry_id, flags, kappa_label, private_status, verification_status
 
 PARQUET = "table.parquet"
 CSV = "table.csv"
@@ -51,6 +51,7 @@ BACK = [
     "created",
     "record_file",
     "record_sha256",
+    "private_images",
 ]
 
 
@@ -89,6 +90,7 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> 
         "kappa": kappa_label(record["kappa"]["name"], record["kappa"]["params"]),
         "kappa_params": json.dumps(record["kappa"]["params"], sort_keys=True),
         "verification": verification_status(record),
+        "private_images": private_status(record),
         "flag": "; ".join(flags(record)),
         **{col: level["ood_auroc"] for col, level in zip(level_columns(len(levels)), levels)},
         **{column: _mean([level.get(name) for level in levels]) for column, name in mean_columns().items()},

@@ -34,4 +34,4 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.hub)
 
 
-from glyph_fixtures import benchmark_cache, default_glyphs, fit_glyphs, tiny_glyphs  # noqa: E402,F401
+from glyph_fixtures import benchmark_cache, default_glyphs, fit_glyphs, private_glyphs, tiny_glyphs  # noqa: E402,F401

@@ -49,6 +49,16 @@ def tiny_glyphs(tmp_path_factory) -> Path:
 
 
 FIT_PER_CLASS = 30
+PRIVATE = dict(n_test=16, id_test_per_class=16, private_share=0.25, private_seed=5)  # 144 + 192 private test images
+
+
+@pytest.fixture(scope="session")
+def private_glyphs(tmp_path_factory) -> Path:
+    """The tiny glyph benchmark with twice the test images and a quarter of them held back in its private part."""
+    return built_once(
+        session_folder(tmp_path_factory) / "private" / "glyphs",
+        lambda folder: build(folder, progress=False, **{**TINY, **PRIVATE}),
+    )
 
 
 @pytest.fixture(scope="session")

@@ -226,18 +226,20 @@ def test_a_batchs_pieces_are_its_shards_results_sorted_as_concat_sorts_them():
 
 class Recording:
     """A forward pass whose logits are each image's first pixels; it logs when batches are launched and collected (by
-    their seed: all it is told besides the pixels), and runs out of memory on batches larger than ``fits``."""
+    their first row's seed: the rows' seeds are all it is told besides the pixels), and runs out of memory on batches
+    larger than ``fits``."""
 
     head = None
 
     def __init__(self, fits: int = 1 << 30):
         self.log, self.fits = [], fits
 
-    def launch(self, images, seed, kappas):
+    def launch(self, images, seeds, kappas):
         from harness.runtime.inference import ModelOutput
 
         if len(images) > self.fits:
             raise torch.cuda.OutOfMemoryError("simulated")
+        seed = int(seeds[0])
         self.log.append(("launch", seed))
         output = ModelOutput(images.flatten(1)[:, :3].numpy().astype(np.float32), None, {}, {})
         log = self.log
@@ -257,7 +259,7 @@ def _batch(keys: list[str], seed: int) -> dict:
         "rows": [key.split("_")[0] for key in keys],
         "labels": torch.arange(len(keys)),
         "images": torch.from_numpy(np.random.default_rng(seed).normal(size=(len(keys), 4))),
-        "seed": seed,
+        "seeds": np.full(len(keys), seed, dtype=np.int64),
     }
 
 

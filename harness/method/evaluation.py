@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from harness.errors import HarnessError
 from harness.method.metrics import id_metrics, level_metrics, summary_intervals
+from harness.method.private_check import private_check
 from harness.method.registry import LevelSet
 from harness.method.scores import SplitScores
 from harness.method.severity import DEFAULT_RULE, SeverityLevels, class_scores, severity_levels
@@ -25,6 +26,7 @@ class KappaResult:
     id: dict
     rule: str = DEFAULT_RULE  # the severity rule the levels' windows start by
     summary_intervals: dict = field(default_factory=dict)
+    private: dict | None = None  # the levels on the private test images (:mod:`harness.method.private_check`)
 
     @property
     def mean_ood_auroc(self) -> float:
@@ -81,3 +83,19 @@ def evaluate_kappa(
     ids = id_metrics(id_scores, id_test.preds == id_test.labels, id_conf, probability)
     bounds = summary_intervals(LevelSet(id_scores, ood_test.scores[kappa], members))
     return KappaResult(kappa, levels, rows, {**ids, "num": int(len(id_scores))}, rule, bounds)
+
+
+def with_private_check(result: KappaResult, scores: dict[str, SplitScores], sha256: str) -> KappaResult:
+    """``result`` with its levels scored on the private test images (``scores["id_test_private"]`` and
+    ``["ood_test_private"]``) beside the public ones, and the test of their difference
+    (:func:`harness.method.private_check.private_check`), naming the private manifest by ``sha256``."""
+    k = result.kappa
+    public_id, public_ood, private_id, private_ood = (
+        scores[split] for split in ("id_test", "ood_test", "id_test_private", "ood_test_private")
+    )
+    check = private_check(
+        result.levels,
+        (public_id.scores[k], public_ood.scores[k], public_ood.labels),
+        (private_id.scores[k], private_ood.scores[k], private_ood.labels),
+    )
+    return replace(result, private={"manifest_sha256": sha256, **check.as_dict()})

@@ -80,6 +80,28 @@ class _Lane:
             self.live.append([rows, start(), None, 0])
             self.open_weight += max(rows, 1)
 
+    def pick(self, rng: random.Random) -> int:
+        """Open shards as :meth:`opened` says, then draw one of the open ones in proportion to the rows it has left."""
+        self.opened()
+        at = rng.randrange(self.open_weight)
+        pick = 0
+        while at >= max(self.live[pick][0], 1):
+            at -= max(self.live[pick][0], 1)
+            pick += 1
+        return pick
+
+
+def _lanes(opened: list[tuple[str, int, Callable[[], Iterator[dict]]]]) -> list[_Lane]:
+    """The lanes of ``opened``'s shards (see :func:`merged`), each with its shards waiting in ``opened``'s order."""
+    by_name: dict[str, _Lane] = {}
+    for name, rows, start in opened:
+        lane = by_name.setdefault(name, _Lane())
+        lane.waiting.append((rows, start))
+        lane.weight += max(rows, 1)
+    for lane in by_name.values():
+        lane.waiting.reverse()  # popped from the end: in ``opened``'s order
+    return list(by_name.values())
+
 
 def merged(
     opened: list[tuple[str, int, Callable[[], Iterator[dict]]]], seed: int, chunk_rows: int, chunks: int | None = None
@@ -95,14 +117,7 @@ def merged(
     as equal as may be (default: as few as hold at most ``chunk_rows`` rows each); rows beyond those the shards said
     they hold go out ``chunk_rows`` at a time."""
     rng = random.Random(seed)
-    by_name: dict[str, _Lane] = {}
-    for name, rows, start in opened:
-        lane = by_name.setdefault(name, _Lane())
-        lane.waiting.append((rows, start))
-        lane.weight += max(rows, 1)
-    lanes = list(by_name.values())
-    for lane in lanes:
-        lane.waiting.reverse()  # popped from the end: in ``opened``'s order
+    lanes = _lanes(opened)
     total = sum(lane.weight for lane in lanes)
     sizes = _sizes(sum(rows for _, rows, _ in opened), chunk_rows, chunks)
     taken: list[tuple[dict, int]] = []
@@ -113,12 +128,7 @@ def merged(
             if at < lane.weight:
                 break
             at -= lane.weight
-        lane.opened()
-        at = rng.randrange(lane.open_weight)
-        pick = 0
-        while at >= max(lane.live[pick][0], 1):
-            at -= max(lane.live[pick][0], 1)
-            pick += 1
+        pick = lane.pick(rng)
         shard = lane.live[pick]
         if shard[2] is None or shard[3] == len(shard[2]["keys"]):
             chunk = next(shard[1], None)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from dataset_builder.benchmark import Benchmark
+from dataset_builder.benchmark import PRIVATE_SPLITS, Benchmark
 from dataset_builder.console import plural
 from dataset_builder.embedded import cache_root
 from harness import phases
@@ -430,19 +430,22 @@ def score_splits(scorer: Scorer) -> tuple[dict[str, SplitScores], dict]:
     """The scores of every evaluation split, from one pass in the run's secret order and its re-check, and their
     timings."""
     start, before = time.perf_counter(), dict(scorer.stats)
-    sizes = {split: sum(shard["num_samples"] for shard in scorer.benchmark.shards(split)) for split in EVAL_SPLITS}
+    splits = EVAL_SPLITS + tuple(split for split in PRIVATE_SPLITS if scorer.benchmark.shards(split))
+    sizes = {split: sum(shard["num_samples"] for shard in scorer.benchmark.shards(split)) for split in splits}
+    private = sum(sizes.get(split, 0) for split in PRIVATE_SPLITS)
+    among = f" (and {plural(private, 'private test image')} among them)" if private else ""
     phases.say(
-        f"{', '.join(EVAL_SPLITS)}: {plural(len(scorer.kappas), 'kappa')} on {plural(sum(sizes.values()), 'image')}, "
-        "in one secret order"
+        f"{', '.join(EVAL_SPLITS)}{among}: {plural(len(scorer.kappas), 'kappa')} on "
+        f"{plural(sum(sizes.values()), 'image')}, in one secret order"
     )
-    scores = scorer.passes(EVAL_SPLITS)
+    scores = scorer.passes(splits)
     seconds = time.perf_counter() - start
     phases.say(split_line("evaluation", {k: scorer.stats[k] - before[k] for k in before}, seconds))
     check = scorer.recheck
     if check.get("recheck_images"):
         phases.say(_recheck_line(check, seconds))
-    timings = {"evaluation_s": round(seconds, 3), **{f"{split}_images": len(scores[split]) for split in EVAL_SPLITS}}
-    timings["evaluation_first_batch_s"] = scorer.first_batch_s.get(" + ".join(EVAL_SPLITS))
+    timings = {"evaluation_s": round(seconds, 3), **{f"{split}_images": len(scores[split]) for split in splits}}
+    timings["evaluation_first_batch_s"] = scorer.first_batch_s.get(" + ".join(splits))
     return scores, timings | check
 
 
@@ -482,5 +485,9 @@ def resolve_run(config: EvalConfig, device: str, ranks: Ranks) -> tuple[EvalConf
     drawn = interleave.new_order_seed() if config.order_seed is None else config.order_seed
     order_seed = ranks.gather([drawn])[0]  # rank 0's, on every rank
     return replace(
-        config, workers=workers, progress=config.progress and ranks.is_main, order_seed=order_seed
+        config,
+        workers=workers,
+        progress=config.progress and ranks.is_main,
+        order_seed=order_seed,
+        order_seed_drawn=config.order_seed is None,
     ), execution

@@ -18,7 +18,7 @@ from harness import HarnessError, evaluate
 KAPPAS = ["softmax", "energy"]
 MIXED = r"shard \S+\.tar \(and \d+ more shards in its batch\): "  # a failing batch, of rows of many shards
 ORDER_SEED = 1  # one secret order for the honest and the hostile runs: the same batches, so the same bytes
-NOT_COMPARED = ("created", "timings", "order_seed")
+NOT_COMPARED = ("created", "timings", "order_seed", "order_seed_drawn")
 USERS = {"root": (), "user_namespace": ("unshare", "-r")}  # the harness as root, and as root of a user namespace
 QUICK = ("--quiet", "--no-cache", "--workers", "0")  # a run with nothing printed or kept, its images read in one thread
 
