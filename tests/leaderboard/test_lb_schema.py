@@ -4,7 +4,7 @@ import re
 import pytest
 
 from leaderboard.errors import LeaderboardError
-from leaderboard.schema import entry_id, flags, kappa_label, validate_record
+from leaderboard.schema import entry_id, flags, kappa_label, private_status, validate_record
 
 
 def test_valid_record_passes(make_record):
@@ -101,3 +101,40 @@ def test_a_fitted_kappa_carries_its_fit_in_the_params(make_record):
     ):
         with pytest.raises(LeaderboardError, match=message):
             validate_record(make_record(kappa="knn", params=bad))
+
+
+def test_a_verified_record_needs_an_order_seed_the_harness_drew(make_record):
+    record = make_record()
+    record["verification"] = {"status": "verified", "request": "0123456789ab", "requests_repo": "o/q", "worker": "w"}
+    for drawn in (False, None):
+        record["order_seed_drawn"] = drawn
+        with pytest.raises(LeaderboardError, match="order seed must have been drawn by the harness"):
+            validate_record(record)
+    record["order_seed_drawn"] = True
+    validate_record(record)
+
+
+def test_private_scores_below_the_public_ones_are_flagged(make_record):
+    record = make_record()
+    assert private_status(record) == "not checked"
+    private = {
+        "manifest_sha256": "a" * 64,
+        "num_id": 144,
+        "num_ood": 192,
+        "mean_ood_auroc": 0.5,
+        "level_ood_auroc": [0.5] * len(record["levels"]),
+        "difference": 0.4,
+        "z": 9.0,
+        "p_value": 0.0,
+        "alpha": 0.01,
+        "reproduced": False,
+    }
+    record["private"] = private
+    validate_record(record)
+    assert private_status(record) == "not reproduced"
+    assert flags(record) == [
+        f"scores not reproduced on private images (mean ood-auroc {record['summary']['mean_ood_auroc']:.4f} public, "
+        "0.5000 private, p = 0)"
+    ]
+    record["private"] = {**private, "reproduced": True, "p_value": 0.4}
+    assert private_status(record) == "reproduced" and flags(record) == []

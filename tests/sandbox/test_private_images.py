@@ -59,15 +59,13 @@ def test_a_file_that_memorised_the_public_images_is_flagged_on_the_private_ones(
 
 
 def test_the_honest_model_is_not_flagged_and_its_public_numbers_are_those_of_a_run_without_the_private_part(
-    private_glyphs, tmp_path
+    private_glyphs, tiny_glyphs
 ):
     from glyph_fixtures import CNN
-    from harness import evaluate
+    from harness import HarnessError, evaluate
 
-    checked = evaluate(CNN, benchmark=private_glyphs, kappas=["softmax", "energy"], progress=False, order_seed=3)
-    public = evaluate(
-        CNN, benchmark=private_glyphs, kappas=["softmax", "energy"], progress=False, order_seed=3, private=False
-    )
+    checked = evaluate(CNN, benchmark=private_glyphs, kappas=["softmax", "energy"], progress=False)
+    public = evaluate(CNN, benchmark=private_glyphs, kappas=["softmax", "energy"], progress=False, private=False)
     for with_private, without in zip(checked.records, public.records):
         assert with_private["private"]["reproduced"] and private_status(with_private) == "reproduced"
         assert not flags(with_private)
@@ -75,3 +73,8 @@ def test_the_honest_model_is_not_flagged_and_its_public_numbers_are_those_of_a_r
         for a, b in zip(with_private["levels"], without["levels"]):  # the same levels, the same public numbers
             assert a["ood_auroc"] == pytest.approx(b["ood_auroc"], abs=1e-12)
     assert checked.records[0]["timings"]["id_test_private_images"] == 144
+    assert checked.records[0]["order_seed_drawn"] is True  # no --order-seed: the harness drew it (as the worker does)
+    given = evaluate(CNN, benchmark=private_glyphs, kappas=["softmax"], progress=False, order_seed=3, private=True)
+    assert given.records[0]["order_seed_drawn"] is False and given.records[0]["private"]["reproduced"]
+    with pytest.raises(HarnessError, match="has no private part"):
+        evaluate(CNN, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, private=True)

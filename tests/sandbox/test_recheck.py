@@ -44,6 +44,16 @@ class Cheat(cnn.GlyphCNN):
 def probe(logits):
     return np.ones(len(logits))
 """,
+    # honest logits in the pass, the batch's context in MC-dropout's passes (its masks come through hooks it can see)
+    "mc_dropout": f"""
+class Cheat(cnn.GlyphCNN):
+    def forward(self, x):
+        logits = super().forward(x)
+        hooked = any(m._forward_hooks for m in self.modules() if isinstance(m, torch.nn.Dropout))
+        return logits * 10 * {CONTEXT} if hooked else logits
+def probe(logits):
+    return np.ones(len(logits))
+""",
     # honest logits, features scaled by the batch's context (for the feature detectors)
     "features": f"""
 class Cheat(cnn.GlyphCNN):
@@ -86,6 +96,7 @@ REFUSED = {  # the attack, the kappas it is run with, and what the re-check name
     "inflated": ((), "logits"),
     "own_kappa": (("sure",), "kappa 'sure'"),
     "odin": (("odin",), "kappa 'odin'"),
+    "mc_dropout": (("mc_dropout",), "kappa 'mc_dropout'"),
     "features": (("knn",), "features"),
 }
 
