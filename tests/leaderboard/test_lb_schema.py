@@ -106,12 +106,12 @@ def test_a_fitted_kappa_carries_its_fit_in_the_params(make_record):
 def test_a_verified_record_needs_an_order_seed_the_harness_drew(make_record):
     record = make_record()
     record["verification"] = {"status": "verified", "request": "0123456789ab", "requests_repo": "o/q", "worker": "w"}
-    for drawn in (False, None):
+    record["order_seed_drawn"] = False
+    with pytest.raises(LeaderboardError, match="order seed must have been drawn by the harness"):
+        validate_record(record)
+    for drawn in (True, None):  # None: a record made before the field (its worker drew every seed)
         record["order_seed_drawn"] = drawn
-        with pytest.raises(LeaderboardError, match="order seed must have been drawn by the harness"):
-            validate_record(record)
-    record["order_seed_drawn"] = True
-    validate_record(record)
+        validate_record(record)
 
 
 def test_private_scores_below_the_public_ones_are_flagged(make_record):
