@@ -116,7 +116,8 @@ LIMIT_OPTIONS = {
     "load_timeout": "load_timeout_s",
     "memory_limit": "memory_bytes",
 }
-NOT_OPTIONS = ("channels",)  # an in-memory model's own: a file or a target brings its own
+# an in-memory model's own (a file or a target brings its own), and what the harness sets itself
+NOT_OPTIONS = ("channels", "order_seed_drawn")
 
 
 def config_from_options(options: dict) -> EvalConfig:

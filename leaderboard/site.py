@@ -409,6 +409,7 @@ def _entry_page(entry: dict, row: dict, record: dict | None, board, out: Path) -
         "harness": row["harness_version"],
         "seed": None if pd.isna(row["seed"]) else int(row["seed"]),
         "verification": (record or {}).get("verification"),
+        "private": (record or {}).get("private"),
         "levels": levels,
         "metrics": metrics,
         "per_class": _per_class(entry, record, board, out) if record and record.get("per_class") else None,

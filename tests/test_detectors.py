@@ -126,7 +126,9 @@ def phase_lines(lines: list[str], bench: Path, out: Path) -> None:
     assert [line for line in lines if line.startswith("fitting ")] == [f"fitting {k} on 1,080 images" for k in fitted]
     at = lines.index(f"id_test, ood_estimation, ood_test: 5 kappas on {288 + 768 + 384:,} images, in one secret order")
     assert re.fullmatch(r"evaluation: done in \d+\.\d s \(50 shards forwarded\)", lines[at + 1]), lines[at + 1]
-    assert re.fullmatch(r"re-check: 256 images asked again in \d+ batches by the file loaded anew, .*", lines[at + 2])
+    assert re.fullmatch(
+        r"re-check: 256 images asked again in \d+ batch(es)? by the file loaded anew, .*", lines[at + 2]
+    )
     assert lines[-2:] == ["severity levels and metrics of 5 kappas", f"writing the outputs to {out}"]
     assert not [line for line in lines if "%|" in line or "\r" in line]  # --no-progress: no bars
 

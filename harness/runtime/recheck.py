@@ -80,16 +80,18 @@ def sample_size(total: int) -> int:
 class Asked:
     """The forward pass the re-check asks (:meth:`get`): for a sandboxed file, the file loaded anew in a sandbox of its
     own (:meth:`ChildForward.fresh`) after the run's sandbox has ended with its every process, so that nothing of the
-    run's is alive beside it; else ``forward`` itself (a library model or the caller's own, in this process)."""
+    run's is alive beside it, handed the fitted state of the kappas computed there; else ``forward`` itself (a
+    library model or the caller's own, in this process)."""
 
     def __init__(self, forward):
         self.forward, self.fresh = forward, None
 
-    def get(self):
+    def get(self, kappas: list[KappaSpec]):
         if not hasattr(self.forward, "fresh"):
             return self.forward
         self.forward.close()
         self.fresh = self.forward.fresh()
+        self.fresh.load_states([k for k in kappas if k.in_model and k.needs_fit])
         return self.fresh
 
     def close(self) -> None:

@@ -241,7 +241,7 @@ class Scorer:
         if not recheck.parts:
             return
         try:
-            self.recheck = recheck.run(asks.get(), len(self.benchmark.id_classes))
+            self.recheck = recheck.run(asks.get(self.kappas), len(self.benchmark.id_classes))
         except HarnessError:
             if self.cache is not None:
                 self.cache.drop()
