@@ -125,7 +125,7 @@ class Recheck:
 
     def __init__(self, batch_size: int, seed: int, tol: Tolerance, kappas: list[KappaSpec], feature_dtype: str):
         self.rng = random.Random(derived(seed, "recheck"))
-        self.batch_size, self.seed, self.tol, self.feature_dtype = batch_size, seed, tol, feature_dtype
+        self.batch_size, self.tol, self.feature_dtype = batch_size, tol, feature_dtype
         self.kappas = kappas
         self.chosen: set[int] = set()
         self.seen = 0
