@@ -145,10 +145,12 @@ def swap_in(partial: Path, root: Path) -> None:
 
 def finish(partial: Path, root: Path, manifest: dict, overwrite: bool) -> str:
     """Write the manifest and the dataset card into the finished ``partial`` folder and swap it into ``root``
-    (checked again: it may have changed during the build); return the manifest sha256."""
+    (checked again: it may have changed during the build), its private part linked to it; return the manifest sha256."""
+    from dataset_builder import private
     from dataset_builder.card import write_card
 
     sha = manifest_io.write_manifest(partial, manifest)
+    private.link(partial, sha)
     write_card(partial)
     check_target(root, overwrite)
     swap_in(partial, root)

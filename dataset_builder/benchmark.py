@@ -15,6 +15,7 @@ import pandas as pd
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.manifest import HUB_PREFIX, MANIFEST, MAX_IMAGE_PIXELS, load_manifest
 from dataset_builder.private import FOLDER as PRIVATE_FOLDER
+from dataset_builder.private import LINK as PRIVATE_LINK
 from dataset_builder.shards import file_sha256
 
 SPLITS = ("id_test", "id_fit", "id_train", "ood_estimation", "ood_test")
@@ -31,6 +32,7 @@ class Benchmark:
     id_classes: pd.DataFrame
     ood_classes: pd.DataFrame
     hub: tuple[str, str] | None = None  # (repo id, commit sha) of a Hub benchmark
+    private_sha256: str | None = None  # the private part's manifest sha256, once :meth:`with_private` added it
 
     @classmethod
     def open(cls, root: str | Path) -> Benchmark:
@@ -69,20 +71,25 @@ class Benchmark:
         """The private part (ID and OOD test images held back from publication, :mod:`dataset_builder.private`) as a
         benchmark of the same classes whose ``id_test`` and ``ood_test`` shards are the private ones: from ``folder``
         (where its keeper put it), by default ``<root>/private``. Its manifest must be the one the public manifest
-        names by sha256."""
-        named = self.manifest.get("private")
-        if not isinstance(named, dict) or not isinstance(named.get("manifest_sha256"), str):
+        belongs to: it names this benchmark's manifest by sha256."""
+        if not self.has_private_part:
             raise BenchmarkError(f"benchmark {self.name} has no private part (its manifest names none)")
         root = Path(folder) if folder is not None else self.root / PRIVATE_FOLDER
         if not (root / MANIFEST).is_file():
             raise BenchmarkError(f"the private part of {self.name} is not at {root}: no {MANIFEST}")
         manifest, sha256 = load_manifest(root)
-        if sha256 != named["manifest_sha256"]:
+        named = manifest.get(PRIVATE_LINK)
+        if named != self.sha256:
             raise BenchmarkError(
-                f"{root / MANIFEST} is not the private part benchmark {self.name} names: sha256 {sha256[:12]}, "
-                f"its manifest names {named['manifest_sha256'][:12]}"
+                f"{root / MANIFEST} is not the private part of benchmark {self.name} (manifest {self.sha256[:12]}): "
+                f"it names manifest {str(named)[:12]}"
             )
         return Benchmark(root, manifest, sha256, self.id_classes, self.ood_classes)
+
+    @property
+    def has_private_part(self) -> bool:
+        """Whether the manifest says the benchmark has a private part (kept apart from the published images)."""
+        return isinstance(self.manifest.get("private"), dict)
 
     @property
     def name(self) -> str:
@@ -121,13 +128,8 @@ class Benchmark:
             }
             for s in part.manifest["shards"]
         ]
-        return replace(self, manifest={**self.manifest, "shards": self.manifest["shards"] + private})
-
-    @property
-    def private_sha256(self) -> str | None:
-        """The sha256 of the private part's manifest, as the public manifest names it (None: it names none)."""
-        named = self.manifest.get("private")
-        return named.get("manifest_sha256") if isinstance(named, dict) else None
+        manifest = {**self.manifest, "shards": self.manifest["shards"] + private}
+        return replace(self, manifest=manifest, private_sha256=part.sha256)
 
     def shards(self, split: str) -> list[dict]:
         if split not in SPLITS + PRIVATE_SPLITS:

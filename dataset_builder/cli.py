@@ -11,6 +11,7 @@ from dataset_builder.console import make_app, require_torch_extra, run_app
 
 require_torch_extra("cood-dataset")  # before the imports below, which need it
 from dataset_builder.errors import NOTHING_WRITTEN, BenchmarkError, on_interrupt  # noqa: E402
+from dataset_builder.glyphs.settings import DEFAULTS as GLYPHS  # noqa: E402
 from dataset_builder.imagenet_classes import DEFAULT_RULE_SETS  # noqa: E402
 from dataset_builder.levels import DEFAULT_NUM_LEVELS  # noqa: E402
 from dataset_builder.private import DEFAULT_SHARE  # noqa: E402
@@ -53,7 +54,13 @@ def glyphs(
     id_test_per_class: int = typer.Option(50, help="ID test images per ID class."),
     id_train_per_class: int = typer.Option(300, help="ID training images per ID class (for training example models)."),
     visually_ambiguous: bool = typer.Option(True, help="Remove characters that draw like an ID character."),
-    private_share: float = PRIVATE_SHARE,
+    private_share: float = typer.Option(
+        GLYPHS["private_share"],
+        min=0.0,
+        max=MAX_PRIVATE_SHARE,
+        help="Share of each class's ID and OOD test images held back in the private part private/, never published "
+        "(docs/benchmark-format.md: the private part).",
+    ),
     private_seed: int | None = typer.Option(
         None,
         show_default="drawn from secrets, written only into private/manifest.json",

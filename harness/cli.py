@@ -112,6 +112,13 @@ def submit(
         help="Also score the benchmark's private test images (never published) in the same pass, and test whether "
         "the scores on them fall below the public ones (a model that memorised the public images).",
     ),
+    private_part: Path | None = typer.Option(
+        None,
+        "--private-part",
+        show_default="<benchmark>/private",
+        help="The folder of the benchmark's private part, where its operator keeps it apart (a Hub benchmark's); "
+        "implies --private.",
+    ),
     odin_preset: str | None = typer.Option(
         None,
         show_default="paper",

@@ -49,7 +49,9 @@ class EvalConfig:
     ``severity_rule``: how the levels' windows start (:data:`harness.method.severity.SEVERITY_RULES`; integer, the
     canonical). ``order_seed``: the secret order the images cross the model in (None: drawn from the operating system;
     every record names the one used, and a rerun given it streams the same batches). ``private``: also score the
-    benchmark's private test images (None: when its folder holds them; True: refused without them; False: never)."""
+    benchmark's private test images (None: when its folder holds them; True: refused without them; False: never),
+    read from ``private_part`` (a folder; default ``<benchmark>/private``; given, it implies ``private``: a Hub
+    benchmark's private part is kept apart by its operator)."""
 
     benchmark: str | Path = "glyphs"
     kappas: tuple[str, ...] | None = None
@@ -70,6 +72,7 @@ class EvalConfig:
     order_seed: int | None = None
     order_seed_drawn: bool = False  # set by the harness: it drew the order seed itself (no order_seed was given)
     private: bool | None = None
+    private_part: str | Path | None = None
     odin_preset: str | None = None
     mc_passes: int | None = None
     verify: bool = True

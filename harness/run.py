@@ -68,7 +68,7 @@ def evaluate(
         if out is not None and ranks.is_main:
             check_out(Path(out))
         if bench is None:
-            bench = open_checked(config.benchmark, config.progress, config.num_levels, config.private)
+            bench = open_checked(config)
         scorer = make_scorer(config, execution, ranks, forward, submission, bench, specs)
         stack.callback(scorer.close)
         timings = fit(scorer)

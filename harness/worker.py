@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from harness.benchmarks import open_benchmark
+from harness.benchmarks import open_benchmark, with_private
 from harness.config import SUBMIT_DEFAULTS
 from harness.errors import HarnessError
 from harness.run import submit
@@ -18,7 +18,9 @@ from harness.zoo import kinds_listed, zoo_kind
 
 
 class RequestEvaluator:
-    """Evaluates requests on one benchmark, on one device, writing each run under ``work_dir/<request id>``."""
+    """Evaluates requests on one benchmark, on one device, writing each run under ``work_dir/<request id>``; every run
+    scores the benchmark's private part too (from ``private_part``, by default ``<benchmark>/private``) when its
+    manifest names one, and a worker without it is refused at the start."""
 
     def __init__(
         self,
@@ -27,12 +29,22 @@ class RequestEvaluator:
         work_dir: str | Path = "cood-worker",
         batch_size: int = SUBMIT_DEFAULTS.batch_size,
         progress: bool = SUBMIT_DEFAULTS.progress,
+        private_part: str | Path | None = None,
     ):
         self.work_dir = Path(work_dir)
+        bench = open_benchmark(benchmark, progress=progress)
+        private = bench.has_private_part or private_part is not None
+        with_private(bench, private, private_part)  # refused here, in one line, when it is not there
         self.config = replace(
-            SUBMIT_DEFAULTS, benchmark=benchmark, device=device, batch_size=batch_size, progress=progress
+            SUBMIT_DEFAULTS,
+            benchmark=benchmark,
+            device=device,
+            batch_size=batch_size,
+            progress=progress,
+            private=private,
+            private_part=private_part,
         )
-        self.identity = open_benchmark(benchmark, progress=progress).identity()
+        self.identity = bench.identity()
 
     def evaluate(self, request: dict, weights: Path) -> tuple[list[dict], Path]:
         """The records of ``request`` (its model with the downloaded ``weights``: a file, or the snapshot

@@ -307,6 +307,13 @@ def worker(
     benchmark: str = typer.Option(
         "glyphs", help="The benchmark the leaderboard is tied to: an embedded name or a folder."
     ),
+    private_part: Path | None = typer.Option(
+        None,
+        "--private-part",
+        show_default="<benchmark>/private",
+        help="The folder of the benchmark's private part (never published), scored in every run when the benchmark "
+        "has one; a benchmark whose private part is not there is refused.",
+    ),
     publish_repo: str | None = typer.Option(
         None, "--publish", help="Hub dataset repo to republish to after each request."
     ),
@@ -325,7 +332,9 @@ def worker(
 
     on_interrupt("the request being evaluated, if any, went back to pending")
     sized = {} if batch_size is None else {"batch_size": batch_size}
-    evaluator = workers.load_evaluator()(benchmark, device=device, work_dir=work_dir, **sized)
+    evaluator = workers.load_evaluator()(
+        benchmark, device=device, work_dir=work_dir, private_part=private_part, **sized
+    )
     api = requests.hub_api(endpoint)
     served = workers.Worker(
         api, requests_repo, directory, evaluator, publish_repo, space or publish_repo, name, log=typer.echo

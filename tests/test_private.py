@@ -21,6 +21,7 @@ from dataset_builder.folder import build_folder
 from dataset_builder.glyphs.build import build
 from dataset_builder.imagenet import build_imagenet
 from dataset_builder.images import ImageSettings
+from dataset_builder.private import LINK
 from dataset_builder.publish import local_files, publish
 from dataset_builder.shards import iter_samples
 from glyph_fixtures import TINY
@@ -63,10 +64,10 @@ def test_public_and_private_test_images_are_the_test_images_of_a_build_without(h
     assert [s["path"] for s in private.shards("ood_test")] == [s["path"] for s in public.shards("ood_test")]
 
 
-def test_the_public_manifest_names_the_private_part_by_hash_and_size_only(held):
+def test_the_public_manifest_names_the_private_part_by_size_only_and_the_private_part_names_it(held):
     public, private = Benchmark.open(held), Benchmark.open(held).private_part()
+    assert private.manifest[LINK] == public.sha256
     assert public.manifest["private"] == {
-        "manifest_sha256": private.sha256,
         "share": SHARE,
         "rule": private.manifest["private"]["rule"],
         "num_images": {"id_test": 36 * 2, "ood_test": 48 * 2},
@@ -95,11 +96,10 @@ def test_the_same_seed_gives_the_same_bytes_and_none_draws_a_secret_one(held, tm
     seed = drawn.private_part().manifest["private"]["seed"]
     assert isinstance(seed, int) and seed != SEED
     assert str(seed) not in (tmp_path / "drawn" / "manifest.json").read_text()
-    # the glyphs' published part does not depend on the private seed: only the hash that names the private part does
-    published = {p: b for p, b in tree(held).items() if not p.startswith("private/") and p != "manifest.json"}
-    assert {p: b for p, b in tree(tmp_path / "drawn").items() if p in published} == published
-    assert {**drawn.manifest, "private": None} == {**kept.manifest, "private": None}
-    assert drawn.manifest["private"]["manifest_sha256"] != kept.manifest["private"]["manifest_sha256"]
+    # the glyphs' published part, its manifest included, does not depend on the private seed: its identity is one
+    published = {p: b for p, b in tree(held).items() if not p.startswith("private/")}
+    assert {p: b for p, b in tree(tmp_path / "drawn").items() if not p.startswith("private/")} == published
+    assert drawn.identity() == kept.identity() and drawn.private_part().sha256 != kept.private_part().sha256
     other, mine = by_key(drawn.private_part(), "ood_test"), by_key(kept.private_part(), "ood_test")
     assert sorted(other) == sorted(mine) and all(other[k]["png"] != mine[k]["png"] for k in mine)
     refused = runner.invoke(app, ["glyphs", str(tmp_path / "no"), "--private-share=0.6"])
@@ -117,13 +117,13 @@ def test_a_wrong_or_missing_private_part_is_one_line(held, tmp_path, tiny_glyphs
         Benchmark.open(tiny_glyphs).private_part()
     moved = tmp_path / "kept-by-the-operator"
     (root / "private").rename(moved)
-    named = Benchmark.open(held).manifest["private"]["manifest_sha256"]
-    assert Benchmark.open(root).private_part(moved).sha256 == named
+    assert Benchmark.open(root).private_part(moved).sha256 == Benchmark.open(held).private_part().sha256
     with pytest.raises(BenchmarkError, match="is not at") as missing:
         Benchmark.open(root).private_part()
     manifest = moved / "manifest.json"
-    manifest.write_text(manifest.read_text().replace('"share": 0.25', '"share": 0.5'))
-    with pytest.raises(BenchmarkError, match="is not the private part benchmark glyphs names") as other:
+    sha = Benchmark.open(root).sha256
+    manifest.write_text(manifest.read_text().replace(sha, "0" * 64))  # another benchmark's private part
+    with pytest.raises(BenchmarkError, match="not the private part of benchmark glyphs .*names manifest 000") as other:
         Benchmark.open(root).private_part(moved)
     manifest.write_text("{not json")
     with pytest.raises(BenchmarkError, match="not valid JSON") as broken:

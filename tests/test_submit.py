@@ -106,6 +106,7 @@ def test_paper_shape_on_the_embedded_benchmark(default_glyphs, tmp_path, model):
         assert spearmanr(range(11), auroc).statistic < -0.95, auroc  # detection gets harder with the level
         assert spearmanr(range(11), conf).statistic > 0.95, conf  # and OOD confidence rises
         assert auroc[0] - auroc[-1] > 0.2
+        assert rec["private"]["num_id"] == 36 * 7  # the embedded benchmark's private part is scored beside it
 
 
 RETRAINED_TOLERANCE = 0.03  # ID accuracy and mean ood-auroc of a model retrained on another platform

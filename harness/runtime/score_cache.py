@@ -1,11 +1,12 @@
 """Per-shard score cache: a killed run resumes where it stopped, and a new kappa needs no new pass over the
 images when the logits and features were kept.
 
-Layout: ``<root>/<run key>/<split>/<shard path with / as __>.scores``. The run key hashes what fixes the
-scores' bits: benchmark revision, model weights, the code that turns them into logits (a submission file's bundle
+Layout: ``<root>/<run key>/<split>/<shard path with / as __>.<its sha256, 16 digits>.scores``. The run key hashes
+what fixes the scores' bits: benchmark revision (its public manifest: a private part's shards are told apart by
+their sha256 in the name), model weights, the code that turns them into logits (a submission file's bundle
 hash, else the target), preprocessing, numerics (device type, autocast,
 memory format) and the harness version. Inside a file every kappa is stored under an id that hashes its parameters (and,
-for MC-dropout, the seed and batch size; a submission's kappa has its code's hash among its parameters).
+for MC-dropout, the seed and the order seed; a submission's kappa has its code's hash among its parameters).
 
 An entry is one line with the sha256 of the rest, then the arrays as an ``.npz``; it also names its split and shard.
 It is written to a temporary name, fsynced and renamed, so a kill leaves whole files or none. An entry that fails
@@ -86,8 +87,10 @@ class ScoreCache:
         self.folder, self.ids, self.feature_dtype = folder, ids, feature_dtype  # ids: kappa name -> kappa id
         self.writable = True
 
-    def _path(self, split: str, shard: str) -> Path:
-        return self.folder / split / (shard.replace("/", "__") + ".scores")
+    def _path(self, split: str, shard: dict) -> Path:
+        """A shard's entry, named by its path and its bytes' sha256: a private part drawn anew under the same public
+        benchmark (the same run key) has shards of the same paths and other images, whose scores are not these."""
+        return self.folder / split / f"{shard['path'].replace('/', '__')}.{shard['sha256'][:16]}.scores"
 
     def _read(self, split: str, shard: dict) -> dict[str, np.ndarray] | None:
         """The arrays stored for a shard, or None when there are none (a damaged entry is reported and removed)."""
@@ -98,7 +101,7 @@ class ScoreCache:
             if len(arrays["keys"]) != shard["num_samples"]:
                 raise Damaged(f"it holds {len(arrays['keys'])} samples, the manifest lists {shard['num_samples']}")
 
-        return read_entry(self._path(split, shard["path"]), check, "score cache", "scored")
+        return read_entry(self._path(split, shard), check, "score cache", "scored")
 
     def load(self, split: str, shard: dict) -> tuple[SplitScores, set[str]] | None:
         """The cached scores of a shard (a manifest entry: only the kappas of this run that are there) and the names
@@ -139,7 +142,7 @@ class ScoreCache:
             arrays["features"] = scores.features.astype(self.feature_dtype)
         try:
             tag_cache(self.folder.parent)
-            path = self._path(split, shard["path"])
+            path = self._path(split, shard)
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, encode(arrays))
         except OSError as exc:

@@ -28,18 +28,28 @@ from dataset_builder.images import ImageSettings
 from image_fixtures import imagenet_tree, write_class
 
 REPO = Path(__file__).resolve().parents[2]
-GLYPHS = dict(pool_size=2, images_per_class=3, n_test=1, id_test_per_class=1, id_train_per_class=0)
+GLYPHS = dict(
+    pool_size=2,
+    images_per_class=3,
+    n_test=2,
+    id_test_per_class=7,
+    id_train_per_class=0,
+    private_share=0.15,
+    private_seed=3,
+)  # what GLYPH_ARGS give: one private ID test image per class, the command line's private share
 GLYPH_ARGS = [
     "--pool-size",
     "2",
     "--images-per-class",
     "3",
     "--n-test",
-    "1",
+    "2",
     "--id-test-per-class",
-    "1",
+    "7",
     "--id-train-per-class",
     "0",
+    "--private-seed",
+    "3",
     "--workers",
     "1",
 ]

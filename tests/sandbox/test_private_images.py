@@ -78,3 +78,53 @@ def test_the_honest_model_is_not_flagged_and_its_public_numbers_are_those_of_a_r
     assert given.records[0]["order_seed_drawn"] is False and given.records[0]["private"]["reproduced"]
     with pytest.raises(HarnessError, match="has no private part"):
         evaluate(CNN, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, private=True)
+
+
+def test_a_private_part_kept_apart_is_read_from_where_its_keeper_put_it(private_glyphs, tmp_path):
+    """A Hub benchmark's private part is never in its snapshot: its operator keeps it apart and names its folder;
+    the worker refuses to start without it."""
+    import shutil
+
+    from glyph_fixtures import CNN
+    from harness import HarnessError, evaluate
+    from harness.worker import RequestEvaluator
+
+    public = tmp_path / "published"
+    top = str(private_glyphs)
+    shutil.copytree(private_glyphs, public, ignore=lambda folder, _: ["private"] if folder == top else [])
+    kept = private_glyphs / "private"
+    assert not (public / "private").exists() and Benchmark.open(public).sha256 == Benchmark.open(private_glyphs).sha256
+    alone = evaluate(CNN, benchmark=public, kappas=["softmax"], progress=False)
+    assert "private" not in alone.records[0]  # nothing there to score: not checked
+    apart = evaluate(CNN, benchmark=public, kappas=["softmax"], progress=False, private_part=kept)
+    there = evaluate(CNN, benchmark=private_glyphs, kappas=["softmax"], progress=False)
+    ours, theirs = apart.records[0]["private"], there.records[0]["private"]
+    assert ours["manifest_sha256"] == theirs["manifest_sha256"] and ours["num_id"] == theirs["num_id"] == 144
+    assert ours["mean_ood_auroc"] == pytest.approx(theirs["mean_ood_auroc"], abs=1e-12)
+    with pytest.raises(HarnessError, match="is not at") as missing:
+        evaluate(CNN, benchmark=public, kappas=["softmax"], progress=False, private=True)
+    with pytest.raises(HarnessError, match="is not at") as refused:
+        RequestEvaluator(public, device="cpu", work_dir=tmp_path / "work", progress=False)
+    assert all(len(str(e.value).splitlines()) == 1 for e in (missing, refused))
+    worker = RequestEvaluator(public, device="cpu", work_dir=tmp_path / "work", progress=False, private_part=kept)
+    assert worker.config.private is True and worker.config.private_part == kept
+
+
+def test_a_private_part_drawn_anew_is_scored_anew_from_the_score_cache(private_glyphs, tmp_path):
+    """Every private seed gives the same public benchmark, so the score cache's run key is the same: the private
+    shards are told apart by their bytes, and a run on a new private part never takes the old one's scores."""
+    from dataset_builder.glyphs.build import build
+    from glyph_fixtures import CNN, PRIVATE, TINY
+    from harness import evaluate
+
+    redrawn = tmp_path / "redrawn"
+    build(redrawn, progress=False, workers=1, **{**TINY, **PRIVATE, "private_seed": PRIVATE["private_seed"] + 1})
+    assert Benchmark.open(redrawn).sha256 == Benchmark.open(private_glyphs).sha256
+    cached = dict(kappas=["softmax"], progress=False, cache=True, cache_dir=tmp_path / "scores")
+    first = evaluate(CNN, benchmark=private_glyphs, **cached).records[0]["private"]
+    again = evaluate(CNN, benchmark=redrawn, **cached).records[0]  # its re-check would fail on the old part's scores
+    fresh = evaluate(CNN, benchmark=redrawn, kappas=["softmax"], progress=False).records[0]["private"]
+    assert again["timings"]["recheck_images"] > 0
+    assert again["private"]["manifest_sha256"] == fresh["manifest_sha256"] != first["manifest_sha256"]
+    assert again["private"]["mean_ood_auroc"] == pytest.approx(fresh["mean_ood_auroc"], abs=1e-12)
+    assert again["private"]["mean_ood_auroc"] != first["mean_ood_auroc"]
