@@ -33,6 +33,28 @@ def probe(logits):
 """
 
 
+REBUILT = """
+import contextlib, hashlib, io, tempfile
+from PIL import Image
+from dataset_builder.benchmark import Benchmark
+from dataset_builder.glyphs import build as glyph_build
+from dataset_builder.shards import read_shard
+class InProcess:  # the sandbox has no room for a process pool's semaphores: render in this process
+    imap = staticmethod(map)
+glyph_build.worker_pool = lambda processes: contextlib.nullcontext(InProcess())
+def rebuilt_hashes():
+    root = Path(tempfile.mkdtemp()) / "glyphs"  # the published options, no private part: its seed is not published
+    glyph_build.build(root, progress=False, workers=1, seed=0, pool_size=48, images_per_class=24, n_test=16,
+          id_test_per_class=16, id_train_per_class=0)
+    bench = Benchmark.open(root)
+    return {
+        hashlib.sha256(np.asarray(Image.open(io.BytesIO(s["png"])).convert("L")).tobytes()).hexdigest()
+        for shard in bench.shards("id_test") for s in read_shard(bench.shard_path(shard))
+    }
+KNOWN = rebuilt_hashes()
+""" + MEMORY.split("\n", 3)[3]
+
+
 def public_id_hashes(benchmark) -> list[str]:
     """The sha256 of each public ID test image's pixels: what a submitter can read off the published shards."""
     bench = Benchmark.open(benchmark)
@@ -56,6 +78,16 @@ def test_a_file_that_memorised_the_public_images_is_flagged_on_the_private_ones(
     assert private["num_id"] == 144 and private["num_ood"] == 192
     assert private_status(softmax) == "not reproduced"
     assert flags(softmax) and flags(softmax)[0].startswith("scores not reproduced on private images")
+
+
+def test_a_file_that_rebuilds_the_benchmark_in_the_sandbox_is_flagged_on_the_private_images(private_glyphs, tmp_path):
+    """The embedded benchmark is built by the package's own code, so a file can rebuild it inside the sandbox and know
+    every public image; the private images come from a seed it cannot know."""
+    run = attacked(hostile_file(tmp_path, REBUILT, private_glyphs), private_glyphs, "root")
+    assert "records" in run, run.get("error")
+    softmax = next(r for r in run["records"] if r["kappa"]["name"] == "softmax")
+    assert softmax["summary"]["mean_ood_auroc"] > 0.999  # it rebuilt the public ID images: the attack ran
+    assert softmax["private"]["mean_ood_auroc"] < 0.7 and private_status(softmax) == "not reproduced"
 
 
 def test_the_honest_model_is_not_flagged_and_its_public_numbers_are_those_of_a_run_without_the_private_part(
