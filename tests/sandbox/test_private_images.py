@@ -110,6 +110,11 @@ def test_the_honest_model_is_not_flagged_and_its_public_numbers_are_those_of_a_r
     assert given.records[0]["order_seed_drawn"] is False and given.records[0]["private"]["reproduced"]
     with pytest.raises(HarnessError, match="has no private part"):
         evaluate(CNN, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, private=True)
+    mlp = evaluate(CNN.with_name("glyph_mlp.py"), benchmark=private_glyphs, progress=False)  # its own kappa too
+    assert [r["kappa"]["name"] for r in mlp.records][-1] == "margin"
+    assert all(r["private"]["reproduced"] and not flags(r) for r in mlp.records), [
+        r["private"]["p_value"] for r in mlp.records
+    ]
 
 
 def test_a_private_part_kept_apart_is_read_from_where_its_keeper_put_it(private_glyphs, tmp_path):
