@@ -15,12 +15,16 @@ from harness.config import SUBMIT_DEFAULTS
 from harness.errors import HarnessError
 from harness.run import submit
 from harness.zoo import kinds_listed, zoo_kind
+from leaderboard.record import FORMATS
+
+REQUEST_ID = FORMATS["request_id"][0]
 
 
 class RequestEvaluator:
-    """Evaluates requests on one benchmark, on one device, writing each run under ``work_dir/<request id>``; every run
-    scores the benchmark's private part too (from ``private_part``, by default ``<benchmark>/private``) when its
-    manifest names one, and a worker without it is refused at the start."""
+    """Evaluates requests on one benchmark, on one device, writing each run under ``work_dir/<request id>`` (an id of
+    the request id rule, never a path out of it); every run scores the benchmark's private part too (from
+    ``private_part``, by default ``<benchmark>/private``) when its manifest names one, and a worker without it is
+    refused at the start."""
 
     def __init__(
         self,
@@ -31,7 +35,7 @@ class RequestEvaluator:
         progress: bool = SUBMIT_DEFAULTS.progress,
         private_part: str | Path | None = None,
     ):
-        self.work_dir = Path(work_dir)
+        self.work_dir = Path(work_dir).absolute()
         bench = open_benchmark(benchmark, progress=progress)
         private = bench.has_private_part or private_part is not None
         with_private(bench, private, private_part)  # refused here, in one line, when it is not there
@@ -49,6 +53,8 @@ class RequestEvaluator:
     def evaluate(self, request: dict, weights: Path) -> tuple[list[dict], Path]:
         """The records of ``request`` (its model with the downloaded ``weights``: a file, or the snapshot
         folder of a folder kind such as ``hf:``) and the run folder their per-class files are in."""
+        if not isinstance(request.get("id"), str) or not REQUEST_ID.fullmatch(request["id"]):
+            raise HarnessError("the request's id is not a request id (12 hex digits); nothing was run")
         if request["benchmark"] != self.identity:
             raise HarnessError(
                 f"request {request['id']} is for benchmark manifest {request['benchmark']['manifest_sha256'][:12]}, "

@@ -294,10 +294,7 @@ def list_requests(requests_repo: str = QUEUE, endpoint: str | None = ENDPOINT) -
     _, items = requests.list_requests(requests.hub_api(endpoint), requests_repo)
     typer.echo(f"{requests_repo}: {plural(len(items), 'request')}")
     for item in items:
-        detail = item.get("reason") or (f"v{item['release']}" if item.get("release") else item.get("worker", ""))
-        typer.echo(
-            f"  {item['id']}  {item['status']:<8} {item['name']:<24} {item['model']['target']:<28} {detail}".rstrip()
-        )
+        typer.echo(requests.listing_line(item))
 
 
 @app.command()

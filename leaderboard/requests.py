@@ -4,6 +4,10 @@ The requests repo holds ``queue.json`` (the benchmark revision and level count o
 by :func:`init_queue`) and one file per request, ``requests/<id>.json``, whose ``status`` goes ``pending`` ->
 ``running`` (claimed by one worker) -> ``done`` or ``failed`` (with a one-line ``reason``).
 
+Anyone who can request can commit to the repo, so the worker reads its files as data: a pending file is served only
+when it is a request :func:`make_request` makes (:func:`check_request`: an id of the id rule naming its file, a
+weights file of the requested repo, ...); any other is refused, marked ``failed`` in the same claim, and never served.
+
 Every change is a commit made on top of the revision it was read at (``parent_commit``): the Hub refuses it when
 anything was committed in between, and the writer reads again and retries. So two workers never claim the same
 request, and no update overwrites another.
@@ -29,7 +33,7 @@ from dataset_builder.errors import one_line
 from dataset_builder.zoo_groups import registered_kinds
 from leaderboard import store
 from leaderboard.errors import LeaderboardError
-from leaderboard.record import REPO_ID
+from leaderboard.record import FORMATS, MAX_NAME_BYTES, NOT_NAMES, REPO_ID
 from leaderboard.schema import revision
 from leaderboard.weights_check import WEIGHT_SUFFIXES, check_weights_file
 
@@ -39,6 +43,12 @@ STATUSES = ("pending", "running", "done", "failed")
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 MAX_TRIES = 30  # commits refused because another writer got there first, before giving up
 REFUSED = (409, 412)  # what the Hub answers a commit whose parent is no longer the head
+REQUEST_ID = FORMATS["request_id"][0]  # the first 12 hex digits of the sha256 of the request's identity
+RELATIVE_PATH = FORMATS["relative_path"][0]
+COMMIT, SHA256 = FORMATS["commit"][0], FORMATS["sha256"][0]
+MAX_REQUEST_BYTES = 64 * 1024  # a request file is a few hundred bytes; a larger one is never downloaded
+MAX_KAPPAS = 64
+MAX_REASON = 500  # characters of a failure's reason
 
 
 def hub_api(endpoint: str | None = None, token: str | None = None) -> HfApi:
@@ -59,9 +69,47 @@ def _read_json(api: HfApi, repo_id: str, path: str, rev: str) -> dict:
         return json.load(handle)
 
 
-def _head(api: HfApi, repo_id: str) -> tuple[str, list[str]]:
-    info = api.dataset_info(repo_id, revision="main")
-    return info.sha, [s.rfilename for s in info.siblings or []]
+def _head(api: HfApi, repo_id: str) -> tuple[str, dict[str, int | None]]:
+    """The head commit and its files, each with its size (None where the Hub gives none)."""
+    info = api.dataset_info(repo_id, revision="main", files_metadata=True)
+    return info.sha, {s.rfilename: s.size for s in info.siblings or []}
+
+
+def request_path(request_id: str) -> str:
+    """The file of a request in the queue: ``requests/<id>.json``."""
+    return f"{FOLDER}/{request_id}.json"
+
+
+def shown(text: str, limit: int = 120) -> str:
+    """Text read from the queue as at most ``limit`` characters of one line a terminal cannot act on (every
+    unprintable character written as its Python escape)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])[:limit]
+
+
+def _read_request(api: HfApi, repo_id: str, path: str, rev: str, size: int | None = None) -> object:
+    """A request file's JSON, or None when it is over :data:`MAX_REQUEST_BYTES` or no JSON."""
+    if size is not None and size > MAX_REQUEST_BYTES:
+        return None
+    with open(api.hf_hub_download(repo_id, path, repo_type="dataset", revision=rev), "rb") as handle:
+        data = handle.read(MAX_REQUEST_BYTES + 1)
+    try:
+        return None if len(data) > MAX_REQUEST_BYTES else json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _request_files(api: HfApi, repo_id: str, head: str, files: dict[str, int | None]) -> list[tuple[str, object]]:
+    """``(path, JSON or None)`` of each ``requests/**.json`` file at ``head`` (a path of the relative-path rule)."""
+    return [
+        (path, _read_request(api, repo_id, path, head, size))
+        for path, size in sorted(files.items())
+        if path.startswith(f"{FOLDER}/") and path.endswith(".json") and RELATIVE_PATH.fullmatch(path)
+    ]
+
+
+def _age(item: tuple[str, object]) -> tuple[str, str]:
+    path, request = item
+    return (str(request.get("requested", "")) if isinstance(request, dict) else "", path)
 
 
 def _commit_if(api: HfApi, repo_id: str, parent: str, files: dict[str, dict], message: str) -> bool:
@@ -79,10 +127,15 @@ def _commit_if(api: HfApi, repo_id: str, parent: str, files: dict[str, dict], me
     return True
 
 
+def queue_of(board: str | Path) -> dict:
+    """The ``queue.json`` of a queue that feeds the leaderboard in ``board``: its benchmark revision, level count."""
+    config = store.load_config(board)
+    return {"benchmark": revision(config["benchmark"]), "num_levels": config["num_levels"]}
+
+
 def init_queue(repo_id: str, board: str | Path, api: HfApi) -> dict:
     """Create (or check) the requests repo for the leaderboard in ``board``; return its ``queue.json``."""
-    config = store.load_config(board)
-    queue = {"benchmark": revision(config["benchmark"]), "num_levels": config["num_levels"]}
+    queue = queue_of(board)
     try:
         api.create_repo(repo_id, repo_type="dataset", exist_ok=True)
         for _ in range(MAX_TRIES):
@@ -142,7 +195,7 @@ def parse_target(target: str, weights: str | None, file: str | None) -> dict:
             raise LeaderboardError(
                 f"target {target!r} is its own Hub repo ({kind}:<owner>/<name>); drop --weights and --file"
             )
-        if not REPO_ID.match(name):
+        if not REPO_ID.fullmatch(name):
             raise LeaderboardError(f"target {target!r}: {kind}: takes a Hub model repo id, {kind}:<owner>/<name>")
         return {"target": target, "repo": name, "file": None}
     if weights is None or file is None:
@@ -150,30 +203,89 @@ def parse_target(target: str, weights: str | None, file: str | None) -> dict:
             f"{kind}: targets need --weights <owner>/<name> (a Hub model repo) and --file "
             f"(the weights file in it, {' or '.join(WEIGHT_SUFFIXES)})"
         )
-    if not REPO_ID.match(weights):
+    if not REPO_ID.fullmatch(weights):
         raise LeaderboardError(f"--weights {weights!r}: not a Hub model repo id (<owner>/<name>)")
-    if not file.endswith(WEIGHT_SUFFIXES) or file.startswith("/") or ".." in file.split("/"):
+    if not file.endswith(WEIGHT_SUFFIXES) or not RELATIVE_PATH.fullmatch(file):
         raise LeaderboardError(f"--file {file!r}: a weights file in the repo, {' or '.join(WEIGHT_SUFFIXES)}")
     return {"target": target, "repo": weights, "file": file}
 
 
+def check_request(path: str, request: object, queue: dict) -> dict:
+    """``request``, read from ``path`` of the queue, when it is one :func:`make_request` makes for ``queue`` (its
+    ``queue.json``): an id of the id rule that names its file, a target :func:`parse_target` takes with the repo and
+    file it names (a folder kind: ``weights_file`` one of :data:`HF_WEIGHTS`), a pinned commit and sha256, a name,
+    kappas, and the queue's benchmark revision and level count. A one-line ``refused <path>: ...`` otherwise, which
+    quotes of the request only its checked id or, escaped, the value :func:`parse_target` refused."""
+
+    def refused(why: str) -> LeaderboardError:
+        return LeaderboardError(f"refused {shown(path)}: {why}")
+
+    if not isinstance(request, dict):
+        raise refused(f"not a JSON object of at most {MAX_REQUEST_BYTES // 1024} KiB")
+    request_id = request.get("id")
+    if not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id):
+        raise refused("its id is not a request id (12 hex digits)")
+    if path != request_path(request_id):
+        raise refused(f"its id {request_id} is not its file's name ({request_path('<id>')})")
+    model = request.get("model")
+    if not isinstance(model, dict) or not all(
+        isinstance(model.get(k), str) for k in ("target", "repo", "revision", "weights_sha256")
+    ):
+        raise refused("its model lacks a target, repo, revision or weights_sha256")
+    own_repo = zoo_kinds().get(model["target"].partition(":")[0])
+    file = model.get("file")
+    if not isinstance(file, (str, type(None))):
+        raise refused("its model's file is not a path")
+    try:
+        wanted = parse_target(model["target"], None if own_repo else model["repo"], file)
+    except LeaderboardError as exc:
+        raise refused(shown(str(exc), 200)) from None
+    if model["repo"] != wanted["repo"]:
+        raise refused("its model repo is not its target's")
+    if own_repo and model.get("weights_file") not in HF_WEIGHTS:
+        raise refused(f"its weights_file is none of {', '.join(HF_WEIGHTS)}, the files of its repo it may name")
+    if not own_repo and model.get("weights_file") is not None:
+        raise refused("a weights_file beside its file")
+    if not COMMIT.fullmatch(model["revision"]) or not SHA256.fullmatch(model["weights_sha256"]):
+        raise refused("its revision is not a commit sha or its weights_sha256 not a sha256")
+    name = request.get("name")
+    if not _text(name, MAX_NAME_BYTES) or name in NOT_NAMES or "/" in name or "\\" in name:
+        raise refused(f"its name is not a model name (printable, at most {MAX_NAME_BYTES} bytes, no / or \\)")
+    kappas = request.get("kappas")
+    if not isinstance(kappas, list) or len(kappas) > MAX_KAPPAS or not all(_text(k, 200) for k in kappas):
+        raise refused(f"its kappas are not a list of at most {MAX_KAPPAS} kappa names")
+    if request.get("benchmark") != queue["benchmark"] or request.get("num_levels") != queue["num_levels"]:
+        raise refused("it is not for the queue's benchmark revision and level count")
+    if not isinstance(request.get("num_levels"), int) or not isinstance(request.get("requested"), str):
+        raise refused("its num_levels is not an integer or its requested time not a string")
+    return request
+
+
+def _text(value: object, limit: int) -> bool:
+    """Whether ``value`` is a printable string of 1 to ``limit`` UTF-8 bytes."""
+    return isinstance(value, str) and value.isprintable() and 0 < len(value.encode()) <= limit
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def fetch_weights(api: HfApi, request: dict) -> Path:
-    """Download a request's weights (a folder kind's repo snapshot, or the weights file) at its pinned commit; check the
-    weights file's sha256 against the request's. Returns the file, or the snapshot folder."""
+    """Download a request's weights file from its repo at its pinned commit (never any other path) and check its sha256
+    against the request's; return it, or, for a folder kind, the repo's snapshot at that commit."""
     model = request["model"]
-    if model["file"] is None:
-        folder = Path(api.snapshot_download(model["repo"], revision=model["revision"]))
-        path = folder / model["weights_file"]
-    else:
-        folder = None
-        path = Path(api.hf_hub_download(model["repo"], model["file"], revision=model["revision"]))
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != model["weights_sha256"]:
-        raise LeaderboardError(
-            f"{model['repo']}@{model['revision']}: the weights' sha256 {digest[:12]} is not the "
-            f"requested {model['weights_sha256'][:12]}"
-        )
-    return folder if folder is not None else path
+    repo, commit = model["repo"], model["revision"]
+    try:
+        path = Path(api.hf_hub_download(repo, model["file"] or model["weights_file"], revision=commit))
+        if _sha256(path) != model["weights_sha256"]:
+            raise LeaderboardError(f"{repo}@{commit}: its weights file is not the requested one (another sha256)")
+        return path if model["file"] is not None else Path(api.snapshot_download(repo, revision=commit))
+    except HfHubHTTPError as exc:
+        raise _hub_error(f"downloading the weights of {repo}@{commit}", exc) from exc
 
 
 def make_request(
@@ -211,7 +323,7 @@ def make_request(
     except HfHubHTTPError as exc:
         raise _hub_error(f"downloading the weights of {model['repo']}", exc) from exc
     model["weights_format"] = check_weights_file(path)
-    model["weights_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    model["weights_sha256"] = _sha256(path)
     default_name = model["repo"].split("/")[1]
     request = {
         "model": model,
@@ -227,49 +339,92 @@ def make_request(
         "status": "pending",
         "requested": _now(),
     }
-    path = f"{FOLDER}/{request['id']}.json"
+    path = request_path(request["id"])
+    check_request(path, request, queue)  # what a worker would refuse is refused now
     for _ in range(MAX_TRIES):
         head, present = _head(api, repo_id)
         if path in present:
-            there = _read_json(api, repo_id, path, head)
-            raise LeaderboardError(f"already requested as {request['id']} (status {there['status']})")
+            there = _read_request(api, repo_id, path, head, present[path])
+            raise LeaderboardError(f"already requested as {request['id']} (status {_status(there)})")
         if _commit_if(api, repo_id, head, {path: request}, f"request {request['id']}: {target}"):
             return request
     raise LeaderboardError(f"{repo_id}: too many concurrent writers; try again")
 
 
+def _status(request: object) -> str:
+    return shown(str(request.get("status")), 20) if isinstance(request, dict) else "unreadable"
+
+
 def list_requests(api: HfApi, repo_id: str) -> tuple[str, list[dict]]:
-    """The queue's head commit and its requests, oldest first."""
+    """The queue's head commit and its requests (the files that hold a JSON object), oldest first."""
     head, files = _head(api, repo_id)
-    requests = [_read_json(api, repo_id, f, head) for f in files if f.startswith(f"{FOLDER}/") and f.endswith(".json")]
-    return head, sorted(requests, key=lambda r: (r["requested"], r["id"]))
+    found = [(p, r) for p, r in _request_files(api, repo_id, head, files) if isinstance(r, dict)]
+    return head, [r for _, r in sorted(found, key=_age)]
 
 
-def claim(api: HfApi, repo_id: str, worker: str) -> dict | None:
-    """Take the oldest pending request for ``worker`` (status ``running``), or None when none is pending. Atomic: the
-    claim is a commit on top of the revision the request was read at, so of two workers only one gets it."""
+def listing_line(request: dict) -> str:
+    """A request as one line of the queue's listing: id, status, name, target, and its reason, release or worker."""
+    model = request.get("model") if isinstance(request.get("model"), dict) else {}
+    release = request.get("release")
+    detail = request.get("reason") or (f"v{release}" if release else request.get("worker", ""))
+
+    def cell(value: object, limit: int = 80) -> str:
+        return shown(str(value if value is not None else "-"), limit)
+
+    return (
+        f"  {cell(request.get('id'), 12)}  {cell(request.get('status'), 8):<8} {cell(request.get('name')):<24} "
+        f"{cell(model.get('target')):<28} {cell(detail, MAX_REASON)}"
+    ).rstrip()
+
+
+def _waiting(request: object) -> bool:
+    """Whether a request file is still to be answered: pending, or no request in a status of the queue."""
+    return not isinstance(request, dict) or request.get("status") == "pending" or request.get("status") not in STATUSES
+
+
+def claim(api: HfApi, repo_id: str, worker: str, queue: dict | None = None) -> dict | None:
+    """Take the oldest request file waiting for an answer for ``worker``, or None when none is. A request
+    :func:`check_request` takes for ``queue`` (the worker's board's :func:`queue_of`; by default the repo's
+    ``queue.json``) becomes ``running``; any other file is answered ``failed`` with the refusal as its reason (and its
+    fields kept), never to be served. Atomic: the claim is a commit on top of the revision the file was read at, so of
+    two workers only one gets it."""
+    queue = queue or read_queue(api, repo_id)
     for _ in range(MAX_TRIES):
-        head, requests = list_requests(api, repo_id)
-        pending = [r for r in requests if r["status"] == "pending"]
-        if not pending:
+        head, files = _head(api, repo_id)
+        waiting = sorted(((p, r) for p, r in _request_files(api, repo_id, head, files) if _waiting(r)), key=_age)
+        if not waiting:
             return None
-        taken = {**pending[0], "status": "running", "worker": worker, "claimed": _now()}
-        if _commit_if(api, repo_id, head, {f"{FOLDER}/{taken['id']}.json": taken}, f"claim {taken['id']} ({worker})"):
+        path, found = waiting[0]
+        try:
+            taken = check_request(path, found, queue)
+        except LeaderboardError as exc:
+            kept = found if isinstance(found, dict) else {}
+            taken = {**kept, "status": "failed", "worker": worker, "finished": _now(), "reason": str(exc)[:MAX_REASON]}
+            message = f"refuse {shown(path)} ({worker})"
+        else:
+            taken = {**taken, "status": "running", "worker": worker, "claimed": _now()}
+            message = f"claim {taken['id']} ({worker})"
+        if _commit_if(api, repo_id, head, {path: taken}, message):
             return taken
     raise LeaderboardError(f"{repo_id}: could not claim a request in {MAX_TRIES} tries (too many workers)")
 
 
 def finish(api: HfApi, repo_id: str, request: dict, status: str, **fields) -> dict:
-    """Mark a claimed request ``done``, ``failed`` (with ``reason``) or back to ``pending``; return it as written."""
+    """Mark a request this worker claimed ``done``, ``failed`` (with ``reason``) or back to ``pending``; return it as
+    written (the request as claimed, whatever its file holds since)."""
     if status not in STATUSES:
         raise ValueError(status)
-    path = f"{FOLDER}/{request['id']}.json"
+    path = request_path(request["id"])
     for _ in range(MAX_TRIES):
-        head, _ = _head(api, repo_id)
-        there = _read_json(api, repo_id, path, head)
-        if there.get("worker") != request.get("worker") or there["status"] != "running":
-            raise LeaderboardError(f"request {request['id']} is no longer this worker's (status {there['status']})")
-        updated = {**there, "status": status, "finished": _now(), **fields}
+        head, files = _head(api, repo_id)
+        there = _read_request(api, repo_id, path, head, files.get(path)) if path in files else None
+        if (
+            not isinstance(there, dict)
+            or there.get("worker") != request.get("worker")
+            or there.get("status") != "running"
+        ):
+            raise LeaderboardError(f"request {request['id']} is no longer this worker's (status {_status(there)})")
+        updated = {**request, "status": status, "finished": _now(), **fields}
         if status == "pending":
             updated = {k: v for k, v in updated.items() if k not in ("worker", "claimed", "finished")}
         if _commit_if(api, repo_id, head, {path: updated}, f"{status} {request['id']}"):

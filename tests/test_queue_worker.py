@@ -1,9 +1,12 @@
 """The request queue end to end on the local Hub server: two workers (separate processes) serve four requests, one of
 which fails in the harness; every request is claimed once, the good ones' records enter the board verified, each is
-released and republished to the dataset repo and its Space, and the failure's reason is recorded."""
+released and republished to the dataset repo and its Space, and the failure's reason is recorded. Hostile request
+files (ids that are paths, weights files on the worker's disk, a request under another file's name) are refused once
+by the real worker."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -13,10 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
 
 from harness.benchmarks import open_benchmark
+from harness.errors import HarnessError
+from harness.worker import RequestEvaluator
 from leaderboard import requests as queue
 from leaderboard.release import list_releases
 from leaderboard.store import current_table, init_leaderboard
@@ -130,3 +135,102 @@ def test_two_workers_serve_every_request_once_and_republish(hub_server, tiny_gly
     ).read_text()
     data = json.loads(re.search(r'<script type="application/json" id="board-data">(.*?)</script>', page, re.S).group(1))
     assert len(data["models"]) == 3 and all(e["ver"] == "verified" for m in data["models"] for e in m["e"])
+
+
+def _request_files(api: HfApi, repo: str) -> dict[str, dict]:
+    """Every file of the queue's requests folder at its head, as JSON."""
+    head = api.dataset_info(repo).sha
+    return {
+        path: json.loads(Path(hf_hub_download(repo, path, repo_type="dataset", revision=head)).read_text())
+        for path in api.list_repo_files(repo, repo_type="dataset", revision=head)
+        if path.startswith("requests/")
+    }
+
+
+def _worker(requests_repo: str, board: Path, benchmark: Path, work: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-c", WORKER, "worker", requests_repo, "--dir", str(board), "--benchmark"]
+    command += [str(benchmark), "--device", "cpu", "--work-dir", str(work), "--name", "w1"]
+    return subprocess.run(command, cwd=work.parent, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_hostile_request_files_are_refused_once_and_touch_nothing_of_the_worker(hub_server, tiny_glyphs, tmp_path):
+    """Request files committed by hand, as any requester can: ids that are paths, weights files on the worker's disk,
+    a request under another file's name. The real worker refuses each once, before anything is fetched or run, and
+    serves the one real request."""
+    api = HfApi(endpoint=hub_server)
+    run = uuid.uuid4().hex[:8]
+    requests_repo, repo = f"org/hostile-{run}", f"org/vit-good-{run}"
+    identity = open_benchmark(tiny_glyphs, progress=False).identity()
+    board, work = tmp_path / "board", tmp_path / "work"
+    init_leaderboard(board, identity)
+    queue.init_queue(requests_repo, board, api)
+    api.create_repo(repo)
+    api.upload_folder(folder_path=_tiny_vit(tmp_path / "vit", identity["num_id_classes"], 0), repo_id=repo)
+    good = queue.make_request(api, requests_repo, f"hf:{repo}")
+    secret = tmp_path / "worker-secret.bin"
+    secret.write_bytes(b"a file of the worker's, never to be published\n")
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    outside, absolute = tmp_path / "PWNED_h8_outside_workdir", tmp_path / "PWNED_absolute"
+
+    def variant(request_id: str, **model) -> dict:
+        return {**good, "id": request_id, "model": {**good["model"], **model}}
+
+    no_id = "its id is not a request id (12 hex digits)"
+    not_hub = "its weights_file is none of model.safetensors, pytorch_model.bin, the files of its repo it may name"
+    hostile = {
+        "requests/h8.json": (variant("../PWNED_h8_outside_workdir"), no_id),
+        "requests/absolute.json": (variant(str(absolute)), no_id),
+        "requests/abcdef000001.json": (variant("abcdef000001", weights_file=str(secret)), not_hub),
+        "requests/abcdef000002.json": (variant("abcdef000002", weights_file="/dev/zero"), not_hub),
+        "requests/abcdef000003.json": (
+            variant("abcdef000003", weights_file="../" * 40 + str(secret).lstrip("/")),
+            not_hub,
+        ),
+        "requests/evil-path.json": (good, f"its id {good['id']} is not its file's name (requests/<id>.json)"),
+    }
+    operations = [CommitOperationAdd(p, json.dumps(r).encode()) for p, (r, _) in hostile.items()]
+    api.create_commit(requests_repo, operations, commit_message="by hand", repo_type="dataset")
+
+    done = _worker(requests_repo, board, tiny_glyphs, work)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "w1: served 7 requests, 1 done, 6 failed" in done.stdout
+    files = _request_files(api, requests_repo)
+    assert sorted(files) == sorted([*hostile, f"requests/{good['id']}.json"])  # no file written under another name
+    for path, (_, why) in hostile.items():
+        assert files[path]["status"] == "failed" and files[path]["worker"] == "w1"
+        assert files[path]["reason"] == f"refused {path}: {why}"  # claimed, and its reason recorded
+        assert f"refused {path}: {why}\n" in done.stdout
+    served = files[f"requests/{good['id']}.json"]
+    assert served["status"] == "done" and served["release"] == 1 and len(served["entries"]) == 4
+    titles = [c.title for c in api.list_repo_commits(requests_repo, repo_type="dataset")]
+    answers = sorted(t for t in titles if t.split()[0] in ("claim", "refuse", "done", "failed"))
+    assert answers == sorted(
+        [f"claim {good['id']} (w1)", f"done {good['id']}"] + [f"refuse {path} (w1)" for path in hostile]
+    )  # every file answered exactly once
+
+    again = _worker(requests_repo, board, tiny_glyphs, work)
+    assert again.returncode == 0 and "w1: served 0 requests, 0 done, 0 failed" in again.stdout
+    assert len(api.list_repo_commits(requests_repo, repo_type="dataset")) == len(titles)  # nothing served again
+
+    assert not outside.exists() and not absolute.exists()
+    assert sorted(p.name for p in work.iterdir()) == [good["id"]]
+    reasons = " ".join(f["reason"] for f in files.values() if "reason" in f)
+    assert digest[:8] not in json.dumps(files)  # the secret's path is the requester's, its hash nowhere
+    assert str(secret) not in reasons and str(tmp_path) not in reasons and "MemoryError" not in reasons
+
+    table = current_table(board)
+    assert len(table) == 4 and set(table["verification"]) == {"verified"} and set(table["model"]) == {good["name"]}
+    shown = subprocess.run(
+        [sys.executable, "-c", WORKER, "show", "--dir", str(board)], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0 and good["name"] in shown.stdout
+
+
+def test_the_evaluator_runs_no_request_whose_id_is_a_path(tiny_glyphs, tmp_path):
+    evaluator = RequestEvaluator(tiny_glyphs, device="cpu", work_dir=tmp_path / "work", progress=False)
+    for request_id in ("../outside", str(tmp_path / "absolute"), "abcdef00000\n", None):
+        request = {"id": request_id, "benchmark": evaluator.identity, "model": {"target": "timm:resnet18"}}
+        with pytest.raises(HarnessError, match="^the request's id is not a request id \\(12 hex digits\\); nothing"):
+            evaluator.evaluate(request, tmp_path / "weights.safetensors")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

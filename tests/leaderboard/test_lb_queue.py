@@ -3,18 +3,22 @@ marked verified only by the worker's path, weights files checked without running
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import threading
 import uuid
 import zipfile
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
-from huggingface_hub import HfApi
+from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 from safetensors.numpy import save as save_safetensors
 from typer.testing import CliRunner
 
+from dataset_builder.errors import CoodError
 from lb_records import GLYPHS as BENCHMARK
 from lb_records import record
 from leaderboard import requests as queue
@@ -22,6 +26,7 @@ from leaderboard.cli import app
 from leaderboard.errors import LeaderboardError
 from leaderboard.store import add_files, add_records, current_table, init_leaderboard
 from leaderboard.weights_check import check_weights_file
+from leaderboard.worker import Worker
 
 
 def _name(prefix: str) -> str:
@@ -261,3 +266,138 @@ def test_the_queue_commands(api, requests_repo, tmp_path):
     init_leaderboard(board, BENCHMARK)
     created = runner.invoke(app, ["queue-init", _name("q"), "--dir", str(board)])
     assert created.exit_code == 0 and f"takes requests for {BENCHMARK['id']} {BENCHMARK['version']}" in created.output
+
+
+def _commit_files(api: HfApi, repo: str, files: dict[str, bytes]) -> None:
+    """Commit files to the requests repo as any requester can: by hand, not through ``make_request``."""
+    operations = [CommitOperationAdd(path, data) for path, data in files.items()]
+    api.create_commit(repo, operations, commit_message="by hand", repo_type="dataset")
+
+
+def _answers(api: HfApi, repo: str) -> Counter:
+    """How often each request file was answered: claimed or refused (the commit titles)."""
+    titles = [c.title.split()[:2] for c in api.list_repo_commits(repo, repo_type="dataset")]
+    return Counter(" ".join(t) for t in titles if t[0] in ("claim", "refuse"))
+
+
+def test_files_that_are_no_request_are_refused_once_with_their_fields_kept(api, requests_repo):
+    repo = _model_repo(api, {"w.safetensors": _tensors()})
+    good = queue.make_request(api, requests_repo, "timm:resnet18", weights=repo, file="w.safetensors")
+
+    def variant(request_id: str, **changes) -> bytes:
+        model = {**good["model"], **changes.pop("model", {})}
+        return json.dumps({**good, "id": request_id, "model": model, **changes}).encode()
+
+    ids = iter(f"{n:012x}" for n in range(0xABC000000000, 0xABC000000100))
+    hostile = {
+        "requests/garbage.json": (b"{not json", "not a JSON object of at most 64 KiB"),
+        "requests/list.json": (b"[1, 2]", "not a JSON object of at most 64 KiB"),
+        "requests/big.json": (json.dumps({"status": "pending", "pad": "x" * 70_000}).encode(), "not a JSON object"),
+        "requests/deep.json": (b"[" * 30_000 + b"]" * 30_000, "not a JSON object of at most 64 KiB"),
+        "requests/no-status.json": (variant("no-status", status="weird"), "its id is not a request id"),
+    }
+    for changes, why in [
+        ({"name": "../../etc"}, "its name is not a model name (printable, at most 200 bytes, no / or \\)"),
+        ({"name": "ok\x1b[2J"}, "its name is not a model name"),
+        ({"kappas": "softmax"}, "its kappas are not a list of at most 64 kappa names"),
+        ({"num_levels": 3}, "it is not for the queue's benchmark revision and level count"),
+        ({"benchmark": {**BENCHMARK, "manifest_sha256": "cd" * 32}}, "it is not for the queue's benchmark revision"),
+        ({"model": {"file": "/etc/passwd"}}, "--file '/etc/passwd': a weights file in the repo"),
+        ({"model": {"file": "../../w.safetensors"}}, "--file '../../w.safetensors': a weights file in the repo"),
+        ({"model": {"weights_file": "/dev/zero"}}, "a weights_file beside its file"),
+        ({"model": {"revision": "main"}}, "its revision is not a commit sha or its weights_sha256 not a sha256"),
+        ({"model": {"repo": "org/other\n"}}, "--weights 'org/other\\n': not a Hub model repo id"),
+        ({"model": {"target": "my_model.py"}}, "target 'my_model.py': give "),
+    ]:
+        request_id = next(ids)
+        hostile[queue.request_path(request_id)] = (variant(request_id, **changes), why)
+    _commit_files(api, requests_repo, {path: data for path, (data, _) in hostile.items()})
+
+    answered = {}
+    while (taken := queue.claim(api, requests_repo, "w1")) is not None:
+        answered[taken.get("id", "-")] = taken
+        if taken["status"] == "running":
+            queue.finish(api, requests_repo, taken, "done", entries=[])
+    assert queue.claim(api, requests_repo, "w2") is None  # nothing is served again
+    assert _answers(api, requests_repo) == Counter(
+        [f"claim {good['id']}"] + [f"refuse {path}" for path in hostile]
+    )  # every file answered exactly once
+    head, files = api.dataset_info(requests_repo).sha, api.list_repo_files(requests_repo, repo_type="dataset")
+    assert sorted(f for f in files if f.startswith("requests/")) == sorted([*hostile, queue.request_path(good["id"])])
+    for path, (data, why) in hostile.items():
+        there = json.loads(Path(hf_hub_download(requests_repo, path, repo_type="dataset", revision=head)).read_text())
+        assert there["status"] == "failed" and there["worker"] == "w1"
+        assert there["reason"].startswith(f"refused {path}: {why}") and "\n" not in there["reason"]
+        if path.removeprefix("requests/").removesuffix(".json") in answered:
+            kept = json.loads(data)  # a request's own fields stay as they were
+            assert {k: there[k] for k in ("id", "name", "model", "kappas")} == {
+                k: kept[k] for k in ("id", "name", "model", "kappas")
+            }
+    listed = [(r.get("id"), r["status"]) for r in queue.list_requests(api, requests_repo)[1]]
+    assert sorted(status for _, status in listed) == ["done"] + ["failed"] * len(hostile)
+    assert (good["id"], "done") in listed
+    shown = CliRunner().invoke(app, ["requests", requests_repo])
+    assert shown.exit_code == 0 and f"{requests_repo}: {len(hostile) + 1} requests\n" in shown.output
+    assert "\x1b" not in shown.output and "ok\\x1b[2J" in shown.output  # a name's escape is shown, not acted on
+
+
+class ModelError(CoodError):
+    """A project error about the request's model."""
+
+
+class FailingEvaluator:
+    """Fails each request the way its name says, after reading the weights it was handed; the first time, a requester
+    rewrites the queue's ``queue.json`` for another benchmark meanwhile."""
+
+    identity = BENCHMARK
+
+    def __init__(self, secret: Path, api: HfApi, requests_repo: str):
+        self.secret, self.handed, self.api, self.requests_repo = secret, [], api, requests_repo
+
+    def evaluate(self, request: dict, weights: Path) -> tuple[list[dict], Path]:
+        if not self.handed:
+            other = {"benchmark": {**BENCHMARK, "manifest_sha256": "cd" * 32}, "num_levels": 11}
+            _commit_files(self.api, self.requests_repo, {queue.QUEUE_JSON: json.dumps(other).encode()})
+        self.handed.append(weights)
+        digest = hashlib.sha256(self.secret.read_bytes()).hexdigest()
+        if request["name"] == "project-error":
+            raise ModelError(f"the weights file {self.secret} (sha256 {digest[:12]}) does not fit {request['id']}")
+        raise RuntimeError(f"{self.secret}: {self.secret.read_text()}")
+
+
+def test_public_reasons_quote_nothing_of_the_worker(api, tmp_path):
+    board = tmp_path / "board"
+    init_leaderboard(board, BENCHMARK)
+    requests_repo = _name("requests")
+    queue.init_queue(requests_repo, board, api)
+    made = {}
+    for name in ("project-error", "other-error", "swapped"):
+        repo = _model_repo(api, {"w.safetensors": _tensors(len(made))})
+        made[name] = queue.make_request(
+            api, requests_repo, "timm:resnet18", weights=repo, file="w.safetensors", name=name
+        )
+    swapped = made["swapped"]  # its weights file is another than the one requested, at the same commit
+    swapped = {**swapped, "model": {**swapped["model"], "weights_sha256": "ab" * 32}}
+    _commit_files(api, requests_repo, {queue.request_path(swapped["id"]): json.dumps(swapped).encode()})
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the worker's own\nfile")
+    evaluator, lines = FailingEvaluator(secret, api, requests_repo), []
+    served = Worker(api, requests_repo, board, evaluator, name="w1", log=lines.append).run()
+
+    reasons = {r["name"]: r["reason"] for r in served}  # the requests are checked against the board, not queue.json
+    assert [r["status"] for r in served] == ["failed"] * 3 and len(evaluator.handed) == 2
+    assert sorted(p.read_bytes() for p in evaluator.handed) == sorted([_tensors(0), _tensors(1)])  # the Hub's files
+    pid = made["project-error"]["id"]
+    assert reasons == {
+        "project-error": f"ModelError: the weights file <local path> (sha256 <hash>) does not fit {pid}",
+        "other-error": "the evaluation failed on the worker (RuntimeError); the worker's log has the details",
+        "swapped": f"LeaderboardError: {swapped['model']['repo']}@{swapped['model']['revision']}: "
+        "its weights file is not the requested one (another sha256)",
+    }
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    for reason in reasons.values():
+        assert digest[:8] not in reason and str(tmp_path) not in reason and "the worker's own" not in reason
+    assert any(str(secret) in line and digest[:12] in line for line in lines)  # the worker's log has it all
+    assert {r["id"]: r["reason"] for r in queue.list_requests(api, requests_repo)[1]} == {
+        made[n]["id"]: reasons[n] for n in made
+    }
