@@ -119,7 +119,7 @@ def add(
     create: bool = typer.Option(False, "--init", help="Create the leaderboard from the first record if needed."),
 ) -> None:
     """Validate records and append them; all or nothing. A record already on the board with the same results is
-    skipped (one line each); one with other results is refused."""
+    skipped (one line each); one with other results is kept beside it, shown as a conflict until a verified run."""
 
     _note_added(directory)
     skipped = []

@@ -52,7 +52,7 @@ def parse(data: bytes, source: str) -> object:
         raise LeaderboardError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
         return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # not JSON, not UTF-8, or an integer of more digits than Python converts
         raise LeaderboardError(f"{source}: malformed JSON: {exc}") from exc
 
 

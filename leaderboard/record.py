@@ -1,10 +1,12 @@
 """The result record's shape, in one place: typed parts, the one constructor, and the JSON Schema derived from them.
 
-A field's annotation gives its JSON type (``X | None``: may be null); its :func:`spec` says the rest: a unit range,
-a minimum, a format, whether a paper record may leave it null (``reported``), its table column. The validator
-(:mod:`leaderboard.schema`), ``record.schema.json`` (``python -m leaderboard.record`` rewrites it) and the table
-read these declarations, so a new field is declared here and nowhere else in the leaderboard. The metrics' fields (of
-the parts ``Level``, ``IdMetrics`` and ``Summary``) come from the metric registry (:mod:`harness.method.registry`).
+A field's annotation gives its JSON type (``X | None``: may be null); its :func:`spec` says the rest: a number's range
+(every number field has one, so that no record holds a number the board cannot hold), a format, whether a paper record
+may leave it null (``reported``), its table column. The validator (:mod:`leaderboard.schema`), ``record.schema.json``
+(``python -m leaderboard.record`` rewrites it) and the table read these declarations, so a new field is declared here
+and nowhere else in the leaderboard. The metrics' fields (of the parts ``Level``, ``IdMetrics`` and ``Summary``) come
+from the metric registry (:mod:`harness.method.registry`): a metric in [0, 1] has that range, any other the range of
+a kappa's values (:data:`SCORES`).
 
 A record states its schema version; the leaderboard reads every version in :data:`READ_VERSIONS`: a field added
 after version 1 is declared ``absent_in_older``, so a record written before it lacks it (the table shows it blank).
@@ -52,13 +54,23 @@ FORMATS = {
     "date-time": (None, "an ISO-8601 date-time"),
     "params": (None, "kappa parameters"),
 }
+UNIT = (0, 1)  # probabilities, rates, AUROCs, percentiles
+MAX_INT64 = 2**63 - 1
+MAX_CLASSES = 10**7  # classes of a benchmark or outputs of a model: ImageNet-21K has 21,841
+MAX_IMAGES = 10**10  # images of one test set: ImageNet-21K has 14 million, LAION-5B 5.85 billion
+MAX_PARAMETERS = 10**15  # the largest models have about 2 * 10**12; exact in a float64 (the site's JavaScript)
+MAX_LEVELS = 1000  # severity levels: the paper has 11; each is a column of the table and a point of every curve
+SEEDS = (0, MAX_INT64)  # the harness draws 63-bit order seeds; the table keeps seeds as int64
+SCORES = (-1e300, 1e300)  # a kappa's values (any float64): sums and differences over MAX_LEVELS levels stay finite
+Z_CAP = 40  # the private check's test statistic is capped there (harness.method.private_check)
+OPEN = (-(2**63), MAX_INT64)  # a number inside an open object (preprocessing, timings, kappa params): an int64's range
 _NAME_CHARS = "^[^/\\\\\\u0000-\\u001f\\u007f-\\u009f]+$"  # JSON Schema's half of the name rule
 
 
 def spec(
     *,
     unit: bool = False,
-    minimum: int | None = None,
+    range: tuple[float, float] | None = None,
     format: str | None = None,
     reported: bool = False,
     const=None,
@@ -71,17 +83,17 @@ def spec(
     column: str | None = None,
     doc: str | None = None,
 ):
-    """A record field: ``unit`` in [0, 1]; ``minimum`` for an integer; a ``format`` of :data:`FORMATS`; ``reported``:
-    null allowed in a paper record only; ``const``/``enum``: the allowed values; ``items``: (min, max) list length;
-    ``keys``: keys an open object must hold; ``optional``: left out of the record when None; ``absent_in_older``: always
-    written (null when None), but records made before the field existed leave it out and stay valid (a record states
-    what it has); ``unset_absent``: left out of the record when not given, rather than null (a metric that not every
-    maker of records measures: one added without a schema version); ``column``: its table column; ``doc``: a
-    description for the JSON Schema."""
+    """A record field: ``range``: (lowest, highest) of a number, or of a list's numbers (every number field has one);
+    ``unit``: the range [0, 1]; a ``format`` of :data:`FORMATS`; ``reported``: null allowed in a paper record only;
+    ``const``/``enum``: the allowed values; ``items``: (min, max) list length; ``keys``: keys an open object must hold;
+    ``optional``: left out of the record when None; ``absent_in_older``: always written (null when None), but records
+    made before the field existed leave it out and stay valid (a record states what it has); ``unset_absent``: left out
+    of the record when not given, rather than null (a metric that not every maker of records measures: one added
+    without a schema version); ``column``: its table column; ``doc``: a description for the JSON Schema. The numbers
+    inside an open object (``dict``) lie in :data:`OPEN`."""
     assert format is None or format in FORMATS, format
     meta = {
-        "unit": unit,
-        "minimum": minimum,
+        "range": UNIT if unit else range,
         "format": format,
         "reported": reported,
         "const": const,
@@ -113,8 +125,8 @@ class Benchmark:
     id: str = spec(format="name", column="benchmark_id")
     version: str = spec(format="name", column="benchmark_version")
     manifest_sha256: str | None = spec(format="sha256", reported=True, column="manifest_sha256")
-    num_id_classes: int = spec(minimum=2)
-    num_ood_classes: int | None = spec(minimum=1, reported=True)
+    num_id_classes: int = spec(range=(2, MAX_CLASSES))
+    num_ood_classes: int | None = spec(range=(1, MAX_CLASSES), reported=True)
 
 
 @_shape
@@ -139,8 +151,8 @@ class ClassSubset:
     """A model evaluated on a subset of the classes it was trained on: its logits restricted to the ID classes'."""
 
     source: str = spec(format="name")
-    outputs_used: int = spec(minimum=1)
-    model_outputs: int = spec(minimum=2)
+    outputs_used: int = spec(range=(1, MAX_CLASSES))
+    model_outputs: int = spec(range=(2, MAX_CLASSES))
 
 
 @_shape
@@ -160,7 +172,7 @@ class Model:
         "submission's code); null for zoo targets, in-memory models and published results; absent from records made "
         "before it existed",
     )
-    num_parameters: int | None = spec(minimum=0, reported=True, column="num_parameters")
+    num_parameters: int | None = spec(range=(0, MAX_PARAMETERS), reported=True, column="num_parameters")
     preprocessing: dict = spec()
     hub_weights: HubWeights | None = spec(
         optional=True,
@@ -202,7 +214,7 @@ def _metric_field(metric: Metric) -> tuple:
         metric.name,
         float if metric.null == "never" else float | None,
         spec(
-            unit=metric.unit,
+            range=UNIT if metric.unit else SCORES,
             reported=metric.null == "paper",
             absent_in_older=added,
             unset_absent=metric.since is None,
@@ -221,7 +233,7 @@ def _interval_fields(metric: Metric) -> list[tuple]:
             end,
             float | None,
             spec(
-                unit=metric.unit,
+                range=UNIT if metric.unit else SCORES,
                 absent_in_older=True,
                 unset_absent=True,
                 column=f"{column}_{side}" if column else None,
@@ -249,7 +261,7 @@ def _metric_parts() -> tuple[type, type, type]:
         "level",
         "One severity level's metrics, easiest level first.",
         before=(
-            ("level", int, spec(minimum=0)),
+            ("level", int, spec(range=(0, MAX_LEVELS - 1))),
             ("percentile", float, spec(unit=True)),
             (
                 "window_percentile",
@@ -262,11 +274,11 @@ def _metric_parts() -> tuple[type, type, type]:
                     "percentile is the nominal l / (L - 1); absent from records made before it and reported results",
                 ),
             ),
-            ("level_score", float | None, spec(reported=True)),
+            ("level_score", float | None, spec(range=SCORES, reported=True)),
         ),
         after=(
-            ("num_id", int | None, spec(minimum=1, reported=True)),
-            ("num_ood", int | None, spec(minimum=1, reported=True)),
+            ("num_id", int | None, spec(range=(1, MAX_IMAGES), reported=True)),
+            ("num_ood", int | None, spec(range=(1, MAX_IMAGES), reported=True)),
         ),
     )
     ids = _metric_part(
@@ -274,7 +286,7 @@ def _metric_parts() -> tuple[type, type, type]:
         "id",
         "The ID test set: by default accuracy, the AUROC of correct vs wrong (null when all are right or all wrong), "
         "mean confidence.",
-        after=(("num", int, spec(minimum=1)),),
+        after=(("num", int, spec(range=(1, MAX_IMAGES))),),
     )
     return level, ids, _metric_part("Summary", "summary", "The summary of the levels.")
 
@@ -288,14 +300,14 @@ class HardClass:
     id: str = spec()
     name: str = spec()
     ood_auroc: float = spec(unit=True)
-    mean_confidence: float = spec()
+    mean_confidence: float = spec(range=SCORES)
     thumbnails: list[str] = spec(format="relative_path")
 
 
 @_shape
 class PerClassLevel:
-    level: int = spec(minimum=0)
-    n_classes: int = spec(minimum=1)
+    level: int = spec(range=(0, MAX_LEVELS - 1))
+    n_classes: int = spec(range=(1, MAX_CLASSES))
     ood_auroc_quantiles: list[float] = spec(unit=True, items=(5, 5))
     hardest: list[HardClass] = spec()
 
@@ -303,7 +315,7 @@ class PerClassLevel:
 @_shape
 class PerClass:
     file: str = spec(format="relative_path")
-    levels: list[PerClassLevel] = spec(items=(2, None))
+    levels: list[PerClassLevel] = spec(items=(2, MAX_LEVELS))
 
 
 @_shape
@@ -322,12 +334,15 @@ class PrivateCheck:
     images")."""
 
     manifest_sha256: str = spec(format="sha256")
-    num_id: int = spec(minimum=2)
-    num_ood: int = spec(minimum=2)
+    num_id: int = spec(range=(2, MAX_IMAGES))
+    num_ood: int = spec(range=(2, MAX_IMAGES))
     mean_ood_auroc: float = spec(unit=True, column="private_mean_ood_auroc")
-    level_ood_auroc: list[float] = spec(unit=True, items=(2, None))
-    difference: float = spec(doc="the public mean ood-auroc minus the private one")
-    z: float = spec(doc="the difference over its standard error (public and private variances summed), within +-40")
+    level_ood_auroc: list[float] = spec(unit=True, items=(2, MAX_LEVELS))
+    difference: float = spec(range=(-1, 1), doc="the public mean ood-auroc minus the private one")
+    z: float = spec(
+        range=(-Z_CAP, Z_CAP),
+        doc="the difference over its standard error (public and private variances summed), within +-40",
+    )
     p_value: float = spec(unit=True)
     alpha: float = spec(unit=True)
     reproduced: bool = spec(doc="false: the private scores fall below the public ones at alpha (flagged)")
@@ -349,7 +364,7 @@ class Record:
     benchmark: Benchmark = spec()
     model: Model = spec()
     kappa: Kappa = spec()
-    num_levels: int = spec(minimum=2, column="num_levels")
+    num_levels: int = spec(range=(2, MAX_LEVELS), column="num_levels")
     severity_rule: str = spec(
         format="rule_name",
         absent_in_older=True,
@@ -359,13 +374,13 @@ class Record:
         "or original (the original code's float rule); absent from records made before it and reported results, "
         f"which used {CANONICAL_SEVERITY_RULE}",
     )
-    levels: list[Level] = spec(items=(2, None))
+    levels: list[Level] = spec(items=(2, MAX_LEVELS))
     id: IdMetrics = spec()
     summary: Summary = spec()
     metric_definitions: dict[str, str] = spec(keys=("ood_auroc",))
-    seed: int | None = spec(minimum=0, reported=True, column="seed")
+    seed: int | None = spec(range=SEEDS, reported=True, column="seed")
     order_seed: int | None = spec(
-        minimum=0,
+        range=SEEDS,
         optional=True,
         doc="optional: the seed of the secret order the harness streamed the images in (drawn per run; a rerun given "
         "it streams the same batches); absent from records made before it existed and from reported results",
@@ -444,6 +459,9 @@ def _resolved(cls: type, parts: tuple[type, ...]) -> tuple[Field, ...]:  # parts
         args = typing.get_args(hint)
         kind = typing.get_origin(hint) or hint
         item = args[-1] if args else None
+        numeric = kind in (int, float) or (kind is list and item in (int, float))
+        if numeric and not (f.metadata["range"] or f.metadata["enum"]):
+            raise TypeError(f"{cls.__name__}.{f.name}: a number field needs a range (or an enum)")
         out.append(Field(f.name, kind, item, nullable, dict(f.metadata), is_part(kind), kind is list and is_part(item)))
     return tuple(out)
 
@@ -561,7 +579,19 @@ def json_schema() -> dict:
                 "separator or control character, not '.' or '..'",
             },
             "relative_path": {"type": "string", "pattern": FORMATS["relative_path"][0].pattern},
-            "scalar": {"anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, {"type": "number"}]},
+            "open_number": {"type": "number", "minimum": OPEN[0], "maximum": OPEN[1]},
+            "scalar": {
+                "anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, {"$ref": "#/$defs/open_number"}]
+            },
+            "open": {
+                "anyOf": [
+                    {"$ref": "#/$defs/scalar"},
+                    {"type": "array", "items": {"$ref": "#/$defs/open"}},
+                    {"type": "object", "additionalProperties": {"$ref": "#/$defs/open"}},
+                ],
+                "description": "a value of an open object (preprocessing, timings): any JSON, its numbers in an "
+                "int64's range",
+            },
             "params0": _params_schema({"$ref": "#/$defs/scalar"}),
             "params1": _params_schema({"anyOf": [{"$ref": "#/$defs/scalar"}, {"$ref": "#/$defs/params0"}]}),
             "params2": {
@@ -632,7 +662,7 @@ def _value_schema(f: Field, kind=None) -> dict:
     if kind is dict:
         if meta["format"] == "params":
             return {"$ref": "#/$defs/params2"}
-        schema = {"type": "object"}
+        schema = {"type": "object"} if f.item else {"type": "object", "additionalProperties": {"$ref": "#/$defs/open"}}
         if meta["keys"]:
             schema.update(required=list(meta["keys"]), additionalProperties={"type": "string", "minLength": 1})
         return schema
@@ -640,12 +670,8 @@ def _value_schema(f: Field, kind=None) -> dict:
         return _string_schema(meta["format"])
     if kind is bool:
         return {"type": "boolean"}
-    number = {"type": "integer" if kind is int else "number"}
-    if meta["minimum"] is not None:
-        number["minimum"] = meta["minimum"]
-    if meta["unit"]:
-        number.update(minimum=0, maximum=1)
-    return number
+    low, high = meta["range"]
+    return {"type": "integer" if kind is int else "number", "minimum": low, "maximum": high}
 
 
 def _string_schema(format: str | None) -> dict:

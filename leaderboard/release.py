@@ -22,7 +22,7 @@ from leaderboard import jsonio
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import validate_benchmark
 from leaderboard.store import load_config, locked, records_table
-from leaderboard.table import PARQUET, read_table, write_table
+from leaderboard.table import PARQUET, on_board, read_table, write_table
 
 RELEASES = "releases"
 RELEASE_JSON = "release.json"
@@ -74,10 +74,10 @@ def release(directory: str | Path, note: str = "") -> dict:
     directory = Path(directory)
     config = load_config(directory)
     with locked(directory):
-        table = records_table(directory, config["num_levels"])
+        table = on_board(records_table(directory, config["num_levels"]))
         versions = list_releases(directory)
-        before = set(release_table(directory, versions[-1])["entry_id"]) if versions else set()
-        added = table[~table["entry_id"].isin(before)]
+        before = set(release_table(directory, versions[-1])["record_file"]) if versions else set()
+        added = table[~table["record_file"].isin(before)]  # new entries, and the records new to an entry
         if added.empty:
             raise LeaderboardError(
                 f"nothing to release: no entries since v{versions[-1]}"

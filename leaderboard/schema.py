@@ -22,16 +22,13 @@ from leaderboard.record import (
     FORMATS,
     MAX_NAME_BYTES,
     NOT_NAMES,
+    OPEN,
     PROVENANCES,
     READ_VERSIONS,
     VERIFIED,
     Benchmark,
     Field,
-    HubWeights,
-    Intervals,
-    PerClass,
     Record,
-    TorchvisionWeights,
     Verification,
     older_keys,
     optional_keys,
@@ -60,33 +57,45 @@ def _object(value, path: str, fields: tuple[str, ...] | None = None, older: tupl
     return value
 
 
-def _number(value, path: str, nullable: bool = False, unit: bool = False) -> float | None:
+def shown(value) -> str:
+    """A number for a one-line message: as written, or its first digits and length when it is long."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
+def range_text(bounds: tuple) -> str:
+    """``[0, 1]``, ``[0, 1e15]``: a range as a message names it (a large power of ten by its exponent)."""
+    return "[" + ", ".join(_bound(v) for v in bounds) + "]"
+
+
+def _bound(value) -> str:
+    power = len(str(abs(value))) - 1 if isinstance(value, int) else 0
+    return f"{'-' if value < 0 else ''}1e{power}" if power > 5 and abs(value) == 10**power else repr(value)
+
+
+def _number(value, path: str, bounds: tuple) -> None:
+    """A finite number within ``bounds`` (an integer of any size is compared exactly, never converted)."""
     if value is None:
-        if nullable:
-            return None
         raise _fail(path, "must be a number, got null")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(path, f"must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise _fail(path, f"must be a finite number, got {value}")
-    if unit and not 0.0 <= value <= 1.0:
-        raise _fail(path, f"out of range [0, 1]: {value}")
-    return float(value)
+    _within(value, path, bounds)
 
 
-def _integer(value, path: str, minimum: int | None, nullable: bool = False) -> int | None:
-    if value is None and nullable:
-        return None
+def _integer(value, path: str, bounds: tuple) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(path, f"must be an integer, got {type(value).__name__ if value is not None else 'null'}")
-    if minimum is not None and value < minimum:
-        raise _fail(path, f"must be >= {minimum}, got {value}")
-    return value
+    _within(value, path, bounds)
 
 
-def _string(value, path: str, nullable: bool = False, pattern: re.Pattern | None = None, what: str = "") -> str | None:
-    if value is None and nullable:
-        return None
+def _within(value, path: str, bounds: tuple) -> None:
+    if not bounds[0] <= value <= bounds[1]:
+        raise _fail(path, f"out of range {range_text(bounds)}: {shown(value)}")
+
+
+def _string(value, path: str, pattern: re.Pattern | None = None, what: str = "") -> str:
     if not isinstance(value, str) or not value:
         raise _fail(path, "must be a non-empty string")
     if pattern is not None and not pattern.match(value):
@@ -106,62 +115,95 @@ def _name(value, path: str, pattern: re.Pattern | None = None, what: str = "") -
     if bad is not None:
         kind = "a path separator" if bad in "/\\" else "a control character"
         raise _fail(path, f"contains {kind} ({bad!r}): {value[:80]!r}")
-    return _string(value, path, pattern=pattern, what=what)
+    return _string(value, path, pattern, what)
 
 
 def _part(value, path: str, cls: type, paper: bool = False) -> dict:
-    """Check an object against a record part (:mod:`leaderboard.record`): its keys, then every field in order but the
-    optional ones (``paper`` allows the nulls a publication may leave). Lists are left to the callers' cross-field
-    rules, but for the parts in a list that is one."""
-    fields, optional = [f for f in shape_fields(cls) if not f.meta["optional"]], optional_keys(cls)
+    """Check an object against a record part (:mod:`leaderboard.record`): its keys, then every field it holds in order,
+    an optional part where present (``paper`` allows the nulls a publication may leave). The rules across fields are
+    the callers'."""
+    optional = optional_keys(cls)
     present = {k: v for k, v in value.items() if k not in optional} if optional and isinstance(value, dict) else value
     _object(present, path or "record", required_keys(cls), older_keys(cls))
-    for field in fields:
-        if field.name not in value:  # a field a record made before it existed lacks
-            continue
-        where, item = f"{path}.{field.name}" if path else field.name, value[field.name]
-        if field.parts and isinstance(item, list):
-            for index, entry in enumerate(item):
-                _part(entry, f"{where}[{index}]", field.item, paper)
-        elif field.kind is not list:
-            _value(item, where, field, paper)
+    for field in shape_fields(cls):
+        if field.name in value:  # else: an optional part left out, or a field a record made before it lacks
+            _value(value[field.name], f"{path}.{field.name}" if path else field.name, field, paper)
     return value
 
 
 def _value(value, path: str, field: Field, paper: bool) -> None:
     """One field's value, by its declaration."""
-    meta, nullable = field.meta, field.nullable and (paper or not field.meta["reported"])
-    if meta["enum"] and value not in meta["enum"]:
-        raise _fail(path, f"must be one of {', '.join(map(str, meta['enum']))}, got {value!r}")
+    meta = field.meta
+    if value is None and field.nullable and not field.part and (paper or not meta["reported"]):
+        return
+    if meta["enum"]:
+        if value not in meta["enum"] or isinstance(value, bool):
+            raise _fail(path, f"must be one of {', '.join(map(str, meta['enum']))}, got {value!r}")
+        return
     if meta["const"] is not None and value != meta["const"]:
         raise _fail(path, f"must be {meta['const']!r}, got {value!r}")
     if field.part:
         _part(value, path, field.kind, paper)
+    elif field.kind is list:
+        _list(value, path, field, paper)
     elif field.kind is dict:
-        if value is None and nullable:
-            return
-        if meta["format"] == "params":
-            _params(value, path)
-            return
-        _object(value, path)
-        for key in meta["keys"]:
-            if key not in value:
-                raise _fail(path, f"missing field '{key}'")
-        if field.item is str:
-            for key, item in value.items():
-                _string(item, f"{path}.{key}")
+        _dict(value, path, field)
     elif field.kind is str:
-        _text(value, path, meta["format"], nullable)
+        _text(value, path, meta["format"])
     elif field.kind is int:
-        _integer(value, path, meta["minimum"], nullable)
+        _integer(value, path, meta["range"])
     elif field.kind is bool:
         if not isinstance(value, bool):
             raise _fail(path, f"must be true or false, got {value!r}")
     else:
-        _number(value, path, nullable, meta["unit"])
+        _number(value, path, meta["range"])
 
 
-def _text(value, path: str, format: str | None, nullable: bool = False) -> None:
+def _list(value, path: str, field: Field, paper: bool) -> None:
+    """A list of as many items as the field's ``items`` allows, each checked as the field's item type."""
+    low, high = field.meta["items"] or (0, None)
+    if not isinstance(value, list):
+        raise _fail(path, f"must be a list, got {type(value).__name__}")
+    if len(value) < low or (high is not None and len(value) > high):
+        what = "objects" if field.parts else "numbers" if field.item in (int, float) else "items"
+        count = f"{low}" if low == high else f"at least {low}" if high is None else f"{low} to {high}"
+        raise _fail(path, f"must be a list of {count} {what}, got {len(value)}")
+    item = Field(field.name, field.item, None, False, field.meta, field.parts, False)
+    for index, entry in enumerate(value):
+        _value(entry, f"{path}[{index}]", item, paper)
+
+
+def _dict(value, path: str, field: Field) -> None:
+    """An object: kappa parameters, strings by key (``dict[str, str]``), or open (any JSON, its numbers within
+    :data:`leaderboard.record.OPEN`); with the keys the field requires."""
+    if field.meta["format"] == "params":
+        _params(value, path)
+        return
+    _object(value, path)
+    for key in field.meta["keys"]:
+        if key not in value:
+            raise _fail(path, f"missing field '{key}'")
+    for key, item in value.items():
+        if field.item is str:
+            _string(item, f"{path}.{key}")
+        else:
+            _open(item, f"{path}.{key}")
+
+
+def _open(value, path: str) -> None:
+    """A value of an open object: strings, booleans and nulls as they are, numbers within
+    :data:`leaderboard.record.OPEN`, lists and objects of them (nested as deep as the file allows)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _open(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _open(item, f"{path}[{index}]")
+    elif not isinstance(value, (str, bool)) and value is not None:
+        _number(value, path, OPEN)
+
+
+def _text(value, path: str, format: str | None) -> None:
     """A string in one of :data:`leaderboard.record.FORMATS` (or any non-empty string)."""
     pattern, what = FORMATS.get(format, (None, ""))
     if format in ("name", "kappa_name"):
@@ -171,7 +213,7 @@ def _text(value, path: str, format: str | None, nullable: bool = False) -> None:
         hidden = next((part for part in value.split("/") if part.startswith(".") and part not in NOT_NAMES), None)
         if hidden is not None:
             raise _fail(path, f"names a hidden file or folder ({hidden[:40]!r}): {value[:80]!r}")
-    if _string(value, path, nullable, pattern, what) is not None and format == "date-time":
+    if _string(value, path, pattern, what) and format == "date-time":
         try:
             datetime.fromisoformat(value)
         except ValueError as exc:
@@ -190,20 +232,16 @@ def validate_record(record) -> None:
     if record["provenance"] not in PROVENANCES:
         raise _fail("provenance", f"must be one of {', '.join(PROVENANCES)}, got {record['provenance']!r}")
     paper = record["provenance"] == "paper"
+    if "verification" in record:
+        _validate_verification(record["verification"])
     _part(record, "", Record, paper)
     _validate_levels(record)
     _validate_since(record)
     _validate_intervals(record)
-    if "hub_weights" in record["model"]:
-        _part(record["model"]["hub_weights"], "model.hub_weights", HubWeights)
-    if "torchvision_weights" in record["model"]:
-        _part(record["model"]["torchvision_weights"], "model.torchvision_weights", TorchvisionWeights)
     if "per_class" in record:
         _validate_per_class(record["per_class"], record["num_levels"])
-    if "verification" in record:
-        _validate_verification(record["verification"])
-        if record.get("order_seed_drawn") is False:  # absent: a record made before the field, by a worker's run
-            raise _fail("verification", "a verified record's order seed must have been drawn by the harness")
+    if "verification" in record and record.get("order_seed_drawn") is False:  # absent: a record made before the field
+        raise _fail("verification", "a verified record's order seed must have been drawn by the harness")
 
 
 def _validate_verification(verification) -> None:
@@ -211,7 +249,6 @@ def _validate_verification(verification) -> None:
     block = _object(verification, "verification", required_keys(Verification))
     if block["status"] != VERIFIED:
         raise _fail("verification.status", f"must be {VERIFIED!r} (leave the block out for a self-reported record)")
-    _part(block, "verification", Verification)
 
 
 def verification_status(record: dict) -> str:
@@ -220,14 +257,14 @@ def verification_status(record: dict) -> str:
 
 
 def _params(params, path: str, depth: int = 0) -> None:
-    """Parameters: strings, booleans, nulls, finite numbers, or (two levels deep at most, e.g. a fitted kappa's ``fit``:
-    split, size, seed) objects of them."""
+    """Parameters: strings, booleans, nulls, numbers within :data:`leaderboard.record.OPEN`, or (two levels deep at
+    most, e.g. a fitted kappa's ``fit``: split, size, seed) objects of them."""
     for key, value in _object(params, path).items():
         _name(key, f"{path} (a key)")
         if isinstance(value, dict) and depth < 2:
             _params(value, f"{path}.{key}", depth + 1)
         elif not isinstance(value, (str, bool)) and value is not None:
-            _number(value, f"{path}.{key}")
+            _number(value, f"{path}.{key}", OPEN)
 
 
 def validate_config(config, format_version: int) -> None:
@@ -238,7 +275,12 @@ def validate_config(config, format_version: int) -> None:
             "format_version", f"unsupported {config['format_version']!r} (this leaderboard reads {format_version})"
         )
     validate_benchmark(config["benchmark"], reported=True)
-    _integer(config["num_levels"], "num_levels", 2)
+    validate_num_levels(config["num_levels"])
+
+
+def validate_num_levels(count) -> None:
+    """Check a leaderboard's number of levels: an integer in the range a record's ``num_levels`` has."""
+    _value(count, "num_levels", next(f for f in shape_fields(Record) if f.name == "num_levels"), False)
 
 
 def validate_benchmark(benchmark, reported: bool = False) -> None:
@@ -306,8 +348,6 @@ def _validate_since(record: dict) -> None:
 def _validate_intervals(record: dict) -> None:
     """An interval's ends are both null (none: a published result, an undefined metric) or both numbers around the
     metric's value, and the record says how it computed them (``intervals``)."""
-    if "intervals" in record:
-        _part(record["intervals"], "intervals", Intervals)
     parts = {"level": record["levels"], "id": [record["id"]], "summary": [record["summary"]]}
     for metric in registered():
         for index, part in enumerate(parts[metric.scope] if metric.bounds else ()):
@@ -324,39 +364,30 @@ def _validate_intervals(record: dict) -> None:
                 raise _fail("record", "missing field 'intervals' (it says how the intervals were computed)")
 
 
-def _validate_per_class(per_class, num_levels: int) -> None:
-    """The optional per-OOD-class summary: a relative sidecar path and, per level, quantiles and the hardest classes."""
-    _part(per_class, "per_class", PerClass)
+def _validate_per_class(per_class: dict, num_levels: int) -> None:
+    """The optional per-OOD-class summary (its fields checked with the record's): one entry per level in order,
+    quantiles not decreasing, at most n_classes hardest classes, hardest first within the level's min and max."""
     levels = per_class["levels"]
-    if not isinstance(levels, list) or len(levels) != num_levels:
+    if len(levels) != num_levels:
         raise _fail("per_class.levels", f"must be a list of num_levels ({num_levels}) entries")
     for index, level in enumerate(levels):
         path = f"per_class.levels[{index}]"
         if level["level"] != index:
             raise _fail(f"{path}.level", f"must be {index}, got {level['level']}")
-        count = level["n_classes"]
-        quantiles = level["ood_auroc_quantiles"]
-        if not isinstance(quantiles, list) or len(quantiles) != 5:
-            raise _fail(f"{path}.ood_auroc_quantiles", "must be a list of 5 numbers [min, q25, median, q75, max]")
-        values = [_number(q, f"{path}.ood_auroc_quantiles[{i}]", unit=True) for i, q in enumerate(quantiles)]
-        if values != sorted(values):
-            raise _fail(f"{path}.ood_auroc_quantiles", f"must not decrease, got {values}")
-        hardest = level["hardest"]
-        if not isinstance(hardest, list) or len(hardest) > count:
+        count, quantiles, hardest = level["n_classes"], level["ood_auroc_quantiles"], level["hardest"]
+        if quantiles != sorted(quantiles):
+            raise _fail(f"{path}.ood_auroc_quantiles", f"must not decrease, got {quantiles}")
+        if len(hardest) > count:
             raise _fail(f"{path}.hardest", f"must be a list of at most n_classes ({count}) classes")
-        previous = values[0]
+        previous = quantiles[0]
         for rank, entry in enumerate(hardest):
-            where = f"{path}.hardest[{rank}]"
             auroc = entry["ood_auroc"]
-            if not previous <= auroc <= values[-1]:
+            if not previous <= auroc <= quantiles[-1]:
                 raise _fail(
-                    f"{where}.ood_auroc", f"{auroc} is out of order (hardest first, within the level's min and max)"
+                    f"{path}.hardest[{rank}].ood_auroc",
+                    f"{auroc} is out of order (hardest first, within the level's min and max)",
                 )
             previous = auroc
-            if not isinstance(entry["thumbnails"], list):
-                raise _fail(f"{where}.thumbnails", "must be a list of relative paths")
-            for i, thumbnail in enumerate(entry["thumbnails"]):
-                _text(thumbnail, f"{where}.thumbnails[{i}]", "relative_path")
 
 
 def canonical_params(params: dict) -> dict:

@@ -409,6 +409,7 @@ def _entry_page(entry: dict, row: dict, record: dict | None, board, out: Path) -
         "harness": row["harness_version"],
         "seed": None if pd.isna(row["seed"]) else int(row["seed"]),
         "verification": (record or {}).get("verification"),
+        "conflict": row.get("conflict") or "",  # absent: a table from before conflicts
         "private": (record or {}).get("private"),
         "levels": levels,
         "metrics": metrics,

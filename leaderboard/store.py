@@ -5,7 +5,8 @@ Layout::
     leaderboard.json          benchmark revision and number of levels this leaderboard accepts
     records/<seq>-<entry>.json  accepted records, byte for byte as they came; never changed or removed
     index.txt                 the accepted record files in arrival order, one per line
-    table.parquet, table.csv  the current table, rebuilt from the records after every add
+    table.parquet, table.csv  a row per accepted record, rebuilt from the records after every add (its ``conflict``
+                              column says how a record stands beside the others of its entry)
     attachments/<seq>-<entry>/  the files a record's ``per_class`` names (see :mod:`leaderboard.drilldown`)
     releases/v<N>/            frozen versions (see :mod:`leaderboard.release`)
     .lock                     serialises writers (``add``, ``release``)
@@ -15,7 +16,7 @@ first (each flushed to disk), then ``index.txt`` is replaced in one atomic renam
 moment the whole batch becomes visible. Record files that the index does not list are leftovers
 of an interrupted add: every reader ignores them and the next add removes them. A table older than
 the index (an add stopped after its commit) is rebuilt in memory by readers and on disk by the
-next add.
+next add. The table of an add is built before anything is written: a record it could not hold changes nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from filelock import FileLock, Timeout
 from dataset_builder import faults
 from dataset_builder.files import fsync_dir, write_atomic, written_for
 from leaderboard import jsonio
+from leaderboard.conflicts import difference, is_verified, repeats, standings
+from leaderboard.conflicts import first_difference as first_difference  # re-exported: callers compare records
 from leaderboard.drilldown import ATTACHMENTS, read_files, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.schema import (
@@ -43,9 +46,10 @@ from leaderboard.schema import (
     revision,
     validate_benchmark,
     validate_config,
+    validate_num_levels,
     validate_record,
 )
-from leaderboard.table import PARQUET, build_table, read_table, record_row, write_table
+from leaderboard.table import PARQUET, build_table, on_board, read_table, record_row, write_table
 
 CONFIG = "leaderboard.json"
 INDEX = "index.txt"
@@ -53,9 +57,6 @@ RECORDS = "records"
 LOCK = ".lock"
 FORMAT_VERSION = 1
 LOCK_TIMEOUT_S = 300
-# two runs of one model differ in these
-RUN_DETAILS = ("created", "timings", "harness_version", "order_seed", "order_seed_drawn")
-SAME_WITHIN = 1e-6  # two runs in other secret orders sum in other batches: their metrics agree to float rounding
 _RECORD_FILE = re.compile(r"^([0-9]{6,})-([0-9a-f]{16})\.json$")
 
 
@@ -87,8 +88,7 @@ def _init(directory: Path, benchmark: dict, num_levels: int) -> dict:
 
 def _new_config(benchmark: dict, num_levels: int) -> dict:
     validate_benchmark(benchmark, reported=True)
-    if num_levels < 2:
-        raise LeaderboardError(f"num_levels must be >= 2, got {num_levels}")
+    validate_num_levels(num_levels)
     return {"format_version": FORMAT_VERSION, "benchmark": revision(benchmark), "num_levels": num_levels}
 
 
@@ -146,13 +146,13 @@ def stored_records(directory: str | Path) -> list[tuple[Path, bytes]]:
 
 
 def current_table(directory: str | Path):
-    """The current table (all accepted entries)."""
+    """The current table: every accepted record but those a verified run replaced (:func:`.table.on_board`)."""
     directory = Path(directory)
     config = load_config(directory)
     table = read_table(directory / PARQUET)
     if table["record_file"].tolist() != [f"{RECORDS}/{name}" for name in accepted_files(directory)]:
-        return records_table(directory, config["num_levels"])  # an add stopped between its commit and the table
-    return table
+        table = records_table(directory, config["num_levels"])  # an add stopped between its commit and the table
+    return on_board(table)
 
 
 def add_records(
@@ -162,6 +162,7 @@ def add_records(
     folder: str | Path | None = None,
     verified: dict | None = None,
     say: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Validate and append result records (dicts); return their entry ids (one per record).
 
@@ -171,9 +172,11 @@ def add_records(
     revision and level count. Safe to call from concurrent processes. The files a record's ``per_class`` names are
     read from ``folder`` (the run's output folder) and kept beside it.
 
-    A record with the identity of an entry already on the board (or earlier in the batch) never replaces it: with the
-    same results (it may differ only in :data:`RUN_DETAILS`) it is that entry, skipped with a line to ``say`` (default:
-    stderr); with other results the whole add is refused in one line naming both.
+    A record of an entry already on the board (or earlier in the batch) with the same results (it may differ only in
+    :data:`leaderboard.conflicts.RUN_DETAILS`), verified if the kept one is, is that entry: skipped, with a line to
+    ``say`` (default: stderr). With other results it is kept beside the entry's records, with a line to ``warn``
+    (default: stderr): the board shows them all as a conflict until a verified record of the entry replaces them
+    (:mod:`leaderboard.conflicts`).
 
     Records are self-reported; only the leaderboard's worker passes ``verified`` (``request``, ``requests_repo``,
     ``worker``), which stamps them ``verification: verified``. A record that arrives already claiming it is refused.
@@ -186,12 +189,23 @@ def add_records(
     for i, record in enumerate(records):
         if jsonio.too_deep(record):
             raise LeaderboardError(f"record {i + 1}: nested deeper than {jsonio.MAX_DEPTH} levels")
-        items.append((f"record {i + 1}", record, (json.dumps(record, indent=1) + "\n").encode()))
-    return _add(Path(directory), items, create, [folder] * len(items), say)
+        items.append((f"record {i + 1}", record, _encoded(f"record {i + 1}", record)))
+    return _add(Path(directory), items, create, [folder] * len(items), say, warn)
+
+
+def _encoded(source: str, record: dict) -> bytes:
+    try:
+        return (json.dumps(record, indent=1) + "\n").encode()
+    except (TypeError, ValueError) as exc:  # an object JSON lacks, an integer of too many digits
+        raise LeaderboardError(f"{source}: not JSON: {exc}") from exc
 
 
 def add_files(
-    directory: str | Path, paths: list[str | Path], create: bool = False, say: Callable[[str], None] | None = None
+    directory: str | Path,
+    paths: list[str | Path],
+    create: bool = False,
+    say: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Like :func:`add_records` for record files, which are stored byte for byte (their ``per_class`` files are read
     from the folder above ``records/``, or from the record's own folder)."""
@@ -201,7 +215,7 @@ def add_files(
         items.append((str(path), jsonio.parse(data, str(path)), data))
         _refuse_claimed(str(path), items[-1][1])
     folders = [p.parent.parent if p.parent.name == RECORDS else p.parent for p in map(Path, paths)]
-    return _add(Path(directory), items, create, folders, say)
+    return _add(Path(directory), items, create, folders, say, warn)
 
 
 def _add(
@@ -210,6 +224,7 @@ def _add(
     create: bool,
     folders: list | None = None,
     say: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[str]:
     if not items:
         raise LeaderboardError("no records given")
@@ -227,29 +242,38 @@ def _add(
         first = items[0][1]
         config = _new_config(first["benchmark"], first["num_levels"]) if fresh else load_config(directory)
         names = [] if fresh else _index(directory)
-        known = {_RECORD_FILE.match(name).group(2): (name, None) for name in names}  # entry -> (where, record)
-        accepted, files, ids, skipped = [], [], [], []
+        known = _known(directory, names, {entry_id(record) for _, record, _ in items})
+        accepted, files, ids, skipped, conflicts = [], [], [], [], []
         for (source, record, data), attachments in zip(items, attached):
             _check_belongs(source, record, config)
             key = entry_id(record)
             ids.append(key)
-            if key in known:
-                skipped.append(_same_entry(directory, source, record, key, *known[key]))
+            same = next((where for where, kept in known[key] if repeats(record, kept)), None)
+            if same is not None:
+                skipped.append(
+                    f"{source}: entry {key} {_what(record)} is already in {same} with the same results; skipped"
+                )
                 continue
-            known[key] = (source, record)
-            accepted.append((f"{len(names) + len(accepted) + 1:06d}-{key}.json", data))
+            conflicts += _conflict(source, record, key, known[key])
+            known[key].append((source, record))
+            accepted.append((f"{len(names) + len(accepted) + 1:06d}-{key}.json", data, record))
             files.append(attachments)
         if accepted:
+            table = _table(stored_records(directory) if names else [], accepted, config["num_levels"])
             if fresh:
                 _write_config(directory, config)
-            _commit(directory, names, accepted, files)
+            _commit(directory, names, [(name, data) for name, data, _ in accepted], files)
         for line in skipped:  # once the add stands
             (say or _to_stderr)(line)
-        if not accepted and _table_is_current(directory, names):
-            return ids
+        for line in conflicts:
+            (warn or _to_stderr)(line)
+        if not accepted:
+            if _table_is_current(directory, names):
+                return ids
+            table = records_table(directory, config["num_levels"])
         try:
             faults.point("add:after-commit", directory / PARQUET)
-            write_table(directory, records_table(directory, config["num_levels"]))
+            write_table(directory, table)
         except OSError as exc:
             raise LeaderboardError(
                 f"the records are added, but the table could not be written ({exc.strerror or exc}); "
@@ -258,25 +282,33 @@ def _add(
         return ids
 
 
-def _same_entry(directory: Path, source: str, record: dict, key: str, where: str, existing: dict | None) -> str:
-    """A record whose entry is already ``where`` (a stored record file, or an earlier record of the batch): the line
-    that says it is skipped when its results are the same, else a one-line refusal naming both (the existing entry is
-    kept)."""
-    if existing is None:
-        path = directory / RECORDS / where
-        existing = jsonio.parse(jsonio.read_limited(path), str(path))
+def _known(directory: Path, names: list[str], keys: set[str]) -> dict[str, list[tuple[str, dict]]]:
+    """The stored records of the entries ``keys`` (by file name, the entry id in it): entry -> [(name, record)]."""
+    known = {key: [] for key in keys}
+    for name in names:
+        key = _RECORD_FILE.match(name).group(2)
+        if key in known:
+            path = directory / RECORDS / name
+            known[key].append((name, jsonio.parse(jsonio.read_limited(path), str(path))))
+    return known
+
+
+def _what(record: dict) -> str:
     kappa = record["kappa"]
-    what = f"(model {record['model']['name']!r}, kappa {kappa_label(kappa['name'], kappa['params'])})"
-    differs = first_difference(
-        {k: v for k, v in record.items() if k not in RUN_DETAILS},
-        {k: v for k, v in existing.items() if k not in RUN_DETAILS},
-    )
-    if differs is not None:
-        raise LeaderboardError(
-            f"{source}: duplicate entry {key} {what} differs from {where} (model {existing['model']['name']!r}) in "
-            f"{differs}; refused, the existing entry is kept"
-        )
-    return f"{source}: entry {key} {what} is already in {where} with the same results; skipped"
+    return f"(model {record['model']['name']!r}, kappa {kappa_label(kappa['name'], kappa['params'])})"
+
+
+def _conflict(source: str, record: dict, key: str, known: list[tuple[str, dict]]) -> list[str]:
+    """The line saying how a self-reported ``record`` stands beside ``known``, the records of its entry it does not
+    repeat (:func:`leaderboard.conflicts.repeats`): in conflict with them, or in the history where one is verified.
+    None for the first record of an entry, or a verified one (it replaces the self-reported records)."""
+    if is_verified(record) or not known:
+        return []
+    where, kept = next(((where, kept) for where, kept in known if is_verified(kept)), known[0])
+    head = f"{source}: entry {key} {_what(record)} differs from {where} (model {kept['model']['name']!r}) in "
+    if is_verified(kept):
+        return [f"{head}{difference(record, kept)}; kept in the board's history, the verified record stands"]
+    return [f"{head}{difference(record, kept)}; both kept and shown as a conflict until a verified run settles it"]
 
 
 def _table_is_current(directory: Path, names: list[str]) -> bool:
@@ -291,28 +323,6 @@ def _table_is_current(directory: Path, names: list[str]) -> bool:
 
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr)
-
-
-def first_difference(a, b, path: str = "") -> str | None:
-    """The first path (``model.name``, ``levels[3].ood_auroc``) where two JSON values differ, or None; a key one
-    object lacks and the other holds as null counts as the same (a field older records leave out), and numbers within
-    ``SAME_WITHIN`` are the same."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in dict.fromkeys([*a, *b]):
-            found = first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
-            if found is not None:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for index, (x, y) in enumerate(zip(a, b)):
-            found = first_difference(x, y, f"{path}[{index}]")
-            if found is not None:
-                return found
-        return None
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))  # 2 and 2.0 are one value
-    if numbers:
-        return None if abs(a - b) <= SAME_WITHIN else path or "the record"
-    return None if a == b and type(a) is type(b) else path or "the record"
 
 
 def _index(directory: Path) -> list[str]:
@@ -397,9 +407,17 @@ def _check_belongs(source: str, record: dict, config: dict) -> None:
 
 def records_table(directory: Path, num_levels: int):
     """The table derived from every accepted record."""
-    rows = []
-    for path, data in stored_records(directory):
-        seq = int(path.stem.split("-", 1)[0])
-        record = jsonio.parse(data, str(path))
-        rows.append(record_row(record, seq, f"{RECORDS}/{path.name}", hashlib.sha256(data).hexdigest()))
+    return _table(stored_records(directory), [], num_levels)
+
+
+def _table(stored: list[tuple[Path, bytes]], batch: list[tuple[str, bytes, dict]], num_levels: int):
+    """The table of the ``stored`` records (path, bytes) followed by a ``batch`` about to be added (name, bytes,
+    record): built before the batch is written, so that a record the table cannot hold is refused with nothing on
+    disk changed."""
+    files = [(path.name, data, jsonio.parse(data, str(path))) for path, data in stored] + batch
+    ranks = standings([record for _, _, record in files])
+    rows = [
+        record_row(record, int(name.split("-", 1)[0]), f"{RECORDS}/{name}", hashlib.sha256(data).hexdigest(), rank)
+        for (name, data, record), rank in zip(files, ranks)
+    ]
     return build_table(rows, num_levels)

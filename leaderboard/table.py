@@ -11,6 +11,7 @@ import pandas as pd
 from dataset_builder import faults
 from dataset_builder.files import write_atomic
 from harness.method.registry import registered
+from leaderboard.conflicts import CONFLICT, CONFLICT_FLAG, REPLACED
 from leaderboard.csvsafe import csv_bytes
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import columns as record_columns
@@ -30,6 +31,7 @@ FRONT = [
     "severity_rule",
     "provenance",
     "verification",
+    "conflict",
     "flag",
     "id_acc",
     "id_auroc",
@@ -81,8 +83,9 @@ def table_levels(table: pd.DataFrame) -> list[str]:
     return [c for c in table.columns if c.startswith(LEVEL_PREFIX)]
 
 
-def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> dict:
-    """The table row of one valid record."""
+def record_row(record: dict, seq: int, record_file: str, record_sha256: str, standing: str = "") -> dict:
+    """The table row of one valid record; ``standing``: how it stands beside the other records of its entry
+    (:func:`leaderboard.conflicts.standings`), a conflict flagged."""
     levels = record["levels"]
     return {
         **{column: _at(record, path) for column, (path, _) in record_columns().items()},
@@ -92,7 +95,8 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str) -> 
         "kappa_params": json.dumps(record["kappa"]["params"], sort_keys=True),
         "verification": verification_status(record),
         "private_images": private_status(record),
-        "flag": "; ".join(flags(record)),
+        "conflict": standing,
+        "flag": "; ".join([*flags(record), *([CONFLICT_FLAG] if standing == CONFLICT else [])]),
         **{col: level["ood_auroc"] for col, level in zip(level_columns(len(levels)), levels)},
         **{column: _mean([level.get(name) for level in levels]) for column, name in mean_columns().items()},
         "ood_auroc_definition": record["metric_definitions"]["ood_auroc"],
@@ -149,6 +153,11 @@ def write_table(directory: Path, table: pd.DataFrame) -> None:
     write_atomic(directory / PARQUET, lambda tmp: table.to_parquet(tmp, index=False))
 
 
+def on_board(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows a board shows: all but the self-reported records a verified run replaced (the history keeps them)."""
+    return table[table["conflict"] != REPLACED].reset_index(drop=True)
+
+
 def read_table(path: Path) -> pd.DataFrame:
     """A table file; one written before records could be verified gets its ``verification`` column (all
     self-reported), one written before a metric (or its interval) or the severity rule existed gets their columns,
@@ -159,6 +168,8 @@ def read_table(path: Path) -> pd.DataFrame:
         raise LeaderboardError(f"cannot read the table {path}: {exc}") from exc
     if "verification" not in table.columns and "provenance" in table.columns:
         table.insert(table.columns.get_loc("provenance") + 1, "verification", "self-reported")
+    if "conflict" not in table.columns and "verification" in table.columns:  # before conflicts: an entry had one record
+        table.insert(table.columns.get_loc("verification") + 1, "conflict", "")
     if "record_file" in table.columns:
         order = table_columns(len(table_levels(table)))
         metrics = [*mean_columns(), *(m.table_column for m in registered() if m.scope != "level" and m.table_column)]

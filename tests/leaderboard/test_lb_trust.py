@@ -1,5 +1,6 @@
 """What a leaderboard trusts: an entry's identity is the code the harness hashed (never what a model's code reports),
-a record that claims another's identity never displaces it, every CSV opens in a spreadsheet as data, and a record's
+a record that claims another's identity never displaces it (both are kept, shown as a conflict until a verified
+run settles it), every CSV opens in a spreadsheet as data, and a record's
 attachments are only the drill-down's own files."""
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import pytest
 
 from lb_boards import drilldown_record, png
 from lb_records import record
-from leaderboard import drilldown
+from leaderboard import drilldown, store
+from leaderboard.conflicts import CONFLICT_FLAG
 from leaderboard.csvsafe import csv_bytes, safe_cell
 from leaderboard.errors import LeaderboardError
+from leaderboard.release import release, release_table
 from leaderboard.schema import entry_id, model_identity, validate_record
 from leaderboard.site import build_site
 from leaderboard.store import add_files, add_records, current_table
@@ -110,29 +113,103 @@ def test_the_cli_says_which_records_were_already_there(tmp_path):
         (lambda: _bundle(HONEST, acc=0.99), "id.acc"),
     ],
 )
-def test_a_record_claiming_an_entrys_identity_cannot_replace_it(tmp_path, forged, where):
+def test_a_record_claiming_an_entrys_identity_is_kept_beside_it_as_a_conflict(tmp_path, forged, where):
     board = tmp_path / "b"
     [key] = add_records(board, [_bundle(HONEST)], create=True)
-    before = _snapshot(board)
     path = tmp_path / "forged.json"
     path.write_text(json.dumps(forged()))
-    with pytest.raises(LeaderboardError) as error:
-        add_files(board, [path])
-    assert str(error.value) == (
-        f"{path}: duplicate entry {key} (model {forged()['model']['name']!r}, kappa softmax) differs from "
-        f"000001-{key}.json (model 'glyph_cnn') in {where}; refused, the existing entry is kept"
-    )
-    assert _snapshot(board) == before
-    assert current_table(board)["mean_ood_auroc"].tolist() == pytest.approx([0.85])
+    warned = []
+    assert add_files(board, [path], say=pytest.fail, warn=warned.append) == [key]
+    assert warned == [
+        f"{path}: entry {key} (model {forged()['model']['name']!r}, kappa softmax) differs from 000001-{key}.json "
+        f"(model 'glyph_cnn') in {where}; both kept and shown as a conflict until a verified run settles it"
+    ]
+    table = current_table(board)
+    assert table["entry_id"].tolist() == [key, key] and table["conflict"].tolist() == ["conflict", "conflict"]
+    assert table["flag"].tolist() == [CONFLICT_FLAG, CONFLICT_FLAG]
+    assert table["record_file"].tolist() == [f"records/000001-{key}.json", f"records/000002-{key}.json"]
+    assert (board / "records" / f"000002-{key}.json").read_bytes() == path.read_bytes()
 
 
-def test_a_forged_record_in_a_batch_refuses_the_whole_batch(tmp_path):
+SQUAT = [round(0.5 * (0.95 - 0.02 * i), 6) for i in range(11)]  # half the honest run's ood-auroc
+VERIFIED = {"request": "00000000000a", "requests_repo": "org/requests", "worker": "gpu-1"}
+
+
+def _squatted(tmp_path) -> tuple[Path, str]:
+    """A board where a hand-made record with the honest run's bundle hash and half its ood-auroc came first, then the
+    honest run's own record."""
     board = tmp_path / "b"
-    add_records(board, [_bundle(HONEST)], create=True)
-    before = _snapshot(board)
-    with pytest.raises(LeaderboardError, match=r"^record 2: duplicate entry .* in levels\[0\]\.ood_auroc; refused"):
-        add_records(board, [_bundle(CHEAT), _bundle(HONEST, aurocs=[0.99] * 11)], say=pytest.fail)
-    assert _snapshot(board) == before
+    [key] = add_records(board, [_bundle(HONEST, aurocs=SQUAT)], create=True)
+    assert add_records(board, [_bundle(HONEST)], say=pytest.fail, warn=lambda line: None) == [key]
+    return board, key
+
+
+def test_the_first_comer_never_takes_an_honest_entrys_place(tmp_path):
+    board, key = _squatted(tmp_path)
+    table = current_table(board)
+    assert table["mean_ood_auroc"].tolist() == pytest.approx([0.425, 0.85])  # both shown, the squat's numbers kept
+    assert table["conflict"].tolist() == ["conflict", "conflict"] and set(table["entry_id"]) == {key}
+    assert table["verification"].tolist() == ["self-reported", "self-reported"]
+    lines = []
+    assert add_records(board, [_bundle(HONEST, aurocs=SQUAT)], say=lines.append, warn=pytest.fail) == [key]
+    assert lines == [  # a true duplicate is still skipped
+        f"record 1: entry {key} (model 'glyph_cnn', kappa softmax) is already in 000001-{key}.json with the same "
+        "results; skipped"
+    ]
+    assert len(store.accepted_files(board)) == 2
+
+
+def test_a_verified_run_settles_a_conflict_and_the_history_keeps_the_rest(tmp_path):
+    board, key = _squatted(tmp_path)
+    squat, honest = ((board / "records" / f"00000{i}-{key}.json").read_bytes() for i in (1, 2))
+    assert add_records(board, [_bundle(HONEST)], verified=VERIFIED, say=pytest.fail, warn=pytest.fail) == [key]
+    table = current_table(board)
+    assert table["record_file"].tolist() == [f"records/000003-{key}.json"]
+    assert table["verification"].tolist() == ["verified"] and table["conflict"].tolist() == ["settled"]
+    assert table["flag"].tolist() == [""] and table["mean_ood_auroc"].tolist() == pytest.approx([0.85])
+    history = pd.read_parquet(board / "table.parquet")  # every accepted record, each with its standing
+    assert history["conflict"].tolist() == ["replaced", "replaced", "settled"]
+    assert [(board / "records" / f"00000{i}-{key}.json").read_bytes() for i in (1, 2)] == [squat, honest]
+    lines = []  # the same verified numbers again: that entry; a squat after it: in the history, off the board
+    assert add_records(board, [_bundle(HONEST)], verified={**VERIFIED, "request": "00000000000b"}, say=lines.append)
+    assert lines == [
+        f"record 1: entry {key} (model 'glyph_cnn', kappa softmax) is already in 000003-{key}.json with the same "
+        "results; skipped"
+    ]
+    warned = []
+    add_records(board, [_bundle(HONEST, aurocs=[0.99] * 11)], warn=warned.append)
+    assert warned == [
+        f"record 1: entry {key} (model 'glyph_cnn', kappa softmax) differs from 000003-{key}.json (model 'glyph_cnn') "
+        "in levels[0].ood_auroc; kept in the board's history, the verified record stands"
+    ]
+    assert current_table(board)["record_file"].tolist() == [f"records/000003-{key}.json"]
+    assert len(store.accepted_files(board)) == 4
+
+
+def test_a_conflict_shows_in_show_the_site_and_releases(tmp_path):
+    from typer.testing import CliRunner
+
+    from leaderboard.cli import app
+
+    board, key = _squatted(tmp_path)
+    runner = CliRunner()
+    shown = runner.invoke(app, ["show", "-d", str(board)])
+    assert shown.exit_code == 0, shown.output
+    rows = [line for line in shown.output.splitlines() if line.endswith(CONFLICT_FLAG)]
+    assert [row.split()[:4] for row in rows] == [[rank, "glyph_cnn", "softmax", "0.8100"] for rank in "12"]
+    assert [row.split()[4] for row in rows] == ["0.8500", "0.4250"]
+    build_site(current_table(board), tmp_path / "site", "current", board=board)
+    page = next((tmp_path / "site" / "models").glob("glyph_cnn-*.html")).read_text()
+    assert page.count("In conflict: another record of this entry holds other results") == 2
+    assert (tmp_path / "site" / "index.html").read_text().count(f'"flag":"{CONFLICT_FLAG}"') == 2
+    assert release(board)["added"] == [key, key]
+    add_records(board, [_bundle(HONEST)], verified=VERIFIED)
+    info = release(board)
+    assert (info["added"], info["num_entries"]) == ([key], 1)
+    assert release_table(board, 2)["conflict"].tolist() == ["settled"]
+    build_site(release_table(board, 2), tmp_path / "site2", "v2", board=board)
+    page = next((tmp_path / "site2" / "models").glob("glyph_cnn-*.html")).read_text()
+    assert "Settled by this verified run" in page and "In conflict" not in page
 
 
 def test_old_records_keep_their_identity_and_old_boards_still_load(tmp_path):
