@@ -74,7 +74,8 @@ def build(
     ``overwrite``); return the manifest sha256. A failed build leaves nothing behind. ``private_share`` of each
     class's ID and OOD test images are held back in the private part (:mod:`dataset_builder.private`): which ones
     follows from ``seed`` (so the published part is the same for every private seed), their images are rendered from
-    ``private_seed`` (drawn from :mod:`secrets` when None), so they cannot be rendered from what is published."""
+    ``private_seed`` (drawn from :mod:`secrets` when None), so they cannot be rendered from what is published. None
+    are by default here; the embedded benchmark and ``cood-dataset glyphs`` hold back ``settings.DEFAULTS``' share."""
     root = Path(root)
     private_seed = resolve_seed(private_share, private_seed)
     check_target(root, overwrite)
