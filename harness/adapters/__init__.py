@@ -22,14 +22,17 @@ repo download pretrained weights, pinned to a commit, through :mod:`harness.adap
 
 Each zoo kind is an entry point naming its adapter function (:mod:`harness.zoo`): a new kind is a module with a
 function ``ZooTarget -> Submission`` and one line in ``pyproject.toml`` (read from the installed metadata, so
-reinstall after adding it). Weights load safely: safetensors, or ``torch.load(weights_only=True)``.
+reinstall after adding it). Weights load safely: safetensors, or ``torch.load(weights_only=True)``. No code from a
+model repo runs: transformers loads with ``trust_remote_code=False``, a configuration that names code of its own is
+refused, and stdin is closed while a target builds; a configuration read from a repo or folder is checked before any
+model is built (:mod:`harness.adapters.configs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.adapters.common import ZooTarget
+from harness.adapters.common import ZooTarget, stdin_closed
 from harness.adapters.hf_models import LogitsOf, hf_target
 from harness.adapters.open_clip_models import (
     CLIP_TEMPLATES,
@@ -95,12 +98,13 @@ def load_target(
                 f"zoo kind '{kind.name}' ({kind.adapter.value}) failed to load: {type(exc).__name__}: {exc}"
             ) from exc
         name = str(target).partition(":")[2]
-        try:
-            submission = build(ZooTarget(name, weights, num_classes_expected, classnames, revision))
-        except ClassCountMismatch as exc:
-            if subset is None or exc.model_classes != subset.total:
-                raise exc.with_subset(subset) from None
-            submission = build(ZooTarget(name, weights, subset.total, classnames, revision))
+        with stdin_closed():  # no library prompt can be answered (nor shown): a repo's own code never runs
+            try:
+                submission = build(ZooTarget(name, weights, num_classes_expected, classnames, revision))
+            except ClassCountMismatch as exc:
+                if subset is None or exc.model_classes != subset.total:
+                    raise exc.with_subset(subset) from None
+                submission = build(ZooTarget(name, weights, subset.total, classnames, revision))
     if num_classes_expected is not None:
         check_output(submission, num_classes_expected, subset)
     return submission

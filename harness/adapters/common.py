@@ -1,10 +1,12 @@
-"""What every zoo adapter shares: what it builds from, its optional package, a did-you-mean."""
+"""What every zoo adapter shares: what it builds from, its optional package, a did-you-mean, a closed stdin."""
 
 from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from harness.errors import HarnessError
@@ -41,3 +43,15 @@ def did_you_mean(name: str, known: list[str]) -> str:
 def list_if_tuple(value):
     """A tuple as a list (as JSON writes it); anything else as it is."""
     return list(value) if isinstance(value, tuple) else value
+
+
+@contextmanager
+def stdin_closed() -> Iterator[None]:
+    """Inside, ``sys.stdin`` is None, so that a library's prompt fails before it shows or reads anything (``input()``
+    raises "lost sys.stdin"): transformers asks whether to run a repo's own code wherever its caller passes no
+    ``trust_remote_code``, as open_clip does for the transformers text towers and tokenizers some architectures name."""
+    saved, sys.stdin = sys.stdin, None
+    try:
+        yield
+    finally:
+        sys.stdin = saved

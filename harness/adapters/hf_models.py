@@ -9,10 +9,12 @@ from pathlib import Path
 import torch
 from PIL import Image
 
+from dataset_builder.errors import one_line
 from harness.adapters.common import ZooTarget, import_optional, list_if_tuple
+from harness.adapters.configs import check_model_size, read_config
 from harness.adapters.hub_weights import HubWeights, pin
-from harness.adapters.weights import check_config_classes
-from harness.errors import HarnessError
+from harness.adapters.weights import check_config_classes, pickles_refused
+from harness.errors import HarnessError, escaped
 from harness.submission import Submission
 
 HF_WEIGHTS = ["model.safetensors", "pytorch_model.bin"]  # transformers' order for an unsharded checkpoint
@@ -34,32 +36,66 @@ def is_hub_repo(name: str) -> bool:
     return name.count("/") == 1 and not name.startswith((".", "/")) and not Path(name).exists()
 
 
+def checked_config(data: dict, where: str, num_classes: int | None):
+    """The transformers configuration that ``data`` (a ``config.json``) describes, refused in one line opened by
+    ``where`` unless transformers' own code builds it: no ``auto_map`` (code of the repo's own) and a ``model_type``
+    transformers knows; then its labels checked against ``num_classes`` and its model's size on the meta device
+    (:func:`harness.adapters.configs.check_model_size`)."""
+    transformers = import_optional("transformers", "transformers")
+    refusal = "refused: the harness runs no code from a model repo"
+    if "auto_map" in data:
+        raise HarnessError(f"{where}: config.json names code of its own (auto_map), {refusal}")
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or model_type not in transformers.CONFIG_MAPPING:
+        named = (
+            "names no model_type" if model_type is None else f"names the model_type '{escaped(str(model_type), 80)}'"
+        )
+        raise HarnessError(
+            f"{where}: config.json {named}, which transformers {transformers.__version__} does not know (a model "
+            f"with code of its own), {refusal}"
+        )
+    check_config_classes(data, "id2label", num_classes)
+    try:
+        config = transformers.CONFIG_MAPPING[model_type].from_dict(data)
+    except Exception as exc:  # a value its configuration class cannot take
+        raise HarnessError(f"{where}: config.json is no {model_type} configuration: {one_line(exc)}") from exc
+    auto = transformers.AutoModelForImageClassification
+    check_model_size(where, lambda: auto.from_config(config, trust_remote_code=False))
+    return config
+
+
 def hf_source(target: ZooTarget) -> tuple[str | Path, dict, HubWeights | None]:
     """Where the classifier loads from: a folder, or a Hub repo pinned to the commit ``target.revision`` names (with
-    the weights file read there); and ``from_pretrained``'s options. A ``config.json`` whose labels number other than
-    ``target.num_classes`` is refused before any weights are read or fetched."""
+    the weights file read there); and ``from_pretrained``'s options, its checked configuration among them
+    (:func:`checked_config`: refused before any weights are read or fetched)."""
     if not is_hub_repo(target.name):
         path = Path(target.name)
         if target.revision is not None:
             raise HarnessError(f"hf: {path} is a folder: --revision applies to a Hub repo (hf:<owner>/<repo>)")
         if not (path / "config.json").is_file():
             raise HarnessError(f"hf: {path} is not a folder saved with save_pretrained (no config.json)")
-        check_config_classes(path / "config.json", "id2label", target.num_classes)
-        return path, {"local_files_only": True}, None
-    config = pin("hf", target.name, ["config.json"], target.revision)
-    check_config_classes(config.path, "id2label", target.num_classes)  # before the weights are fetched
-    hub = pin("hf", target.name, HF_WEIGHTS, config.revision)
-    return target.name, {"revision": config.revision}, hub
+        where = f"hf: {path}"
+        config = checked_config(read_config(path / "config.json", where), where, target.num_classes)
+        return path, {"config": config, "local_files_only": True}, None
+    where = f"hf: {target.name}"
+    pinned = pin("hf", target.name, ["config.json"], target.revision, configuration=True)
+    config = checked_config(read_config(pinned.path, where), where, target.num_classes)
+    hub = pin("hf", target.name, HF_WEIGHTS, pinned.revision)
+    return target.name, {"config": config, "revision": pinned.revision}, hub
 
 
 def hf_target(target: ZooTarget) -> Submission:
     """A transformers image classifier from a local folder or a Hub repo, with its AutoImageProcessor
-    preprocessing."""
+    preprocessing; transformers' own code only (``trust_remote_code=False``)."""
     transformers = import_optional("transformers", "transformers")
     path, options, hub = hf_source(target)
+    weights = f"hf: the weights in {path}" if hub is None else f"hf: {hub.file} of {hub.repo}@{hub.revision[:12]}"
     try:
-        model = transformers.AutoModelForImageClassification.from_pretrained(path, **options)
-        processor = transformers.AutoImageProcessor.from_pretrained(path, **options)
+        with pickles_refused(weights):
+            model = transformers.AutoModelForImageClassification.from_pretrained(
+                path, trust_remote_code=False, **options
+            )
+        processor = transformers.AutoImageProcessor.from_pretrained(path, trust_remote_code=False, **options)
     except (OSError, ValueError) as exc:
         raise HarnessError(f"hf: cannot load {path}: {str(exc).splitlines()[0]}") from exc
     settings = processor.to_dict()

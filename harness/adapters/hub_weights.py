@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataset_builder.shards import file_sha256
+from harness.adapters.configs import check_size
 from harness.errors import HarnessError
 
 SAFE_TWINS = {"pytorch_model.bin": "model.safetensors", "open_clip_pytorch_model.bin": "open_clip_model.safetensors"}
@@ -39,10 +40,11 @@ def weight_files(filename: str | None) -> list[str]:
     return [twin, name] if twin else [name]
 
 
-def pin(kind: str, repo: str, files: list[str], revision: str | None) -> HubWeights:
+def pin(kind: str, repo: str, files: list[str], revision: str | None, configuration: bool = False) -> HubWeights:
     """The first of ``files`` that ``repo`` holds at ``revision`` (None: main), fetched into the cache, with the commit
     ``revision`` names; a Hub that cannot be reached, a repo, revision or file that is not there, or offline a cache
-    without them, is a HarnessError (``kind`` opens its message)."""
+    without them, is a HarnessError (``kind`` opens its message). A ``configuration`` file over the cap on one is
+    refused before it is fetched (:func:`harness.adapters.configs.check_size`)."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -58,8 +60,10 @@ def pin(kind: str, repo: str, files: list[str], revision: str | None) -> HubWeig
     for file in files:
         try:
             local = missing is not None  # the Hub did not answer: the other files from the cache alone
-            hf_hub_download(repo, file, revision=revision, local_files_only=local)  # its revision cached for offline
             info = hf_hub_download(repo, file, revision=revision, local_files_only=local, dry_run=True)
+            if configuration and info.file_size is not None:
+                check_size(f"{kind}: {at}", file, info.file_size)
+            hf_hub_download(repo, file, revision=revision, local_files_only=local)  # its revision cached for offline
         except HFValidationError as exc:
             raise HarnessError(f"{kind}: '{repo}' is not a Hub repo id: {str(exc).splitlines()[0]}") from exc
         except RepositoryNotFoundError as exc:

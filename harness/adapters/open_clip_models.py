@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from harness.adapters.common import ZooTarget, import_optional
 from harness.adapters.hub_weights import SAFE_TWINS, HubWeights, pin
-from harness.adapters.weights import load_weights
+from harness.adapters.weights import load_weights, pickles_refused
 from harness.errors import HarnessError
 from harness.submission import Submission
 
@@ -113,12 +113,16 @@ def open_clip_target(target: ZooTarget) -> Submission:
     if target.weights is None:
         hub = open_clip_hub(arch, tag, target.revision)
         try:
-            model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=str(hub.path), **options)
+            with pickles_refused(f"open_clip: {hub.file} of {hub.repo}@{hub.revision[:12]}"):
+                model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=str(hub.path), **options)
         except (RuntimeError, OSError, ValueError) as exc:
             raise HarnessError(f"open_clip: cannot load {hub.file} of {hub.repo}: {str(exc).splitlines()[0]}") from exc
         sha = hub.sha256()
     else:
-        model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=None, **options)
+        try:
+            model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=None, **options)
+        except (RuntimeError, OSError, ValueError) as exc:  # e.g. a transformers text tower that is not available
+            raise HarnessError(f"open_clip: cannot build {arch}: {str(exc).splitlines()[0]}") from exc
         sha, hub = load_weights(model, target.weights), None
     if classnames is None:
         from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES as classnames

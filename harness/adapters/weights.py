@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import pickle
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -65,12 +67,36 @@ def _check_classes(model: torch.nn.Module, key: str, tensor: torch.Tensor, expec
 
 
 def _unpickling_detail(exc: Exception) -> str:
-    """The line of torch's weights-only error that says what was refused, without its advice to load unsafely."""
-    boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
-    lines = [
-        line.strip() for line in str(exc).splitlines() if line.strip() and not line.strip().startswith(boilerplate)
-    ]
-    return " ".join(lines) or type(exc).__name__
+    """What torch's weights-only unpickler stopped at (``GLOBAL io.open``, ``Unsupported operand 120``), without its
+    advice to allow it or to load the file unsafely."""
+    _, found, rest = str(exc).partition("WeightsUnpickler error:")
+    line = next((line.strip() for line in rest.splitlines() if line.strip()), "") if found else ""
+    line = re.split(r" was not an allowed global| Please ", line)[0].strip().rstrip(".")
+    return line.removeprefix("Unsupported global: ") or type(exc).__name__
+
+
+def refused_pickle(what: str, exc: Exception) -> HarnessError:
+    """The one line that refuses ``what`` (a weights file), which ``torch.load(weights_only=True)`` would not
+    unpickle: what it stopped at, and no advice to turn the check off."""
+    return HarnessError(
+        f"{what} refused by torch.load(weights_only=True): it holds more than tensors, or is no torch file "
+        f"({_unpickling_detail(exc)})"
+    )
+
+
+@contextmanager
+def pickles_refused(what: str) -> Iterator[None]:
+    """Inside, a library's ``torch.load(weights_only=True)`` that refuses ``what`` (its UnpicklingError, raised as it is
+    or as the cause of another error, as timm raises it) is :func:`refused_pickle`'s line."""
+    try:
+        yield
+    except Exception as exc:
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, pickle.UnpicklingError):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        raise refused_pickle(what, cause) from exc
 
 
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
@@ -94,10 +120,7 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:
-            raise HarnessError(
-                f"weights file {path} refused by torch.load(weights_only=True), it holds more than "
-                f"tensors or is no torch file: {_unpickling_detail(exc)}"
-            ) from exc
+            raise refused_pickle(f"weights file {path}", exc) from exc
         except (RuntimeError, EOFError, OSError) as exc:
             detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
             raise HarnessError(f"weights file {path} is not a torch state dict: {detail}") from exc
@@ -146,14 +169,12 @@ def check_file_classes(path: str | Path, layer: str, num_classes: int | None) ->
         raise ClassCountMismatch(rows, num_classes)
 
 
-def check_config_classes(config: str | Path, key: str, num_classes: int | None) -> None:
-    """A ClassCountMismatch when a model's saved configuration (a ``config.json``) gives another number of classes
-    than ``num_classes`` under ``key`` (a number, or a mapping of its labels); before the weights are fetched or the
-    model is built. A configuration without it is left to the trial forward pass."""
-    try:
-        value = json.loads(Path(config).read_text()).get(key) if num_classes else None
-    except (OSError, ValueError, AttributeError):
-        return
+def check_config_classes(config: dict, key: str, num_classes: int | None) -> None:
+    """A ClassCountMismatch when a model's saved configuration (its ``config.json``, read by
+    :func:`harness.adapters.configs.read_config`) gives another number of classes than ``num_classes`` under ``key`` (a
+    number, or a mapping of its labels); before the weights are fetched or the model is built. A configuration without
+    it is left to the trial forward pass."""
+    value = config.get(key) if num_classes else None
     found = len(value) if isinstance(value, dict) else value if type(value) is int else None
     if found and found != num_classes:
         raise ClassCountMismatch(found, num_classes)
