@@ -541,6 +541,8 @@ class Sandbox:
             _kill(tree)  # a process bubblewrap started that has not yet asked to die with it
             self.process.wait()
             _wait_ended(tree)
+        elif self.process is None:
+            self._end_unkept()
         if self.channel is not None:
             self.channel.close()
             self.channel = None
@@ -548,6 +550,23 @@ class Sandbox:
         if self.copy is not None:
             shutil.rmtree(self.copy, ignore_errors=True)
         _LIVE.discard(self)
+
+    def _end_unkept(self) -> None:
+        """End a child whose handle was never kept: Ctrl-C raised inside :func:`launch` after its fork (bubblewrap,
+        left alone, would outlive this process: it asks to die with its parent only once it runs). Found as a child of
+        this process whose command line names the bundle's copy, which is this sandbox's alone."""
+        if self.copy is None:
+            return
+        mark, tree = os.fsencode(self.copy), {}
+        for pid in _parents().get(os.getpid(), []):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if mark in cmdline.read().split(b"\0"):
+                    tree |= _tree(pid)
+        _kill(tree)
+        for pid in tree:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)  # ours alone (the rest are bubblewrap's): reaped
+        _wait_ended(tree)
 
     def _make_copy_folder(self) -> None:
         """A new folder for the bundle's copy (as ``tempfile.mkdtemp`` makes one), recorded before it exists, so that a
@@ -568,20 +587,27 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 os.kill(self.process.pid, signal.SIGKILL)
                 os.waitpid(self.process.pid, 0)
+        elif self.process is None:
+            self._end_unkept()
         self.budget.remove_cgroups(wait_s=0.5)
         if self.copy is not None:
             shutil.rmtree(self.copy, ignore_errors=True)
 
 
-def _tree(pid: int) -> dict[int, str]:
-    """``pid`` and its every descendant, by pid, with their start times (who each is, should a pid be reused)."""
+def _parents() -> dict[int, list[int]]:
+    """Every live process's children, by the parent's pid."""
     parents: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             stat = _stat(int(entry.name))
             if stat is not None:
                 parents.setdefault(int(stat[1]), []).append(int(entry.name))
-    tree, todo = {}, [pid]
+    return parents
+
+
+def _tree(pid: int) -> dict[int, str]:
+    """``pid`` and its every descendant, by pid, with their start times (who each is, should a pid be reused)."""
+    parents, tree, todo = _parents(), {}, [pid]
     while todo:
         at = todo.pop()
         stat = _stat(at)

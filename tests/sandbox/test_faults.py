@@ -3,7 +3,9 @@ naming the shard, and nothing is written; where no sandbox can be had, a file is
 
 import os
 import re
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -189,3 +191,26 @@ def test_without_a_sandbox_a_file_is_refused_in_one_line(tiny_glyphs, tmp_path, 
     ):
         evaluate(path, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("cgroups", ["the host's", "none"])  # without, nothing kills a cgroup's processes
+def test_ctrl_c_just_after_the_sandboxs_fork_leaves_no_process(cgroups, tmp_path, monkeypatch):
+    """Ctrl-C's KeyboardInterrupt raised after bubblewrap was forked and before the harness kept its handle (it comes
+    at any Python instruction): the sandbox, found by its copy's folder, is ended all the same."""
+    if cgroups == "none":
+        monkeypatch.setattr(sandbox, "host_cgroup_parents", dict)
+    started, real = [], sandbox.subprocess.Popen
+
+    def interrupted(command, **kwargs):
+        if sandbox.bwrap() not in command:  # another command (the C library's lookup of libseccomp)
+            return real(command, **kwargs)
+        started.append(real(command, **kwargs))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", interrupted)
+    path = cnn_variant(tmp_path / "plain.py", "build_model = cnn.build_model\n")
+    with pytest.raises(KeyboardInterrupt):
+        sandbox.Sandbox(path, cuda=False)
+    [process] = started  # bubblewrap did start, then its handle was dropped
+    assert process.poll() is not None and not Path(f"/proc/{process.pid}").exists()  # killed and reaped: no zombie
+    assert not list(Path(tempfile.gettempdir()).glob("cood-bundle-*/plain.py"))
