@@ -157,14 +157,14 @@ def test_a_server_that_sends_nothing_ends_the_fetch_in_one_line(tmp_path, monkey
     for name, value in {"https_proxy": proxy, "HTTPS_PROXY": proxy, "no_proxy": "", "NO_PROXY": ""}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    monkeypatch.setattr(torchvision_models, "STALL_S", 0.5)
+    monkeypatch.setattr(torchvision_models, "STALL_S", 2.0)
     try:
         with pytest.raises(HarnessError) as refused:
             torchvision_models.fetch(ENTRY)
     finally:
         silent.close()
     assert str(refused.value) == (
-        "torchvision: download.pytorch.org sent nothing for 0.5 s to fetch MobileNet_V3_Small_Weights.IMAGENET1K_V1, "
+        "torchvision: download.pytorch.org sent nothing for 2 s to fetch MobileNet_V3_Small_Weights.IMAGENET1K_V1, "
         f"and it is not in the torch.hub cache ({tmp_path / 'hub' / 'checkpoints'}): check the network, or give "
         "--weights"
     )

@@ -81,12 +81,20 @@ def fetch(entry) -> Path:
             download_url_to_file(entry.url, str(path), prefix and prefix.group(1), progress=False)
     except HTTPError as exc:
         raise HarnessError(f"torchvision: {entry.url} answered {exc.code} {exc.reason} for {label}") from exc
-    except OSError as exc:  # URLError too; a stall is a TimeoutError, alone or as a URLError's reason
-        stalled = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
-        raise _unreachable(entry, label, path, stalled) from exc
+    except OSError as exc:  # URLError too; a stall is a TimeoutError, alone, as a URLError's reason or behind another
+        raise _unreachable(entry, label, path, _timed_out(exc)) from exc
     except RuntimeError as exc:  # torch.hub's hash check
         raise HarnessError(f"torchvision: the file fetched for {label} does not match its name: {exc}") from exc
     return path
+
+
+def _timed_out(exc: BaseException | None, depth: int = 0) -> bool:
+    """Whether a TimeoutError is ``exc``, its reason (a URLError's), or what caused either."""
+    if not isinstance(exc, BaseException) or depth > 8:  # a reason may be a string
+        return False
+    if isinstance(exc, TimeoutError):
+        return True
+    return any(_timed_out(e, depth + 1) for e in (getattr(exc, "reason", None), exc.__cause__, exc.__context__))
 
 
 def _unreachable(entry, label: str, path: Path, stalled: bool) -> HarnessError:

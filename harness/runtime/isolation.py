@@ -82,6 +82,11 @@ class ChildForward:
         cuda = execution.device.type == "cuda"
         self.sandbox = sandbox.take(path, cuda, limits.memory_bytes) or sandbox.Sandbox(path, cuda, limits.memory_bytes)
         try:
+            if execution.compile and self.sandbox.budget.threads_only:
+                raise HarnessError(
+                    "--compile needs a memory cgroup for the sandbox (its compiler works in processes of their own, "
+                    "which the sandbox refuses where per-process limits are all it has); run without --compile"
+                )
             self.isolation = {
                 **self.sandbox.ready(limits.load_timeout_s),
                 "memory_limit_bytes": limits.memory_bytes,

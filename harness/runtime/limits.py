@@ -1,15 +1,21 @@
-"""The sandboxed child's resource limits: one memory budget for everything it can allocate, and a cap on its processes.
+"""The sandboxed child's resource limits: one memory budget for everything a run's sandboxes can allocate, and a cap on
+their processes.
 
-The memory limit (``--memory-limit``, B bytes) is held, where the host allows it, by a cgroup v2 of the sandbox's own
-with ``memory.max`` B and no swap: every page the child's processes touch counts, their files in ``/tmp`` and their
-shared memory too, and going over kills them. Elsewhere B is split, each share bounded:
+A run has two sandboxes, its own and its re-check's; from 8 GiB up (:func:`at_once`) both are alive at once (the
+re-check's idle, holding its start-up alone) and each counts the other's start-up against the budget. The memory limit
+(``--memory-limit``, B bytes) is held, where the host allows it, by a cgroup v2 of the sandbox's own with
+``memory.max`` B (less :data:`STARTUP_RESERVE` for the other sandbox, where two are alive) and no swap: every page the
+child's processes touch counts, their files in ``/tmp`` and their shared memory too, and going over kills them.
+Elsewhere B is split, each share bounded:
 
 - the address space the child maps beyond what its start-up mapped (Python and PyTorch, before any of the submission's
-  code runs): half of B, as ``RLIMIT_AS`` (``RLIMIT_DATA`` on a CUDA run, whose driver reserves far more address space
-  than it uses: there only private memory counts);
+  code runs): half of B less the start-up of each sandbox alive at once (the child measures its own), as
+  ``RLIMIT_AS`` (``RLIMIT_DATA`` on a CUDA run, whose driver reserves far more address space than it uses: there only
+  private memory counts);
 - ``/tmp``, a tmpfs: a quarter of B;
 - the shared memory the child writes its answers into: a quarter of B (the batches' shared memory, which the harness
   fills, has that size too);
+- one process: an rlimit binds one process, so the seccomp filter refuses every process but threads;
 - on a CPU run, the calls that make shared memory no mapping holds (``memfd_create``, ``shmget``) are refused.
 
 Processes (threads count): at most ``MAX_PROCESSES``, by ``RLIMIT_NPROC`` and, where the host allows one, a pids cgroup
@@ -31,9 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_PROCESSES = 4096  # processes and threads: a fork bomb stops there
+STARTUP_RESERVE = 1 << 30  # what a sandbox's start-up (Python and PyTorch imported) may hold: about 0.4 GiB (PSS)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PREFIX = "cood-sandbox-"
 RLIMITS = {"RLIMIT_AS": resource.RLIMIT_AS, "RLIMIT_DATA": resource.RLIMIT_DATA}
+
+
+def at_once(memory_bytes: int) -> int:
+    """How many sandboxes of one run may be alive at once under a budget of ``memory_bytes``: the run's and its
+    re-check's (started beside it, idle until the run's has ended) where :data:`STARTUP_RESERVE` is a small part of
+    the budget, else the run's alone (the re-check's starts once it has ended)."""
+    return 2 if memory_bytes >= 8 * STARTUP_RESERVE else 1
 
 
 def share(memory_bytes: int) -> int:
@@ -95,6 +109,16 @@ class Budget:
     cgroups: dict[str, Path] = field(default_factory=dict)  # controller -> the sandbox's cgroup holding it
 
     @property
+    def sandboxes(self) -> int:
+        """The run's sandboxes that may be alive at once (:func:`at_once`), which share the budget."""
+        return at_once(self.memory_bytes)
+
+    @property
+    def cgroup_memory(self) -> int:
+        """A sandbox's ``memory.max``: the budget, less the start-up of each other sandbox alive beside it."""
+        return self.memory_bytes - (self.sandboxes - 1) * STARTUP_RESERVE
+
+    @property
     def share(self) -> int:
         return share(self.memory_bytes)
 
@@ -104,16 +128,25 @@ class Budget:
         return None if "memory" in self.cgroups else "RLIMIT_DATA" if self.cuda else "RLIMIT_AS"
 
     @property
+    def threads_only(self) -> bool:
+        """Whether the child may start threads but no process: where only rlimits bound its memory, each of its
+        processes would have a budget of its own (the seccomp filter refuses ``fork``, ``vfork`` and every ``clone``
+        without ``CLONE_THREAD``)."""
+        return self.rlimit is not None
+
+    @property
     def refused_calls(self) -> tuple[str, ...]:
         """The calls the seccomp filter refuses besides its own: those that make shared memory no mapping holds,
-        where the address space is what counts."""
-        return ("memfd_create", "shmget") if self.rlimit == "RLIMIT_AS" else ()
+        where the address space is what counts, and those that make a process, where a process's limits are its
+        own."""
+        shared = ("memfd_create", "shmget") if self.rlimit == "RLIMIT_AS" else ()
+        return shared + (("fork", "vfork") if self.threads_only else ())
 
     def make_cgroups(self, parents: dict[str, Path]) -> None:
         """The sandbox's cgroups in ``parents`` (:func:`cgroup_parents`), each with its limits; none where one cannot be
         made (the rlimits then hold alone)."""
         settings = {
-            "memory": {"memory.max": self.memory_bytes, "memory.swap.max": 0, "memory.oom.group": 1},
+            "memory": {"memory.max": self.cgroup_memory, "memory.swap.max": 0, "memory.oom.group": 1},
             "pids": {"pids.max": MAX_PROCESSES},
         }
         try:
@@ -167,21 +200,32 @@ class Budget:
         self.cgroups.clear()
 
     def for_child(self) -> dict:
-        """What the child sets itself, before any of the submission's code runs (:func:`restrict`)."""
-        return {"rlimit": self.rlimit, "beyond_start": max(self.memory_bytes - 2 * self.share, 0)}
+        """What the child sets itself, before any of the submission's code runs (:func:`restrict`): the address space
+        it may map beyond its start-up is the budget less ``/tmp``, its answers' shared memory and the start-up of each
+        of the run's sandboxes alive at once (its own included: the child measures it)."""
+        return {"rlimit": self.rlimit, "beyond_budget": self.memory_bytes - 2 * self.share, "sandboxes": self.sandboxes}
+
+    def beyond_start(self, startup: int) -> int:
+        """The address space a child whose start-up holds ``startup`` bytes may map beyond it."""
+        return max(self.memory_bytes - 2 * self.share - self.sandboxes * startup, 0)
 
     def account(self, report: dict, pid: int) -> tuple[dict, list[str]]:
         """The record's account of the limits from the child's ``report`` of them, and those that did not hold."""
+        startup = report.get("startup_bytes")
         memory = (
-            f"cgroup memory.max {self.memory_bytes} (no swap)"
+            f"cgroup memory.max {self.cgroup_memory} (no swap)"
             if self.rlimit is None
             else f"{self.rlimit} start-up + {report.get('beyond_start')}"
         )
         memory += f", /tmp {self.share}, shared memory 2 x {self.share}"
-        if self.refused_calls:
-            memory += ", " + " and ".join(self.refused_calls) + " refused"
+        if self.rlimit == "RLIMIT_AS":
+            memory += ", memfd_create and shmget refused"
         elif self.rlimit == "RLIMIT_DATA":
             memory += ", shared mappings not counted"
+        if self.threads_only:
+            memory += ", one process (threads alone)"
+        if self.sandboxes > 1:
+            memory += f", shared by {self.sandboxes} sandboxes"
         caps = ([] if self.root_uid else [f"RLIMIT_NPROC {MAX_PROCESSES}"]) + (
             [f"cgroup pids.max {MAX_PROCESSES}"] if "pids" in self.cgroups else []
         )
@@ -192,7 +236,10 @@ class Budget:
                 ("/tmp's size", report.get("tmp_bytes") == self.share),
                 (
                     "the address-space limit",
-                    self.rlimit is None or report.get("beyond_start") == self.for_child()["beyond_start"],
+                    self.rlimit is None
+                    or isinstance(startup, int)
+                    and 0 < startup <= STARTUP_RESERVE
+                    and report.get("beyond_start") == self.beyond_start(startup),
                 ),
                 ("RLIMIT_NPROC", report.get("processes") == MAX_PROCESSES),
                 ("the cgroups", not self.cgroups or self.holds(pid)),
@@ -228,7 +275,9 @@ def restrict(plan: dict) -> dict:
     if plan["rlimit"] is not None:
         which = RLIMITS[plan["rlimit"]]
         mapped = _mapped("VmSize" if which == resource.RLIMIT_AS else "VmData")
-        resource.setrlimit(which, (mapped + plan["beyond_start"],) * 2)
+        report["startup_bytes"] = startup = proportional_set_size()
+        beyond = max(plan["beyond_budget"] - plan["sandboxes"] * startup, 0)
+        resource.setrlimit(which, (mapped + beyond,) * 2)
         report["beyond_start"] = resource.getrlimit(which)[0] - mapped
     report["processes"] = resource.getrlimit(resource.RLIMIT_NPROC)[0]
     return report
@@ -238,3 +287,9 @@ def _mapped(field_name: str) -> int:
     """A size of ``/proc/self/status`` in bytes (``VmSize``: all mappings; ``VmData``: private writable ones)."""
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith(field_name + ":"))
+
+
+def proportional_set_size(pid: int | str = "self") -> int:
+    """A process's proportional set size in bytes (its pages, each shared one divided among those that map it)."""
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        return next(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss:"))

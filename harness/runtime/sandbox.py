@@ -43,7 +43,7 @@ from harness.bundle import Bundle
 from harness.config import PHYSICAL_MEMORY
 from harness.errors import HarnessError, escaped
 from harness.runtime.channel import Arena, Channel, Malformed, Timeout
-from harness.runtime.limits import Budget, host_cgroup_parents, root_uid
+from harness.runtime.limits import Budget, at_once, host_cgroup_parents, root_uid
 
 BUNDLE_MOUNT = "/submission"
 HOME = "/tmp"
@@ -107,6 +107,7 @@ DENIED = (
 # kernel's crypto), and the rest (AF_PACKET, AF_RDS, AF_TIPC, AF_KCM, AF_CAN, AF_BLUETOOTH, ...) are kernel code the
 # child has no use for, with a history of privilege escalations.
 SOCKET_FAMILIES = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK)
+CLONE_THREAD = 0x10000
 NAMESPACE_FLAGS = 0x7E020080  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = (
@@ -172,11 +173,12 @@ def bwrap() -> str:
     return str(bwrap_path())
 
 
-def seccomp_program(refused: tuple[str, ...] = ()) -> int:
+def seccomp_program(refused: tuple[str, ...] = (), threads_only: bool = False) -> int:
     """A file descriptor holding the compiled seccomp filter: every call of ``DENIED`` and ``refused``, every ``clone``
-    that makes a namespace and every ``socket`` or ``socketpair`` of a family not in ``SOCKET_FAMILIES`` fail with
-    EPERM; ``clone3``, whose flags a filter cannot read, fails with ENOSYS (the C library then falls back to
-    ``clone``); calls of another architecture kill the process."""
+    that makes a namespace (with ``threads_only``, every one that makes no thread) and every ``socket`` or
+    ``socketpair`` of a family not in ``SOCKET_FAMILIES`` fail with EPERM; ``clone3``, whose flags a filter cannot
+    read, fails with ENOSYS (the C library then falls back to ``clone``); calls of another architecture kill the
+    process."""
     try:
         import pyseccomp as sc
 
@@ -190,6 +192,8 @@ def seccomp_program(refused: tuple[str, ...] = ()) -> int:
         for flag in range(32):
             if NAMESPACE_FLAGS >> flag & 1:
                 program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, 1 << flag, 1 << flag))
+        if threads_only:
+            program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
         program.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
         for call in ("socket", "socketpair"):  # the kernel reads the family's low 32 bits: high bits set are refused
             program.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(0, sc.GT, max(SOCKET_FAMILIES)))
@@ -320,7 +324,7 @@ def launch(
     """Start the sandboxed child, in its cgroups if it has any; its standard output and error come back through a
     pipe."""
     as_root = privileged()
-    seccomp_fd = seccomp_program(budget.refused_calls)
+    seccomp_fd = seccomp_program(budget.refused_calls, budget.threads_only)
     try:
         return subprocess.Popen(
             budget.joining() + command(python_args, bundle_copy, seccomp_fd, budget.cuda, as_root, budget.share),
@@ -675,14 +679,14 @@ def _end_all() -> None:
 
 
 _STARTED: dict[tuple[str, bool, int], list[Sandbox]] = {}
-PRESTARTED = 2  # the run's sandbox and the re-check's fresh one (:mod:`harness.runtime.recheck`)
 
 
 def prestart(path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY) -> None:
-    """Start a file's sandboxes now, the run's and its re-check's, so that their start-up overlaps the caller's own
-    (a small run would otherwise wait for the re-check's at its end); :func:`take` hands them to the run one by one. A
-    failure here is left for the run to meet and report."""
-    for _ in range(PRESTARTED):
+    """Start a file's sandboxes now, the run's and (where the budget holds both: :func:`limits.at_once`) its
+    re-check's, so that their start-up overlaps the caller's own (a small run would otherwise wait for the re-check's
+    at its end); :func:`take` hands them to the run one by one. A failure here is left for the run to meet and
+    report."""
+    for _ in range(at_once(memory_bytes)):
         try:
             sandbox = Sandbox(path, cuda, memory_bytes)
         except HarnessError:

@@ -14,6 +14,7 @@ import harness
 from attacks import KAPPAS, MIXED, USERS, hostile, processes_with, run, run_cli, same_scores
 from glyph_fixtures import cnn_variant, negated_cnn
 from harness import HarnessError, evaluate
+from harness.runtime.limits import host_cgroup_parents
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
 
@@ -196,28 +197,35 @@ pathlib.Path(os.environ["HOME"], "scratch").write_text("its own")
 
 
 def test_nothing_it_starts_outlives_the_run(tiny_glyphs, tmp_path, honest):
+    """A daemon and a bounded fork bomb: where a memory cgroup holds the sandbox, they start and die with the run;
+    elsewhere the seccomp filter refuses every process beyond threads (each would have its own memory limits)."""
     marker = f"cood-daemon-{uuid.uuid4().hex}"
     path = hostile(
         tmp_path,
         f"""
 import os
-if os.fork() == 0:
-    os.setsid()
+try:
     if os.fork() == 0:
-        os.execv("/usr/bin/sleep", ["{marker}", "600"])
-    os._exit(0)
-os.wait()
-children = 0
-for _ in range(300):  # a bounded fork bomb
-    pid = os.fork()
-    if pid == 0:
-        os.execv("/usr/bin/sleep", ["{marker}", "600"])
-    children += 1
+        os.setsid()
+        if os.fork() == 0:
+            os.execv("/usr/bin/sleep", ["{marker}", "600"])
+        os._exit(0)
+    os.wait()
+    children = 0
+    for _ in range(300):  # a bounded fork bomb
+        pid = os.fork()
+        if pid == 0:
+            os.execv("/usr/bin/sleep", ["{marker}", "600"])
+        children += 1
+    outcome = str(children)
+except PermissionError:
+    outcome = "refused"
 """,
-        "'forked_' + str(children)",
+        "'forked_' + outcome",
     )
     records = run(path, tiny_glyphs)
-    assert records[0]["model"]["name"] == "forked_300" and same_scores(records, honest)
+    expected = "forked_300" if "memory" in host_cgroup_parents() else "forked_refused"
+    assert records[0]["model"]["name"] == expected and same_scores(records, honest)
     assert processes_with(marker) == []
 
 

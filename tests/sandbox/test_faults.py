@@ -214,3 +214,11 @@ def test_ctrl_c_just_after_the_sandboxs_fork_leaves_no_process(cgroups, tmp_path
     [process] = started  # bubblewrap did start, then its handle was dropped
     assert process.poll() is not None and not Path(f"/proc/{process.pid}").exists()  # killed and reaped: no zombie
     assert not list(Path(tempfile.gettempdir()).glob("cood-bundle-*/plain.py"))
+
+
+def test_compile_without_a_memory_cgroup_is_refused_in_one_line(tiny_glyphs, tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox, "host_cgroup_parents", dict)  # the rlimits alone: one process, threads only
+    path = cnn_variant(tmp_path / "plain.py", "build_model = cnn.build_model\n")
+    with pytest.raises(HarnessError, match=r"^--compile needs a memory cgroup for the sandbox \(.*\); run without"):
+        evaluate(path, benchmark=tiny_glyphs, kappas=["softmax"], progress=False, compile=True, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(Path(tempfile.gettempdir()).glob("cood-bundle-*/plain.py"))

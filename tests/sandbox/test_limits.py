@@ -7,11 +7,13 @@ from pathlib import Path
 import pytest
 
 from harness.runtime import limits
-from harness.runtime.limits import MAX_PROCESSES, Budget, cgroup_parents, share
+from harness.runtime.limits import MAX_PROCESSES, STARTUP_RESERVE, Budget, at_once, cgroup_parents, share
 
 GIB = 1 << 30
+STARTUP = GIB // 8  # the child's start-up, as it measured it
 FALLBACK = (
-    "RLIMIT_AS start-up + 536870912, /tmp 268435456, shared memory 2 x 268435456, memfd_create and shmget refused"
+    "RLIMIT_AS start-up + 402653184, /tmp 268435456, shared memory 2 x 268435456, memfd_create and shmget refused, "
+    "one process (threads alone)"
 )
 
 
@@ -82,8 +84,18 @@ def test_nothing_is_used_where_the_harness_may_not_write(tmp_path, monkeypatch):
 
 def test_the_shares_are_quarters_in_whole_pages():
     assert share(GIB) == GIB // 4 and share(1) == limits.PAGE
-    assert Budget(GIB, cuda=False).for_child() == {"rlimit": "RLIMIT_AS", "beyond_start": GIB // 2}
+    assert Budget(GIB, cuda=False).for_child() == {"rlimit": "RLIMIT_AS", "beyond_budget": GIB // 2, "sandboxes": 1}
     assert Budget(GIB, cuda=True).for_child()["rlimit"] == "RLIMIT_DATA"
+
+
+def test_the_run_and_its_re_check_share_one_budget():
+    """Under 8 GiB the re-check's sandbox starts once the run's has ended; from 8 GiB they are alive at once, and each
+    counts the other's start-up (measured by the child, else reserved in the cgroup)."""
+    small, large = Budget(8 * GIB - 1, cuda=False), Budget(8 * GIB, cuda=False)
+    assert (small.sandboxes, large.sandboxes) == (1, 2) and at_once(8 * GIB - 1) == 1
+    assert small.beyond_start(STARTUP) == (8 * GIB - 1) - 2 * share(8 * GIB - 1) - STARTUP
+    assert large.beyond_start(STARTUP) == 4 * GIB - 2 * STARTUP and large.cgroup_memory == 7 * GIB
+    assert Budget(GIB, cuda=False).beyond_start(GIB) == 0  # a start-up the budget cannot hold leaves nothing
 
 
 def test_the_cgroups_are_made_with_their_limits_and_joined_before_bubblewrap(tmp_path):
@@ -103,7 +115,12 @@ def test_a_cgroup_that_cannot_be_made_leaves_the_rlimits(tmp_path):
     assert budget.cgroups == {} and budget.joining() == [] and budget.rlimit == "RLIMIT_AS"
 
 
-REPORT = {"tmp_bytes": GIB // 4, "beyond_start": GIB // 2, "processes": MAX_PROCESSES}
+REPORT = {
+    "tmp_bytes": GIB // 4,
+    "startup_bytes": STARTUP,
+    "beyond_start": GIB // 2 - STARTUP,
+    "processes": MAX_PROCESSES,
+}
 
 
 def test_the_record_names_the_rlimits_that_held():
@@ -112,16 +129,25 @@ def test_the_record_names_the_rlimits_that_held():
         [],
     )
     on_cuda, _ = Budget(GIB, cuda=True).account(REPORT, 1)
-    assert on_cuda["memory"].startswith("RLIMIT_DATA start-up + 536870912,")
-    assert on_cuda["memory"].endswith(", shared mappings not counted")
+    assert on_cuda["memory"].startswith("RLIMIT_DATA start-up + 402653184,")
+    assert on_cuda["memory"].endswith(", shared mappings not counted, one process (threads alone)")
+    shared, _ = Budget(8 * GIB, cuda=False).account(
+        {**REPORT, "tmp_bytes": 2 * GIB, "beyond_start": 4 * GIB - GIB // 4}, 1
+    )
+    assert shared["memory"].startswith("RLIMIT_AS start-up + 4026531840,") and shared["memory"].endswith(
+        ", shared by 2 sandboxes"
+    )
     as_root_uid, _ = Budget(GIB, cuda=False, root_uid=True).account(REPORT, 1)
     assert as_root_uid["processes"] == "none (the kernel exempts root's uid from RLIMIT_NPROC)"
 
 
-@pytest.mark.parametrize("wrong", ["tmp_bytes", "beyond_start", "processes"])
-def test_a_limit_the_child_did_not_read_back_is_named(wrong):
-    _, failed = Budget(GIB, cuda=False).account({**REPORT, wrong: 1}, 1)
-    named = {"tmp_bytes": "/tmp's size", "beyond_start": "the address-space limit", "processes": "RLIMIT_NPROC"}
+@pytest.mark.parametrize(
+    "wrong, value", [("tmp_bytes", 1), ("beyond_start", 1), ("startup_bytes", STARTUP_RESERVE + 1), ("processes", 1)]
+)
+def test_a_limit_the_child_did_not_read_back_is_named(wrong, value):
+    _, failed = Budget(GIB, cuda=False).account({**REPORT, wrong: value}, 1)
+    address = "the address-space limit"
+    named = {"tmp_bytes": "/tmp's size", "beyond_start": address, "startup_bytes": address, "processes": "RLIMIT_NPROC"}
     assert failed == [named[wrong]]
 
 

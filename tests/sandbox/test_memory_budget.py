@@ -4,13 +4,19 @@ as root of a user namespace (the harness under ``unshare -r``) under ``--memory-
 hostile file reports in its error (which ends the run in one line) how far it got. Where the host gives the sandbox a
 memory cgroup, what only the rlimits bound elsewhere ends the run instead."""
 
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
-from attacks import hostile
+from attacks import QUICK, hostile
 from glyph_fixtures import cnn_variant
 from harness.config import PHYSICAL_MEMORY
-from harness.runtime import sandbox
-from harness.runtime.limits import host_cgroup_parents, share
+from harness.runtime import limits, sandbox
+from harness.runtime.limits import STARTUP_RESERVE, Budget, at_once, host_cgroup_parents, share
 from test_child_inputs import USERS, error_line, submit
 
 pytestmark = pytest.mark.slow  # real runs: the quick loop (-m 'not slow') leaves them to CI
@@ -139,15 +145,20 @@ def test_a_memory_cgroup_ends_the_run(tiny_glyphs, tmp_path, user, attack):
 def test_the_record_names_the_limits_that_held(honest):
     limits = honest[0]["timings"]["isolation"]["limits"]
     quarter = share(PHYSICAL_MEMORY)  # the default limit: the machine's memory
+    shared = ", shared by 2 sandboxes" if at_once(PHYSICAL_MEMORY) == 2 else ""
     if "memory" in CGROUPS:
         assert limits["memory"] == (
-            f"cgroup memory.max {PHYSICAL_MEMORY} (no swap), /tmp {quarter}, shared memory 2 x {quarter}"
+            f"cgroup memory.max {Budget(PHYSICAL_MEMORY, False).cgroup_memory} (no swap), /tmp {quarter}, "
+            f"shared memory 2 x {quarter}{shared}"
         )
-    else:
-        assert limits["memory"] == (
-            f"RLIMIT_AS start-up + {PHYSICAL_MEMORY - 2 * quarter}, /tmp {quarter}, shared memory 2 x {quarter}, "
-            "memfd_create and shmget refused"
+    else:  # the address space beyond the start-up: the budget less /tmp, the answers and each sandbox's start-up
+        beyond = re.fullmatch(
+            rf"RLIMIT_AS start-up \+ (\d+), /tmp {quarter}, shared memory 2 x {quarter}, memfd_create and shmget "
+            rf"refused, one process \(threads alone\){shared}",
+            limits["memory"],
         )
+        startups = PHYSICAL_MEMORY - 2 * quarter - int(beyond.group(1))
+        assert 0 < startups <= at_once(PHYSICAL_MEMORY) * STARTUP_RESERVE
     cgroup = ", cgroup pids.max 4096" if "pids" in CGROUPS else ""
     assert limits["processes"] == "RLIMIT_NPROC 4096" + cgroup  # as root: the child is nobody
 
@@ -163,3 +174,72 @@ def test_the_sandboxs_cgroups_hold_it_and_go_with_it(tmp_path):
     finally:
         started.close()
     assert not any(cgroup.exists() for cgroup in made)
+
+
+GREEDY = f"""
+import os, subprocess, time
+def hold():
+    held = []
+    try:
+        while True:
+            held.append(b"\\1" * {CHUNK})
+    except MemoryError:
+        return held
+held, forks = hold(), 0
+for _ in range(3):  # each process would have an address space of its own
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        more = hold()
+        time.sleep(3)
+        os._exit(0)
+    forks += 1
+try:
+    subprocess.Popen(["/bin/sleep", "3"])  # the C library's vfork, then exec
+    forks += 1
+except OSError:
+    pass
+time.sleep(3)
+raise ValueError(f"reached {{forks}} forks, {{len(held) * {CHUNK}}} bytes")
+"""
+
+
+CHILD = b"harness.runtime.child"
+
+
+def tree_pss(pid: int) -> tuple[int, int]:
+    """The proportional set size of every process below ``pid`` (not ``pid`` itself), and how many are children of
+    the harness's sandbox (``harness.runtime.child``)."""
+    total = children = 0
+    for member in sandbox._tree(pid):
+        if member != pid:
+            try:
+                total += limits.proportional_set_size(member)
+                children += Path(f"/proc/{member}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", CHILD]
+            except (OSError, StopIteration):
+                continue
+    return total, children
+
+
+@pytest.mark.parametrize("user", sorted(USERS))
+@pytest.mark.parametrize("memory_limit", [1, 8])  # 8 GiB: the run's and the re-check's sandboxes alive at once
+def test_every_process_of_every_sandbox_shares_one_budget(tiny_glyphs, tmp_path, user, memory_limit):
+    """A child that takes all the memory it can, then forks to take as much again, each time: the PSS of the harness's
+    whole tree below it, sampled, stays under ``--memory-limit``."""
+    path, peaks = hostile(tmp_path, GREEDY), []
+    command = [*USERS[user], sys.executable, "-c", "from harness.cli import main; main()", "submit", path]
+    command += ["--benchmark", tiny_glyphs, *QUICK, "--out", tmp_path / "out", "--memory-limit", memory_limit]
+    process = subprocess.Popen(list(map(str, command)), stderr=subprocess.PIPE, text=True)
+    while process.poll() is None:
+        peaks.append(tree_pss(process.pid))
+        time.sleep(0.05)
+    done = subprocess.CompletedProcess(command, process.returncode, "", process.stderr.read())
+    forks, held = map(
+        int, error_line(done, r"cannot load submission \S+: ValueError: reached (\d+) forks, (\d+) bytes").groups()
+    )
+    limit = memory_limit << 30
+    assert forks == (4 if "memory" in CGROUPS else 0) and held >= (limit // 8 if memory_limit == 1 else limit // 3)
+    assert max(pss for pss, _ in peaks) < limit
+    assert max(children for _, children in peaks) == at_once(limit)  # both sandboxes alive, under 8 GiB
