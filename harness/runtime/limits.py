@@ -207,7 +207,7 @@ class Budget:
 
     def beyond_start(self, startup: int) -> int:
         """The address space a child whose start-up holds ``startup`` bytes may map beyond it."""
-        return max(self.memory_bytes - 2 * self.share - self.sandboxes * startup, 0)
+        return allowance(self.for_child(), startup)
 
     def account(self, report: dict, pid: int) -> tuple[dict, list[str]]:
         """The record's account of the limits from the child's ``report`` of them, and those that did not hold."""
@@ -267,6 +267,12 @@ def restrict_processes() -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
 
 
+def allowance(plan: dict, startup: int) -> int:
+    """The address space a child whose start-up holds ``startup`` bytes may map beyond it under ``plan``
+    (:meth:`Budget.for_child`): the budget left once each sandbox alive at once has its start-up."""
+    return max(plan["beyond_budget"] - plan["sandboxes"] * startup, 0)
+
+
 def restrict(plan: dict) -> dict:
     """Set the child's address-space limit of ``plan`` (:meth:`Budget.for_child`) beyond what it has mapped now, and
     report the limits as they read back."""
@@ -276,8 +282,7 @@ def restrict(plan: dict) -> dict:
         which = RLIMITS[plan["rlimit"]]
         mapped = _mapped("VmSize" if which == resource.RLIMIT_AS else "VmData")
         report["startup_bytes"] = startup = proportional_set_size()
-        beyond = max(plan["beyond_budget"] - plan["sandboxes"] * startup, 0)
-        resource.setrlimit(which, (mapped + beyond,) * 2)
+        resource.setrlimit(which, (mapped + allowance(plan, startup),) * 2)
         report["beyond_start"] = resource.getrlimit(which)[0] - mapped
     report["processes"] = resource.getrlimit(resource.RLIMIT_NPROC)[0]
     return report
