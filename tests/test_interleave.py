@@ -84,8 +84,8 @@ def test_an_error_chunk_ends_the_batches_and_the_source_is_closed():
 def test_gathered_rows_equal_the_rows_taken_one_by_one():
     parts = chunks([6, 9, 4])
     rows = [(parts[1], 3), (parts[0], 5), (parts[2], 0), (parts[1], 8), (parts[0], 0)]
-    for name in ("labels", "pixels"):
-        assert torch.equal(gathered(rows, name), torch.stack([c[name][i] for c, i in rows]))
+    for name, tensor in gathered(rows, ("labels", "pixels")).items():
+        assert torch.equal(tensor, torch.stack([c[name][i] for c, i in rows]))
 
 
 def shard_chunks(path: str, n: int, rows: int = 4) -> list[dict]:

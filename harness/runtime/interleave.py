@@ -184,7 +184,7 @@ def rows_chunk(rows: list[tuple[dict, int]]) -> dict:
         else:
             runs.append([path, 1])
     out = {"shard": paths[0], "shards": [tuple(run) for run in runs], "keys": [c["keys"][i] for c, i in rows]}
-    out |= {name: gathered(rows, name) for name in ("labels", "pixels", "images") if name in first}
+    out |= gathered(rows, [name for name in ("labels", "pixels", "images") if name in first])
     if "data" in first:
         out["data"] = [chunk["data"][i] for chunk, i in rows]
     return out | {"rows": paths}
@@ -227,22 +227,30 @@ class Mixer:
         field = "pixels" if "pixels" in rows[0][0] else "images"
         return {
             "keys": [chunk["keys"][i] for chunk, i in rows],
-            "labels": gathered(rows, "labels"),
-            field: gathered(rows, field),
+            **gathered(rows, ("labels", field)),
             "rows": [row_shard(chunk, i) for chunk, i in rows],
         }
 
 
-def gathered(rows: list[tuple[dict, int]], name: str) -> torch.Tensor:
-    """The tensor ``name`` of ``rows`` (each a chunk and a row of it), in their order: one index per chunk, not one
-    per row."""
+def gathered(rows: list[tuple[dict, int]], names) -> dict[str, torch.Tensor]:
+    """The tensors ``names`` of ``rows`` (each a chunk and a row of it), in their order: one index per chunk, not one
+    per row, then one to put the rows in order."""
     by_chunk: dict[int, tuple[dict, list[int], list[int]]] = {}
     for at, (chunk, i) in enumerate(rows):
-        _, picked, places = by_chunk.setdefault(id(chunk), (chunk, [], []))
-        picked.append(i)
-        places.append(at)
-    parts = [chunk[name][torch.tensor(picked)] for chunk, picked, _ in by_chunk.values()]
-    places = torch.tensor([at for _, _, ats in by_chunk.values() for at in ats], device=parts[0].device)
-    out = torch.empty((len(rows), *parts[0].shape[1:]), dtype=parts[0].dtype, device=parts[0].device)
-    out[places] = torch.cat(parts)
-    return out
+        entry = by_chunk.get(id(chunk))
+        if entry is None:
+            entry = by_chunk[id(chunk)] = (chunk, [], [])
+        entry[1].append(i)
+        entry[2].append(at)
+    places = np.fromiter((at for _, _, ats in by_chunk.values() for at in ats), np.int64, len(rows))
+    order = np.empty_like(places)
+    order[places] = np.arange(len(rows))
+    return {name: _gathered([(chunk[name], picked) for chunk, picked, _ in by_chunk.values()], order) for name in names}
+
+
+def _gathered(parts: list[tuple[torch.Tensor, list[int]]], order: np.ndarray) -> torch.Tensor:
+    """The rows ``picked`` of each tensor of ``parts``, one after the other, then taken in ``order`` (torch's
+    ``index_select``, which lets go of the GIL while it copies: the harness's other thread feeds the model)."""
+    device = parts[0][0].device
+    taken = [tensor.index_select(0, torch.tensor(picked, device=device)) for tensor, picked in parts]
+    return torch.cat(taken).index_select(0, torch.from_numpy(order).to(device))
