@@ -69,13 +69,22 @@ class RequestEvaluator:
             )
         target, weights_file = (f"{kind.name}:{weights}", None) if kind.folder else (target, str(weights))
         out = self.work_dir / request["id"]
-        evaluation = submit(
-            target,
-            self.config,
-            weights=weights_file,
-            name=request["name"],
-            kappas=request["kappas"] or None,
-            num_levels=request["num_levels"],
-            out=out,
-        )
+        try:
+            evaluation = submit(
+                target,
+                self.config,
+                weights=weights_file,
+                name=request["name"],
+                kappas=request["kappas"] or None,
+                num_levels=request["num_levels"],
+                out=out,
+            )
+        except HarnessError as exc:  # named by the requested repo, not by where the worker keeps its download
+            raise HarnessError(str(exc).replace(str(weights), _downloaded(request["model"], kind.folder))) from exc
         return evaluation.records, out
+
+
+def _downloaded(model: dict, folder: bool) -> str:
+    """What a request's downloaded weights are, in words: its repo at its commit, or its file there."""
+    at = f"{model.get('repo')}@{str(model.get('revision'))[:12]}"
+    return at if folder else f"{model.get('file') or model.get('weights_file')} of {at}"

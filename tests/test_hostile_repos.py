@@ -16,6 +16,7 @@ from huggingface_hub import CommitOperationAdd, HfApi, try_to_load_from_cache
 
 from harness.adapters import load_target
 from harness.adapters.configs import MAX_CONFIG_BYTES, MAX_MODULES, MAX_PARAMETERS
+from harness.adapters.hf_models import MAX_INPUT_SIDE, PROCESSOR
 from harness.errors import HarnessError
 
 TINY_VIT = {  # no labels: transformers' two, left to the trial forward pass
@@ -24,6 +25,7 @@ TINY_VIT = {  # no labels: transformers' two, left to the trial forward pass
 }  # fmt: skip
 HUGE_VIT = {**TINY_VIT, "image_size": 224, "patch_size": 16, "hidden_size": 8192, "num_hidden_layers": 12,
             "num_attention_heads": 64, "intermediate_size": 32768}  # fmt: skip
+TINY_PROCESSOR = {"image_processor_type": "ViTImageProcessor", "size": {"height": 32, "width": 32}}
 NO_CODE = "refused: the harness runs no code from a model repo"
 PEAK_RSS = """import atexit, re, sys
 from harness.cli import main
@@ -213,6 +215,39 @@ def test_a_config_over_the_cap_is_refused_before_it_is_fetched(hub_server, tmp_p
         load_target(f"hf:{folder}")
 
 
+def test_a_processor_config_is_checked_before_the_weights_are_fetched(hub_server, tiny_glyphs, tmp_path):
+    api, weights = HfApi(endpoint=hub_server), torch.zeros(1).numpy().tobytes()
+    padded = json.dumps({**TINY_PROCESSOR, "padding": "x" * MAX_CONFIG_BYTES})
+    hostile = {
+        "big-processor": (padded, f"{PROCESSOR} is {len(padded):,} bytes, over the cap of {MAX_CONFIG_BYTES:,} on a "
+                          "configuration"),
+        "processor-code": (json.dumps({**TINY_PROCESSOR, "auto_map": {"AutoImageProcessor": "custom.P"}}),
+                           f"{PROCESSOR} names code of its own (auto_map), {NO_CODE}"),
+        "huge-input": (json.dumps({**TINY_PROCESSOR, "size": {"height": 10**9, "width": 32}}),
+                       f"{PROCESSOR} asks for a size of 1000000000 pixels, outside 1 to {MAX_INPUT_SIDE:,}"),
+        "no-processor": (None, f"holds no {PROCESSOR}"),
+    }  # fmt: skip
+    for name, (processor, why) in hostile.items():
+        repo = f"cood-tester/{name}"
+        files = {"config.json": json.dumps(TINY_VIT), "model.safetensors": weights}
+        sha = commit(api, repo, files if processor is None else {**files, PROCESSOR: processor})
+        at = {"big-processor": f"{repo}@{sha}:", "no-processor": f"the Hub model repo {repo}@{sha}"}.get(
+            name, f"{repo}:"
+        )
+        done = harness_cli(*submit_args(f"hf:{repo}", tiny_glyphs, tmp_path / "out"))
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", f"error: hf: {at} {why}\n"), name
+        assert try_to_load_from_cache(repo, "model.safetensors") is None  # refused before the weights are fetched
+    assert try_to_load_from_cache("cood-tester/big-processor", PROCESSOR) is None  # nor the processor over the cap
+    folder = tmp_path / "folder"  # a folder's alike
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY_VIT))
+    (folder / PROCESSOR).write_text(json.dumps({**TINY_PROCESSOR, "crop_size": -3}))
+    with pytest.raises(HarnessError) as caught:
+        load_target(f"hf:{folder}")
+    assert str(caught.value) == f"hf: {folder}: {PROCESSOR} asks for a crop_size of -3 pixels, outside 1 to 4,096"
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_timm_repo_config_is_sized_on_the_meta_device(hub_server, tmp_path):
     api = HfApi(endpoint=hub_server)
     huge = {"architecture": "vit_base_patch16_224", "pretrained_cfg": {},
@@ -250,7 +285,13 @@ def test_a_pickle_weights_file_is_refused_in_one_line_of_our_own(hub_server, tin
     assert marker.exists()
     marker.unlink()
     sha = commit(
-        api, repo, {"config.json": json.dumps(TINY_VIT), "pytorch_model.bin": (tmp_path / "w.bin").read_bytes()}
+        api,
+        repo,
+        {
+            "config.json": json.dumps(TINY_VIT),
+            PROCESSOR: json.dumps(TINY_PROCESSOR),
+            "pytorch_model.bin": (tmp_path / "w.bin").read_bytes(),
+        },
     )
     done = harness_cli(*submit_args(f"hf:{repo}", tiny_glyphs, tmp_path / "out"))
     assert (done.returncode, done.stdout, done.stderr) == (

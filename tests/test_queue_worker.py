@@ -234,3 +234,25 @@ def test_the_evaluator_runs_no_request_whose_id_is_a_path(tiny_glyphs, tmp_path)
         with pytest.raises(HarnessError, match="^the request's id is not a request id \\(12 hex digits\\); nothing"):
             evaluator.evaluate(request, tmp_path / "weights.safetensors")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_evaluators_errors_name_the_requested_repo_not_the_workers_download(tiny_glyphs, tmp_path):
+    evaluator = RequestEvaluator(tiny_glyphs, device="cpu", work_dir=tmp_path / "work", progress=False)
+    snapshot = _tiny_vit(tmp_path / "snapshots" / ("ab" * 20), evaluator.identity["num_id_classes"], 0)
+    processor = json.loads((snapshot / "preprocessor_config.json").read_text())
+    (snapshot / "preprocessor_config.json").write_text(json.dumps({**processor, "crop_size": 10**6}))
+    model = {"target": "hf:cood-tester/vit", "repo": "cood-tester/vit", "revision": "ab" * 20}
+    request = {"id": "ab" * 6, "benchmark": evaluator.identity, "model": model, "name": "vit", "kappas": []}
+    with pytest.raises(HarnessError) as caught:
+        evaluator.evaluate({**request, "num_levels": 11}, snapshot)
+    assert str(caught.value) == (
+        f"hf: cood-tester/vit@{'ab' * 6}: preprocessor_config.json asks for a crop_size of 1000000 pixels, outside 1 "
+        "to 4,096"
+    )
+    weights = tmp_path / "cache" / "w.safetensors"  # a file kind's: its file of its repo
+    weights.parent.mkdir()
+    weights.write_bytes(b"not safetensors")
+    model = {"target": "timm:resnet18", "repo": "cood-tester/w", "revision": "cd" * 20, "file": "w.safetensors"}
+    with pytest.raises(HarnessError) as caught:
+        evaluator.evaluate({**request, "model": model, "num_levels": 11}, weights)
+    assert str(tmp_path) not in str(caught.value) and f"w.safetensors of cood-tester/w@{'cd' * 6}" in str(caught.value)

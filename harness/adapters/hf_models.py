@@ -18,6 +18,9 @@ from harness.errors import HarnessError, escaped
 from harness.submission import Submission
 
 HF_WEIGHTS = ["model.safetensors", "pytorch_model.bin"]  # transformers' order for an unsharded checkpoint
+PROCESSOR = "preprocessor_config.json"  # the AutoImageProcessor's settings
+NO_REPO_CODE = "refused: the harness runs no code from a model repo"
+MAX_INPUT_SIDE = 4096  # pixels of a side the processor may resize or crop to: the largest classifiers take 896
 
 
 class LogitsOf(torch.nn.Module):
@@ -42,7 +45,7 @@ def checked_config(data: dict, where: str, num_classes: int | None):
     transformers knows; then its labels checked against ``num_classes`` and its model's size on the meta device
     (:func:`harness.adapters.configs.check_model_size`)."""
     transformers = import_optional("transformers", "transformers")
-    refusal = "refused: the harness runs no code from a model repo"
+    refusal = NO_REPO_CODE
     if "auto_map" in data:
         raise HarnessError(f"{where}: config.json names code of its own (auto_map), {refusal}")
     model_type = data.get("model_type")
@@ -64,10 +67,27 @@ def checked_config(data: dict, where: str, num_classes: int | None):
     return config
 
 
+def checked_processor(data: dict, where: str) -> None:
+    """Refuse in one line opened by ``where`` a ``preprocessor_config.json`` (``data``, read within the cap on a
+    configuration) that names code of its own or an input side over :data:`MAX_INPUT_SIDE` pixels."""
+    if "auto_map" in data:
+        raise HarnessError(f"{where}: {PROCESSOR} names code of its own (auto_map), {NO_REPO_CODE}")
+    for key in ("size", "crop_size"):
+        value = data.get(key)
+        sides = value.values() if isinstance(value, dict) else [value]
+        large = [side for side in sides if isinstance(side, (int, float)) and not 0 < side <= MAX_INPUT_SIDE]
+        if large:
+            raise HarnessError(
+                f"{where}: {PROCESSOR} asks for a {key} of {escaped(str(large[0]), 40)} pixels, outside "
+                f"1 to {MAX_INPUT_SIDE:,}"
+            )
+
+
 def hf_source(target: ZooTarget) -> tuple[str | Path, dict, HubWeights | None]:
     """Where the classifier loads from: a folder, or a Hub repo pinned to the commit ``target.revision`` names (with
     the weights file read there); and ``from_pretrained``'s options, its checked configuration among them
-    (:func:`checked_config`: refused before any weights are read or fetched)."""
+    (:func:`checked_config`, and its processor's, :func:`checked_processor`: refused before any weights are read or
+    fetched)."""
     if not is_hub_repo(target.name):
         path = Path(target.name)
         if target.revision is not None:
@@ -76,10 +96,14 @@ def hf_source(target: ZooTarget) -> tuple[str | Path, dict, HubWeights | None]:
             raise HarnessError(f"hf: {path} is not a folder saved with save_pretrained (no config.json)")
         where = f"hf: {path}"
         config = checked_config(read_config(path / "config.json", where), where, target.num_classes)
+        if (path / PROCESSOR).is_file():  # none: transformers says so when it loads
+            checked_processor(read_config(path / PROCESSOR, where), where)
         return path, {"config": config, "local_files_only": True}, None
     where = f"hf: {target.name}"
     pinned = pin("hf", target.name, ["config.json"], target.revision, configuration=True)
     config = checked_config(read_config(pinned.path, where), where, target.num_classes)
+    processor = pin("hf", target.name, [PROCESSOR], pinned.revision, configuration=True)
+    checked_processor(read_config(processor.path, where), where)
     hub = pin("hf", target.name, HF_WEIGHTS, pinned.revision)
     return target.name, {"config": config, "revision": pinned.revision}, hub
 
