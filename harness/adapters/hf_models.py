@@ -45,9 +45,8 @@ def checked_config(data: dict, where: str, num_classes: int | None):
     transformers knows; then its labels checked against ``num_classes`` and its model's size on the meta device
     (:func:`harness.adapters.configs.check_model_size`)."""
     transformers = import_optional("transformers", "transformers")
-    refusal = NO_REPO_CODE
     if "auto_map" in data:
-        raise HarnessError(f"{where}: config.json names code of its own (auto_map), {refusal}")
+        raise HarnessError(f"{where}: config.json names code of its own (auto_map), {NO_REPO_CODE}")
     model_type = data.get("model_type")
     if not isinstance(model_type, str) or model_type not in transformers.CONFIG_MAPPING:
         named = (
@@ -55,7 +54,7 @@ def checked_config(data: dict, where: str, num_classes: int | None):
         )
         raise HarnessError(
             f"{where}: config.json {named}, which transformers {transformers.__version__} does not know (a model "
-            f"with code of its own), {refusal}"
+            f"with code of its own), {NO_REPO_CODE}"
         )
     check_config_classes(data, "id2label", num_classes)
     try:
@@ -69,7 +68,7 @@ def checked_config(data: dict, where: str, num_classes: int | None):
 
 def checked_processor(data: dict, where: str) -> None:
     """Refuse in one line opened by ``where`` a ``preprocessor_config.json`` (``data``, read within the cap on a
-    configuration) that names code of its own or an input side over :data:`MAX_INPUT_SIDE` pixels."""
+    configuration) that names code of its own or asks for a side outside 1 to :data:`MAX_INPUT_SIDE` pixels."""
     if "auto_map" in data:
         raise HarnessError(f"{where}: {PROCESSOR} names code of its own (auto_map), {NO_REPO_CODE}")
     for key in ("size", "crop_size"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import random
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -232,7 +232,7 @@ class Mixer:
         }
 
 
-def gathered(rows: list[tuple[dict, int]], names) -> dict[str, torch.Tensor]:
+def gathered(rows: list[tuple[dict, int]], names: Iterable[str]) -> dict[str, torch.Tensor]:
     """The tensors ``names`` of ``rows`` (each a chunk and a row of it), in their order: one index per chunk, not one
     per row, then one to put the rows in order."""
     by_chunk: dict[int, tuple[dict, list[int], list[int]]] = {}
