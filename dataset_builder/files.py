@@ -36,17 +36,21 @@ def fsync_tree(folder: Path) -> None:
         fsync_path(path)
 
 
-def commit(partial: Path, path: Path) -> None:
-    """Flush the finished file ``partial`` to disk, rename it over ``path`` and flush the folder."""
-    fsync_path(partial)
+def commit(partial: Path, path: Path, durable: bool = True) -> None:
+    """Flush the finished file ``partial`` to disk, rename it over ``path`` and flush the folder; not ``durable``, only
+    the rename (a kill still leaves the old file or the new one; a crash of the machine may leave a torn one)."""
+    if durable:
+        fsync_path(partial)
     os.replace(partial, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def write_atomic(path: Path, data: bytes | Callable[[Path], object]) -> None:
+def write_atomic(path: Path, data: bytes | Callable[[Path], object], durable: bool = True) -> None:
     """Replace ``path`` by ``data``, or by what ``data(tmp)`` writes to the file ``tmp``; an error before the rename
     leaves ``path`` as it was. The temporary name is unique to the call: concurrent writers of a path never mix
-    bytes."""
+    bytes. ``durable=False`` skips the flushes: for files that carry their own checksum, where a torn file after a
+    crash is found and made again."""
     partial = path.with_name(f"{path.name}.{secrets.token_hex(6)}{PARTIAL}")
     try:
         if callable(data):
@@ -54,7 +58,7 @@ def write_atomic(path: Path, data: bytes | Callable[[Path], object]) -> None:
         else:
             with open(partial, "xb") as handle:
                 handle.write(data)
-        commit(partial, path)
+        commit(partial, path, durable)
     except BaseException:
         with suppress(OSError):
             partial.unlink(missing_ok=True)

@@ -1,7 +1,8 @@
 """Decoded images kept on disk, per shard, so that the next evaluation with the same preprocessing skips decoding.
 
 An entry holds what the ``torchvision`` decoder makes of a shard before normalising (uint8, resized and cropped),
-with the shard's keys and labels, in the score cache's checksummed format, written atomically. Its folder is keyed by
+with the shard's keys and labels, in the score cache's checksummed format, renamed into place (not flushed: a torn
+entry fails its checksum). Its folder is keyed by
 the benchmark's sha256, the decoder's plan (resize, filter, crop, channels) and the versions of Pillow and torchvision
 (whose pixels these are); its name is the shard's sha256. A damaged entry is reported in one line, discarded and
 decoded again; the cache stops growing at its budget (nothing is evicted, nothing outside it is touched). Written by
@@ -67,7 +68,7 @@ class DecodedCache:
         try:
             tag_cache(self.root)
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(self._path(shard), data)
+            write_atomic(self._path(shard), data, durable=False)
             self.used += len(data)
         except OSError:  # the score cache beside it says in one line that the folder cannot be written
             self.writable = False

@@ -9,10 +9,10 @@ memory format) and the harness version. Inside a file every kappa is stored unde
 for MC-dropout, the seed and the order seed; a submission's kappa has its code's hash among its parameters).
 
 An entry is one line with the sha256 of the rest, then the arrays as an ``.npz``; it also names its split and shard.
-It is written to a temporary name, fsynced and renamed, so a kill leaves whole files or none. An entry that fails
-its checksum, belongs to another shard or holds another number of samples than the manifest lists is reported in one
-warning line, discarded and scored again; a cache that cannot be written is still read, and the run goes on without
-writing it.
+It is written to a temporary name and renamed, so a kill leaves whole files or none; it is not flushed to disk, since a
+file torn by a crash of the machine fails its checksum. An entry that fails its checksum, belongs to another shard or
+holds another number of samples than the manifest lists is reported in one warning line, discarded and scored again;
+a cache that cannot be written is still read, and the run goes on without writing it.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ class ScoreCache:
             tag_cache(self.folder.parent)
             path = self._path(split, shard)
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, encode(arrays))
+            write_atomic(path, encode(arrays), durable=False)
         except OSError as exc:
             self.writable = False
             warn(
