@@ -30,6 +30,8 @@ def mistakes(folder: str, imagenet_weights: str) -> dict[str, list[str]]:
     return {
         "kappa typo (a file)": ["submit", CNN, "-k", "sofmax"],
         "kappa typo (a zoo target)": ["submit", "timm:resnet18", "--weights", WEIGHTS, "-k", "sofmax"],
+        "kappa parameter typo": ["submit", CNN, "-k", "energy:temprature=1"],
+        "kappa parameter value of the wrong type": ["submit", CNN, "-k", "energy(temperature=hot)"],
         "benchmark path that does not exist": ["submit", CNN, "--benchmark", "no/such/benchmark"],
         "benchmark folder without a manifest": ["submit", CNN, "--benchmark", "examples"],
         "missing weights file": ["submit", "timm:resnet18", "--weights", "missing.safetensors"],

@@ -62,7 +62,9 @@ def submit(
         "--kappa",
         "-k",
         show_default="softmax entropy max_logit energy, then the submission's own",
-        help="Confidence function, with parameters as NAME:KEY=VALUE[,KEY=VALUE] (e.g. knn:k=200); repeat for several.",
+        help="Confidence function, with parameters as NAME:KEY=VALUE[,KEY=VALUE] (e.g. knn:k=200) or as the "
+        "leaderboard prints it, 'NAME(KEY=VALUE,...)' (quoted in a shell); T and eps stand for temperature and "
+        "epsilon; repeat for several.",
     ),
     out: Path | None = typer.Option(
         None, show_default="cood-results/MODEL", help="Output folder; earlier outputs there are moved aside."

@@ -1,17 +1,21 @@
-"""The kappas' names as known before torch is imported, so that a typo in ``-k`` is refused at once: the registry
-builds from pytorch-ood's classes (torch), so its names are also written here, as the registry builds them with
-pytorch-ood ``PYTORCH_OOD`` and the detector modules ``DETECTOR_MODULES`` (tests/test_fast_errors.py checks that they
-are the registry's). With another pytorch-ood, other detector modules or a kappa plugin installed, the names are known
-only once the registry is built, and a submission file's own kappas once it is loaded unless its source shows them
-plainly. Light: the standard library and the error type."""
+"""The kappas' names and parameters as known before torch is imported, so that a typo in ``-k`` is refused at once:
+the registry builds from pytorch-ood's classes (torch), so its names and parameters are also written here, as the
+registry builds them with pytorch-ood ``PYTORCH_OOD`` and the detector modules ``DETECTOR_MODULES``
+(tests/test_fast_errors.py checks that they are the registry's). With another pytorch-ood, other detector modules or
+a kappa plugin installed, they are known only once the registry is built, and a submission file's own kappas once it
+is loaded unless its source shows them plainly.
+
+A request is written as the leaderboard prints a kappa, ``energy(temperature=1)``, or ``energy:temperature=1``; a
+parameter may go by its short name (``T``, ``eps``). Light: the standard library and the error type."""
 
 from __future__ import annotations
 
 import ast
 import difflib
 import pkgutil
+import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 
@@ -26,6 +30,34 @@ REGISTERED = (  # in the registry's order
     *("pnml", "rmd", "react", "scale", "she", "temperature_scaling", "vim", "vra", "gradnorm", "graduncertainty"),
     *DETECTOR_MODULES,
 )
+PARAMETERS = {  # the registered kappas' parameters with their defaults (the others have none)
+    "energy": {"temperature": 1.0},
+    "odin": {"preset": "paper", "temperature": 2.0, "epsilon": 1e-05},
+    "mc_dropout": {"passes": 30},
+    "ash": {"variant": "ash-s", "percentile": 0.65},
+    "dice": {"p": 0.7},
+    "gen": {"gamma": 0.1, "M": None},
+    "gmm": {"reg": 1e-06},
+    "knn": {"k": 50, "normalize": True},
+    "lts": {"p": 0.05},
+    "nci": {"alpha": 0.0},
+    "nnguide": {"k": 10},
+    "openmax": {"tailsize": 25, "alpha": 10, "euclid_weight": 1.0},
+    "pnml": {"eps": 1e-12},
+    "react": {"threshold": None, "percentile": 0.9},
+    "scale": {"percentile": 0.65},
+    "vim": {"d": None},
+    "vra": {"lower_percentile": 0.01, "upper_percentile": 0.99},
+    "gradnorm": {"temperature": 1.0, "parameters": "last_layer"},
+    "graduncertainty": {"parameters": "all"},
+    "gram": {"layers": "auto", "num_poles_list": None},
+    "mahalanobis_odin": {"eps": 0.002},
+    "mcm": {"temperature": 1.0},
+    "multi_mahalanobis": {"layers": "auto", "alpha": None},
+    "nacue": {"layers": "auto", "m_bins": 50, "alpha": 100.0, "o_star": 50},
+}
+ALIASES = {"T": "temperature", "eps": "epsilon", "\u03b5": "epsilon"}  # short names, for a kappa without that name
+LABEL_FORM = re.compile(r"([^:(]*)\((.*)\)")  # NAME(KEY=VALUE,...), as the leaderboard prints a kappa
 MAX_SOURCE_BYTES = 1 << 20  # a submission file read for its kappas' names; a larger one is left to its loading
 
 
@@ -36,12 +68,80 @@ def unknown_kappa(name: str, known: list[str]) -> str:
     return f"unknown kappa '{name}'; {hint}known: {', '.join(known)} (see cood-harness kappas)"
 
 
-def registered_names() -> tuple[str, ...] | None:
-    """The registry's names: its own where it is imported already (torch is, then), else :data:`REGISTERED`, or None
-    where they may differ: another pytorch-ood (or none), other detector modules, or a plugin."""
+def unknown_parameter(kappa: str, key: str, defaults: Mapping[str, object]) -> str:
+    """The error for a parameter ``key`` that kappa ``kappa`` (of parameters ``defaults``) does not have."""
+    close = difflib.get_close_matches(key, list(defaults), n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    known = ", ".join(f"{k}={v}" for k, v in defaults.items()) or "none"
+    return f"kappa '{kappa}' has no parameter {key}; {hint}its parameters: {known}"
+
+
+def split_request(request: str) -> tuple[str, dict[str, str]]:
+    """``"knn:k=200,normalize=false"`` or ``"knn(k=200,normalize=false)"`` -> ``("knn", {"k": "200", "normalize":
+    "false"})``; an item without ``=`` continues the previous value (``"gram:layers=layer3,layer4"`` -> ``{"layers":
+    "layer3,layer4"}``)."""
+    label = LABEL_FORM.fullmatch(request.strip())
+    name, rest = label.groups() if label else request.partition(":")[::2]
+    overrides = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq and overrides:
+            last = next(reversed(overrides))
+            overrides[last] = f"{overrides[last]},{item.strip()}"
+            continue
+        if not eq or not key.strip():
+            raise HarnessError(
+                f"kappa '{request}': parameters are written NAME(KEY=VALUE,...) or NAME:KEY=VALUE[,KEY=VALUE...], "
+                f"got '{item}'"
+            )
+        overrides[key.strip()] = value.strip()
+    return name.strip(), overrides
+
+
+def typed(kappa: str, key: str, value: str, default):
+    """``value`` as the type of the parameter's default (a default of None: ``None``, else int, else float, else the
+    string)."""
+    try:
+        if isinstance(default, bool):
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return value.lower() in ("true", "1")
+        if isinstance(default, (int, float)):
+            return type(default)(value)
+        if default is None:
+            if value == "None":
+                return None
+            for kind in (int, float):
+                try:
+                    return kind(value)
+                except ValueError:
+                    pass
+        return value
+    except ValueError as exc:
+        raise HarnessError(f"kappa '{kappa}': parameter {key} takes a {type(default).__name__}, got '{value}'") from exc
+
+
+def checked_parameters(kappa: str, defaults: Mapping[str, object], overrides: Mapping[str, str]) -> dict:
+    """``overrides`` typed as the defaults of kappa ``kappa``, each under its parameter's name (``T`` ->
+    ``temperature`` where the kappa has no ``T``); an unknown parameter is refused with the closest one."""
+    params = {}
+    for key, value in overrides.items():
+        name = key if key in defaults else ALIASES.get(key, key)
+        if name not in defaults:
+            raise HarnessError(unknown_parameter(kappa, key, defaults))
+        if name in params:
+            raise HarnessError(f"kappa '{kappa}': parameter {name} is given twice")
+        params[name] = typed(kappa, name, value, defaults[name])
+    return params
+
+
+def registered_parameters() -> dict[str, dict] | None:
+    """The registry's kappas with their parameters' defaults: its own where it is imported already (torch is, then),
+    else :data:`REGISTERED` with :data:`PARAMETERS`, or None where they may differ: another pytorch-ood (or none),
+    other detector modules, or a plugin."""
     loaded = sys.modules.get("harness.kappas.registry")
     if loaded is not None:
-        return tuple(loaded.registry().defs)
+        return loaded.registry().parameters()
     try:
         installed = version("pytorch-ood")
     except PackageNotFoundError:
@@ -50,7 +150,7 @@ def registered_names() -> tuple[str, ...] | None:
     modules = tuple(sorted(m.name for m in pkgutil.iter_modules([str(detectors)])))
     if installed != PYTORCH_OOD or modules != DETECTOR_MODULES or entry_points(group=ENTRY_POINT_GROUP):
         return None
-    return REGISTERED
+    return {name: PARAMETERS.get(name, {}) for name in REGISTERED}
 
 
 def own_kappa_names(target) -> tuple[str, ...] | None:
@@ -87,12 +187,19 @@ def own_kappa_names(target) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(k.value for k in keys))
 
 
-def check_requested(requests: Iterable[str] | None, known: Sequence[str] | None, own: Sequence[str] | None) -> None:
-    """Refuse a requested kappa (``NAME`` or ``NAME:KEY=VALUE,...``) that is neither among the ``known`` names nor the
-    target's ``own``, in the registry's words; nothing is refused while either is unknown (None)."""
+def check_requested(
+    requests: Iterable[str] | None, known: Mapping[str, Mapping] | None, own: Sequence[str] | None
+) -> None:
+    """Refuse a requested kappa (``NAME``, ``NAME(KEY=VALUE,...)`` or ``NAME:KEY=VALUE,...``) that is neither among
+    the ``known`` ones (name -> parameters' defaults) nor the target's ``own``, or that gives a ``known`` kappa a
+    parameter it lacks or a value of another type, in the registry's words; nothing is refused while either is
+    unknown (None). An own kappa's parameters are checked once it is loaded."""
     if known is None or own is None:
         return
     for request in requests or ():
-        name = request.partition(":")[0].strip()
-        if name not in known and name not in own:
+        name, overrides = split_request(request)
+        if name in own:
+            continue
+        if name not in known:
             raise HarnessError(unknown_kappa(name, [*known, *own]))
+        checked_parameters(name, known[name], overrides)

@@ -13,10 +13,9 @@ from harness import phases
 from harness.adapters import ClassCountMismatch, load_target
 from harness.config import EvalConfig
 from harness.errors import HarnessError
-from harness.kappa_names import check_requested, own_kappa_names
+from harness.kappa_names import check_requested, own_kappa_names, split_request
 from harness.kappas import DEFAULT_KAPPAS, DEFAULT_ODIN_PRESET, MC_DROPOUT_PASSES, registry, resolve_kappas
 from harness.kappas.features import require_exposed
-from harness.kappas.registry import split_request
 from harness.options import is_zoo_target, misplaced_revision, misplaced_weights
 from harness.runtime.execution import Execution
 from harness.runtime.inference import KappaSpec, LocalForward, gives_features
@@ -46,7 +45,7 @@ def kappas_before_loading(config: EvalConfig, target) -> tuple[str, int]:
     target loads."""
     options = model_kappa_options(config.kappas, config.odin_preset, config.mc_passes)
     if config.kappas:
-        check_requested(config.kappas, list(registry().defs), own_kappa_names(target))
+        check_requested(config.kappas, registry().parameters(), own_kappa_names(target))
     return options
 
 

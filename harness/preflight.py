@@ -13,16 +13,17 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.manifest import HUB_PREFIX, load_manifest
 from harness.config import EvalConfig
 from harness.errors import HarnessError
-from harness.kappa_names import check_requested, own_kappa_names, registered_names
+from harness.kappa_names import check_requested, own_kappa_names, registered_parameters
 from harness.method.severity import num_windows
 
 
 def check_before_loading(target, config: EvalConfig) -> None:
     """Refuse at once a weights file that is not there, a benchmark folder that is not one, a benchmark with too few
-    classes for the levels, and a kappa that is neither registered nor the target's own (where the names are known)."""
+    classes for the levels, and a kappa that is neither registered nor the target's own or a registered one's parameter
+    that it lacks or of the wrong type (where the names are known)."""
     check_weights(config.weights)
     check_benchmark(config.benchmark, config.num_levels)
-    check_requested(config.kappas, registered_names(), own_kappa_names(target))
+    check_requested(config.kappas, registered_parameters(), own_kappa_names(target))
 
 
 def check_weights(weights: str | Path | None) -> None:

@@ -34,7 +34,7 @@ from leaderboard.csvsafe import csv_bytes
 from leaderboard.drilldown import level_classes, publishable, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.report import win_rates
-from leaderboard.schema import VERIFIED, canonical_params
+from leaderboard.schema import VERIFIED
 from leaderboard.table import interval_columns, table_levels
 from leaderboard.views import code_sha256, family, kappa_names, rule_suffix
 
@@ -55,7 +55,6 @@ COLUMN_KEYS = {
     "mean_ood_auroc": "mean",
 }  # else: its name
 OPTIONAL_COLUMNS = {"idauroc": "id_auroc"}  # index columns shown when filled (then the means, then "n")
-SYMBOLS = {"temperature": "T", "epsilon": "\u03b5"}  # parameter names in a kappa's short form
 CURVE = "ood_auroc"  # the level metric of the severity curves
 LEVEL_COUNTS = (
     ("percentile", "percentile"),
@@ -97,28 +96,11 @@ def page_name(model: str) -> str:
     return f"{stem}-{hashlib.sha256(model.encode()).hexdigest()[:8]}.html"
 
 
-def short_kappa(name: str, params: dict) -> str:
-    """A kappa's narrow label: ``odin \u03b5=1e-5 T=2`` for ``odin(epsilon=1e-05,temperature=2)``; a kappa without
-    parameters keeps its name."""
-    flat = {k: v for k, v in canonical_params(params).items() if not isinstance(v, dict)}
-    values = (
-        re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{v:g}").replace("e+", "e") if isinstance(v, float) else str(v)
-        for v in flat.values()
-    )
-    return " ".join([name] + [f"{SYMBOLS.get(k, k)}={v}" for k, v in zip(flat, values)])
-
-
 def short_kappas(table: pd.DataFrame) -> dict[str, str]:
     """The kappas whose label on the site differs from the table's, by label: a submission file's kappa by its name
-    (:func:`leaderboard.views.kappa_names`; its label, the hash with it, goes to a ``title``), others in narrow form
-    (:func:`short_kappa`)."""
-    named = kappa_names(table)
-    labels = table.drop_duplicates("kappa")
-    return {
-        k: s
-        for k, n, p in zip(labels["kappa"], labels["kappa_name"], labels["kappa_params"])
-        if (s := named[k] if named[k] != k else short_kappa(n, json.loads(p))) != k
-    }
+    (:func:`leaderboard.views.kappa_names`; its label, the hash with it, goes to a ``title``). Every other kappa is
+    shown by its label, as ``show``, the CSV and ``-k`` write it."""
+    return {k: n for k, n in kappa_names(table).items() if n != k}
 
 
 def status(verification: str, provenance: str) -> str:

@@ -12,7 +12,7 @@ from command_fixtures import ROOT, blocking, run_main
 from glyph_fixtures import CNN, tiny_glyphs  # noqa: F401
 from harness import kappa_names
 from harness.errors import HarnessError
-from harness.kappa_names import check_requested, own_kappa_names, registered_names
+from harness.kappa_names import check_requested, own_kappa_names, registered_parameters
 
 MLP = ROOT / "examples" / "glyph_mlp.py"
 WEIGHTS = ROOT / "examples" / "weights" / "glyph_cnn.safetensors"
@@ -55,13 +55,26 @@ def test_the_torch_block_blocks(blocked):
         ),
         (["--weights", "missing.safetensors", "timm:resnet18"], "error: weights file missing.safetensors not found\n"),
         (["--severity-rule", "orignal"], "error: unknown severity rule 'orignal'; known: integer, original\n"),
+        (
+            ["-k", "energy:temprature=1"],
+            "error: kappa 'energy' has no parameter temprature; did you mean 'temperature'? its parameters: "
+            "temperature=1.0\n",
+        ),
+        (["-k", "softmax", "-k", "knn(k=many)"], "error: kappa 'knn': parameter k takes a int, got 'many'\n"),
+        (["-k", "energy:T=1,temperature=2"], "error: kappa 'energy': parameter temperature is given twice\n"),
     ],
-    ids=["kappa", "kappa-among-others", "benchmark", "weights", "severity-rule"],
+    ids=["kappa", "kappa-among-others", "benchmark", "weights", "severity-rule", "parameter", "value", "twice"],
 )
 def test_a_mistake_is_answered_before_torch(blocked, args, line):
     target = [] if any(a.startswith("timm:") for a in args) else [CNN]
     code, out, err = submit_without_torch(blocked, *target, *args)
     assert (code, out, err) == (2, "", line)
+
+
+def test_a_kappa_as_the_leaderboard_writes_it_passes_the_early_check(blocked):
+    odin = "odin(epsilon=1e-05,preset=paper,temperature=2)"
+    code, out, err = submit_without_torch(blocked, CNN, "-k", "energy(temperature=1)", "-k", "energy:T=1", "-k", odin)
+    assert code == 2 and err.startswith(NEEDS_TORCH), err
 
 
 def test_a_zoo_targets_kappa_typo_is_answered_before_torch(blocked):
@@ -145,14 +158,16 @@ def test_own_kappa_names_from_the_source(tmp_path, source, names):
 def test_the_light_names_are_the_registrys():
     from harness.kappas import registry
 
-    built = [name for name, kdef in registry().defs.items() if kdef.source != "plugin"]
-    assert list(kappa_names.REGISTERED) == built
-    assert registered_names() == kappa_names.REGISTERED
+    built = {name: kdef.defaults for name, kdef in registry().defs.items() if kdef.source != "plugin"}
+    assert list(kappa_names.REGISTERED) == list(built)
+    assert {name: kappa_names.PARAMETERS.get(name, {}) for name in kappa_names.REGISTERED} == built
+    assert registered_parameters() == built
 
 
 def test_the_light_names_step_aside_when_they_may_differ(monkeypatch):
     monkeypatch.delitem(sys.modules, "harness.kappas.registry", raising=False)  # as in the command line, before torch
-    assert registered_names() == kappa_names.REGISTERED
+    light = registered_parameters()
+    assert list(light) == list(kappa_names.REGISTERED) and light["energy"] == {"temperature": 1.0}
     plugin = lambda group: ["a plugin"] if group == kappa_names.ENTRY_POINT_GROUP else []  # noqa: E731
     changes = (
         ("PYTORCH_OOD", "0.0.1"),
@@ -162,11 +177,11 @@ def test_the_light_names_step_aside_when_they_may_differ(monkeypatch):
     for name, value in changes:
         with monkeypatch.context() as patch:
             patch.setattr(kappa_names, name, value)
-            assert registered_names() is None, name
+            assert registered_parameters() is None, name
     check_requested(["nope"], None, ())  # unknown names: nothing refused
-    check_requested(["nope"], kappa_names.REGISTERED, None)
+    check_requested(["nope"], light, None)
     with pytest.raises(HarnessError, match=r"^unknown kappa 'qqq'; known: softmax, .*, rankfeat, mine "):
-        check_requested(["softmax:temperature=2", "mine", "qqq"], kappa_names.REGISTERED, ("mine",))
+        check_requested(["mine:anything=2", "qqq"], light, ("mine",))  # an own kappa's parameters wait for it
 
 
 def test_the_api_refuses_a_kappa_typo_before_loading(monkeypatch):

@@ -106,8 +106,13 @@ def test_parameters_on_the_command_line_are_typed_and_checked():
     knn, vim, ash = resolve_kappas(["knn:k=200,normalize=false", "vim:d=8", "ash:variant=ash-b"])
     assert knn.params == {"k": 200, "normalize": False} and knn.impl.params == knn.params
     assert vim.params == {"d": 8} and ash.params["variant"] == "ash-b" and ash.params["percentile"] == 0.65
-    with pytest.raises(HarnessError, match=r"kappa 'knn' has no parameter kk; its parameters: k=50, normalize=True"):
+    with pytest.raises(
+        HarnessError,
+        match=r"^kappa 'knn' has no parameter kk; did you mean 'k'\? its parameters: k=50, normalize=True$",
+    ):
         resolve_kappas(["knn:kk=3"])
+    with pytest.raises(HarnessError, match=r"^kappa 'knn' has no parameter zz; its parameters: k=50, normalize=True$"):
+        resolve_kappas(["knn(zz=3)"])
     with pytest.raises(HarnessError, match=r"parameter k takes a int, got 'many'"):
         resolve_kappas(["knn:k=many"])
     with pytest.raises(HarnessError, match=r"NAME:KEY=VALUE"):
@@ -115,6 +120,11 @@ def test_parameters_on_the_command_line_are_typed_and_checked():
     with pytest.raises(HarnessError, match=r"requested twice with different parameters"):
         resolve_kappas(["knn:k=5", "knn:k=6"])
     assert resolve_kappas(["energy:temperature=2"])[0].params == {"temperature": 2.0}
+    # the leaderboard's spelling, short names where the kappa has no parameter of that name, and None for None
+    (odin,) = resolve_kappas(["odin(epsilon=0.0014,preset=original,T=1000)"])
+    assert odin.params == {"preset": "original", "temperature": 1000.0, "epsilon": 0.0014}
+    assert resolve_kappas(["pnml:eps=0.5"])[0].params == {"eps": 0.5}
+    assert resolve_kappas(["gen(M=None,gamma=0.2)"])[0].params == {"gamma": 0.2, "M": None}
     # an item without '=' continues the previous value: lists of layers (and per-layer values)
     (gram,) = resolve_kappas(["gram:layers=layer3,layer4,num_poles_list=1,2"])
     assert gram.params == {"layers": "layer3,layer4", "num_poles_list": "1,2"}

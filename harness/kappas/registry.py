@@ -20,7 +20,7 @@ from importlib import import_module
 from importlib.metadata import entry_points
 
 from harness.errors import HarnessError, escaped
-from harness.kappa_names import ENTRY_POINT_GROUP, unknown_kappa
+from harness.kappa_names import ENTRY_POINT_GROUP, checked_parameters, split_request, unknown_kappa
 from harness.kappas import detectors
 from harness.kappas.base import DECLARED, KappaDef, KappaSpec
 from harness.kappas.builtin import submission_kappa
@@ -68,6 +68,10 @@ class Registry:
             raise HarnessError(unknown_kappa(name, [*self.defs, *extra]))
         return self.defs[name]
 
+    def parameters(self) -> dict[str, dict]:
+        """Each kappa's parameters with their defaults, by name."""
+        return {name: kdef.defaults for name, kdef in self.defs.items()}
+
 
 def _plugin_defs(entry_point) -> list[KappaDef]:
     try:
@@ -98,57 +102,16 @@ def registry() -> Registry:
     return reg
 
 
-def split_request(request: str) -> tuple[str, dict[str, str]]:
-    """``"knn:k=200,normalize=false"`` -> ``("knn", {"k": "200", "normalize": "false"})``; an item without ``=``
-    continues the previous value (``"gram:layers=layer3,layer4"`` -> ``{"layers": "layer3,layer4"}``)."""
-    name, _, rest = request.partition(":")
-    overrides = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq and overrides:
-            last = next(reversed(overrides))
-            overrides[last] = f"{overrides[last]},{item.strip()}"
-            continue
-        if not eq or not key.strip():
-            raise HarnessError(f"kappa '{request}': parameters are written NAME:KEY=VALUE[,KEY=VALUE...], got '{item}'")
-        overrides[key.strip()] = value.strip()
-    return name.strip(), overrides
-
-
-def _typed(kappa: str, key: str, value: str, default):
-    """``value`` as the type of the parameter's default (a default of None: int, else float, else the string)."""
-    try:
-        if isinstance(default, bool):
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return value.lower() in ("true", "1")
-        if isinstance(default, (int, float)):
-            return type(default)(value)
-        if default is None:
-            for kind in (int, float):
-                try:
-                    return kind(value)
-                except ValueError:
-                    pass
-        return value
-    except ValueError as exc:
-        raise HarnessError(f"kappa '{kappa}': parameter {key} takes a {type(default).__name__}, got '{value}'") from exc
-
-
 def _with_overrides(kdef: KappaDef, params: dict, overrides: dict[str, str]) -> dict:
-    unknown = sorted(set(overrides) - set(kdef.defaults))
-    if unknown:
-        known = ", ".join(f"{k}={v}" for k, v in kdef.defaults.items()) or "none"
-        raise HarnessError(f"kappa '{kdef.name}' has no parameter {', '.join(unknown)}; its parameters: {known}")
-    return {**params, **{k: _typed(kdef.name, k, v, kdef.defaults[k]) for k, v in overrides.items()}}
+    return {**params, **checked_parameters(kdef.name, kdef.defaults, overrides)}
 
 
 def resolve_kappas(
     names: Iterable[str], user_kappas: dict[str, LogitFunction] | None = None, **options
 ) -> list[KappaSpec]:
-    """Turn kappa requests (``name`` or ``name:key=value,...``) into specs (a submission's own kappas among them);
-    ``options`` (``odin_preset``, ``mc_passes``) set the parameters of the kappas that read them. An unknown name is
-    an error that suggests the closest and lists the known ones."""
+    """Turn kappa requests (``name``, ``name(key=value,...)`` or ``name:key=value,...``) into specs (a submission's
+    own kappas among them); ``options`` (``odin_preset``, ``mc_passes``) set the parameters of the kappas that read
+    them. An unknown name or parameter is an error that suggests the closest and lists the known ones."""
     user_kappas = user_kappas or {}
     specs: dict[str, KappaSpec] = {}
     for request in dict.fromkeys(names):

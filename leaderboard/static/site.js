@@ -297,7 +297,7 @@
       out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + esc(m.m) + "</a>" +
         (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
       var rule = e.rule ? ' <span class="rule" title="severity rule">[' + esc(e.rule) + "]</span>" : "";
-      out.push(td("text kap", esc(data.short[e.k] || e.k) + rule, e.k, e.k), td("mean", fmt(e.mean), e.mean, ends(e, "mean")));
+      out.push(td("text kap", esc(data.short[e.k] || e.k).replace(/([(,])/g, "$1<wbr>") + rule, e.k, e.k), td("mean", fmt(e.mean), e.mean, ends(e, "mean")));
       out.push(td("acc", fmt(e.acc), e.acc, ends(e, "acc")));
       if (cols.idauroc) { out.push(td("idauroc", fmt(e.idauroc), e.idauroc, e.idauroc === null ? "" : ends(e, "idauroc"))); }
       var strip = e.l.map(function (v, level) {

@@ -312,7 +312,7 @@ def test_layout_at_1280_and_on_a_phone(browser, paper_site):
     settle(page)
     kappa = page.locator(f"{ROWS} td.kap").first
     assert (
-        kappa.inner_text() == "odin \u03b5=1e-5 T=2"
+        kappa.inner_text() == "odin(epsilon=1e-05,temperature=2)"
         and kappa.get_attribute("title") == "odin(epsilon=1e-05,temperature=2)"
     )
     assert page.eval_on_selector_all(
