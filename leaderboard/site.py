@@ -57,6 +57,7 @@ COLUMN_KEYS = {
 OPTIONAL_COLUMNS = {"idauroc": "id_auroc"}  # index columns shown when filled (then the means, then "n")
 SYMBOLS = {"temperature": "T", "epsilon": "\u03b5"}  # parameter names in a kappa's short form
 CURVE = "ood_auroc"  # the level metric of the severity curves
+FEW_MODELS = 3  # a win rate over fewer models is drawn grey, with its count, not coloured as a rate
 LEVEL_COUNTS = (
     ("percentile", "percentile"),
     ("window_percentile", "window percentile"),
@@ -193,6 +194,7 @@ def build_site(
         statuses=sorted({e["ver"] for m in models for e in m["e"]}),
         rate_kappas=[(k, short.get(k, k)) for k in rates.columns],
         rates=_win_rate_rows(rates, counts, short),
+        few=FEW_MODELS,
         root="",
         **common,
     )
