@@ -56,6 +56,7 @@ COLUMN_KEYS = {
 }  # else: its name
 OPTIONAL_COLUMNS = {"idauroc": "id_auroc"}  # index columns shown when filled (then the means, then "n")
 CURVE = "ood_auroc"  # the level metric of the severity curves
+FEW_MODELS = 3  # a win rate over fewer models is drawn grey, with its count, not coloured as a rate
 LEVEL_COUNTS = (
     ("percentile", "percentile"),
     ("window_percentile", "window percentile"),
@@ -175,6 +176,7 @@ def build_site(
         statuses=sorted({e["ver"] for m in models for e in m["e"]}),
         rate_kappas=[(k, short.get(k, k)) for k in rates.columns],
         rates=_win_rate_rows(rates, counts, short),
+        few=FEW_MODELS,
         root="",
         **common,
     )

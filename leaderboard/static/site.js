@@ -21,6 +21,9 @@
   function esc(text) {
     return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
   }
+  /* A model name as HTML that may wrap after its separators (``vit_large_`` / ``patch16_384``), so a narrow column shows
+     it whole on two lines rather than cutting the part that tells two names apart. */
+  function breakable(name) { return esc(name).replace(/([_\-.@\/])/g, "$1<wbr>"); }
   function fmt(v, digits) { return v === null || v === undefined ? "-" : v.toFixed(digits === undefined ? 4 : digits); }
   function params(n) {
     if (n === null || n === undefined) { return "-"; }
@@ -294,7 +297,7 @@
       out.push(td("tick", '<input type="checkbox" aria-label="tick ' + esc(m.m) + '"' + (state.sel.indexOf(m.m) >= 0 ? " checked" : "") + ">"));
       out.push(td("rank", String(i + 1) + (near ? '<span class="near">\u2248</span>' : ""), i + 1,
         near ? "not separable from #" + i + ": their 95% intervals overlap" : ""));
-      out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + esc(m.m) + "</a>" +
+      out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + breakable(m.m) + "</a>" +
         (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
       var rule = e.rule ? ' <span class="rule" title="severity rule">[' + esc(e.rule) + "]</span>" : "";
       out.push(td("text kap", esc(data.short[e.k] || e.k).replace(/([(,])/g, "$1<wbr>") + rule, e.k, e.k), td("mean", fmt(e.mean), e.mean, ends(e, "mean")));
@@ -411,7 +414,9 @@
       if (navigator.clipboard) { navigator.clipboard.writeText($("permalink-url").href).catch(function () {}); }
     });
     window.addEventListener("hashchange", function () { state = readState(); update(true); });
-    if (window.matchMedia("(min-width: 701px)").matches) { $("filters").open = true; }  /* folded on a phone */
+    if (window.matchMedia("(min-width: 701px)").matches) {  /* the prose and the filters folded on a phone */
+      $("about").open = $("filters").open = true;
+    }
     state = readState();
     update(true);
   }

@@ -1,4 +1,5 @@
-"""Shared test data for the site's tests: a small leaderboard of three models, one with a per-class drill-down."""
+"""Shared test data for the site's tests: a small leaderboard of three models, one with a per-class drill-down; the
+leaderboard of the README's three commands; one of many kappas."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lb_records import record
+from lb_records import record, with_intervals
 from leaderboard.store import add_records
 
 NUM_LEVELS = 11
@@ -130,3 +131,41 @@ def wide_board(tmp_path: Path) -> Path:
         )
     add_records(tmp_path / "wide", records, create=True)
     return tmp_path / "wide"
+
+
+SELECTIVE = {"aurc": 0.0037, "e_aurc": 0.0036, "sac_95": 1.0, "sac_99": 0.8715}  # the ID metrics every record holds
+CALIBRATION = {"ece": 0.0819, "ece_mass": 0.0796, "nll": 0.1081, "brier": 0.0237}  # a probability kappa's
+README_KAPPAS = {
+    "glyph_cnn": [
+        ("softmax", None),
+        ("energy", {"temperature": 1.0}),
+        ("ash", {"percentile": 0.65, "variant": "ash-s"}),
+    ],
+    "glyph_mlp": [("softmax", None), ("entropy", None), ("max_logit", None), ("energy", {"temperature": 1.0})],
+}  # what the README's two runs evaluate (glyph_mlp also in its own kappa, margin)
+
+
+def harness_record(rec: dict) -> dict:
+    """``rec`` as a harness run writes it: with every interval, the selective metrics and, for softmax, calibration."""
+    rec = with_intervals(rec)
+    rec["id"].update(SELECTIVE)
+    rec["id"].update(CALIBRATION if rec["kappa"]["name"] == "softmax" else dict.fromkeys(CALIBRATION))
+    for level in rec["levels"]:
+        level["window_percentile"] = level["percentile"]
+    return rec
+
+
+def readme_board(tmp_path: Path) -> Path:
+    """The leaderboard of the README's three commands: glyph_cnn in softmax (with a per-class drill-down), energy and
+    ash; glyph_mlp in four kappas and its own ``margin``; records as a harness run writes them."""
+    records = [harness_record(drilldown_record(tmp_path / "run"))]
+    for m, (model, kappas) in enumerate(README_KAPPAS.items()):
+        for i, (kappa, params) in enumerate(kappas[1:] if model == "glyph_cnn" else kappas):
+            aurocs = [round(0.94 - 0.4 * m - 0.01 * i - 0.01 * level, 4) for level in range(NUM_LEVELS)]
+            weights = "77" * 32 if m else "44" * 32  # glyph_cnn's: its drill-down record's
+            rec = record(model=model, weights=weights, kappa=kappa, params=params, aurocs=aurocs, acc=0.98 - 0.6 * m)
+            records.append(harness_record(rec))
+    margin = record(model="glyph_mlp", weights="77" * 32, kappa="margin", params=SUBMISSION, acc=0.38)
+    records.append(harness_record(margin))
+    add_records(tmp_path / "readme", records, create=True, folder=tmp_path / "run")
+    return tmp_path / "readme"

@@ -99,6 +99,23 @@ def test_win_rates_match_the_report(paper_site, paper_board):
     assert len(cells) == len(expected) == 20
     for (rate, n), (want_rate, want_n) in zip(cells, expected):
         assert float(rate) == pytest.approx(want_rate) and int(n) == want_n
+    assert min(n for _, n in expected) == 8 and 'class="few"' not in html  # every cell coloured: 8+ models
+
+
+def test_a_win_rate_of_fewer_than_3_models_is_grey_with_its_count(tmp_path):
+    table = current_table(small_board(tmp_path))  # softmax and entropy both: vit_tiny_patch16_224 alone
+    build_site(table, tmp_path / "site", "current")
+    html = (tmp_path / "site" / "index.html").read_text()
+    rates, counts = win_rates(table)
+    assert (rates.loc["softmax", "entropy"], counts.loc["softmax", "entropy"]) == (1.0, 1)
+    cells = re.findall(
+        r'<td class="few" data-v="([^"]+)" data-n="(\d+)" title="([^"]+)">([^<]+)<small>([^<]+)</small>', html
+    )
+    assert cells == [  # rows: entropy, softmax
+        ("0.0", "1", "1 model: too few for a rate", "0% ", "(1)"),
+        ("1.0", "1", "1 model: too few for a rate", "100% ", "(1)"),
+    ]
+    assert "--rate" not in html and "A cell of fewer than\n3 models is drawn grey" in html
 
 
 def test_a_paper_model_page(paper_site):

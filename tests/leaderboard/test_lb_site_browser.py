@@ -1,6 +1,7 @@
 """The site in a real headless browser (Debian's chromium, driven by playwright): the kappa selector, the filters,
 the rank after sorts and filters, the charts following the view, hover values, the permalink, the layout at 1280 px
-and on a phone; screenshots at 1280x900 and 390x844 go to $COOD_SITE_SCREENSHOTS (or a site-screenshots folder
+and on a phone (on the README's board and the paper's: the first screen of a phone, a model page's tables at 1280 px);
+screenshots at 1280x900 and 390x844 go to $COOD_SITE_SCREENSHOTS (or a site-screenshots folder
 under pytest's tmp dir), their paths printed."""
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lb_boards import SUBMISSION, small_board, wide_board
+from lb_boards import SUBMISSION, readme_board, small_board, wide_board
 from lb_records import interval_records, record
-from leaderboard.site import build_site, page_name
+from leaderboard.report import win_rates
+from leaderboard.site import FEW_MODELS, build_site, page_name
 from leaderboard.store import add_records, current_table
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -607,3 +609,101 @@ def test_model_pages_show_error_bars_and_the_index_marks_ranks_not_separable(bro
     assert page.eval_on_selector_all(ROWS, "rows => rows.filter(r => r.dataset.near === '1').length") == 2
     page.close()
     assert errors == []
+
+
+@pytest.fixture(scope="module")
+def readme(tmp_path_factory):
+    """The site of :func:`lb_boards.readme_board` (the README's two models) and its table."""
+    folder = tmp_path_factory.mktemp("readme")
+    board = readme_board(folder)
+    table = current_table(board)
+    build_site(table, folder / "site", "current", board=board)
+    return folder / "site", table
+
+
+@pytest.fixture(scope="module")
+def paper(paper_site, table):
+    """The site of the paper's board and its table."""
+    return paper_site, table
+
+
+BOARD_MODELS = {"readme": "glyph_cnn", "paper": "vit_large_patch16_384_original"}  # the model page each test opens
+FIRST_ROWS = 5  # the rows the first screen of a phone shows whole
+# per row: the boxes (left, top, right, bottom) of its rank, model, kappa and mean cells and of the model name's text,
+# and the name as rendered
+FIRST_SCREEN = """(rows, n) => rows.slice(0, n).map(row => {
+  const box = node => { const r = node.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const cells = Object.fromEntries(["rank", "model", "kap", "mean"].map(c => [c, box(row.querySelector("td." + c))]));
+  const cell = row.querySelector("td.model"), name = cell.querySelector("a"), text = document.createRange();
+  text.selectNodeContents(name);
+  return {...cells, text: box(text), name: name.innerText, cut: cell.scrollWidth > cell.clientWidth};
+})"""
+
+
+def inside(inner, outer) -> bool:
+    """Whether box ``inner`` (left, top, right, bottom) lies within ``outer``, to half a pixel."""
+    return all(i >= o - 0.5 for i, o in zip(inner[:2], outer[:2])) and all(
+        i <= o + 0.5 for i, o in zip(inner[2:], outer[2:])
+    )
+
+
+@pytest.mark.parametrize("board", ["readme", "paper"])
+def test_a_phone_first_shows_rank_model_kappa_and_mean_and_grey_win_rates_of_few_models(browser, request, board):
+    site, table = request.getfixturevalue(board)
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.goto((site / "index.html").as_uri())
+    settle(page)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert page.locator("#about summary").is_visible() and not page.locator("#summary").is_visible()  # prose folded
+    assert page.locator("#leaderboard").bounding_box()["y"] < 844 / 3
+    frame = page.locator("#table-wrap").evaluate(
+        "w => { const r = w.getBoundingClientRect(); return [r.left + w.clientLeft, r.top, r.left + w.clientLeft + "
+        "w.clientWidth, 844]; }"
+    )  # the board's visible part in the first screen: nothing cut at its right edge
+    rows = page.eval_on_selector_all(ROWS, FIRST_SCREEN, FIRST_ROWS)
+    assert len(rows) == min(FIRST_ROWS, table["model"].nunique())
+    for row in rows:
+        assert all(inside(row[cell], frame) for cell in ("rank", "model", "kap", "mean")), row
+        assert inside(row["text"], row["model"]) and not row["cut"], row  # the whole name in its cell
+    names = [row["name"] for row in rows]
+    assert names == shown(page, "model")[: len(rows)] and len(set(names)) == len(names)  # whole, hence told apart
+    if board == "paper":  # ranks 1-4 differ only in the middle or the end of their names
+        assert names[:4] == [
+            "vit_large_patch16_384_original",
+            "vit_large_patch32_384_original",
+            "vit_large_patch32_384",
+            "vit_large_patch16_224_original",
+        ]
+    rates, counts = win_rates(table)
+    expected = sorted(int(counts.loc[a, b]) for a in rates.index for b in rates.columns if pd.notna(rates.loc[a, b]))
+    cells = page.eval_on_selector_all(
+        "#win-rates td[data-n]",
+        "tds => tds.map(td => [+td.dataset.n, td.className, getComputedStyle(td).backgroundColor, td.innerText])",
+    )
+    assert sorted(n for n, _, _, _ in cells) == expected
+    muted = "rgb(238, 240, 244)"
+    for n, cls, background, text in cells:  # a cell of fewer models: grey with its count, not a rate's colour
+        assert (cls == "few", background == muted) == (n < FEW_MODELS, n < FEW_MODELS) and text.endswith(f"({n})")
+    few = sum(n < FEW_MODELS for n in expected)  # two models: every cell; the paper's kappas: none
+    assert (few, len(expected)) == ((24, 24) if board == "readme" else (0, 20))
+    page.close()
+
+
+@pytest.mark.parametrize("board", ["readme", "paper"])
+def test_no_table_of_a_model_page_scrolls_sideways_at_1280(browser, request, board):
+    site, table = request.getfixturevalue(board)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto((site / "models" / page_name(BOARD_MODELS[board])).as_uri())
+    page.evaluate("document.querySelectorAll('.level-classes').forEach(d => { d.hidden = false; })")  # every level's
+    widths = page.eval_on_selector_all(
+        ".table-wrap", "ws => ws.map(w => [w.firstElementChild.className, w.scrollWidth, w.clientWidth])"
+    )
+    assert widths and all(scroll <= client for _, scroll, client in widths), widths
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    entries = table[table["model"] == BOARD_MODELS[board]]
+    assert page.locator("#entries tbody tr").count() == len(entries)
+    if board == "readme":  # the widest metrics table: every metric of a harness record, each interval beside it
+        headers = page.eval_on_selector_all("#entries thead th", "ths => ths.map(th => th.innerText)")
+        assert len(headers) == 18 and {"aurc", "brier"} <= set(headers)
+        assert page.locator("#entries .ci:not(.none)").count() == 3 * len(entries)
+    page.close()
