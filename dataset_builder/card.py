@@ -10,7 +10,7 @@ Level manifests of other pairs live in ``levels/`` too and load with :func:`data
 Every config declares the same features (:func:`dataset_builder.loading.features_of`): the image, the label
 ``cls``, a ``ClassLabel`` of the benchmark's one label space with the class names, and ``json.class_id``. The
 features are written once in the YAML and referred to by an alias in the other configs: a full ImageNet label space
-names about 20,000 classes, and a copy per config made the card's YAML 14 MB (seconds of parsing per load).
+names about 20,000 classes, and a copy per config made the card's YAML 14 MB (tens of seconds of parsing per load).
 
 The body's loading examples are plain ``datasets.load_dataset`` calls (``load_level`` only for pairs
 without a config). A card written at build time (no repo id) names the local folder (``path/to/benchmark``);
