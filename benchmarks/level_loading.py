@@ -99,8 +99,17 @@ def imagenet_shaped(folder: Path, num_id: int = 1000, num_ood: int = 10450) -> P
         "classes": {"id": num_id, "ood": num_ood},
     }
     (root / MANIFEST).write_text(json.dumps(manifest))
-    pd.DataFrame({"index": range(num_id), "id": id_ids, "name": id_ids}).to_parquet(root / "classes" / "id.parquet")
-    pd.DataFrame({"id": ood_ids, "status": "ood", "index": range(num_ood)}).to_parquet(root / "classes" / "ood.parquet")
+    ood = {
+        "id": ood_ids,
+        "name": ood_ids,
+        "status": "ood",
+        "index": range(num_ood),
+        "label": range(num_id, num_id + num_ood),
+    }
+    pd.DataFrame({"index": range(num_id), "id": id_ids, "name": id_ids, "label": range(num_id)}).to_parquet(
+        root / "classes" / "id.parquet"
+    )
+    pd.DataFrame(ood).to_parquet(root / "classes" / "ood.parquet")
     add_levels(root, seeded_levels(ood_ids, num_id, folder), MODEL, KAPPA)
     return root
 

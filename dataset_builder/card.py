@@ -7,8 +7,10 @@ and one split ``level_NN`` per severity level, each listing that level's OOD tes
 config ``<model>__<kappa>__level_NN`` per level with that split alone: ``datasets`` prepares every
 split of a config it loads without streaming, so a level loads alone only from a config of its own.
 Level manifests of other pairs live in ``levels/`` too and load with :func:`dataset_builder.loading.load_level`.
-Every config declares the same features (:func:`dataset_builder.loading.sample_features`): the image, the
-integer label ``cls`` (one label space per benchmark) and ``json.class_id``.
+Every config declares the same features (:func:`dataset_builder.loading.features_of`): the image, the label
+``cls``, a ``ClassLabel`` of the benchmark's one label space with the class names, and ``json.class_id``. The
+features are written once in the YAML and referred to by an alias in the other configs: a full ImageNet label space
+names about 20,000 classes, and a copy per config made the card's YAML 14 MB (tens of seconds of parsing per load).
 
 The body's loading examples are plain ``datasets.load_dataset`` calls (``load_level`` only for pairs
 without a config). A card written at build time (no repo id) names the local folder (``path/to/benchmark``);
@@ -197,8 +199,11 @@ def card_data(root: Path) -> DatasetCardData:
         tags=["out-of-distribution-detection", CARD_TAG, "arxiv:2302.11893"],
         configs=configs,
     )
-    features = features_of(manifest)
+    features = features_of(bench)
     DatasetInfosDict({c["config_name"]: DatasetInfo(features=features) for c in configs}).to_dataset_card_data(data)
+    shared = data["dataset_info"][0]["features"]
+    for info in data["dataset_info"]:
+        info["features"] = shared  # written once, an alias in every other config: the class names are long
     return data
 
 
@@ -273,12 +278,23 @@ def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, rev
     return "\n\n".join(blocks)
 
 
+def _recipe_names(manifest: dict) -> str:
+    """The example's lines that give the columns the recipes' names, ``image`` and ``label`` (format 1: no label)."""
+    if manifest["format_version"] < LABELLED_SINCE:
+        return f'train = train.rename_column("{manifest["image_ext"]}", "image")\n'
+    return (
+        f'train = train.rename_columns({{"{manifest["image_ext"]}": "image", "cls": "label"}})  # the recipes\' names\n'
+        'names = train.features["label"].names  # the class name of each label\n'
+    )
+
+
 def _label_blocks(manifest: dict, splits: list[str], source: str, rev: str) -> list[str]:
     """The label space, and the ID training split to train a model on (config ``id``)."""
     num_id = manifest["classes"]["id"]
     blocks = [
-        f"Every config has the columns `{manifest['image_ext']}` (a PIL image), `cls` (the integer label) and "
-        "`json.class_id` (the class id). One label space for the whole benchmark, the same in every config: an ID "
+        f"Every config has the columns `{manifest['image_ext']}` (a PIL image), `cls` (the label, a `ClassLabel` with "
+        "the class names) and `json.class_id` (the class id). One label space for the whole benchmark, the same names "
+        "and ids in every config: an ID "
         f"class's label is its place in the ID class order (0 to {num_id - 1}, what a classifier predicts), an OOD "
         f"class's is {num_id} + its place among the OOD candidates; `classes/id.parquet` and `classes/ood.parquet` "
         "give each class's `label`."
@@ -293,7 +309,7 @@ def _label_blocks(manifest: dict, splits: list[str], source: str, rev: str) -> l
     blocks.append(
         f"Config `id`: the ID splits alone ({', '.join(f'`{s}`' for s in ID_SPLITS if s in splits)}); {what}:\n\n"
         "```python\nfrom datasets import load_dataset\n\n"
-        f'train = load_dataset({source}, "id", split={_q(train or "id_test")}{rev})\n```'
+        f'train = load_dataset({source}, "id", split={_q(train or "id_test")}{rev})\n{_recipe_names(manifest)}```'
     )
     return blocks
 

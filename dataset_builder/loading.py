@@ -7,10 +7,10 @@ folder or a Hub dataset repo; a repo is read at one commit (``revision``: a tag,
 default ``main``), through ``hf://datasets/<repo>@<commit>/...`` paths.
 
 Every config of a benchmark has the same columns, timm's and the Hub's image WebDataset form: the image
-(``png`` or ``jpg``: the benchmark's ``image_ext``), ``cls`` (the integer label: the ID class's place in
-the ID class order, what a classifier predicts; the number of ID classes + the OOD class's place among
-the OOD candidates; the class tables' ``label``, the same in every config) and ``json`` (``class_id``, the
-class's string id). A benchmark of format 1 has no ``cls``.
+(``png`` or ``jpg``: the benchmark's ``image_ext``), ``cls`` (the label, a ``ClassLabel`` of the benchmark's one
+label space: the ID class's place in the ID class order, what a classifier predicts; the number of ID classes + the
+OOD class's place among the OOD candidates; the class tables' ``label``, the same names and ids in every config) and
+``json`` (``class_id``, the class's string id). A benchmark of format 1 has no ``cls``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import datasets
+import pandas as pd
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError
 
@@ -26,25 +27,42 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.levels import level_data_files, level_file_name, level_split, read_level_table
 from dataset_builder.manifest import LABELLED_SINCE
 
+INT_LABEL = datasets.Value("int64")  # ``cls`` where the class names are not at hand
+UNUSED_LABEL = "<unused {label}>"  # the name of a label no class holds (a candidate the image rules removed)
 
-def sample_features(image_ext: str, labelled: bool = True) -> datasets.Features:
-    """The features of every sample: key, source shard, the image, its integer label ``cls`` (``labelled``: a
-    benchmark of format 2 or later) and its class id."""
-    label = {"cls": datasets.Value("int64")} if labelled else {}
+
+def sample_features(
+    image_ext: str, label: datasets.ClassLabel | datasets.Value | None = INT_LABEL
+) -> datasets.Features:
+    """The features of every sample: key, source shard, the image, its label ``cls`` (None: a benchmark of format 1,
+    which has none) and its class id."""
     return datasets.Features(
         {
             "__key__": datasets.Value("string"),
             "__url__": datasets.Value("string"),
             image_ext: datasets.Image(),
-            **label,
+            **({"cls": label} if label is not None else {}),
             "json": {"class_id": datasets.Value("string")},
         }
     )
 
 
-def features_of(manifest: dict) -> datasets.Features:
-    """The sample features of a benchmark, from its manifest (format 1 has no ``cls``)."""
-    return sample_features(manifest["image_ext"], manifest["format_version"] >= LABELLED_SINCE)
+def label_names(bench: Benchmark) -> list[str]:
+    """The name of every label of the benchmark's label space, ``names[label]``: the class tables' ``name`` (the class
+    id where it has none), followed by `` (<class id>)`` where classes share a name (``ClassLabel`` names are
+    unique), and ``<unused N>`` for a label no class holds."""
+    classes = pd.concat([bench.id_classes, bench.ood_classes], ignore_index=True)
+    names = classes["name"].fillna(classes["id"])  # a class without a name is named by its id
+    names = names.where(~names.duplicated(keep=False), names + " (" + classes["id"] + ")")
+    by_label = dict(zip(classes["label"].astype(int), names))
+    return [by_label.get(label, UNUSED_LABEL.format(label=label)) for label in range(max(by_label) + 1)]
+
+
+def features_of(bench: Benchmark) -> datasets.Features:
+    """The sample features of a benchmark: ``cls`` a ``ClassLabel`` of :func:`label_names` (format 1 has no
+    ``cls``)."""
+    labelled = bench.manifest["format_version"] >= LABELLED_SINCE
+    return sample_features(bench.image_ext, datasets.ClassLabel(names=label_names(bench)) if labelled else None)
 
 
 def test_shards(manifest: dict) -> dict[str, str]:
@@ -98,7 +116,7 @@ def load_level(
         "webdataset",
         data_files={split: [prefix + p for p in files[split]]},
         split=split,
-        features=features_of(bench.manifest),
+        features=features_of(bench),
         streaming=streaming,
         **kwargs,
     )

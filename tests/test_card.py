@@ -156,8 +156,10 @@ def test_the_local_examples_are_plain_load_dataset_calls_and_they_run(bench):
     assert sum(1 for _ in pool["pool"]) == POOL_ESTIMATION
     assert pool["class_id"] == Benchmark.open(bench).ood_classes["id"].iloc[pool["label"] - 36]
     assert isinstance(pool["image"], PIL.Image.Image) and type(pool["label"]) is int
-    train = run_example(id_block, **{LOCAL_PATH: str(bench)})["train"]
-    assert len(train) == 36 * 8 and sorted(set(train["cls"])) == list(range(36))
+    example = run_example(id_block, **{LOCAL_PATH: str(bench)})
+    train, ids = example["train"], Benchmark.open(bench).id_classes
+    assert len(train) == 36 * 8 and sorted(set(train["label"])) == list(range(36))
+    assert isinstance(train[0]["image"], PIL.Image.Image) and example["names"][:36] == ids["name"].tolist()
     level = run_example(level_block, **{LOCAL_PATH: str(bench)})
     assert len(level["level"]) == 36 * 8
     assert sorted(r["__key__"] for r in level["stream"]) == sorted(level["level"]["__key__"])
@@ -178,8 +180,8 @@ def test_publish_uploads_a_card_that_names_the_repo_and_leaves_the_folder_as_it_
     assert f'load_dataset("{REPO}", "pool", split="ood_estimation", revision="1.0.0", streaming=True)' in pool_block
     assert f'load_dataset("{REPO}", "id", split="id_test", revision="1.0.0")' in id_block
     assert (
-        run_example(id_block)["train"]["cls"]
-        == run_example(id_block, **{REPO: str(bench), ', revision="1.0.0"': ""})["train"]["cls"]
+        run_example(id_block)["train"]["label"]
+        == run_example(id_block, **{REPO: str(bench), ', revision="1.0.0"': ""})["train"]["label"]
     )
     assert f'load_dataset("{REPO}", "{CONFIG}__level_07", split="level_07", revision="1.0.0")' in level_block
     assert f'load_dataset("{REPO}", "{CONFIG}", split="level_07", revision="1.0.0", streaming=True)' in level_block

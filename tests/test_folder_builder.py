@@ -77,6 +77,9 @@ def test_class_rules_and_a_mixed_format_class_loading_through_datasets(tmp_path)
     assert len(loaded) == 3 * 4  # nothing dropped: the PNG sits under the same field
     assert {r["json"]["class_id"]: r["cls"] for r in loaded} == table.loc[["ant", "bee", "owl"], "label"].to_dict()
     assert {loaded[i]["jpg"].format for i in range(len(loaded))} == set(bench.manifest["image_formats"])
+    by_card = datasets.load_dataset(str(tmp_path / "b"), "pool", split="ood_estimation")  # the card's features
+    assert by_card.features["cls"].names == ["cat", "dog", "ant", "bee", "owl"]  # a folder's class is its name
+    assert {r["json"]["class_id"] for r in by_card} == {by_card.features["cls"].int2str(c) for c in by_card["cls"]}
 
 
 def test_an_interrupted_build_resumes_without_redoing_finished_blocks(tmp_path, monkeypatch):

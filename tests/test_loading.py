@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import datasets
@@ -12,7 +13,8 @@ import PIL.Image
 import pytest
 import torch
 import yaml
-from huggingface_hub import HfApi
+from datasets.info import DatasetInfosDict
+from huggingface_hub import DatasetCard, HfApi
 from typer.testing import CliRunner
 
 import dataset_builder.loading
@@ -23,7 +25,7 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.glyphs.build import build as build_glyphs
 from dataset_builder.imagenet import build_imagenet
 from dataset_builder.levels import level_file_name, level_table
-from dataset_builder.loading import load_level
+from dataset_builder.loading import label_names, load_level
 from dataset_builder.publish import publish
 from glyph_fixtures import TINY
 from image_fixtures import OPTIONS, VAL_CLASSES, imagenet_tree
@@ -60,6 +62,15 @@ def labels(bench: Path) -> dict[str, int]:
     return dict(zip(b.id_classes["id"], b.id_classes["label"])) | dict(zip(b.ood_classes["id"], b.ood_classes["label"]))
 
 
+def table_names(bench: Path) -> list[str]:
+    """The class tables' name of each label, 0 to the largest; ``<unused N>`` where no class has the label."""
+    b = Benchmark.open(bench)
+    named = dict(zip(b.id_classes["label"], b.id_classes["name"])) | dict(
+        zip(b.ood_classes["label"], b.ood_classes["name"])
+    )
+    return [named.get(label, f"<unused {label}>") for label in range(max(named) + 1)]
+
+
 def level_07_shards(bench: Path) -> set[str]:
     return {(bench / f"ood/test/000/{c}.tar").resolve().as_posix() for c in level_07_classes(bench)}
 
@@ -82,16 +93,19 @@ def test_card_declares_features_a_default_pool_and_reference_configs(bench):
     assert list(level_files) == ["id_test", *LEVELS]
     assert level_files["level_07"] == [f"ood/test/000/{c}.tar" for c in level_07_classes(bench)]
     assert configs[f"{CONFIG}__level_07"]["data_files"] == [{"split": "level_07", "path": level_files["level_07"]}]
+    names = {str(label): name for label, name in enumerate(table_names(bench))}
     features = {
         "jpg": {"dtype": "image"},
-        "cls": {"dtype": "int64"},
+        "cls": {"dtype": {"class_label": {"names": names}}},
         "json": {"struct": [{"name": "class_id", "dtype": "string"}]},
     }
+    assert sorted(i["config_name"] for i in meta["dataset_info"]) == sorted(configs)
     assert all(
-        {f.pop("name"): f for f in info["features"]}
+        {f["name"]: {k: v for k, v in f.items() if k != "name"} for f in info["features"]}
         == {"__key__": {"dtype": "string"}, "__url__": {"dtype": "string"}} | features
         for info in meta["dataset_info"]
     )
+    assert text.count("class_label:") == 1  # written once, an alias in every other config
     assert (bench / "levels" / "reference.txt").read_text() == f"{CONFIG}\n"
 
 
@@ -101,6 +115,7 @@ def test_a_level_loads_locally_with_its_classes_and_counts(bench):
     assert sorted({row["class_id"] for row in level["json"]}) == level_07_classes(bench)
     assert level[0]["jpg"].size == (16, 16)
     assert level["cls"] == [labels(bench)[row["class_id"]] for row in level["json"]]
+    assert level.features["cls"] == datasets.ClassLabel(names=table_names(bench))
     streamed = list(load_level(bench, "tiny/model", "softmax", 7, streaming=True))
     assert sorted(r["__key__"] for r in streamed) == sorted(level["__key__"])
     by_config = datasets.load_dataset(str(bench), CONFIG, split="level_07")
@@ -135,7 +150,8 @@ def test_a_class_has_one_label_in_every_config_the_class_tables_label(bench):
     ):
         ds = datasets.load_dataset(str(bench), config, split=split)
         assert isinstance(ds[0]["jpg"], PIL.Image.Image) and ds[0]["jpg"].size == (16, 16)
-        assert ds.features["cls"] == datasets.Value("int64") and all(type(label) is int for label in ds["cls"])
+        assert ds.features["cls"] == datasets.ClassLabel(names=table_names(bench))
+        assert all(type(label) is int for label in ds["cls"])
         found: dict[str, set] = {}
         for row in ds.select_columns(["cls", "json"]):
             found.setdefault(row["json"]["class_id"], set()).add(row["cls"])
@@ -199,16 +215,60 @@ def test_the_levels_command_prints_the_calls_that_load_what_it_wrote(bench, tmp_
         assert level["cls"] == [labels(bench)[row["class_id"]] for row in level["json"]]
 
 
-def test_the_docs_training_example_loads_the_id_training_split(tmp_path):
-    root = tmp_path / "glyphs"
+@pytest.fixture(scope="module")
+def trained_glyphs(tmp_path_factory) -> Path:
+    """The tiny glyph benchmark with an ID training split of 2 images per class."""
+    root = tmp_path_factory.mktemp("trained") / "glyphs"
     build_glyphs(root, progress=False, workers=1, **{**TINY, "id_train_per_class": 2})
+    return root
+
+
+def run_docs_recipe(root: Path, split: str) -> dict:
+    """The training recipe of docs/loading.md, run as written on ``root`` (its ``split`` of config ``id``)."""
     text = (Path(__file__).resolve().parents[1] / "docs" / "loading.md").read_text()
     section = text.split("## Training a model on the ID training split")[1].split("\n## ")[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    code = code.replace("path/to/benchmark", str(root)).replace('split="id_train"', f'split="{split}"')
     namespace: dict = {}
-    exec(compile(code.replace("path/to/benchmark", str(root)), "docs/loading.md", "exec"), namespace)
-    assert namespace["image"] == "png" and len(namespace["train"]) == 36 * 2
+    exec(compile(code, "docs/loading.md", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize(
+    "which, split, image, rows", [("glyphs", "id_train", "png", 36 * 2), ("imagenet", "id_test", "jpg", 4 * 5)]
+)
+def test_the_docs_recipe_runs_on_glyphs_and_imagenet_with_the_class_names_in_every_config(
+    which, split, image, rows, trained_glyphs, bench
+):
+    root = {"glyphs": trained_glyphs, "imagenet": bench}[which]
+    namespace = run_docs_recipe(root, split)
+    names, ids = table_names(root), Benchmark.open(root).id_classes
+    assert namespace["image"] == image and len(namespace["train"]) == rows and namespace["names"] == names
+    assert namespace["names"][: len(ids)] == ids["name"].tolist() and ids["label"].tolist() == list(range(len(ids)))
     batch = next(iter(namespace["loader"]))
-    assert batch["image"].shape == (64, 3, 224, 224) and batch["label"].dtype == torch.int64
-    ids = Benchmark.open(root).id_classes
-    assert set(batch["label"].tolist()) <= set(range(36)) and ids["label"].tolist() == list(range(36))
+    assert batch["image"].shape == (min(64, rows), 3, 224, 224) and batch["label"].dtype == torch.int64
+    assert set(batch["label"].tolist()) <= set(range(len(ids)))
+    raw = datasets.load_dataset(str(root), "id", split=split)
+    of_class = dict(zip(ids["id"], ids["name"]))
+    assert [names[label] for label in raw["cls"]] == [of_class[row["class_id"]] for row in raw["json"]]
+    card = DatasetCard.load(root / "README.md").data
+    infos = DatasetInfosDict.from_dataset_card_data(card)  # every config's features, as load_dataset reads them
+    assert sorted(infos) == sorted(c["config_name"] for c in card.configs)
+    assert len(infos) == {"glyphs": 2, "imagenet": 2 + 1 + len(LEVELS)}[which]
+    assert all(
+        i.features["cls"].names == names and isinstance(i.features[image], datasets.Image) for i in infos.values()
+    )
+    last = card.configs[-1]["config_name"]  # the pair's last level config on ImageNet
+    assert datasets.load_dataset_builder(str(root), last).info.features["cls"].names == names
+
+
+def test_class_names_that_two_classes_share_are_told_apart_by_their_ids(bench):
+    b = Benchmark.open(bench)
+    crane = b.id_classes.assign(name=["crane", "crane", *b.id_classes["name"][2:]])
+    names = label_names(replace(b, id_classes=crane))
+    assert names[:3] == [
+        f"crane ({b.id_classes['id'][0]})",
+        f"crane ({b.id_classes['id'][1]})",
+        b.id_classes["name"][2],
+    ]
+    assert names[4] == "<unused 4>" and names[3:] == table_names(bench)[3:]  # label 4: a removed candidate's
