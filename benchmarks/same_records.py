@@ -3,12 +3,16 @@
     python benchmarks/same_records.py                    # against the merge base of HEAD with main
     python benchmarks/same_records.py --before 6f0bbba   # against any commit, branch or tag
     python benchmarks/same_records.py --before HEAD --order-seed 5   # a rerun given a run's order seed
+    python benchmarks/same_records.py --library      # a timm: library target read offline from a local Hub cache
 
 Checks out the ``--before`` ref in a temporary git worktree, runs the quick start (``cood-harness submit
 examples/glyph_cnn.py``, the embedded ``glyphs`` benchmark) from that tree and from this one, one after the other, each
 with this interpreter, ``PYTHONPATH`` set to its tree, and its own fresh output folder (``--out``), score cache
 (``--cache-dir``) and benchmark cache (``COOD_BENCH_CACHE``, so each builds the benchmark itself), then compares every
 output file byte for byte: one line per file, then a summary. Exit status 1 when a file differs or is in one run only.
+With ``--library`` the target is a random-init timm model for the glyph benchmark, committed to the project's local
+Hub test server (``tests/hub_server.py``), fetched into a Hugging Face cache, then read by both runs with
+``HF_HUB_OFFLINE=1``.
 
 In the records, the fields that can never match between two runs are masked, and only those (:data:`MASKED`): the
 creation time and the durations. A record is compared as its text with those values replaced, after checking that the
@@ -29,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK_START = ["submit", "examples/glyph_cnn.py"]  # README, "Quick start"
+LIBRARY_REPO = "cood-bench/glyph-efficientnet"
 MASKED = {"created": "the time the run started", "timings.*_s": "durations in seconds (total, per split, first batch)"}
 MASK = "<masked>"
 
@@ -37,9 +42,42 @@ def git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def run_quick_start(tree: Path, work: Path, extra: tuple[str, ...] = (), benchmarks: Path | None = None) -> Path:
-    """Run the quick start with ``tree``'s code and ``extra`` options into fresh folders under ``work`` (the
-    benchmark built there too, unless a ``benchmarks`` cache folder is given); return the output folder."""
+def library_target() -> list[str]:
+    """The ``submit`` arguments of a timm target whose weights sit in a local Hugging Face cache, read offline: the
+    local Hub is started (pointing this process's Hugging Face environment at it), given the model and stopped."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import hub_server
+
+    server = hub_server.start_for_session()
+    import timm
+    import torch
+    from huggingface_hub import HfApi, snapshot_download
+    from timm.models import save_for_hf
+
+    sys.path.insert(0, str(ROOT))
+    from dataset_builder.embedded import embedded_settings
+
+    torch.manual_seed(0)
+    classes = embedded_settings("glyphs").NUM_ID_CLASSES
+    model = timm.create_model("test_efficientnet", num_classes=classes, in_chans=1).eval()
+    data = {"input_size": (1, 32, 32), "mean": (0.5,), "std": (0.5,), "crop_pct": 1.0, "interpolation": "bilinear"}
+    with tempfile.TemporaryDirectory() as folder:
+        save_for_hf(model, folder, safe_serialization=True, data_config=data)
+        api = HfApi(endpoint=server.url)
+        api.create_repo(LIBRARY_REPO)
+        api.upload_folder(repo_id=LIBRARY_REPO, folder_path=folder)
+    snapshot_download(LIBRARY_REPO)
+    server.stop()
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return ["submit", f"timm:hf-hub:{LIBRARY_REPO}"]
+
+
+def run_quick_start(
+    tree: Path, work: Path, extra: tuple[str, ...] = (), benchmarks: Path | None = None, submit: list[str] = QUICK_START
+) -> Path:
+    """Run the quick start (or another ``submit`` command) with ``tree``'s code and ``extra`` options into fresh
+    folders under ``work`` (the benchmark built there too, unless a ``benchmarks`` cache folder is given); return the
+    output folder."""
     work.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(tree), "COOD_BENCH_CACHE": str(benchmarks or work / "cache")}
     found = subprocess.run(
@@ -57,7 +95,7 @@ def run_quick_start(tree: Path, work: Path, extra: tuple[str, ...] = (), benchma
         sys.executable,
         "-c",
         "from harness.cli import main; main()",
-        *QUICK_START,
+        *submit,
         *extra,
         "--out",
         str(out),
@@ -109,7 +147,7 @@ def compare(before: Path, after: Path, name: str) -> str:
             return "differs (not in the canonical form, so not masked)"
         old, new = (canonical(masked(r)).encode() for r in records)
         if old != new:
-            return "differs  at " + ", ".join(differing(*(masked(r) for r in records))[:5])
+            return "differs  at " + ", ".join(differing(*(masked(r) for r in records)))
     return "same" if old == new else "differs"
 
 
@@ -120,7 +158,14 @@ def main() -> int:
     parser.add_argument(
         "--order-seed", type=int, help="give both runs this order seed (both trees must know --order-seed)"
     )
+    parser.add_argument("--library", action="store_true", help="run a timm: target from a local Hub cache instead")
+    parser.add_argument(
+        "--one-build",
+        action="store_true",
+        help="both runs read the benchmark the first builds (one private draw) instead of each building its own",
+    )
     args = parser.parse_args()
+    submit = library_target() if args.library else QUICK_START
     ref = args.before or git("merge-base", "HEAD", "main")
     commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
     work = Path(tempfile.mkdtemp(prefix="same-records-")) if args.keep is None else args.keep
@@ -129,7 +174,11 @@ def main() -> int:
     try:
         print(f"before: {ref} ({commit[:12]}); after: the working tree {ROOT}", flush=True)
         extra = () if args.order_seed is None else ("--order-seed", str(args.order_seed))
-        outs = [run_quick_start(tree, work / "before", extra), run_quick_start(ROOT, work / "after", extra)]
+        shared = work / "benchmarks" if args.one_build else None
+        outs = [
+            run_quick_start(code, work / name, extra, shared, submit)
+            for code, name in ((tree, "before"), (ROOT, "after"))
+        ]
         names = sorted({p.relative_to(out).as_posix() for out in outs for p in out.rglob("*") if p.is_file()})
         results = {name: compare(*outs, name) for name in names}
     finally:
