@@ -159,11 +159,22 @@ def run_cli(*args, cwd=None):
 
 
 def test_cli_prints_the_per_level_table(tiny_glyphs, tmp_path):
-    done = run_cli(
-        "submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--device", "cpu", "-k", "softmax"
-    )
+    """Its output sent to files, as a CI or a worker's log: one line per phase, no progress bar's carriage returns."""
+    args = ["submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--device", "cpu", "-k", "softmax"]
+    args.append("--no-cache")  # a pass that would draw its bar on a terminal
+    with open(tmp_path / "out.log", "w") as out, open(tmp_path / "err.log", "w") as err:
+        code = subprocess.run(
+            [sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)], stdout=out, stderr=err
+        ).returncode
+    logs = [(tmp_path / name).read_bytes().decode() for name in ("out.log", "err.log")]  # the bytes, "\r" kept
+    done = subprocess.CompletedProcess(args, code, *logs)
     assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stdout + done.stderr and "img/s" not in done.stderr
     assert done.stderr.splitlines()[1] in ("device: cpu, float32", "device: cpu (no CUDA GPU found), float32")
+    at = done.stderr.splitlines().index(
+        "id_test, ood_estimation, ood_test: 1 kappa on 1,440 images, in one secret order"
+    )
+    assert re.fullmatch(r"evaluation: done in \d+\.\d s \(50 shards forwarded\)", done.stderr.splitlines()[at + 1])
     lines = done.stdout.splitlines()
     assert lines[1].split() == ["level", "pct", "k1.auroc", "k1.fpr95"]  # one header row of short names
     assert [line.split()[0] for line in lines[2:13]] == [str(i) for i in range(11)]
