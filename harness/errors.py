@@ -105,11 +105,20 @@ def located(exc: BaseException, path: Path) -> str:
         frames.append((exc.filename, exc.lineno))
     for filename, line in reversed(frames):
         file = Path(filename).resolve()
-        if file.is_relative_to(folder) and not file.is_relative_to(HARNESS) and line:
+        if line and not filename.startswith("<") and _users(file, folder):
             if file == path.resolve():
                 return f"{path}, line {line}"
             return f"{path} ({path.parent / file.relative_to(folder)}, line {line})"
     return str(path)
+
+
+def _users(file: Path, folder: Path) -> bool:
+    """Whether ``file`` is the user's code in their submission's ``folder``: not the harness's, nor an installed
+    package's or a hidden folder's (a virtual environment there), which the bundle leaves out or holds no code of."""
+    if not file.is_relative_to(folder) or file.is_relative_to(HARNESS):
+        return False
+    parts = file.relative_to(folder).parts
+    return not any(part.startswith(".") or part == "site-packages" for part in parts)
 
 
 def detail(exc: BaseException) -> str | None:
