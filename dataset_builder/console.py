@@ -147,6 +147,12 @@ def _fail(exc: Exception, error: str) -> NoReturn:
     fail(exc, f"{error}: {one_line(exc)} (set COOD_DEBUG=1 for the traceback)", 1)
 
 
+def bars_off(progress: bool) -> bool | None:
+    """tqdm's ``disable`` for a progress bar shown while ``progress``, on a terminal only: None has tqdm leave out a
+    bar whose stream is not a terminal, so that a log file, a pipe or a CI log gets no carriage-return frames."""
+    return None if progress else True
+
+
 def plural(count: int, word: str, words: str = "") -> str:
     """``1 model``, ``12 shards``, ``1,000 images``, ``36 classes``; ``words``: an irregular plural (``entry``,
     ``entries``)."""

@@ -42,6 +42,7 @@ from tqdm import tqdm
 from dataset_builder import faults
 from dataset_builder import manifest as manifest_io
 from dataset_builder.assemble import class_counts, class_labels, finish, number_pool, partial_of, write_class_tables
+from dataset_builder.console import bars_off
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.files import write_atomic
 from dataset_builder.manifest import MAX_IMAGE_PIXELS
@@ -593,7 +594,7 @@ def build_from_folders(
         initial=sum(len(b.classes) for b in blocks if b.name in results),
         desc="building",
         unit="class",
-        disable=not progress,
+        disable=bars_off(progress),
     ) as bar:
         results.update(_run(todo, workers, bar))
     ordered = [results[b.name] for b in blocks]

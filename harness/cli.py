@@ -151,7 +151,9 @@ def submit(
         "(kappas read the same values in every run).",
     ),
     progress: bool = typer.Option(
-        DEFAULTS.progress, help="Show progress bars (a line as each phase starts or ends is shown either way)."
+        DEFAULTS.progress,
+        help="Show progress bars, on a terminal only (none in a file or a pipe); a line as each phase starts or ends "
+        "is shown either way.",
     ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Print only the results, warnings and errors: no phase lines, no progress bars."

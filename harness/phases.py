@@ -1,7 +1,8 @@
 """The run's phase lines: one line on stderr as each long phase starts or ends (loading the submission, building the
 benchmark, fitting each detector, scoring each split, writing the outputs), through the ``cood`` logger.
 
-The command line shows them unless ``--quiet`` (``--no-progress`` turns off only the bars); the Python API shows them
+The command line shows them unless ``--quiet`` (``--no-progress`` turns off only the bars, which are drawn on a
+terminal only: a log gets these lines alone); the Python API shows them
 while ``progress`` is on, and otherwise leaves them to the caller's logging configuration."""
 
 from __future__ import annotations

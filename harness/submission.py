@@ -33,7 +33,7 @@ import torch
 from PIL import Image
 
 from harness.bundle import Bundle
-from harness.errors import HarnessError, escaped
+from harness.errors import HarnessError, cause, escaped, located
 from harness.kappas import LogitFunction, check_kappa_name, registry, split_output
 from harness.options import MAX_NAME_BYTES, check_name  # noqa: F401 (re-exported)
 
@@ -152,7 +152,7 @@ def _import_file(path: Path):
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's code: any failure is reported in one line
-        raise HarnessError(f"cannot load submission {path}: {type(exc).__name__}: {exc}") from exc
+        raise HarnessError(f"cannot load submission {located(exc, path)}: {cause(exc)}") from exc
     finally:
         sys.path.remove(str(path.parent))
     return module
@@ -242,7 +242,7 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
         model = module.build_model()
         transform = custom() if callable(custom) else None if sandboxed else timm_transform(config)
     except Exception as exc:
-        raise HarnessError(f"submission {path}: building the model failed: {type(exc).__name__}: {exc}") from exc
+        raise HarnessError(f"submission {located(exc, path)}: building the model failed: {cause(exc)}") from exc
     if not isinstance(model, torch.nn.Module):
         raise HarnessError(f"submission {path}: build_model() returned {type(model).__name__}, not a torch.nn.Module")
     kappas = {}

@@ -194,13 +194,13 @@ def test_timm_wrong_shapes_and_keys_are_named(tmp_path):
     state = model.state_dict()
     state["conv_stem.weight"] = state["conv_stem.weight"][:, :1]
     with pytest.raises(
-        HarnessError, match=r"'conv_stem.weight' has shape \(24, 1, 3, 3\), the model expects \(24, 3, 3, 3\)"
+        HarnessError, match=r"the model: 'conv_stem.weight' is \(24, 1, 3, 3\), the model's is \(24, 3, 3, 3\)$"
     ):
         load_target("timm:test_efficientnet", weights=saved(model, tmp_path / "stem.pt", state))
     state = model.state_dict()
     state["extra.weight"] = state.pop("conv_stem.weight")
     with pytest.raises(
-        HarnessError, match=r"1 missing keys \['conv_stem.weight'\], 1 unexpected keys \['extra.weight'\]"
+        HarnessError, match=r"the model: 1 missing key \('conv_stem.weight'\), 1 unexpected key \('extra.weight'\)$"
     ):
         load_target("timm:test_efficientnet", weights=saved(model, tmp_path / "bad.pt", state))
     with pytest.raises(HarnessError, match="holds no state dict"):

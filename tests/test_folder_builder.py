@@ -139,6 +139,7 @@ def test_cli_builds_and_reports_errors_in_one_line(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "2 ID classes, 4 OOD classes, 0 unreadable or oversized images skipped" in result.output
+    assert "\r" not in result.output and "building:" not in result.output  # not a terminal: no progress bar
     (ood_dir / "bad name").mkdir()
     result = runner.invoke(app, [args[0], str(tmp_path / "c"), *args[2:]])
     assert isinstance(result.exception, BenchmarkError)

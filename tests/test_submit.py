@@ -1,6 +1,8 @@
 """`cood-harness submit` end to end: outputs, determinism, the paper's curve shape, errors."""
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -157,11 +159,22 @@ def run_cli(*args, cwd=None):
 
 
 def test_cli_prints_the_per_level_table(tiny_glyphs, tmp_path):
-    done = run_cli(
-        "submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--device", "cpu", "-k", "softmax"
-    )
+    """Its output sent to files, as a CI or a worker's log: one line per phase, no progress bar's carriage returns."""
+    args = ["submit", CNN, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--device", "cpu", "-k", "softmax"]
+    args.append("--no-cache")  # a pass that would draw its bar on a terminal
+    with open(tmp_path / "out.log", "w") as out, open(tmp_path / "err.log", "w") as err:
+        code = subprocess.run(
+            [sys.executable, "-c", "from harness.cli import main; main()", *map(str, args)], stdout=out, stderr=err
+        ).returncode
+    logs = [(tmp_path / name).read_bytes().decode() for name in ("out.log", "err.log")]  # the bytes, "\r" kept
+    done = subprocess.CompletedProcess(args, code, *logs)
     assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stdout + done.stderr and "img/s" not in done.stderr
     assert done.stderr.splitlines()[1] in ("device: cpu, float32", "device: cpu (no CUDA GPU found), float32")
+    at = done.stderr.splitlines().index(
+        "id_test, ood_estimation, ood_test: 1 kappa on 1,440 images, in one secret order"
+    )
+    assert re.fullmatch(r"evaluation: done in \d+\.\d s \(50 shards forwarded\)", done.stderr.splitlines()[at + 1])
     lines = done.stdout.splitlines()
     assert lines[1].split() == ["level", "pct", "k1.auroc", "k1.fpr95"]  # one header row of short names
     assert [line.split()[0] for line in lines[2:13]] == [str(i) for i in range(11)]
@@ -200,11 +213,14 @@ def test_the_table_of_many_kappas_fits_100_columns_in_blocks_with_a_legend():
 
 
 BAD_MODELS = {
-    "no_entry_point.py": ("DATA_CONFIG = {'input_size': (1, 32, 32)}\n", "defines no build_model"),
+    "no_entry_point.py": (
+        "DATA_CONFIG = {'input_size': (1, 32, 32)}\n",
+        r"submission sub/no_entry_point\.py defines no build_model\(\) function",
+    ),
     "wrong_classes.py": (
         "import torch\nDATA_CONFIG = {'input_size': (1, 32, 32), 'mean': (0.5,), 'std': (0.5,), 'crop_pct': 1.0}\n"
         "def build_model():\n    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 10))\n",
-        r"logits of shape \(\d+, 10\).*36 ID classes",
+        r"sub/wrong_classes\.py: the model gives logits of shape \(\d+, 10\).*36 ID classes",
     ),
     "nan_logits.py": (
         "import torch\nDATA_CONFIG = {'input_size': (1, 32, 32), 'mean': (0.5,), 'std': (0.5,), 'crop_pct': 1.0}\n"
@@ -212,22 +228,60 @@ BAD_MODELS = {
         "def build_model():\n    return M()\n",
         "NaN or infinite logits",
     ),
-    "syntax_error.py": ("def build_model(:\n", "cannot load submission"),
+    "syntax_error.py": (
+        "DATA_CONFIG = {}\n\ndef build_model(:\n",
+        r"cannot load submission sub/syntax_error\.py, line 3: SyntaxError: invalid syntax",
+    ),
+    "unfit_weights.py": (  # another net's weights: PyTorch's error of many lines, in one
+        "import torch\nDATA_CONFIG = {'input_size': (1, 32, 32), 'mean': (0.5,), 'std': (0.5,), 'crop_pct': 1.0}\n"
+        "def build_model():\n    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 36))\n"
+        "    model.load_state_dict(torch.nn.Sequential(torch.nn.Linear(1024, 8), torch.nn.ReLU(), "
+        "torch.nn.Linear(8, 36)).state_dict())\n    return model\n",
+        r"submission sub/unfit_weights\.py, line 5: building the model failed: the weights do not fit Sequential: "
+        r"2 missing keys \('1\.bias' and 1 more\), 4 unexpected keys \('0\.bias' and 3 more\)",
+    ),
 }
+NAMED = ("no_entry_point.py", "syntax_error.py", "unfit_weights.py", "wrong_classes.py")  # the user's path in the line
 
 
 @pytest.mark.parametrize("name", sorted(BAD_MODELS))
 def test_bad_submissions_fail_in_one_line(tiny_glyphs, tmp_path, name):
+    """One line, in the user's words: the path as they named it (never the sandbox's mount point), no escaped line
+    breaks or tabs, under 200 characters."""
     source, message = BAD_MODELS[name]
-    (tmp_path / name).write_text(source)
-    done = run_cli("submit", tmp_path / name, "--benchmark", tiny_glyphs, "--out", tmp_path / "out", "--quiet")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / name).write_text(source)
+    done = run_cli("submit", f"sub/{name}", "--benchmark", tiny_glyphs, "--out", "out", "--quiet", cwd=tmp_path)
     assert_one_line_error(done, message)
+    line = done.stderr.strip()
+    if name in NAMED:
+        assert re.fullmatch(f"error: {message}", line), line
+    assert "/submission" not in line and "\\n" not in line and "\\t" not in line and len(line) < 200, line
     assert not (tmp_path / "out").exists()
 
 
-def assert_one_line_error(done, pattern):
-    import re
+def test_cood_debug_shows_the_whole_pytorch_error_in_the_users_words(tiny_glyphs, tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "unfit_weights.py").write_text(BAD_MODELS["unfit_weights.py"][0])
+    done = subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", "submit", "sub/unfit_weights.py"]
+        + ["--benchmark", str(tiny_glyphs), "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "COOD_DEBUG": "1"},
+    )
+    assert done.returncode == 2, done.stderr
+    assert 'File "sub/unfit_weights.py", line 5, in build_model\n' in done.stderr  # the child's own traceback
+    whole = (
+        'for Sequential:\n\tMissing key(s) in state_dict: "1.weight", "1.bias". \n\tUnexpected key(s) in state_dict: '
+    )
+    assert whole in done.stderr and "/submission/" not in done.stderr  # (the harness's own submission.py is named)
+    last = done.stderr.rstrip().splitlines()[-1]
+    assert re.fullmatch(f"harness.errors.HarnessError: {BAD_MODELS['unfit_weights.py'][1]}", last), last
 
+
+def assert_one_line_error(done, pattern):
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]

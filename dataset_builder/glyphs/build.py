@@ -18,6 +18,7 @@ from dataset_builder.assemble import (
     partial_of,
     write_class_tables,
 )
+from dataset_builder.console import bars_off
 from dataset_builder.glyphs import classes as glyph_classes
 from dataset_builder.glyphs import render
 from dataset_builder.glyphs.settings import BENCHMARK_ID, BENCHMARK_VERSION
@@ -182,7 +183,7 @@ def _write(
     writers = _Writers(partial)
     with (
         worker_pool(workers) as workers_pool,
-        tqdm(total=len(tasks), desc="rendering glyph classes", unit="class", disable=not progress) as bar,
+        tqdm(total=len(tasks), desc="rendering glyph classes", unit="class", disable=bars_off(progress)) as bar,
     ):
         for index, ((_, cid, _), images) in enumerate(zip(tasks, workers_pool.imap(_render_class, tasks))):
             if index < len(id_ids):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from harness.adapters.common import ZooTarget, import_optional
 from harness.adapters.hub_weights import SAFE_TWINS, HubWeights, pin
 from harness.adapters.weights import load_weights, pickles_refused
-from harness.errors import HarnessError
+from harness.errors import HarnessError, message_line
 from harness.submission import Submission
 
 CLIP_TEMPLATES = (
@@ -116,13 +116,13 @@ def open_clip_target(target: ZooTarget) -> Submission:
             with pickles_refused(f"open_clip: {hub.file} of {hub.repo}@{hub.revision[:12]}"):
                 model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=str(hub.path), **options)
         except (RuntimeError, OSError, ValueError) as exc:
-            raise HarnessError(f"open_clip: cannot load {hub.file} of {hub.repo}: {str(exc).splitlines()[0]}") from exc
+            raise HarnessError(f"open_clip: cannot load {hub.file} of {hub.repo}: {message_line(exc)}") from exc
         sha = hub.sha256()
     else:
         try:
             model, _, transform = open_clip.create_model_and_transforms(arch, pretrained=None, **options)
         except (RuntimeError, OSError, ValueError) as exc:  # e.g. a transformers text tower that is not available
-            raise HarnessError(f"open_clip: cannot build {arch}: {str(exc).splitlines()[0]}") from exc
+            raise HarnessError(f"open_clip: cannot build {arch}: {message_line(exc)}") from exc
         sha, hub = load_weights(model, target.weights), None
     if classnames is None:
         from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES as classnames
@@ -133,9 +133,7 @@ def open_clip_target(target: ZooTarget) -> Submission:
     try:
         tokenizer = open_clip.get_tokenizer(arch)
     except OSError as exc:
-        raise HarnessError(
-            f"open_clip: the tokenizer of {arch} is not available offline: {str(exc).splitlines()[0]}"
-        ) from exc
+        raise HarnessError(f"open_clip: the tokenizer of {arch} is not available offline: {message_line(exc)}") from exc
     model.eval()
     head = ZeroShotClassifier(model, zero_shot_head(model.encode_text, tokenizer, classnames))
     cfg = model.visual.preprocess_cfg

@@ -15,7 +15,7 @@ from harness.adapters.weights import (
     load_weights,
     pickles_refused,
 )
-from harness.errors import HarnessError
+from harness.errors import HarnessError, message_line
 from harness.submission import Submission, recorded, timm_transform
 
 HF_HUB = "hf-hub:"
@@ -136,7 +136,7 @@ def pretrained(name: str, revision: str | None, num_classes: int | None) -> tupl
                 overlay = {"hf_hub_id": f"{repo}@{commit}", "custom_load": custom_load}
                 model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay)
     except (RuntimeError, OSError, KeyError, ValueError) as exc:
-        raise HarnessError(f"timm: cannot build {name} from {repo}@{commit[:12]}: {str(exc).splitlines()[0]}") from exc
+        raise HarnessError(f"timm: cannot build {name} from {repo}@{commit[:12]}: {message_line(exc)}") from exc
     hub = pin("timm", repo, weight_files(model.pretrained_cfg.get("hf_hub_filename")), commit)
     if num_classes and model.num_classes != num_classes:
         raise ClassCountMismatch(model.num_classes, num_classes)

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from dataset_builder.shards import file_sha256
 from harness.adapters.common import ZooTarget, did_you_mean
 from harness.adapters.weights import ClassCountMismatch, load_weights, read_weights
-from harness.errors import HarnessError
+from harness.errors import HarnessError, message_line
 from harness.submission import Submission
 
 STALL_S = 60.0  # a download that hears nothing for this long ends (torch.hub's download takes no timeout of its own)
@@ -134,8 +134,7 @@ def pretrained(name: str, entry, num_classes: int | None):
         model = torchvision.models.get_model(name, weights=entry)
     except (RuntimeError, ValueError) as exc:
         raise HarnessError(
-            f"torchvision: the cached {path.name} does not fit {name}: {str(exc).splitlines()[0]}; delete it to fetch "
-            "it again"
+            f"torchvision: the cached {path.name} does not fit {name}: {message_line(exc)}; delete it to fetch it again"
         ) from exc
     return model, file_sha256(path)
 

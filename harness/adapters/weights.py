@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from dataset_builder.shards import file_sha256
-from harness.errors import HarnessError
+from harness.errors import HarnessError, unfit_weights
 from harness.submission import ClassSubset, subset_note
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -214,16 +214,11 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> str:
         state = copy_state_in_order(model, state)
     missing, unexpected = sorted(target.keys() - state.keys()), sorted(state.keys() - target.keys())
     if missing or unexpected:
-        raise HarnessError(
-            f"weights file {path} does not fit the model: {len(missing)} missing keys {missing[:3]}, "
-            f"{len(unexpected)} unexpected keys {unexpected[:3]}"
-        )
-    for key, tensor in state.items():
-        if tensor.shape != target[key].shape:
-            _check_classes(model, key, tensor, target[key])
-            raise HarnessError(
-                f"weights file {path} does not fit the model: '{key}' has shape {tuple(tensor.shape)}, "
-                f"the model expects {tuple(target[key].shape)}"
-            )
+        raise HarnessError(f"weights file {path} does not fit the model: {unfit_weights(missing, unexpected)}")
+    reshaped = [key for key, tensor in state.items() if tensor.shape != target[key].shape]
+    if reshaped:
+        _check_classes(model, reshaped[0], state[reshaped[0]], target[reshaped[0]])
+        shapes = [(key, tuple(state[key].shape), tuple(target[key].shape)) for key in reshaped]
+        raise HarnessError(f"weights file {path} does not fit the model: {unfit_weights([], [], shapes)}")
     model.load_state_dict(state)
     return file_sha256(path)

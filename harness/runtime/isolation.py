@@ -169,12 +169,12 @@ class ChildForward:
         if not isinstance(config, dict) or not set(config) <= CONFIG_KEYS:
             raise Malformed("its data config has unknown fields")
         file = self.sandbox.file
-        check_data_config(config, f"submission {file}: DATA_CONFIG")
+        check_data_config(config, f"submission {self.path}: DATA_CONFIG")
         try:
             transform = timm_transform(config)
         except Exception as exc:
             why = escaped(f"{type(exc).__name__}: {exc}", 300)  # the child's values may be in timm's message
-            raise HarnessError(f"submission {file}: DATA_CONFIG is not a timm data config: {why}") from exc
+            raise HarnessError(f"submission {self.path}: DATA_CONFIG is not a timm data config: {why}") from exc
         self.head = self._head(meta["head"])
         weights, count = self._identity(meta["state"], meta["parameters"])
         return Submission(
@@ -241,7 +241,7 @@ class ChildForward:
             raise Malformed("its kappas are not an object")
         out = {}
         for name, spec in kappas.items():
-            check_kappa_name(name, f"submission {self.sandbox.file}")
+            check_kappa_name(name, f"submission {self.path}")
             if name in registry().defs or not (
                 isinstance(spec, dict)
                 and set(spec) == {"params", "wants_features", "probability"}

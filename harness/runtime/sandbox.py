@@ -26,6 +26,7 @@ import errno
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -41,11 +42,13 @@ from pathlib import Path
 from dataset_builder.console import plural
 from harness.bundle import Bundle
 from harness.config import PHYSICAL_MEMORY
-from harness.errors import HarnessError, escaped
+from harness.errors import HarnessError, SubmissionDetail, escaped, escaped_lines
 from harness.runtime.channel import Arena, Channel, Malformed, Timeout
 from harness.runtime.limits import Budget, at_once, host_cgroup_parents, root_uid
 
 BUNDLE_MOUNT = "/submission"
+MOUNTED = re.compile(rf"(?<![\w.~-]){re.escape(BUNDLE_MOUNT)}(?![\w.-])(/?)")  # the mount point, not a longer name
+DETAIL_CHARS = 20_000  # of the whole text of a child's failure that COOD_DEBUG=1 prints
 HOME = "/tmp"
 NOBODY = 65534
 DENIED = (
@@ -362,6 +365,13 @@ class Tail:
         return escaped(lines[-1], 300) if lines else ""
 
 
+def in_user_words(text: str, folder: Path) -> str:
+    """``text`` from the child with the submission's ``folder``, as the user named it, where it says the bundle's mount
+    point (``/submission/model.py`` is ``model.py`` for a file named so, ``sub/model.py`` for ``sub/model.py``)."""
+    named = str(folder)
+    return MOUNTED.sub(lambda m: ("" if named == "." else named.rstrip("/") + "/") if m.group(1) else named, text)
+
+
 def _start_time() -> str:
     """This process's start time in clock ticks since boot (field 22 of /proc/self/stat): who it is, across PID
     namespaces."""
@@ -378,6 +388,7 @@ class Sandbox:
     def __init__(self, path: str | Path, cuda: bool, memory_bytes: int = PHYSICAL_MEMORY):
         bundle = Bundle.of(path)
         self.key, self.file = (str(Path(path).resolve()), cuda, memory_bytes), bundle.file
+        self.folder = Path(path).parent  # as the user named it: what the child's messages say instead of the mount
         self.budget = Budget(memory_bytes, cuda, root_uid(privileged()))
         self.copy = self.process = self.channel = self.guards = None
         free = shutil.disk_usage(tempfile.gettempdir()).free
@@ -491,7 +502,7 @@ class Sandbox:
             if not isinstance(text, str):
                 self.close()
                 raise Malformed(f"an '{kind}' message without a message")
-            raise (OutOfMemory if kind == "oom" else HarnessError)(escaped(text, 1000))
+            raise self._reported(OutOfMemory if kind == "oom" else HarnessError, text, body.get("detail"))
         if kind != expected:
             self.close()
             raise Malformed(f"'{kind}' where '{expected}' was due")
@@ -533,8 +544,20 @@ class Sandbox:
         """Stop the child; the ``error`` that says ``what`` happened, with the child's last output line."""
         self.close()
         self.log.thread.join(timeout=5)
-        last = self.log.last_line()
+        last = self.in_user_words(self.log.last_line())
         return error(f"{what}{': ' + last if last else ''}")
+
+    def _reported(self, error: type[HarnessError], text: str, whole) -> HarnessError:
+        """An error the child reported, in the user's words (:meth:`in_user_words`) and on one line; the whole text
+        it sent (``whole``, a traceback) as its cause, which ``COOD_DEBUG=1`` prints."""
+        reported = error(escaped(self.in_user_words(text), 1000))
+        if isinstance(whole, str):
+            reported.__cause__ = SubmissionDetail(escaped_lines(self.in_user_words(whole), DETAIL_CHARS))
+        return reported
+
+    def in_user_words(self, text: str) -> str:
+        """The child's ``text`` in the user's words (:func:`in_user_words`)."""
+        return in_user_words(text, self.folder)
 
     def close(self) -> None:
         """End the sandbox and remove the bundle's copy; returns once its every process has ended (the re-check's

@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from dataset_builder.benchmark import PRIVATE_SPLITS, Benchmark
-from dataset_builder.console import plural
+from dataset_builder.console import bars_off, plural
 from dataset_builder.embedded import cache_root
 from harness import phases
 from harness.config import EvalConfig
@@ -152,12 +152,12 @@ class Scorer:
         return plan
 
     def _bar(self, desc: str, total: int) -> tqdm:
-        """A pass's progress bar (off without ``progress`` or with nothing to score)."""
+        """A pass's progress bar (off without ``progress``, off a terminal, or with nothing to score)."""
         return tqdm(
             total=total,
             desc=f"{desc} (rank {self.ranks.rank})" if self.ranks.world > 1 else desc,
             unit="img",
-            disable=not self.config.progress or not total,
+            disable=bars_off(self.config.progress and bool(total)),
             leave=False,
         )
 
@@ -292,7 +292,7 @@ class Scorer:
                 total=sum(s["num_samples"] for group in groups for s in group),
                 desc=f"{split} (layers)",
                 unit="img",
-                disable=not self.config.progress,
+                disable=bars_off(self.config.progress),
                 leave=False,
             ) as bar,
         ):

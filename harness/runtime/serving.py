@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, detail
 from harness.runtime.channel import Channel
 from harness.runtime.execution import Execution
 from harness.submission import raw_bytes
@@ -34,6 +34,12 @@ def as_numpy(tree):
     return tree
 
 
+def error_body(exc: HarnessError) -> dict:
+    """An error as the harness is told it: its line, and the whole text of its cause where it has one."""
+    whole = detail(exc)
+    return {"message": str(exc)} if whole is None else {"message": str(exc), "detail": whole}
+
+
 def load(options: dict):
     """The submission and its forward pass, checked by a trial pass on a blank input; and what the harness is told."""
     from harness.runtime.inference import LocalForward
@@ -49,7 +55,7 @@ def load(options: dict):
     told = options["subset"]  # the ID classes as a subset of the label space they were drawn from, or None
     offered = told and ClassSubset(told["source"], told["total"], tuple(told["columns"]))
     image, num_classes = torch.zeros(submission.preprocessing["input_size"]), options["num_classes"]
-    restricted = fit_to_classes(submission.model, image, num_classes, offered, submission.source)
+    restricted = fit_to_classes(submission.model, image, num_classes, offered, options["path"])
     execution = Execution(torch.device(options["device"]), options["amp"], options["channels_last"], options["compile"])
     model = execution.prepare(submission.model if restricted is None else restricted)
     forward = LocalForward(model, execution, num_classes, None if restricted is None else offered)
@@ -76,7 +82,7 @@ def serve(channel: Channel) -> None:
     try:
         submission, forward, meta = load(options)
     except HarnessError as exc:
-        return channel.send("error", {"message": str(exc)})
+        return channel.send("error", error_body(exc))
     except MemoryError:
         return channel.send(
             "error",
@@ -116,7 +122,7 @@ def serve(channel: Channel) -> None:
         except torch.cuda.OutOfMemoryError as exc:
             channel.send("oom", {"message": str(exc).splitlines()[0]})
         except HarnessError as exc:
-            channel.send("error", {"message": str(exc)})
+            channel.send("error", error_body(exc))
         except MemoryError:
             channel.send(
                 "error", {"message": f"the submission ran out of memory (limit {options['memory_bytes']} bytes)"}

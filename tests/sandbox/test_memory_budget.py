@@ -127,7 +127,7 @@ def test_what_the_child_can_hold_is_bounded(tiny_glyphs, tmp_path, user, attack)
     code, bounded = ATTACKS[attack]
     path = hostile(tmp_path, code + "\nraise ValueError(f'reached {reached}')\n")
     done = submit(user, path, tiny_glyphs, "--out", tmp_path / "out", "--memory-limit", "1")
-    reached = int(error_line(done, r"cannot load submission \S+: ValueError: reached (\d+)").group(1))
+    reached = int(error_line(done, r"cannot load submission \S+, line \d+: ValueError: reached (\d+)").group(1))
     assert bounded(reached), f"{attack} reached {reached} bytes (or threads)"
     assert not (tmp_path / "out").exists()
 
@@ -246,7 +246,7 @@ def test_every_process_of_every_sandbox_shares_one_budget(tiny_glyphs, tmp_path,
         peaks.append(tree_pss(process.pid))
         time.sleep(0.05)
     done = subprocess.CompletedProcess(command, process.returncode, "", process.stderr.read())
-    line = r"cannot load submission \S+: ValueError: reached (\d+) forks, (\d+) of (-?\d+) bytes"
+    line = r"cannot load submission \S+, line \d+: ValueError: reached (\d+) forks, (\d+) of (-?\d+) bytes"
     forks, held, left = map(int, error_line(done, line).groups())
     limit = memory_limit << 30
     assert forks == (4 if "memory" in CGROUPS else 0)
