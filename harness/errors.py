@@ -16,7 +16,7 @@ SHAPE = re.compile(
     r"size mismatch for ([^\n:]+): copying a param with shape torch\.Size\(\[([^\]]*)\]\) from checkpoint, "
     r"the shape in current model is torch\.Size\(\[([^\]]*)\]\)"
 )
-KEY_CHARS = 60  # of one key name a line shows
+KEY_CHARS = 40  # of one key name a line shows
 HARNESS = Path(__file__).resolve().parent  # its own frames are never the user's code
 
 
@@ -86,13 +86,14 @@ def message_line(exc: BaseException) -> str:
     return lines[0] + (f" (and {len(lines) - 1} more lines: COOD_DEBUG=1 shows them)" if len(lines) > 1 else "")
 
 
-def cause(exc: BaseException) -> str:
+def cause(exc: BaseException, doing: str = "") -> str:
     """``exc`` in one line: a SyntaxError's own message, PyTorch's ``load_state_dict`` error as
-    :func:`state_dict_line` tells it, any other as ``Type: message`` (:func:`message_line`)."""
+    :func:`state_dict_line` tells it (which says what failed), any other as ``doing`` and ``Type: message``
+    (:func:`message_line`)."""
     if isinstance(exc, SyntaxError):
         return f"{type(exc).__name__}: {exc.msg}"
     line = message_line(exc)
-    return line if STATE_DICT.match(str(exc)) else f"{type(exc).__name__}: {line}"
+    return line if STATE_DICT.match(str(exc)) else f"{doing}{type(exc).__name__}: {line}"
 
 
 def located(exc: BaseException, path: Path) -> str:

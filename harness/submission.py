@@ -242,7 +242,7 @@ def load_file(path: str | Path, sandboxed: bool = False) -> Submission:
         model = module.build_model()
         transform = custom() if callable(custom) else None if sandboxed else timm_transform(config)
     except Exception as exc:
-        raise HarnessError(f"submission {located(exc, path)}: building the model failed: {cause(exc)}") from exc
+        raise HarnessError(f"submission {located(exc, path)}: {cause(exc, 'building the model failed: ')}") from exc
     if not isinstance(model, torch.nn.Module):
         raise HarnessError(f"submission {path}: build_model() returned {type(model).__name__}, not a torch.nn.Module")
     kappas = {}

@@ -237,7 +237,7 @@ BAD_MODELS = {
         "def build_model():\n    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 36))\n"
         "    model.load_state_dict(torch.nn.Sequential(torch.nn.Linear(1024, 8), torch.nn.ReLU(), "
         "torch.nn.Linear(8, 36)).state_dict())\n    return model\n",
-        r"submission sub/unfit_weights\.py, line 5: building the model failed: the weights do not fit Sequential: "
+        r"submission sub/unfit_weights\.py, line 5: the weights do not fit Sequential: "
         r"2 missing keys \('1\.bias' and 1 more\), 4 unexpected keys \('0\.bias' and 3 more\)",
     ),
 }
