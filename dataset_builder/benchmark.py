@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from dataset_builder.errors import BenchmarkError
+from dataset_builder.hub_answer import silent_hub
 from dataset_builder.manifest import HUB_PREFIX, MANIFEST, MAX_IMAGE_PIXELS, load_manifest
 from dataset_builder.private import FOLDER as PRIVATE_FOLDER
 from dataset_builder.private import LINK as PRIVATE_LINK
@@ -57,6 +58,7 @@ class Benchmark:
         from huggingface_hub.errors import HfHubHTTPError
 
         repo_id, _, revision = url[len(HUB_PREFIX) :].partition("@")
+        silent_hub(f"cannot open {url}")
         try:
             commit = HfApi().dataset_info(repo_id, revision=revision or None).sha
             root = snapshot_download(

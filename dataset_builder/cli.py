@@ -153,7 +153,8 @@ def imagenet(
 ) -> None:
     """Build the ImageNet C-OOD benchmark (ImageNet-1K val vs. ImageNet-21K) from folders, the release tars or Hub
     shards; rerun to resume an interrupted build."""
-    from dataset_builder.imagenet import build_imagenet
+    from dataset_builder.imagenet import build_imagenet, removal_lines
+    from dataset_builder.manifest import load_manifest
 
     on_interrupt(lambda: _kept_for_resuming(out))
     sha = build_imagenet(
@@ -177,6 +178,8 @@ def imagenet(
         private_seed=private_seed,
     )
     _summary(out, sha)
+    for line in removal_lines(load_manifest(out)[0]):
+        typer.echo(line)
 
 
 @app.command()

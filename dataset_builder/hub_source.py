@@ -30,6 +30,7 @@ import tarfile
 from contextlib import nullcontext
 
 from dataset_builder.errors import BenchmarkError
+from dataset_builder.hub_answer import silent_hub
 from dataset_builder.sources import Member, MemberSource
 from dataset_builder.workers import worker_pool
 
@@ -102,6 +103,7 @@ def hub_source(url: str, keep: set[str] | None, workers: int = 2) -> MemberSourc
     from huggingface_hub.errors import HfHubHTTPError
 
     repo, revision, pattern = parse_url(url)
+    silent_hub(url)
     api = HfApi()
     try:
         sha = api.dataset_info(repo, revision=revision).sha

@@ -34,12 +34,13 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.imagenet_classes import (
     DEFAULT_RULE_SETS,
     ID_CLASSES,
+    class_rule_reasons,
     imagenet_ood_classes,
     read_descriptions,
     read_synsets,
     rules_record,
 )
-from dataset_builder.images import ImageSettings, build_from_folders
+from dataset_builder.images import IMAGE_RULES, ImageSettings, build_from_folders
 from dataset_builder.levels import DEFAULT_NUM_LEVELS, check_num_levels, max_levels, ood_classes_needed
 from dataset_builder.manifest import load_manifest
 from dataset_builder.private import DEFAULT_SHARE, check_share
@@ -118,6 +119,20 @@ def id_class_table(val: ImageSource, id_classes: Iterable[str] | None = None) ->
 def warn(message: str) -> None:
     """One warning line on stderr."""
     print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def removal_lines(manifest: dict) -> list[str]:
+    """What the build removed, from its manifest: a line with the total, then one per rule that removed classes, in
+    the order the rules apply, with its count and what it means."""
+    classes = manifest["classes"]
+    counts = classes["removed_by_rule"]
+    reasons = {rule: why for rule, why in {**class_rule_reasons(), **IMAGE_RULES}.items() if rule in counts}
+    width = max([0, *(len(f"{counts[rule]:,}") for rule in reasons)])
+    return [
+        f"removed {classes['removed']:,} of {classes['ood'] + classes['removed']:,} pool classes "
+        "(classes/ood.parquet names each one's rule):",
+        *(f"  {counts[rule]:>{width},} {rule}: {why}" for rule, why in reasons.items()),
+    ]
 
 
 def classes_with_images(source: ImageSource, classes: Iterable[str], min_images: int, enough: int) -> int:

@@ -33,6 +33,11 @@ POOLS = {
     "imagenet22k": "imagenet22k_synsets.txt",  # 21,841 classes (fall11.tar)
 }
 ID_CLASSES = "imagenet_synsets.txt"
+RELATION_RULES = {  # the WordNet rules (:func:`dataset_builder.wordnet.relation_removals`), in their order
+    "id_class": "an ImageNet-1K class itself",
+    "hypernym": "a WordNet hypernym (an is-a ancestor) of an ImageNet-1K class",
+    "hyponym": "a WordNet hyponym (an is-a descendant) of an ImageNet-1K class",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class RuleSet:
     name: str
     default_on: bool
     rationale: str
+    summary: str  # what its classes are, in a few words (the builder's line of its removals)
     entries: tuple[tuple[str, str, str], ...]  # (OOD class, ID class, why)
 
 
@@ -52,6 +58,7 @@ VISUALLY_AMBIGUOUS = RuleSet(
         "Objects that a photograph cannot tell apart from an ImageNet-1K class: calling them OOD "
         "would punish a classifier for a correct answer. Removed by default, as in the paper."
     ),
+    summary="looks the same as an ImageNet-1K class in photographs",
     entries=(
         ("n03145719", "n03942813", "cue ball vs. ping-pong ball: a small plain white ball (the paper's example)"),
         ("n04256891", "n02799071", "softball vs. baseball: same look, different size"),
@@ -75,6 +82,7 @@ BIOLOGICALLY_DISTINCT = RuleSet(
         "Species that look like an ImageNet-1K species but are different taxa: genuinely new "
         "classes, hard to detect. Kept by default, as in the paper; switch on to remove them."
     ),
+    summary="a species that looks like an ImageNet-1K species but is another taxon",
     entries=(
         ("n02277268", "n02279972", "viceroy vs. monarch butterfly: Mullerian mimics (the paper's example)"),
         ("n01745484", "n01734418", "New World coral snake vs. king snake: king snakes mimic coral snakes"),
@@ -165,6 +173,12 @@ def imagenet_ood_classes(rule_sets: Iterable[str] = DEFAULT_RULE_SETS, pool: str
     return classify_pool(
         read_synsets(POOLS[pool]), read_synsets(ID_CLASSES), load_parents(), rule_sets, names, definitions
     )
+
+
+def class_rule_reasons() -> dict[str, str]:
+    """What each class rule that removes a pool class means, in the order they apply: WordNet's, then the rule
+    sets'."""
+    return {**RELATION_RULES, **{s.name: f"{s.summary} (a rule set)" for s in RULE_SETS.values()}}
 
 
 def rules_record(rule_sets: Iterable[str] = DEFAULT_RULE_SETS) -> dict:

@@ -201,17 +201,34 @@ def _width(columns: dict[str, list[str]]) -> int:
     return sum(max(len(name), *map(len, map(str, values))) for name, values in columns.items()) + len(columns) - 1
 
 
-def plot_curves(model_name: str, results: list[KappaResult], path: Path, benchmark: dict) -> None:
-    """ood-auroc per level (with the chance line), and mean OOD confidence per level relative to the ID mean."""
+def auroc_error_bars(rows: list[dict]) -> list[list[float]]:
+    """The distances below and above each level's ood-auroc to the ends of its 95% interval (NaN where the record has
+    none), as ``errorbar``'s ``yerr`` takes them."""
+    low, high = next(m.bounds for m in registered("level") if m.name == "ood_auroc")
+
+    def gap(row: dict, end: str, sign: int) -> float:
+        return float("nan") if row.get(end) is None else sign * (row[end] - row["ood_auroc"])
+
+    return [[gap(row, low, -1) for row in rows], [gap(row, high, 1) for row in rows]]
+
+
+def curves_figure(model_name: str, results: list[KappaResult], benchmark: dict) -> plt.Figure:
+    """ood-auroc per level with its 95% intervals as error bars (and the chance line), and mean OOD confidence per
+    level relative to the ID mean."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
     for result in results:
         levels = [row["level"] for row in result.rows]
-        left.plot(levels, [row["ood_auroc"] for row in result.rows], marker="o", label=result.kappa)
+        aurocs = [row["ood_auroc"] for row in result.rows]
+        left.errorbar(levels, aurocs, yerr=auroc_error_bars(result.rows), marker="o", capsize=3, label=result.kappa)
         base, top = result.rows[0]["ood_avg_conf"], result.id["avg_conf"]
         span = (top - base) or 1.0
         right.plot(levels, [(row["ood_avg_conf"] - base) / span for row in result.rows], marker="o", label=result.kappa)
     left.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
-    left.set(xlabel="severity level", ylabel="ood-auroc", title="C-OOD detection (ood-auroc) per severity level")
+    left.set(
+        xlabel="severity level",
+        ylabel="ood-auroc (95% interval)",
+        title="C-OOD detection (ood-auroc) per severity level",
+    )
     right.set(
         xlabel="severity level",
         ylabel="(OOD mean - level 0 mean) / (ID mean - level 0 mean)",
@@ -225,6 +242,12 @@ def plot_curves(model_name: str, results: list[KappaResult], path: Path, benchma
         f"{model_name} on {benchmark['id']} {benchmark['version']} (revision {benchmark['manifest_sha256'][:12]})"
     )
     fig.tight_layout()
+    return fig
+
+
+def plot_curves(model_name: str, results: list[KappaResult], path: Path, benchmark: dict) -> None:
+    """Write :func:`curves_figure` to ``path`` (a PNG)."""
+    fig = curves_figure(model_name, results, benchmark)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -200,7 +200,8 @@ def report(
     baseline: str = typer.Option(reports.DEFAULT_BASELINE, help="Kappa to compare the focus entry against."),
     top: int = typer.Option(10, help="Number of top models to list."),
 ) -> None:
-    """A short summary: best models per kappa, top models, the focus group's rank, correlations, win rates."""
+    """A short summary: best models per kappa, top models, the focus group's rank, distillation, correlations, win
+    rates; one line names the sections skipped for want of the models they need."""
 
     typer.echo(reports.report(_table(directory, version), focus, baseline, top))
 

@@ -55,6 +55,17 @@ class FocusRank:
     num_baseline: int
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A section the report leaves out because the board lacks the models it needs: its name and why."""
+
+    section: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.section} ({self.why})"
+
+
 def family(model: str) -> str:
     """The architecture family of a model name: its first token (``vit_large_patch16_384`` -> ``vit``)."""
     return re.split(r"[_\-~@.]", model, maxsplit=1)[0].lower()
@@ -239,9 +250,19 @@ def report(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFA
             f"{plural(flagged['model'].nunique(), 'model')}):"
         )
         out += [f"  {r.model} / {r.kappa}: {r.flag}" for r in flagged.itertuples()]
-    out += ["", *leader_lines(table, top), "", *focus_lines(table, focus, baseline)]
-    out += ["", *distillation_lines(table, baseline), "", *correlation_lines(table)]
-    out += ["", *ranking_lines(table, top), "", *win_rate_lines(table)]
+    sections = [
+        leader_lines(table, top),
+        focus_lines(table, focus, baseline),
+        distillation_lines(table, baseline),
+        correlation_lines(table),
+        ranking_lines(table, top),
+        win_rate_lines(table),
+    ]
+    skipped = [str(s) for s in sections if isinstance(s, Skipped)]
+    if skipped:
+        out.append(f"Skipped, as the board lacks the models they need: {'; '.join(skipped)}.")
+    for lines in sections:
+        out += [] if isinstance(lines, Skipped) else ["", *lines]
     codes = {name: code_sha256(json.loads(params)) for name, params in zip(table["kappa"], table["kappa_params"])}
     if any(codes.values()):
         out += ["", "Submission files' kappas, by the sha256 of their code:"]
@@ -271,12 +292,15 @@ def leader_lines(table: pd.DataFrame, top: int = 10) -> list[str]:
     return out
 
 
-def focus_lines(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFAULT_BASELINE) -> list[str]:
-    """The report's section on the focus group's best entry: its rank, the share of models it beats."""
+def focus_lines(
+    table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFAULT_BASELINE
+) -> list[str] | Skipped:
+    """The report's section on the focus group's best entry: its rank, the share of models it beats; skipped when no
+    model matches."""
     rank = focus_rank(table, focus, baseline)
-    out = [f"Best model matching {focus!r}:"]
     if rank is None:
-        return [*out, "  none"]
+        return Skipped("the focus group's rank", f"no model matches {focus!r}")
+    out = [f"Best model matching {focus!r}:"]
     others = rank.num_models - 1
     out += [
         f"  {rank.model} / {rank.kappa}: mean ood-auroc {rank.mean_ood_auroc:.4f}",
@@ -289,8 +313,21 @@ def focus_lines(table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str =
     return out
 
 
-def correlation_lines(table: pd.DataFrame) -> list[str]:
-    """The report's correlations of id-acc with mean ood-auroc, in words where there are too few entries."""
+def too_few_models(table: pd.DataFrame, section: str) -> Skipped | None:
+    """``section`` skipped when the board has fewer valid models than a correlation needs (:data:`MIN_CORRELATED`);
+    None when it has enough."""
+    models = valid(table)["model"].nunique()
+    if models >= MIN_CORRELATED:
+        return None
+    return Skipped(section, f"{plural(models, 'model')}, a correlation needs {MIN_CORRELATED}")
+
+
+def correlation_lines(table: pd.DataFrame) -> list[str] | Skipped:
+    """The report's correlations of id-acc with mean ood-auroc, in words where there are too few entries; skipped on
+    a board of too few models (:func:`too_few_models`)."""
+    skipped = too_few_models(table, "ID accuracy vs. mean ood-auroc")
+    if skipped:
+        return skipped
     corr = correlations(table)
     width = max(map(len, corr["kappa"]))
     out = ["ID accuracy vs. mean ood-auroc:"]
@@ -312,10 +349,13 @@ def _missing_rankings(table: pd.DataFrame) -> list[str]:
     return [c for c in id_rankings() if c not in entries.columns or entries[c].isna().all()]
 
 
-def ranking_lines(table: pd.DataFrame, top: int = 10) -> list[str]:
+def ranking_lines(table: pd.DataFrame, top: int = 10) -> list[str] | Skipped:
     """The report's C-OOD ranking against the ID rankings, per kappa: the correlations over the models (in words where
     they cannot be computed), then the ``top`` models' ranks side by side; the ID rankings the board lacks, in
-    words."""
+    words; skipped on a board of too few models (:func:`too_few_models`)."""
+    skipped = too_few_models(table, "C-OOD vs. ID ranking")
+    if skipped:
+        return skipped
     missing = _missing_rankings(table)
     rankings = id_rankings()
     shown = {c: label for c, (label, _) in rankings.items() if c not in missing}
@@ -351,11 +391,11 @@ def ranking_lines(table: pd.DataFrame, top: int = 10) -> list[str]:
     return out
 
 
-def win_rate_lines(table: pd.DataFrame) -> list[str]:
-    """The report's kappa-vs-kappa win rates, one row per kappa; a line in words when there is one kappa or none."""
+def win_rate_lines(table: pd.DataFrame) -> list[str] | Skipped:
+    """The report's kappa-vs-kappa win rates, one row per kappa; skipped when there is one kappa or none."""
     rates, counts = win_rates(table)
     if len(rates) < 2:
-        return [f"Kappa win rates: not shown; {plural(len(rates), 'kappa')} with valid entries, nothing to compare."]
+        return Skipped("kappa win rates", f"{plural(len(rates), 'kappa')} with valid entries, nothing to compare")
     names = {kappa: f"[{i}]" for i, kappa in enumerate(rates.index, start=1)}
     width = max(map(len, rates.index)) + 5
     out = ["Kappa win rates (row beats column, over models with both; n in brackets):"]
@@ -369,14 +409,15 @@ def win_rate_lines(table: pd.DataFrame) -> list[str]:
     return out
 
 
-def distillation_lines(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> list[str]:
-    """The report's section on knowledge distillation: pairs won per family, the exceptions; or why there is none."""
+def distillation_lines(table: pd.DataFrame, kappa: str = DEFAULT_BASELINE) -> list[str] | Skipped:
+    """The report's section on knowledge distillation: pairs won per family, the exceptions; skipped when the board
+    holds no pair."""
     pairs, alone = distillation_pairs(table, kappa)
     if pairs.empty:
-        return [
-            f"Knowledge distillation: not shown; no distilled model ('distilled' or 'dist' in its name) has its "
-            f"non-distilled counterpart (the same name without it) in the table with a valid {kappa} entry."
-        ]
+        return Skipped(
+            "knowledge distillation",
+            f"no distilled model and its undistilled counterpart both with a valid {kappa} entry",
+        )
     won = pairs["gain"] > 0
     out = [
         f"Knowledge distillation (distilled models vs. the same architecture without it, {kappa} mean ood-auroc):",

@@ -12,7 +12,7 @@ import pytest
 
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.errors import BenchmarkError
-from dataset_builder.imagenet import build_imagenet, pick_id_classes
+from dataset_builder.imagenet import build_imagenet, pick_id_classes, removal_lines
 from dataset_builder.imagenet_classes import ID_CLASSES, read_synsets
 from dataset_builder.levels import max_levels, ood_classes_needed
 from dataset_builder.shards import iter_samples
@@ -78,6 +78,27 @@ def test_every_removal_has_a_reason(bench):
         (c, f"{c}_{i}.JPEG") for c in (CORRUPT, CORRUPT_TOO_FEW) for i in (0, 1)
     }
     assert "0x" not in json.dumps(skipped)
+
+
+def test_the_removals_are_said_one_line_per_rule_with_its_count(bench):
+    table = pd.read_parquet(bench / "classes" / "ood.parquet")
+    counts = table.loc[table["status"] == "removed", "rule"].value_counts()
+    width = len(f"{counts.max():,}")
+    assert removal_lines(json.loads((bench / "manifest.json").read_text())) == [
+        f"removed {len(table) - 5:,} of {len(table):,} pool classes (classes/ood.parquet names each one's rule):",
+        *(
+            f"  {counts[rule]:>{width},} {rule}: {why}"
+            for rule, why in [
+                ("id_class", "an ImageNet-1K class itself"),
+                ("hypernym", "a WordNet hypernym (an is-a ancestor) of an ImageNet-1K class"),
+                ("hyponym", "a WordNet hyponym (an is-a descendant) of an ImageNet-1K class"),
+                ("visually_ambiguous", "looks the same as an ImageNet-1K class in photographs (a rule set)"),
+                ("not_in_source", "the class has no folder in the OOD image source"),
+                ("too_few_images", "fewer than min_images readable images in the source"),
+            ]
+        ),
+    ]  # in the order the rules apply; no line for a rule that removed nothing (biologically_distinct is off)
+    assert len(counts) == 6 and counts["too_few_images"] == 2 and counts["id_class"] == 999
 
 
 def test_splits_keep_the_original_bytes_and_never_overlap(bench, tree):

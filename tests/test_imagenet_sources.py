@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from dataset_builder.cli import app
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.hub_source import sample_class
-from dataset_builder.imagenet import build_imagenet
+from dataset_builder.imagenet import build_imagenet, removal_lines
 from dataset_builder.sources import ClassTarSource, read_val_labels
 from image_fixtures import (
     CORRUPT,
@@ -164,6 +164,9 @@ def test_the_cli_reads_the_official_tars(forms, tmp_path):
     assert built.pop("manifest.json") != reference.pop("manifest.json") and built == reference  # same classes, shards
     manifest = json.loads((tmp_path / "cli" / "manifest.json").read_text())
     assert manifest["source"]["id_subset"]["id_classes"] == 4 and manifest["classes"]["id"] == 4
+    lines = done.stdout.splitlines()  # after the summary, one line per removal rule with its count
+    assert lines[-7:] == removal_lines(manifest) and lines[-8].startswith(f"{tmp_path / 'cli'}: 4 ID classes")
+    assert lines[-7].startswith("removed 21,838 of 21,843 pool classes") and " 2 too_few_images: " in lines[-1]
 
 
 def test_a_truncated_outer_tar_stops_before_anything_is_written(forms, tmp_path):

@@ -82,3 +82,19 @@ def test_per_level_csv_carries_the_level_intervals(run):
     assert rows["ood-auroc low"].tolist() == pytest.approx([level["ood_auroc_low"] for level in record["levels"]])
     assert rows["ood-auroc high"].tolist() == pytest.approx([level["ood_auroc_high"] for level in record["levels"]])
     assert (rows["ood-auroc low"] < rows["ood-auroc"]).all() and (rows["ood-auroc"] < rows["ood-auroc high"]).all()
+
+
+def test_the_severity_curves_draw_the_records_level_intervals(run):
+    from matplotlib.container import ErrorbarContainer
+
+    from harness.outputs import curves_figure
+
+    evaluation, out = run
+    left = curves_figure("glyph_cnn", evaluation.results, evaluation.records[0]["benchmark"]).axes[0]
+    bars = {c.get_label(): c for c in left.containers if isinstance(c, ErrorbarContainer)}
+    assert sorted(bars) == ["energy", "softmax"]
+    for kappa, bar in bars.items():
+        levels = json.loads((out / "records" / f"{kappa}.json").read_text())["levels"]
+        drawn = np.array([segment[:, 1] for segment in bar.lines[2][0].get_segments()])
+        assert drawn == pytest.approx(np.array([[lv["ood_auroc_low"], lv["ood_auroc_high"]] for lv in levels]))
+    assert (out / "severity_curves.png").read_bytes()[:4] == b"\x89PNG"

@@ -8,20 +8,24 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import timm
 import torch
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, constants
 from timm.models import save_for_hf
 
+from dataset_builder.hub_answer import ANSWER_TIMEOUT
 from dataset_builder.shards import file_sha256
 from harness.adapters import ClassCountMismatch, load_target
+from harness.adapters.hub_weights import pin
 from harness.errors import HarnessError
 from harness.options import check_target
 from harness.submission import weights_sha256
+from silent_hub import silent_endpoint
 
 GLYPH_REPO = "cood-tester/glyph-efficientnet"  # a repo saved by timm (config.json + model.safetensors)
 GLYPH_TARGET = f"timm:hf-hub:{GLYPH_REPO}"
@@ -101,13 +105,18 @@ def test_what_cannot_be_fetched_is_refused_in_one_line(glyph_repo, tiny_glyphs, 
     empty = {"HF_HOME": str(tmp_path / "empty-home"), "HF_HUB_CACHE": str(tmp_path / "empty-home" / "hub")}
     cache = empty["HF_HUB_CACHE"]
     down = dead_endpoint()
+    with silent_endpoint() as silent:
+        unanswered = [  # refused, or silent (with the default timeouts, not the test session's long ones)
+            (
+                {**empty, "HF_ENDPOINT": url, "HF_HUB_ETAG_TIMEOUT": str(constants.DEFAULT_ETAG_TIMEOUT)},
+                (),
+                f"error: timm: cannot reach the Hugging Face Hub at {url} to fetch {GLYPH_REPO}, and it is not in the "
+                f"cache ({cache}): check the network, or give --weights",
+            )
+            for url in (down, silent)
+        ]
+        refused(tiny_glyphs, tmp_path, unanswered)
     cases = [
-        (
-            {**empty, "HF_ENDPOINT": down},
-            (),
-            f"error: timm: cannot reach the Hugging Face Hub at {down} to fetch {GLYPH_REPO}, and it is not in the "
-            f"cache ({cache}): check the network, or give --weights",
-        ),
         (
             {**empty, "HF_HUB_OFFLINE": "1"},
             (),
@@ -116,14 +125,41 @@ def test_what_cannot_be_fetched_is_refused_in_one_line(glyph_repo, tiny_glyphs, 
         ),
         ({}, ("--revision", "v9"), f"error: timm: the Hub model repo {GLYPH_REPO} has no revision 'v9'"),
     ]
-    for env, extra, line in cases:
-        done = submit_glyphs(tiny_glyphs, tmp_path / "out", *extra, env=env)
-        assert (done.returncode, done.stderr.splitlines()[-1]) == (2, line), done.stderr
-        assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+    refused(tiny_glyphs, tmp_path, cases)
     done = harness("submit", "timm:hf-hub:cood-tester/absent", "--benchmark", tiny_glyphs, "--out", tmp_path / "out")
     assert (done.returncode, done.stderr.splitlines()[-1]) == (
         2,
         f"error: timm: the Hub at {hub_server} has no model repo cood-tester/absent (or it is private or gated)",
+    )
+
+
+def refused(bench: Path, tmp_path: Path, cases: list[tuple[dict, tuple, str]]) -> None:
+    """Each ``(env, extra arguments, line)`` of ``cases`` submits the glyph repo and is refused with that last line,
+    status 2, no traceback and no outputs."""
+    for env, extra, line in cases:
+        done = submit_glyphs(bench, tmp_path / "out", *extra, env=env)
+        assert (done.returncode, done.stderr.splitlines()[-1]) == (2, line), done.stderr
+        assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_silent_hub_is_given_up_after_one_short_timeout_for_the_cache(glyph_repo, tmp_path, monkeypatch):
+    commit = glyph_repo[2]
+    assert pin("timm", GLYPH_REPO, ["model.safetensors"], None).revision == commit  # cached while the Hub answers
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", constants.DEFAULT_ETAG_TIMEOUT)  # not the session's 30 s
+    with silent_endpoint() as silent:
+        monkeypatch.setattr(constants, "ENDPOINT", silent)
+        start = time.monotonic()
+        cached = pin("timm", GLYPH_REPO, ["model.safetensors"], None)  # from the cache, the Hub asked once
+        assert (cached.revision, cached.path.is_file()) == (commit, True)
+        assert time.monotonic() - start < ANSWER_TIMEOUT + 1.5
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+        start = time.monotonic()
+        with pytest.raises(HarnessError) as error:
+            pin("timm", GLYPH_REPO, ["model.safetensors"], None)
+        assert time.monotonic() - start < ANSWER_TIMEOUT + 1.5
+    assert str(error.value) == (
+        f"timm: cannot reach the Hugging Face Hub at {silent} to fetch {GLYPH_REPO}, and it is not in the cache "
+        f"({tmp_path / 'empty'}): check the network, or give --weights"
     )
 
 

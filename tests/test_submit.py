@@ -212,6 +212,46 @@ def test_the_table_of_many_kappas_fits_100_columns_in_blocks_with_a_legend():
     assert max(map(len, lines)) <= 100
 
 
+def test_the_severity_curves_draw_each_levels_interval_as_an_error_bar():
+    from matplotlib.container import ErrorbarContainer
+
+    from harness.method.evaluation import KappaResult
+    from harness.outputs import curves_figure
+
+    def rows(shift: float) -> list[dict]:
+        out = [
+            {
+                "level": i,
+                "ood_auroc": 0.6 + shift + i / 50,
+                "ood_auroc_low": 0.55 + shift + i / 50 - i / 400,
+                "ood_auroc_high": 0.62 + shift + i / 50,
+                "ood_avg_conf": 0.5 - i / 40,
+            }
+            for i in range(11)
+        ]
+        out[3]["ood_auroc_low"] = out[3]["ood_auroc_high"] = None  # an interval the record does not have
+        return out
+
+    results = [
+        KappaResult(kappa, None, rows(shift), {"avg_conf": 0.9}) for kappa, shift in [("softmax", 0), ("energy", 0.1)]
+    ]
+    bench = {"id": "glyphs", "version": "1.0.0", "manifest_sha256": "ab" * 32}
+    left = curves_figure("glyph_cnn", results, bench).axes[0]
+    bars = [c for c in left.containers if isinstance(c, ErrorbarContainer)]
+    assert [(bar.get_label(), bar.has_yerr, bar.has_xerr) for bar in bars] == [
+        ("softmax", True, False),
+        ("energy", True, False),
+    ]
+    for bar, result in zip(bars, results):
+        line, _, (vertical,) = bar.lines
+        assert line.get_ydata().tolist() == pytest.approx([row["ood_auroc"] for row in result.rows])
+        drawn = [segment.tolist() for segment in vertical.get_segments()]
+        assert drawn[3] == []  # no interval, no bar
+        expected = [[[r["level"], r["ood_auroc_low"]], [r["level"], r["ood_auroc_high"]]] for r in result.rows]
+        kept = [i for i in range(11) if i != 3]
+        assert np.array([drawn[i] for i in kept]) == pytest.approx(np.array([expected[i] for i in kept]))
+
+
 BAD_MODELS = {
     "no_entry_point.py": (
         "DATA_CONFIG = {'input_size': (1, 32, 32)}\n",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dataset_builder.hub_answer import hub_silence
 from dataset_builder.shards import file_sha256
 from harness.adapters.configs import check_size
 from harness.errors import HarnessError
@@ -43,8 +44,10 @@ def weight_files(filename: str | None) -> list[str]:
 def pin(kind: str, repo: str, files: list[str], revision: str | None, configuration: bool = False) -> HubWeights:
     """The first of ``files`` that ``repo`` holds at ``revision`` (None: main), fetched into the cache, with the commit
     ``revision`` names; a Hub that cannot be reached, a repo, revision or file that is not there, or offline a cache
-    without them, is a HarnessError (``kind`` opens its message). A ``configuration`` file over the cap on one is
-    refused before it is fetched (:func:`harness.adapters.configs.check_size`)."""
+    without them, is a HarnessError (``kind`` opens its message). A Hub that does not answer at once
+    (:func:`dataset_builder.hub_answer.hub_silence`) is not asked again: the files come from the cache alone. A
+    ``configuration`` file over the cap on one is refused before it is fetched
+    (:func:`harness.adapters.configs.check_size`)."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -56,10 +59,11 @@ def pin(kind: str, repo: str, files: list[str], revision: str | None, configurat
     )
 
     at = f"{repo}@{revision}" if revision else repo
+    silent = not constants.HF_HUB_OFFLINE and hub_silence() is not None
     missing: LocalEntryNotFoundError | None = None
     for file in files:
         try:
-            local = missing is not None  # the Hub did not answer: the other files from the cache alone
+            local = silent or missing is not None  # the Hub did not answer: the files from the cache alone
             info = hf_hub_download(repo, file, revision=revision, local_files_only=local, dry_run=True)
             if configuration and info.file_size is not None:
                 check_size(f"{kind}: {at}", file, info.file_size)

@@ -9,6 +9,7 @@ from lb_boards import SUBMISSION
 from lb_records import record
 from leaderboard.errors import LeaderboardError
 from leaderboard.report import (
+    Skipped,
     best_per_kappa,
     best_per_model,
     correlations,
@@ -74,11 +75,10 @@ def test_distillation_improves_detection(table):  # the paper's observation (1)
 
 
 def test_distillation_when_the_table_cannot_show_it(table):
-    lines = distillation_lines(table[~table["model"].str.contains("dist")])
-    assert lines == [
-        "Knowledge distillation: not shown; no distilled model ('distilled' or 'dist' in its name) has its "
-        "non-distilled counterpart (the same name without it) in the table with a valid softmax entry."
-    ]
+    skipped = distillation_lines(table[~table["model"].str.contains("dist")])
+    assert skipped == Skipped(
+        "knowledge distillation", "no distilled model and its undistilled counterpart both with a valid softmax entry"
+    )
 
 
 def test_id_accuracy_correlates_with_detection(table):
@@ -112,6 +112,17 @@ def test_report_text(table):
     assert "  xcit: 14 of 14, mean gain +0.0177" in text and "not better" not in text
     assert "  softmax" in text and "Pearson r=+0.722" in text
     assert "  [1] entropy" in text and "72% (536)" in text
+    assert "Skipped" not in text  # every section applies to the paper's board
+    headings = [
+        "Best models per kappa (mean ood-auroc over levels):",
+        "Best model matching '^CLIP_(?!finetuned)':",
+        "Knowledge distillation (distilled models vs. the same architecture without it, softmax mean ood-auroc):",
+        "ID accuracy vs. mean ood-auroc:",
+        "C-OOD ranking (mean ood-auroc) vs. ID ranking (id-auroc and aurc) of the models, per kappa (rank 1 = best):",
+        "Kappa win rates (row beats column, over models with both; n in brackets):",
+    ]
+    lines = text.splitlines()
+    assert [lines.index(h) for h in headings] == sorted(lines.index(h) for h in headings)
 
 
 def test_a_board_of_one_model_in_words(tmp_path):
@@ -124,15 +135,46 @@ def test_a_board_of_one_model_in_words(tmp_path):
     assert "  energy_sub (1 model): glyph_cnn 0.8500" in lines and "Top 1 of 1 model, each by its best kappa:" in lines
     assert "  rank 1 of 1 model (each by its best kappa): no other model to compare" in lines
     assert "  no other model has a softmax entry to compare" in lines
-    assert lines[lines.index("ID accuracy vs. mean ood-auroc:") + 1 :][:2] == [
-        "  all entries  not enough entries to correlate (1 entry)",
-        "  energy_sub   not enough models to correlate (1 model)",
-    ]
-    assert "Kappa win rates: not shown; 1 kappa with valid entries, nothing to compare." in lines
+    assert lines[1] == (
+        "Skipped, as the board lacks the models they need: knowledge distillation (no distilled model and its "
+        "undistilled counterpart both with a valid softmax entry); ID accuracy vs. mean ood-auroc (1 model, a "
+        "correlation needs 3); C-OOD vs. ID ranking (1 model, a correlation needs 3); kappa win rates (1 kappa with "
+        "valid entries, nothing to compare)."
+    )
+    assert "ID accuracy vs. mean ood-auroc:" not in lines and not any(line.startswith("Kappa win") for line in lines)
     assert "nan" not in text.lower() and "(1 models)" not in text
     code = SUBMISSION["code_sha256"]
     assert code not in "\n".join(lines[:-1])  # the kappa goes by its name; its hash is in the last section only
     assert lines[-2:] == ["Submission files' kappas, by the sha256 of their code:", f"  energy_sub: {code}"]
+
+
+def test_a_two_model_board_skips_the_sections_it_lacks_the_models_for_in_one_line(tmp_path):
+    records = [
+        record(model="glyph_cnn", weights="1" * 64),
+        record(model="glyph_cnn", weights="1" * 64, kappa="entropy", aurocs=[0.8] * 11),
+        record(model="timm_x", weights="2" * 64, aurocs=[0.7] * 11),
+    ]
+    add_records(tmp_path / "b", records, create=True)
+    lines = report(current_table(tmp_path / "b")).splitlines()
+    assert lines[1] == (
+        "Skipped, as the board lacks the models they need: the focus group's rank (no model matches "
+        "'^CLIP_(?!finetuned)'); knowledge distillation (no distilled model and its undistilled counterpart both "
+        "with a valid softmax entry); ID accuracy vs. mean ood-auroc (2 models, a correlation needs 3); C-OOD vs. ID "
+        "ranking (2 models, a correlation needs 3)."
+    )
+    assert [line for line in lines if line and not line.startswith(" ")] == [
+        lines[0],
+        lines[1],
+        "Best models per kappa (mean ood-auroc over levels):",
+        "Top 2 of 2 models, each by its best kappa:",
+        "Kappa win rates (row beats column, over models with both; n in brackets):",
+    ]  # the sections that apply, and only those
+    assert "  [2] softmax    100% (1)          -" in lines
+    assert sum("Skipped" in line for line in lines) == 1
+    add_records(tmp_path / "b", [record(model="m3", weights="3" * 64)])  # a third model: the correlations apply
+    three = report(current_table(tmp_path / "b"))
+    assert "ID accuracy vs. mean ood-auroc (" not in three and "ID accuracy vs. mean ood-auroc:" in three
+    assert "C-OOD vs. ID ranking (" not in three and "  softmax (3 models):" in three
 
 
 def test_correlations_that_cannot_be_computed_are_said_in_words(tmp_path):
