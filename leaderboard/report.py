@@ -95,7 +95,7 @@ def focus_rank(table: pd.DataFrame, pattern: str = DEFAULT_FOCUS, baseline: str 
     others = models[models["model"] != best["model"]]
     base = valid(table)
     base = base[base["kappa"] == baseline].sort_values(["mean_ood_auroc", "model"], ascending=[False, True])
-    own = base[base["model"].map(lambda m: bool(matcher.search(m)))].head(1)
+    own = base[base["model"].map(lambda m: bool(matcher.search(m))).astype(bool)].head(1)
     rest = base[~base["model"].isin(own["model"])]
     own_auroc = float(own["mean_ood_auroc"].iloc[0]) if len(own) else float("nan")
     return FocusRank(
