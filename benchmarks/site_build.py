@@ -1,4 +1,4 @@
-"""The leaderboard site on the paper's 1,848 entries: build time, page sizes, rows shown, and the index's load time
+"""The leaderboard site on the paper's 1,821 entries: build time, page sizes, rows shown, and the index's load time
 in headless Chromium (navigation to the load event, and to the first rows drawn).
 
     python benchmarks/site_build.py                 # needs Debian's chromium and playwright for the load time

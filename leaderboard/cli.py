@@ -143,7 +143,8 @@ def import_paper(
     ),
     directory: Path = DIR,
 ) -> None:
-    """Import the paper's published results (provenance "paper") into a leaderboard of their own."""
+    """Import the paper's published results (provenance "paper") into a leaderboard of their own; a model the table
+    lists under several names (the same rows) becomes one, its other names kept as aliases."""
     _note_added(directory)
     records = paper.paper_records(paper.read_paper_table(csv))
     store.add_records(directory, records, create=True)
@@ -158,6 +159,12 @@ def import_paper(
         typer.echo(f"flagged {entries} of {plural(flagged['model'].nunique(), 'model')}:")
     for row in flagged.itertuples():
         typer.echo(f"  {row.model} / {row.kappa}: {row.flag}")
+    groups = {r["model"]["name"]: r["model"]["aliases"] for r in records if r["model"].get("aliases")}
+    if groups:
+        names = plural(sum(map(len, groups.values())), "model name")
+        typer.echo(f"merged {names} the table lists beside another with the same rows (kept as aliases):")
+    for model, aliases in groups.items():
+        typer.echo(f"  {model}: also listed as {', '.join(aliases)}")
 
 
 @app.command()
@@ -197,7 +204,9 @@ def report(
     directory: Path = DIR,
     version: int | None = VERSION,
     focus: str = typer.Option(reports.DEFAULT_FOCUS, help="Regex of the model group whose rank to report."),
-    baseline: str = typer.Option(reports.DEFAULT_BASELINE, help="Kappa to compare the focus entry against."),
+    baseline: str = typer.Option(
+        reports.DEFAULT_BASELINE, help="Kappa by which the focus group is also compared, entry against entry."
+    ),
     top: int = typer.Option(10, help="Number of top models to list."),
 ) -> None:
     """A short summary: best models per kappa, top models, the focus group's rank, distillation, correlations, win

@@ -174,6 +174,13 @@ class Model:
     )
     num_parameters: int | None = spec(range=(0, MAX_PARAMETERS), reported=True, column="num_parameters")
     preprocessing: dict = spec()
+    aliases: list[str] | None = spec(
+        optional=True,
+        format="name",
+        items=(1, None),
+        doc="optional: the other names a published table lists the same model under (its rows identical), in name "
+        "order; absent otherwise and from records made before it",
+    )
     hub_weights: HubWeights | None = spec(
         optional=True,
         doc="optional: for a zoo target given no weights file, the Hub model repo, commit and file its pretrained "

@@ -43,7 +43,8 @@ COUNTERPARTS = {
 
 @dataclass(frozen=True)
 class FocusRank:
-    """Where the best entry of the focus group stands."""
+    """Where the focus group stands, like with like: its best model by its best kappa among the models each by its
+    best kappa, and its best entry of the baseline kappa among the other models' entries of that kappa."""
 
     model: str
     kappa: str
@@ -51,7 +52,9 @@ class FocusRank:
     rank: int  # among models, each by its best kappa
     num_models: int
     beats_models: float  # share of the other models (each by its best kappa) it beats
-    beats_baseline: float  # share of the other models' baseline-kappa entries it beats
+    baseline_model: str | None  # the focus group's best model by the baseline kappa; None if none has it
+    baseline_auroc: float
+    beats_baseline: float  # share of the other models' baseline-kappa entries that entry beats
     num_baseline: int
 
 
@@ -102,7 +105,10 @@ def focus_rank(table: pd.DataFrame, pattern: str = DEFAULT_FOCUS, baseline: str 
     best = hits.iloc[0]
     others = models[models["model"] != best["model"]]
     base = valid(table)
-    base = base[(base["kappa"] == baseline) & (base["model"] != best["model"])]
+    base = base[base["kappa"] == baseline].sort_values(["mean_ood_auroc", "model"], ascending=[False, True])
+    own = base[base["model"].map(lambda m: bool(matcher.search(m))).astype(bool)].head(1)
+    rest = base[~base["model"].isin(own["model"])]
+    own_auroc = float(own["mean_ood_auroc"].iloc[0]) if len(own) else float("nan")
     return FocusRank(
         model=best["model"],
         kappa=best["kappa"],
@@ -110,8 +116,10 @@ def focus_rank(table: pd.DataFrame, pattern: str = DEFAULT_FOCUS, baseline: str 
         rank=int(hits.index[0]) + 1,
         num_models=len(models),
         beats_models=float((others["mean_ood_auroc"] < best["mean_ood_auroc"]).mean()) if len(others) else float("nan"),
-        beats_baseline=float((base["mean_ood_auroc"] < best["mean_ood_auroc"]).mean()) if len(base) else float("nan"),
-        num_baseline=len(base),
+        baseline_model=own["model"].iloc[0] if len(own) else None,
+        baseline_auroc=own_auroc,
+        beats_baseline=float((rest["mean_ood_auroc"] < own_auroc).mean()) if len(own) and len(rest) else float("nan"),
+        num_baseline=len(rest) if len(own) else 0,
     )
 
 
@@ -295,8 +303,9 @@ def leader_lines(table: pd.DataFrame, top: int = 10) -> list[str]:
 def focus_lines(
     table: pd.DataFrame, focus: str = DEFAULT_FOCUS, baseline: str = DEFAULT_BASELINE
 ) -> list[str] | Skipped:
-    """The report's section on the focus group's best entry: its rank, the share of models it beats; skipped when no
-    model matches."""
+    """The report's section on the focus group, like with like: its best model's rank and the share of the other
+    models it beats, each model by its best kappa; its best ``baseline`` entry against the other models' entries of
+    that kappa; skipped when no model matches."""
     rank = focus_rank(table, focus, baseline)
     if rank is None:
         return Skipped("the focus group's rank", f"no model matches {focus!r}")
@@ -305,12 +314,21 @@ def focus_lines(
     out += [
         f"  {rank.model} / {rank.kappa}: mean ood-auroc {rank.mean_ood_auroc:.4f}",
         f"  rank {rank.rank} of {plural(rank.num_models, 'model')} (each by its best kappa): "
-        + (f"beats {rank.beats_models:.1%} of the other models" if others else "no other model to compare"),
-        f"  beats {rank.beats_baseline:.1%} of the other {plural(rank.num_baseline, 'model')}' {baseline} entries"
-        if rank.num_baseline
-        else f"  no other model has a {baseline} entry to compare",
+        + (
+            f"its {rank.kappa} entry beats {rank.beats_models:.1%} of the other {plural(others, 'model')}' best entries"
+            if others
+            else "no other model to compare"
+        ),
     ]
-    return out
+    if rank.baseline_model is None:
+        return [*out, f"  by {baseline} alone: no model matching {focus!r} has a {baseline} entry to compare"]
+    if not rank.num_baseline:
+        return [*out, f"  by {baseline} alone: no other model has a {baseline} entry to compare"]
+    return [
+        *out,
+        f"  by {baseline} alone: {rank.baseline_model} / {baseline} (mean ood-auroc {rank.baseline_auroc:.4f}) beats "
+        f"{rank.beats_baseline:.1%} of the other {plural(rank.num_baseline, 'model')}' {baseline} entries",
+    ]
 
 
 def too_few_models(table: pd.DataFrame, section: str) -> Skipped | None:

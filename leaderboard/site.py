@@ -249,6 +249,7 @@ def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
                 "f": family(model),
                 "p": page_name(model),
                 "n": int(params[0]) if params else None,
+                **({"a": group[0]["aliases"]} if group[0].get("aliases") else {}),  # where listed under other names
                 "e": entries,
             }
         )

@@ -20,11 +20,13 @@ from leaderboard.schema import entry_id, flags, kappa_label, private_status, ver
 PARQUET = "table.parquet"
 CSV = "table.csv"
 LEVEL_PREFIX = "ood_auroc_l"
+ALIAS_SEPARATOR = ", "  # between a model's other names in its table cell (blank: none)
 # the presentation order; a record field declared with a table column (leaderboard.record) not named here comes last
 FRONT = [
     "seq",
     "entry_id",
     "model",
+    "aliases",
     "kappa",
     "kappa_name",
     "kappa_params",
@@ -91,6 +93,7 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str, sta
         **{column: _at(record, path) for column, (path, _) in record_columns().items()},
         "seq": seq,
         "entry_id": entry_id(record),
+        "aliases": ALIAS_SEPARATOR.join(record["model"].get("aliases") or []),
         "kappa": kappa_label(record["kappa"]["name"], record["kappa"]["params"]),
         "kappa_params": json.dumps(record["kappa"]["params"], sort_keys=True),
         "verification": verification_status(record),
@@ -161,11 +164,13 @@ def on_board(table: pd.DataFrame) -> pd.DataFrame:
 def read_table(path: Path) -> pd.DataFrame:
     """A table file; one written before records could be verified gets its ``verification`` column (all
     self-reported), one written before a metric (or its interval) or the severity rule existed gets their columns,
-    blank."""
+    blank, one written before models had aliases gets its ``aliases`` column, blank."""
     try:
         table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
         raise LeaderboardError(f"cannot read the table {path}: {exc}") from exc
+    if "aliases" not in table.columns and "model" in table.columns:
+        table.insert(table.columns.get_loc("model") + 1, "aliases", "")
     if "verification" not in table.columns and "provenance" in table.columns:
         table.insert(table.columns.get_loc("provenance") + 1, "verification", "self-reported")
     if "conflict" not in table.columns and "verification" in table.columns:  # before conflicts: an entry had one record

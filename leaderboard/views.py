@@ -74,16 +74,17 @@ def sort_column(table: pd.DataFrame, key: str) -> str:
 def select(
     table: pd.DataFrame, kappas: Sequence[str] = (), model: str = "", sort: str = "mean", include_flagged: bool = True
 ) -> pd.DataFrame:
-    """Rows whose kappa name (or label) is one of ``kappas`` and whose model name contains ``model``
-    (case-insensitive), best first by ``sort`` (lowest first for a metric where lower is better), with a ``rank``
-    column."""
+    """Rows whose kappa name (or label) is one of ``kappas`` and whose model name or one of its aliases contains
+    ``model`` (case-insensitive), best first by ``sort`` (lowest first for a metric where lower is better), with a
+    ``rank`` column."""
     column = sort_column(table, sort)
     best_high = sort not in _averaged() or _averaged()[sort].higher_is_better
     rows = table
     if kappas:
         rows = rows[rows["kappa_name"].isin(kappas) | rows["kappa"].isin(kappas)]
     if model:
-        rows = rows[rows["model"].str.contains(model, case=False, regex=False)]
+        names = rows["model"] + " " + rows.get("aliases", "")
+        rows = rows[names.str.contains(model, case=False, regex=False)]
     if not include_flagged:
         rows = rows[rows["flag"] == ""]
     rows = rows.sort_values(
@@ -108,7 +109,7 @@ def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None
     """A plain-text table: rank (with :data:`NOT_SEPARABLE` where the sorted metric's interval overlaps the row
     above's, :func:`not_separable`), model, kappa (a submission file's by its name: :func:`kappa_names`; ``[RULE]``
     after it where the levels' severity rule is not the canonical one), id-acc, mean ood-auroc, the sorted level,
-    flags; a legend line when a rank is marked."""
+    flags; the other names of the models shown (:func:`alias_lines`); a legend line when a rank is marked."""
     sorted_by = sort_column(rows, sort)
     marks = [NOT_SEPARABLE if mark else "" for mark in not_separable(rows, sorted_by)]
     shown = rows.head(limit) if limit else rows
@@ -133,10 +134,20 @@ def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None
     out = [line(header), line(["-" * w for w in widths])] + [line(b) for b in body]
     if len(shown) < len(rows):
         out.append(f"... {len(rows) - len(shown)} more (use --limit 0 for all)")
+    out += alias_lines(shown)
     if any(marks[: len(shown)]):
         name = sorted_by.replace("_", "-")
         out.append(f"{NOT_SEPARABLE}: not separable from the row above (their 95% intervals of {name} overlap)")
     return "\n".join(out)
+
+
+def alias_lines(rows: pd.DataFrame) -> list[str]:
+    """A line per model of ``rows`` that a published table also lists under other names: ``vgg13: also listed as
+    vgg13_torchvision``; none for a table without aliases."""
+    if "aliases" not in rows.columns:
+        return []
+    named = rows[rows["aliases"].fillna("") != ""].drop_duplicates("model")
+    return [f"{r.model}: also listed as {r.aliases}" for r in named.itertuples()]
 
 
 def rule_suffix(rule) -> str:

@@ -120,7 +120,7 @@ def test_runnable_block_runs(scratch, doc, line, language, code):
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{doc} block at line {line} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     if "import-paper" in code:  # the commands did their work, in the scratch folder
-        assert done.stdout.splitlines()[0] == "imported 1,848 entries (706 models) into paper-board"
+        assert done.stdout.splitlines()[0] == "imported 1,821 entries (697 models) into paper-board"
         assert "Best models per kappa" in done.stdout and (folder / "paper-board" / "table.csv").is_file()
     if "evaluate(" in code:  # the printed per-level table: 11 levels of each of the two kappas
         assert done.stdout.count("softmax") == 11 and done.stdout.count("energy") == 11, done.stdout

@@ -255,7 +255,7 @@
           if (kappaOk && flagOk && provOk) { entry = e; }
         }
         if (!entry || (state.family && m.f !== state.family)) { return; }
-        var text = (m.m + " " + m.f + " " + entry.k).toLowerCase();
+        var text = (m.m + " " + (m.a || "") + " " + m.f + " " + entry.k).toLowerCase();
         if (!words.every(function (w) { return text.indexOf(w) >= 0; })) { return; }
         out.push({ model: m, e: entry });
       });
@@ -297,7 +297,7 @@
       out.push(td("tick", '<input type="checkbox" aria-label="tick ' + esc(m.m) + '"' + (state.sel.indexOf(m.m) >= 0 ? " checked" : "") + ">"));
       out.push(td("rank", String(i + 1) + (near ? '<span class="near">\u2248</span>' : ""), i + 1,
         near ? "not separable from #" + i + ": their 95% intervals overlap" : ""));
-      out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m) + '">' + breakable(m.m) + "</a>" +
+      out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m + (m.a ? " (also listed as " + m.a + ")" : "")) + '">' + breakable(m.m) + "</a>" +
         (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
       var rule = e.rule ? ' <span class="rule" title="severity rule">[' + esc(e.rule) + "]</span>" : "";
       out.push(td("text kap", esc(data.short[e.k] || e.k).replace(/([(,])/g, "$1<wbr>") + rule, e.k, e.k), td("mean", fmt(e.mean), e.mean, ends(e, "mean")));

@@ -98,9 +98,16 @@ def test_import_paper_uses_the_shipped_table(tmp_path):
 
     assert (PAPER_TABLE.parent / "PAPER_RESULTS_LICENSE.txt").read_text().count("MIT") >= 1
     out = _run("import-paper", "-d", tmp_path / "p")
-    assert out.splitlines()[0] == f"imported 1,848 entries (706 models) into {tmp_path / 'p'}"
+    assert out.splitlines()[0] == f"imported 1,821 entries (697 models) into {tmp_path / 'p'}"
     assert out.splitlines()[1] == "flagged 6 entries of 3 models:"
-    assert len(current_table(tmp_path / "p")) == 1848
+    assert len(current_table(tmp_path / "p")) == 1821
+    merged = out.splitlines()[8:]  # after the six flagged entries
+    assert merged[0] == "merged 9 model names the table lists beside another with the same rows (kept as aliases):"
+    assert merged[1:3] == [
+        "  resnet18: also listed as resnet18_torchvision",
+        "  resnet50: also listed as new_timm_resnet50",
+    ]
+    assert len(merged) == 10 and merged[-1] == "  vit_large_patch32_384: also listed as vit_large_patch32_384_original"
 
 
 def _cli(*args):

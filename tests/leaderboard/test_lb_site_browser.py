@@ -100,21 +100,21 @@ def strip(page, level: int) -> list[float]:
 
 def test_one_row_per_model_and_the_kappa_selector(page, table):
     assert page.title() == "C-OOD leaderboard: imagenet-cood-paper2023 iclr2023"
-    assert count(page) == 706 and page.locator("#count").inner_text() == "706"
+    assert count(page) == 697 and page.locator("#count").inner_text() == "697"
     valid = table[table["flag"] == ""]
     best = valid.sort_values(["mean_ood_auroc", "model"], ascending=[False, True]).drop_duplicates("model")
     models, kappas = shown(page, "model"), shown(page, "kap")
     assert (
-        models[:703] == best["model"].tolist()
+        models[:694] == best["model"].tolist()
     )  # each model by its best kappa, best first; then the 3 all-flagged ones
-    assert kappas[:703] == best["kappa"].tolist()
-    assert [float(v) for v in shown(page, "mean")[:703]] == pytest.approx(best["mean_ood_auroc"].tolist(), abs=1e-6)
-    assert shown(page, "rank") == [str(i) for i in range(1, 707)]
+    assert kappas[:694] == best["kappa"].tolist()
+    assert [float(v) for v in shown(page, "mean")[:694]] == pytest.approx(best["mean_ood_auroc"].tolist(), abs=1e-6)
+    assert shown(page, "rank") == [str(i) for i in range(1, 698)]
 
     page.select_option("#kappa", "softmax")
     softmax = table[table["kappa"] == "softmax"].set_index("model")
     models = shown(page, "model")
-    assert sorted(models) == sorted(softmax.index) and len(models) == 539
+    assert sorted(models) == sorted(softmax.index) and len(models) == 530
     assert set(shown(page, "kap")) == {"softmax"}
     means = dict(zip(models, map(float, shown(page, "mean"))))
     assert all(means[m] == pytest.approx(softmax.loc[m, "mean_ood_auroc"], abs=1e-6) for m in models)
@@ -141,50 +141,52 @@ def test_filters(page, table):
     assert page.locator("#count").inner_text() == "16"
     page.select_option("#family", "")
     page.select_option("#flagged", "hide")
-    assert count(page) == 703 and page.locator(f"{ROWS}.flagged").count() == 0
+    assert count(page) == 694 and page.locator(f"{ROWS}.flagged").count() == 0
     page.select_option("#flagged", "only")
     assert sorted(shown(page, "model")) == ["efficientnet_b5", "efficientnet_b6", "efficientnet_b7"]
     assert all(f.startswith("id-acc near chance") for f in shown(page, "flag"))
     page.select_option("#flagged", "show")
     page.select_option("#prov", "paper")
-    assert count(page) == 706
+    assert count(page) == 697
     assert page.eval_on_selector_all("#status option", "os => os.map(o => o.value)") == [
         "",
         "paper",
     ]  # published numbers
     page.select_option("#status", "paper")
-    assert count(page) == 706 and set(page.eval_on_selector_all(f"{ROWS} td.prov", "tds => tds.map(t => t.title)")) == {
+    assert count(page) == 697 and set(page.eval_on_selector_all(f"{ROWS} td.prov", "tds => tds.map(t => t.title)")) == {
         "paper: the published numbers"
     }
     page.fill("#search", "clip vit-l")
     expected = table[table["model"].str.lower().str.contains("clip") & table["model"].str.lower().str.contains("vit-l")]
     assert sorted(shown(page, "model")) == sorted(expected["model"].unique())
     assert page.locator("#count").inner_text() == str(expected["model"].nunique()) == "4"
+    page.fill("#search", "vgg13_torchvision")  # a name the paper's table also gives vgg13
+    assert shown(page, "model") == ["vgg13"]
 
 
 def test_sorting_renumbers_the_rank(page, table):
     level10 = page.locator("#leaderboard th .strip span[data-sort=l10]")
     level10.click()
-    values = strip(page, 10)[:703]
+    values = strip(page, 10)[:694]
     assert values == sorted(values, reverse=True) and values[0] == pytest.approx(
         table["ood_auroc_l10"][table["flag"] == ""].max()
     )
-    assert all(shown(page, "flag")[703:]) and not any(shown(page, "flag")[:703])  # broken runs last, whatever the sort
-    assert shown(page, "rank") == [str(i) for i in range(1, 707)]
+    assert all(shown(page, "flag")[694:]) and not any(shown(page, "flag")[:694])  # broken runs last, whatever the sort
+    assert shown(page, "rank") == [str(i) for i in range(1, 698)]
     assert page.locator("#leaderboard th.strip-head").get_attribute("aria-sort") == "descending"
     level10.click()
-    assert strip(page, 10)[:703] == sorted(values)
-    assert shown(page, "rank") == [str(i) for i in range(1, 707)]
+    assert strip(page, 10)[:694] == sorted(values)
+    assert shown(page, "rank") == [str(i) for i in range(1, 698)]
 
     model = page.locator("#leaderboard th.model")
     model.click()
     assert model.get_attribute("aria-sort") == "ascending"
-    names = shown(page, "model")[:703]
+    names = shown(page, "model")[:694]
     assert (names[0], names[-1]) == ("adv_inception_v3", "xcit_tiny_24_p8_384_dist")
     assert page.evaluate("names => names.every((n, i) => i === 0 || names[i - 1].localeCompare(n) <= 0)", names)
     acc = page.locator("#leaderboard th[data-sort=acc]")
     acc.click()
-    accs = [float(r) for r in column(page, 5)][:703]
+    accs = [float(r) for r in column(page, 5)][:694]
     assert accs == sorted(accs, reverse=True) and acc.get_attribute("aria-sort") == "descending"
 
     page.fill("#search", "resnet50")
@@ -211,7 +213,7 @@ def test_the_plot_follows_the_view_and_shows_values(page, table):
     ticks = page.eval_on_selector_all("#curves text.ytick", "ts => ts.map(t => t.textContent)")
     assert ticks == ["0.5", "0.6", "0.7", "0.8", "0.9", "1.0"]
     assert page.locator("#curves line.chance").count() == 1
-    assert page.locator("#scatter circle.dot").count() == 703 and page.locator("#scatter circle.dot.hl").count() == 10
+    assert page.locator("#scatter circle.dot").count() == 694 and page.locator("#scatter circle.dot.hl").count() == 10
 
     page.fill("#search", "resnet50")
     assert all("resnet50" in label for label in legend()) and len(legend()) == 10
@@ -253,20 +255,20 @@ def test_the_scatter_leaves_flagged_runs_out(page, table, browser):
         "model"
     )  # the 3 models with only flagged entries
     with_flagged = pd.concat([valid, broken])
-    assert (len(valid), len(broken)) == (703, 3)
+    assert (len(valid), len(broken)) == (694, 3)
     r = f"{valid['id_acc'].corr(valid['mean_ood_auroc']):.3f}"
     r_all = f"{with_flagged['id_acc'].corr(with_flagged['mean_ood_auroc']):.3f}"
-    assert (r, r_all) == ("0.391", "0.565")
+    assert (r, r_all) == ("0.392", "0.568")
     settle(page)
-    assert page.inner_text("#scatter-r") == r and page.inner_text("#scatter-n") == "703"
+    assert page.inner_text("#scatter-r") == r and page.inner_text("#scatter-n") == "694"
     assert (
         page.inner_text("#scatter-left") == "; 3 flagged runs left out"
-        and page.locator("#scatter circle.dot").count() == 703
+        and page.locator("#scatter circle.dot").count() == 694
     )
     page.check("#scatter-flagged")
-    assert page.inner_text("#scatter-r") == r_all and page.locator("#scatter circle.dot").count() == 706
+    assert page.inner_text("#scatter-r") == r_all and page.locator("#scatter circle.dot").count() == 697
     assert page.inner_text("#scatter-left") == "; flagged runs included" and page.url.endswith("#sf=1")
-    assert count(page) == 706  # the table is the same either way
+    assert count(page) == 697  # the table is the same either way
     other = browser.new_page(viewport={"width": 1280, "height": 900})
     other.goto(page.url)
     assert other.is_checked("#scatter-flagged") and other.inner_text("#scatter-r") == r_all
