@@ -187,7 +187,7 @@ def main(argv=None) -> None:
     count = out = zero_width = 0
     for name, kind, sizes, target, truth, coverage, zero, word in cells:
         print(
-            f"{name:<11}{kind:<15}{sizes:<12}{target:>7}{truth:>8.4f}{coverage:>7.3f}{zero:>6.2f}  {word}", flush=True
+            f"{name:<11}{kind:<15}{sizes:<12}{target:>7g}{truth:>8.4f}{coverage:>7.3f}{zero:>6.2f}  {word}", flush=True
         )
         count, out, zero_width = count + 1, out + (word == "OUT"), zero_width + (zero > 0)
     print(
