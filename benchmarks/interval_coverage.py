@@ -100,35 +100,45 @@ def verdict(covered: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[flo
     return coverage, zero, "ok one-sided" if coverage > 0.97 and one_sided else "OUT"
 
 
+def auroc_bounds(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``auroc_interval`` of every replicate (row) at once."""
+    v10, _ = placements(pos, neg)
+    m, n = pos.shape[1], neg.shape[1]
+    return score_bounds(v10.mean(axis=1), lambda t: newcombe_variance(t, m, n))
+
+
+def mean_bounds(pos: np.ndarray, negs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``mean_auroc_interval`` of every replicate at once, for disjoint levels (one array of negatives each) sharing
+    the positives: DeLong's covariance is S10 across levels plus S01 on the diagonal."""
+    parts = [placements(pos, neg) for neg in negs]
+    m, counts = pos.shape[1], [neg.shape[1] for neg in negs]
+    v10 = np.stack([part[0] for part in parts], axis=1)  # replicates, levels, positives
+    centred = v10 - v10.mean(axis=2, keepdims=True)
+    cov = np.einsum("rlm,rkm->rlk", centred, centred) / (m - 1) / m
+    for level, (_, v01) in enumerate(parts):
+        cov[:, level, level] += v01.var(axis=1, ddof=1) / counts[level]
+    rho = correlation(cov)
+    return score_bounds(v10.mean(axis=(1, 2)), lambda t: mean_variance_at(t, rho, m, counts))
+
+
 def auroc_cells(rng, reps: int, sizes, aurocs, kinds):
     for kind in kinds:
         for m, n in sizes:
             for target in aurocs:
                 d = math.sqrt(2.0) * norm.ppf(target)
                 truth = true_auroc(kind, d, m, n)
-                v10, _ = placements(*draw(rng, kind, d, m, n, reps))
-                low, high = score_bounds(v10.mean(axis=1), lambda t, m=m, n=n: newcombe_variance(t, m, n))
+                low, high = auroc_bounds(*draw(rng, kind, d, m, n, reps))
                 yield ("auroc", kind, f"{m}/{n}", target, truth, *verdict((low <= truth) & (truth <= high), low, high))
 
 
 def mean_cells(rng, reps: int, sizes, aurocs):
-    """5 disjoint levels sharing the positives: their DeLong covariance (S10 across levels, S01 on the diagonal)."""
+    """5 disjoint levels of ``n`` negatives each, sharing the ``m`` positives, the gaps ``d, 0.9 d, ..., 0.6 d``."""
     for m, n in sizes:
         for target in aurocs:
             gaps = math.sqrt(2.0) * norm.ppf(target) * LEVEL_GAPS
             truth = float(np.mean(norm.cdf(gaps / math.sqrt(2.0))))
             pos = rng.normal(0.0, 1.0, (reps, m))
-            parts = [placements(pos + g, rng.normal(0.0, 1.0, (reps, n))) for g in gaps]
-            v10 = np.stack([p[0] for p in parts], axis=1)  # reps, levels, m
-            centred = v10 - v10.mean(axis=2, keepdims=True)
-            cov = np.einsum("rlm,rkm->rlk", centred, centred) / (m - 1) / m
-            for level, (_, v01) in enumerate(parts):
-                cov[:, level, level] += v01.var(axis=1, ddof=1) / n
-            rho = correlation(cov)
-            counts = [n] * len(gaps)
-            low, high = score_bounds(
-                v10.mean(axis=(1, 2)), lambda t, r=rho, m=m, c=counts: mean_variance_at(t, r, m, c)
-            )
+            low, high = mean_bounds(pos, [rng.normal(-g, 1.0, (reps, n)) for g in gaps])
             covered = (low <= truth) & (truth <= high)
             yield ("mean-auroc", "cont", f"{m}/{n}x5", target, truth, *verdict(covered, low, high))
 

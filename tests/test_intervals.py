@@ -241,5 +241,15 @@ def test_intervals_cover_the_hard_cells_and_are_never_of_zero_width():
     ]
     for name, kind, sizes, _, truth, coverage, zero, _ in cells:
         assert coverage >= 0.9 and zero == 0.0, (name, kind, sizes, truth, coverage, zero)
+    # the script's vectorised intervals are the library's, replicate by replicate (ties, a perfect separation)
+    pos, neg = np.round(rng.normal(2.0, 1.0, (4, 40))), np.round(rng.normal(0.0, 1.0, (4, 30)))
+    pos[0] += 10.0
+    for r, (low, high) in enumerate(zip(*cov.auroc_bounds(pos, neg))):
+        want = auroc_interval(pos[r], neg[r])
+        assert (low, high) == pytest.approx((want.low, want.high), abs=1e-12)
+    negs = [neg, neg[:, :20] - 1.0]
+    for r, (low, high) in enumerate(zip(*cov.mean_bounds(pos, negs))):
+        want = mean_auroc_interval(pos[r], np.r_[negs[0][r], negs[1][r]], [np.arange(30), np.arange(30, 50)])
+        assert (low, high) == pytest.approx((want.low, want.high), abs=1e-12)
     perfect = auroc_interval(np.arange(30.0) + 30, np.arange(30.0))
     assert perfect.estimate == perfect.high == 1.0 and perfect.low < 0.97
