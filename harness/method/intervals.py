@@ -1,18 +1,20 @@
 """95% intervals for the benchmark's numbers (docs/method.md section 4, "Intervals"). Pure numpy, no I/O.
 
-- :func:`auroc_interval`: one AUROC (an ood-auroc, or id-auroc), DeLong's variance by the O(n log n) midrank algorithm
-  of Sun & Xu (2014), the interval taken on the logit scale.
+- :func:`auroc_interval`: one AUROC (an ood-auroc, or id-auroc), Newcombe's (2006) score interval ("method 5"): the
+  values ``theta`` with ``(A - theta)^2 <= z^2 V(theta)``, ``V`` the Hanley-McNeil variance at ``theta`` with both
+  sample sizes replaced by ``N* = (m + n) / 2 - 1``.
 - :func:`mean_auroc_interval`: the mean of several AUROCs that share their positives (the levels' ood-aurocs share
-  every ID test image, and overlapping levels share OOD images): the variance of the mean from the DeLong covariance
-  matrix of the AUROCs (:func:`auroc_covariance`), not from their variances alone.
-- :func:`wilson_interval`: an accuracy (id-acc), Wilson's score interval.
+  every ID test image, and overlapping levels share OOD images): the same score interval, the variance of the mean at
+  ``theta`` from each level's Newcombe variance and the correlations of the DeLong covariance matrix of the AUROCs
+  (:func:`auroc_covariance`).
+- :func:`wilson_interval`: an accuracy (id-acc), Wilson's score interval with continuity correction (Newcombe 1998).
 - :func:`bootstrap_interval`: any other statistic, a seeded stratified percentile bootstrap.
 
-Why the logit scale: an AUROC lives in [0, 1] and the good ones sit near 1, where its sampling distribution is skewed
-and a symmetric interval ``A +- z se`` both spills over 1 and covers too rarely. ``logit(A)`` is unbounded and close
-to normal; the interval ``logit(A) +- z se / (A (1 - A))`` (the delta method) mapped back is asymmetric, stays inside
-(0, 1) and covers close to the nominal rate near 1 too (Pepe 2003; Qin & Hotilovac 2008). An AUROC of
-exactly 0 or 1 has a DeLong variance of 0 and its interval is the point itself.
+Why a score interval: DeLong's variance is estimated at the AUROC itself, and with few negatives (or few wrong ID
+predictions) near an AUROC of 1 it is often near 0, and exactly 0 at a perfect separation, so its interval covers far
+too rarely there (docs/method.md has the measured table, ``benchmarks/interval_coverage.py`` prints it). A score
+interval takes the variance at each candidate value instead: it stays inside [0, 1], is never of zero width, and at an
+AUROC of exactly 1 it is the one-sided bound ``[low, 1]`` from the counts alone.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import numpy as np
 from harness.errors import HarnessError
 
 CONFIDENCE = 0.95
-DELONG_METHOD = "delong-logit"
-WILSON_METHOD = "wilson"
+AUROC_METHOD = "newcombe-score"
+MEAN_AUROC_METHOD = "newcombe-score-mean-delong-correlation"
+ACC_METHOD = "wilson-cc"
 BOOTSTRAP_METHOD = "stratified-bootstrap-percentile"
 
 
@@ -135,50 +138,96 @@ def auroc_covariance(
     return aurocs, covariance
 
 
-def _expit(t: float) -> float:
-    return 1.0 / (1.0 + math.exp(-t)) if t >= 0.0 else math.exp(t) / (1.0 + math.exp(t))  # no overflow either way
+def newcombe_variance(theta, m: float, n: float):
+    """Newcombe's (2006) variance of an AUROC at ``theta`` (elementwise) for ``m`` positives and ``n`` negatives:
+    Hanley & McNeil's (1982) ``theta (1 - theta) [1 + (N* - 1)((1 - theta) / (2 - theta) + theta / (1 + theta))]
+    / (m n)`` with both sizes replaced by ``N* = (m + n) / 2 - 1``. It is 0 at 0 and 1 only."""
+    theta = np.asarray(theta, dtype=np.float64)
+    spread = 1.0 + ((m + n) / 2.0 - 2.0) * ((1.0 - theta) / (2.0 - theta) + theta / (1.0 + theta))
+    return theta * (1.0 - theta) * spread / (m * n)
 
 
-def _logit_interval(estimate: float, variance: float, confidence: float) -> Interval:
-    z = _z(confidence)
-    if estimate <= 0.0 or estimate >= 1.0 or variance <= 0.0:
-        return Interval(estimate, estimate, estimate, DELONG_METHOD, confidence)
-    centre = math.log(estimate / (1.0 - estimate))
-    half = z * math.sqrt(variance) / (estimate * (1.0 - estimate))
-    low, high = _expit(centre - half), _expit(centre + half)
-    return Interval(estimate, min(max(low, 0.0), 1.0), min(max(high, 0.0), 1.0), DELONG_METHOD, confidence)
+def score_bounds(estimate, variance_at: Callable, confidence: float = CONFIDENCE, steps: int = 52):
+    """The ends of the score interval ``{theta in [0, 1]: (estimate - theta)^2 <= z^2 variance_at(theta)}``, by
+    bisection below and above ``estimate`` (elementwise over an array of estimates; ``variance_at`` maps an array of
+    ``theta`` to their variances, 0 at 0 and 1). ``steps`` halvings give the ends to 2^-52."""
+    z2 = _z(confidence) ** 2
+    estimate = np.asarray(estimate, dtype=np.float64)
+
+    def outside(theta):
+        return (estimate - theta) ** 2 > z2 * variance_at(theta)
+
+    below = [np.zeros_like(estimate), estimate.copy()]  # [outside, inside]
+    above = [np.ones_like(estimate), estimate.copy()]
+    for _ in range(steps):
+        for ends in (below, above):
+            mid = (ends[0] + ends[1]) / 2.0
+            out = outside(mid)
+            ends[0], ends[1] = np.where(out, mid, ends[0]), np.where(out, ends[1], mid)
+    return below[0], above[0]
+
+
+def _score_interval(estimate: float, variance_at: Callable, method: str, confidence: float) -> Interval:
+    low, high = score_bounds(estimate, variance_at, confidence)
+    return Interval(estimate, float(low), float(high), method, confidence)
 
 
 def auroc_interval(positive: np.ndarray, negative: np.ndarray, confidence: float = CONFIDENCE) -> Interval:
     """The AUROC of ``positive`` against ``negative`` (average ranks, as :func:`metrics.auroc`, to the last bit) with
-    DeLong's interval on the logit scale. For ood-auroc: ID test scores against a level's OOD test scores; for
-    id-auroc: the scores of correct against those of wrong ID predictions. Needs 2 of each."""
-    aurocs, covariance = auroc_covariance(positive, negative)
-    return _logit_interval(float(aurocs[0]), float(covariance[0, 0]), confidence)
+    Newcombe's score interval (:func:`newcombe_variance`). For ood-auroc: ID test scores against a level's OOD test
+    scores; for id-auroc: the scores of correct against those of wrong ID predictions. Needs 2 of each."""
+    pos, neg = _scores("positive scores", positive), _scores("negative scores", negative)
+    estimate = _placements(pos, neg)[0]
+    m, n = len(pos), len(neg)
+    return _score_interval(estimate, lambda t: newcombe_variance(t, m, n), AUROC_METHOD, confidence)
+
+
+def correlation(covariance: np.ndarray) -> np.ndarray:
+    """The correlation matrix of a covariance matrix (over its last two axes); a pair with a variance of 0 (a perfect
+    level) counts as correlated 1, the cautious choice for a mean."""
+    sd = np.sqrt(np.maximum(np.diagonal(covariance, axis1=-2, axis2=-1), 0.0))
+    outer = sd[..., :, None] * sd[..., None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.where(outer > 0, covariance / np.where(outer > 0, outer, 1.0), 1.0)
+    return np.clip(rho, -1.0, 1.0)
+
+
+def mean_variance_at(theta, rho: np.ndarray, m: int, counts: Sequence[int]):
+    """The variance of the mean of ``L`` AUROCs at ``theta`` (elementwise): ``sum_ll' rho_ll' s_l s_l' / L^2`` with
+    ``s_l`` the Newcombe standard error of level ``l`` (``m`` positives, ``counts[l]`` negatives) at ``theta`` and
+    ``rho`` their correlation matrix (broadcast against ``theta``, shape ``theta.shape + (L, L)``)."""
+    theta = np.asarray(theta, dtype=np.float64)
+    s = np.sqrt(np.stack([newcombe_variance(theta, m, n) for n in counts], axis=-1))
+    return np.einsum("...l,...lk,...k->...", s, rho, s) / len(counts) ** 2
 
 
 def mean_auroc_interval(
     positive: np.ndarray, negative: np.ndarray, levels: Sequence[np.ndarray], confidence: float = CONFIDENCE
 ) -> Interval:
-    """The mean of the levels' AUROCs (see :func:`auroc_covariance` for ``levels``) with its interval: the variance of
-    the mean is ``1' C 1 / L^2`` with ``C`` the DeLong covariance matrix of the levels' AUROCs (the shared positives
-    make them covary, so the variances alone would understate it), the interval on the logit scale."""
+    """The mean of the levels' AUROCs (see :func:`auroc_covariance` for ``levels``) with its score interval: the
+    variance of the mean at ``theta`` is :func:`mean_variance_at`, each level's Newcombe variance at ``theta``
+    correlated as DeLong's covariance matrix says (the shared positives, and the shared negatives of overlapping
+    levels, make the AUROCs covary, so the variances alone would understate it)."""
     aurocs, covariance = auroc_covariance(positive, negative, levels)
-    weights = np.full(len(aurocs), 1.0 / len(aurocs))
-    return _logit_interval(math.fsum(aurocs) / len(aurocs), float(weights @ covariance @ weights), confidence)
+    counts = [len(index) for index in _level_indices(levels, len(np.asarray(negative).ravel()))]
+    rho, m = correlation(covariance), len(np.asarray(positive).ravel())
+    estimate = math.fsum(aurocs) / len(aurocs)
+    return _score_interval(estimate, lambda t: mean_variance_at(t, rho, m, counts), MEAN_AUROC_METHOD, confidence)
 
 
 def wilson_interval(successes: int, total: int, confidence: float = CONFIDENCE) -> Interval:
-    """Wilson's score interval of a proportion (id-acc: ``successes`` correct of ``total``): the proportions ``p`` with
-    ``|p_hat - p| <= z sqrt(p (1 - p) / n)``. Unlike ``p_hat +- z se`` it stays in [0, 1] and keeps its width at 0 or
-    ``n`` successes."""
+    """Wilson's score interval of a proportion with continuity correction (Newcombe 1998, method 4; id-acc:
+    ``successes`` correct of ``total``): the proportions ``p`` with ``|p_hat - p| - 1 / (2n) <= z sqrt(p (1 - p) / n)``.
+    It stays in [0, 1] and is never of zero width: with no failures it is ``[low, 1]``, with no successes
+    ``[0, high]``."""
     if total <= 0 or not 0 <= successes <= total:
         raise HarnessError(f"a proportion needs 0 <= successes <= total and total > 0, got {successes} of {total}")
-    z, p = _z(confidence), successes / total
-    scale = 1.0 + z * z / total
-    centre = (p + z * z / (2.0 * total)) / scale
-    half = z / scale * math.sqrt(p * (1.0 - p) / total + z * z / (4.0 * total * total))
-    return Interval(p, max(centre - half, 0.0), min(centre + half, 1.0), WILSON_METHOD, confidence)
+    z, n, p = _z(confidence), total, successes / total
+    q, denominator = 1.0 - p, 2.0 * (n + z * z)
+    low = (2 * n * p + z * z - 1 - z * math.sqrt(max(z * z - 2 - 1 / n + 4 * p * (n * q + 1), 0.0))) / denominator
+    high = (2 * n * p + z * z + 1 + z * math.sqrt(max(z * z + 2 - 1 / n + 4 * p * (n * q - 1), 0.0))) / denominator
+    low, high = (0.0 if successes == 0 else max(low, 0.0)), (1.0 if successes == total else min(high, 1.0))
+    return Interval(p, low, high, ACC_METHOD, confidence)
 
 
 def bootstrap_interval(

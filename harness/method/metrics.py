@@ -12,9 +12,10 @@ import numpy as np
 
 from harness.errors import HarnessError
 from harness.method.intervals import (
+    ACC_METHOD,
+    AUROC_METHOD,
     CONFIDENCE,
-    DELONG_METHOD,
-    WILSON_METHOD,
+    MEAN_AUROC_METHOD,
     Interval,
     auroc_interval,
     mean_auroc_interval,
@@ -38,7 +39,6 @@ FPR_CONVENTION = (
 )
 FPR99_CONVENTION = FPR_CONVENTION.replace("95", "99")
 AUROC_CONVENTION = "mann-whitney with average ranks (a tied ID/OOD pair counts 1/2)"
-MEAN_DELONG_METHOD = "delong-logit-mean-covariance"  # the mean of the levels' AUROCs, 1' C 1 / L^2 from DeLong's C
 AUPR_CONVENTION = (
     "average precision (step-wise, as scikit-learn); aupr_in: ID positive, aupr_out: OOD positive on -kappa"
 )
@@ -158,14 +158,14 @@ def _pair(interval: Interval) -> tuple[float, float]:
     return interval.low, interval.high
 
 
-def _delong(positive: np.ndarray, negative: np.ndarray) -> tuple[float, float] | None:
-    """DeLong's interval of an AUROC (logit scale); None with fewer than 2 scores on a side (no variance)."""
+def _auroc_ends(positive: np.ndarray, negative: np.ndarray) -> tuple[float, float] | None:
+    """The score interval of an AUROC; None with fewer than 2 scores on a side (no DeLong covariance)."""
     return _pair(auroc_interval(positive, negative)) if min(len(positive), len(negative)) >= 2 else None
 
 
-def _mean_delong(s: LevelSet) -> tuple[float, float] | None:
-    """The interval of the mean of the levels' AUROCs, from their DeLong covariance; None where a level or the ID
-    set has fewer than 2 scores."""
+def _mean_auroc_ends(s: LevelSet) -> tuple[float, float] | None:
+    """The score interval of the mean of the levels' AUROCs, correlated by their DeLong covariance; None where a level
+    or the ID set has fewer than 2 scores."""
     if len(s.id_scores) < 2 or any(len(level) < 2 for level in s.levels):
         return None
     return _pair(mean_auroc_interval(s.id_scores, s.ood_scores, s.levels))
@@ -195,7 +195,7 @@ _level(
     aggregate="levels",
     since=1,
     null="never",
-    interval=IntervalRule(DELONG_METHOD, lambda d: _delong(d.id_scores, d.ood_scores)),
+    interval=IntervalRule(AUROC_METHOD, lambda d: _auroc_ends(d.id_scores, d.ood_scores)),
 )
 _level(
     "fpr_at_95_tpr",
@@ -254,7 +254,7 @@ register_metric(
         column="id_acc",
         since=1,
         null="never",
-        interval=IntervalRule(WILSON_METHOD, lambda d: _pair(wilson_interval(int(d.correct.sum()), len(d.correct)))),
+        interval=IntervalRule(ACC_METHOD, lambda d: _pair(wilson_interval(int(d.correct.sum()), len(d.correct)))),
     )
 )
 register_metric(
@@ -269,7 +269,7 @@ register_metric(
         column="id_auroc",
         null="always",
         since=1,
-        interval=IntervalRule(DELONG_METHOD, lambda d: _delong(d.scores[d.correct], d.scores[~d.correct])),
+        interval=IntervalRule(AUROC_METHOD, lambda d: _auroc_ends(d.scores[d.correct], d.scores[~d.correct])),
     )
 )
 register_metric(
@@ -360,6 +360,6 @@ register_metric(
         column="mean_ood_auroc",
         null="never",
         since=1,
-        interval=IntervalRule(MEAN_DELONG_METHOD, _mean_delong),
+        interval=IntervalRule(MEAN_AUROC_METHOD, _mean_auroc_ends),
     )
 )

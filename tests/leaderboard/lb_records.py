@@ -76,10 +76,10 @@ def record(
 STATEMENT = {
     "confidence": 0.95,
     "methods": {
-        "levels.ood_auroc": "delong-logit",
-        "id.acc": "wilson",
-        "id.auroc": "delong-logit",
-        "summary.mean_ood_auroc": "delong-logit-mean-covariance",
+        "levels.ood_auroc": "newcombe-score",
+        "id.acc": "wilson-cc",
+        "id.auroc": "newcombe-score",
+        "summary.mean_ood_auroc": "newcombe-score-mean-delong-correlation",
     },
 }  # what a harness record says of its intervals
 
