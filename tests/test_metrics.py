@@ -62,6 +62,7 @@ def test_level_and_id_metrics():
         "sac_95": pytest.approx(2 / 3),
         "sac_99": pytest.approx(2 / 3),
         **dict.fromkeys(("ece", "ece_mass", "nll", "brier")),  # not declared probabilities
+        **dict.fromkeys(("nll_multiclass", "brier_multiclass")),  # no logits given
         "acc_low": pytest.approx(0.2077, abs=1e-4),  # Wilson's interval of 2 of 3
         "acc_high": pytest.approx(0.9385, abs=1e-4),
         "auroc_low": None,  # one wrong prediction: the AUROC has no variance, so no interval
