@@ -163,7 +163,7 @@ def summary_table(results: list[KappaResult], width: int = TABLE_WIDTH) -> str:
         block |= pair
     lines = "\n\n".join(pd.DataFrame({**base, **block}).to_string(index=False) for block in [*blocks, block])
     legend = "; ".join(f"k{i} {result.kappa}" for i, result in enumerate(results, 1))
-    legend += ". auroc: the level's ood-auroc; fpr95: its FPR at 95% TPR (docs/method.md, section 4)"
+    legend += ". auroc: the level's ood-auroc; fpr95: its FPR at 95% TPR, ID positive (docs/method.md, section 4)"
     out = [lines, *textwrap.wrap(legend, width), ""]
     shown = [m for m in (*registered("summary"), *registered("id")) if m.unit]  # the registry's rates, in order
     for result in results:

@@ -169,7 +169,7 @@ def build_site(
         kappas=[(k, short.get(k, k)) for k in kappas],
         cols=data["cols"],
         means=[
-            (m.name, f"mean {m.label}", f"{m.label}, mean over the levels")
+            (m.name, f"mean {m.label}", f"{m.label}, mean over the levels: {m.definition}")
             for m in mean_metrics()
             if m.name in data["cols"]
         ],
@@ -194,8 +194,9 @@ def build_site(
             for e in model["e"]
         ]
         shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
-        shown += [(m.table_column, m.label) for m in later_id_metrics()]
         metrics = [(key, label) for key, label in shown if any(e.get(key) is not None for e in entries)]
+        later = [(m.table_column, m.label) for m in later_id_metrics()]
+        id_metrics = [(key, label) for key, label in later if any(e.get(key) is not None for e in entries)]
         curves = [  # the error bars the index's data already holds
             {"label": e["name"], "title": e["k"], "values": e["l"], **{k: e[k] for k in ("lo", "hi") if k in e}}
             for e in entries
@@ -204,7 +205,13 @@ def build_site(
         write_atomic(
             page,
             template.render(
-                model=model, entries=entries, metrics=metrics, plot=_json(plot), root="../", **common
+                model=model,
+                entries=entries,
+                metrics=metrics,
+                id_metrics=id_metrics,
+                plot=_json(plot),
+                root="../",
+                **common,
             ).encode(),
         )
         pages.append(page)

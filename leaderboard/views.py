@@ -121,7 +121,7 @@ def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None
     columns = ["rank", "model", "kappa", "id_acc", "mean_ood_auroc"]
     if sorted_by not in columns:
         columns.append(sorted_by)
-    header = [c.replace("_", "-") for c in columns] + ["flag"]
+    header = [_header(c) for c in columns] + ["flag"]
     body = [[_cell(r[c]) for c in columns] + [r["flag"]] for _, r in shown.iterrows()]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
     numeric = {i for i, c in enumerate(columns) if c not in ("model", "kappa")}
@@ -148,6 +148,13 @@ def alias_lines(rows: pd.DataFrame) -> list[str]:
         return []
     named = rows[rows["aliases"].fillna("") != ""].drop_duplicates("model")
     return [f"{r.model}: also listed as {r.aliases}" for r in named.itertuples()]
+
+
+def _header(column: str) -> str:
+    """A column's heading in ``show``: a level metric's mean by its label (``mean fpr@95 (ID+)``), any other by its
+    name with dashes."""
+    means = {m.table_column: f"mean {m.label}" for m in _averaged().values()}
+    return means.get(column, column.replace("_", "-"))
 
 
 def rule_suffix(rule) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy.special import softmax as scipy_softmax
 from sklearn.metrics import brier_score_loss, log_loss
 from torchmetrics.classification import BinaryCalibrationError
 
@@ -181,11 +182,24 @@ def test_a_glyph_runs_records_equal_the_independent_implementations_on_its_id_te
     per_level = pd.read_csv(out / "per_level.csv")
     rows = per_level[per_level["confidence function"] == "softmax"]
     assert rows["id-ece"].tolist() == pytest.approx([softmax["id"]["ece"]] * len(rows))
-    assert rows["id-brier"].tolist() == pytest.approx([softmax["id"]["brier"]] * len(rows))
-    assert per_level.loc[per_level["confidence function"] == "energy", "id-nll"].isna().all()
+    assert rows["id-brier (correctness)"].tolist() == pytest.approx([softmax["id"]["brier"]] * len(rows))
+    assert per_level.loc[per_level["confidence function"] == "energy", "id-nll (correctness)"].isna().all()
+    # the classifier's multi-class scores, from the ID test logits the run kept: the same for every kappa
+    probabilities = scipy_softmax(id_test.logits.astype(np.float64), axis=1)
+    onehot = np.eye(probabilities.shape[1])[id_test.labels]
+    for record in (softmax, energy):
+        assert record["id"]["nll_multiclass"] == pytest.approx(
+            log_loss(id_test.labels, probabilities, labels=range(probabilities.shape[1])), rel=1e-9
+        )
+        assert record["id"]["brier_multiclass"] == pytest.approx(
+            ((probabilities - onehot) ** 2).sum(1).mean(), rel=1e-9
+        )
+    assert softmax["id"]["nll_multiclass"] != pytest.approx(softmax["id"]["nll"], rel=1e-3)  # another score
+    assert rows["id-nll (multi-class)"].tolist() == pytest.approx([softmax["id"]["nll_multiclass"]] * len(rows))
     summary = " ".join(result.table.split("\n\n")[-1].split())  # the terminal's lines per kappa
     softmax_line = summary[summary.index("softmax:") : summary.index("energy:")]
-    assert f"ece {softmax['id']['ece']:.4f}" in softmax_line and f"brier {softmax['id']['brier']:.4f}" in softmax_line
+    assert f"ece {softmax['id']['ece']:.4f}" in softmax_line
+    assert f"brier (correctness) {softmax['id']['brier']:.4f}" in softmax_line
 
 
 @pytest.mark.slow

@@ -62,6 +62,7 @@ def test_level_and_id_metrics():
         "sac_95": pytest.approx(2 / 3),
         "sac_99": pytest.approx(2 / 3),
         **dict.fromkeys(("ece", "ece_mass", "nll", "brier")),  # not declared probabilities
+        **dict.fromkeys(("nll_multiclass", "brier_multiclass")),  # no logits given
         # Wilson's interval of 2 of 3 with continuity correction, by hand: (2np + z^2 -+ 1 -+ z sqrt(z^2 -+ 2 - 1/n
         # + 4p(n(1-p) +- 1))) / (2(n + z^2)) = 1.715 / 13.683 and 13.441 / 13.683 (uncorrected: 0.2077, 0.9385)
         "acc_low": pytest.approx(0.1253, abs=1e-4),

@@ -80,7 +80,8 @@ def evaluate_kappa(
                 "num_ood": int(mask.sum()),
             }
         )
-    ids = id_metrics(id_scores, id_test.preds == id_test.labels, id_conf, probability)
+    correct = id_test.preds == id_test.labels
+    ids = id_metrics(id_scores, correct, id_conf, probability, id_test.logits, id_test.labels)
     bounds = summary_intervals(LevelSet(id_scores, ood_test.scores[kappa], members))
     return KappaResult(kappa, levels, rows, {**ids, "num": int(len(id_scores))}, rule, bounds)
 

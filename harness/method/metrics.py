@@ -34,14 +34,23 @@ from harness.method.registry import (
 from harness.method.selective import ECE_BINS, SAC_TARGETS, aurc, brier, coverage_at_accuracy, e_aurc, ece, nll
 
 FPR_CONVENTION = (
-    "fpr_at_95_tpr: ID positive; threshold = largest t keeping >= 95% of ID (kappa >= t); "
-    "fraction of OOD with kappa >= t"
+    "fpr_at_95_tpr: ID positive (the FPR of OOD at 95% TPR of ID); threshold t = the largest value keeping "
+    ">= 95% of ID (kappa >= t, a tie at t kept whole); the fraction of OOD with kappa >= t"
 )
 FPR99_CONVENTION = FPR_CONVENTION.replace("95", "99")
-AUROC_CONVENTION = "mann-whitney with average ranks (a tied ID/OOD pair counts 1/2)"
-AUPR_CONVENTION = (
-    "average precision (step-wise, as scikit-learn); aupr_in: ID positive, aupr_out: OOD positive on -kappa"
+FPR_OOD_CONVENTION = (
+    "fpr_at_95_tpr_ood: OOD positive (the FPR of ID at 95% TPR of OOD, as OpenOOD v1.5 and pytorch-ood); "
+    "threshold t = the largest value keeping >= 95% of OOD (-kappa >= t, a tie at t kept whole); the fraction of ID "
+    "with -kappa >= t"
 )
+FPR99_OOD_CONVENTION = FPR_OOD_CONVENTION.replace("95", "99")
+AUROC_TIES = "mann-whitney with average ranks (a tied positive/negative pair counts 1/2)"
+AUROC_CONVENTION = f"ID positive, OOD negative; {AUROC_TIES}"
+AUPR_CONVENTION = (
+    "average precision (step-wise, as scikit-learn: a tie of scores is one step); aupr_in: ID positive, aupr_out: "
+    "OOD positive on -kappa"
+)
+NO_CLASSES = "no positive class, no ties (a mean over images)"
 
 
 def _checked(name: str, values: np.ndarray) -> np.ndarray:
@@ -112,20 +121,28 @@ def level_metrics(
 
 
 def id_metrics(
-    scores: np.ndarray, correct: np.ndarray, conf: np.ndarray | None = None, probability: bool = False
+    scores: np.ndarray,
+    correct: np.ndarray,
+    conf: np.ndarray | None = None,
+    probability: bool = False,
+    logits: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
 ) -> dict[str, float | None]:
     """Every registered ID metric: by default the accuracy, the AUROC of kappa separating correct from wrong
-    predictions, the mean confidence, the selective metrics, and, where ``probability`` (the kappa declares its
-    reported confidence a probability that the prediction is right), the calibration metrics.
+    predictions, the mean confidence, the selective metrics, where ``probability`` (the kappa declares its reported
+    confidence a probability that the prediction is right) the calibration metrics of correctness, and with
+    ``logits`` (the classifier's, over the ID classes) and ``labels`` its multi-class NLL and Brier score.
 
     ``auroc`` is None when every prediction is right (or every one wrong): it is then undefined; the calibration
-    metrics are None without ``probability``.
+    metrics are None without ``probability``, the multi-class ones without ``logits``.
     """
     scores = _checked("ID scores", scores)
     correct = np.asarray(correct, dtype=bool).ravel()
     if correct.shape != scores.shape:
         raise HarnessError(f"{len(correct)} correctness flags for {len(scores)} ID scores")
-    data = IdScores(scores, correct, scores if conf is None else conf, probability)
+    if logits is not None and (labels is None or np.shape(logits)[:1] != scores.shape):
+        raise HarnessError(f"logits of shape {np.shape(logits)} (and labels) for {len(scores)} ID scores")
+    data = IdScores(scores, correct, scores if conf is None else conf, probability, logits, labels)
     return _measured(registered("id"), data)
 
 
@@ -181,6 +198,18 @@ def _calibration(measure):
     return lambda d: measure(d.conf, d.correct) if d.probability else None
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """The softmax of each row of ``logits``, in float64 (the largest logit subtracted first)."""
+    z = np.asarray(logits, dtype=np.float64)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _classifier(measure):
+    """A score of the classifier's softmax over the ID classes against the true labels: None without logits."""
+    return lambda d: None if d.logits is None else measure(softmax(d.logits), np.asarray(d.labels, dtype=np.int64))
+
+
 def _level(name: str, compute, label: str, definition: str, **declared) -> Metric:
     return register_metric(Metric(name, "level", compute, label=label, definition=definition, **declared))
 
@@ -200,7 +229,7 @@ _level(
 _level(
     "fpr_at_95_tpr",
     lambda d: fpr_at_tpr(d.id_scores, d.ood_scores, 0.95),
-    "fpr@95",
+    "fpr@95 (ID+)",
     FPR_CONVENTION,
     higher_is_better=False,
     aggregate="mean",
@@ -228,7 +257,7 @@ _level(
     "ood_avg_conf",
     lambda d: mean(d.ood_conf),
     "ood avg conf",
-    "mean reported confidence of the level's OOD test images",
+    "mean reported confidence of the level's OOD test images; " + NO_CLASSES,
     higher_is_better=False,
     unit=False,
     since=1,
@@ -237,12 +266,21 @@ _level(
 _level(
     "fpr_at_99_tpr",
     lambda d: fpr_at_tpr(d.id_scores, d.ood_scores, 0.99),
-    "fpr@99",
+    "fpr@99 (ID+)",
     FPR99_CONVENTION,
     higher_is_better=False,
     aggregate="mean",
     since=2,
 )
+for tpr, convention in ((95, FPR_OOD_CONVENTION), (99, FPR99_OOD_CONVENTION)):  # records since their arrival hold them
+    _level(
+        f"fpr_at_{tpr}_tpr_ood",
+        lambda d, tpr=tpr: fpr_at_tpr(-np.asarray(d.ood_scores, float), -np.asarray(d.id_scores, float), tpr / 100),
+        f"fpr@{tpr} (OOD+)",
+        convention,
+        higher_is_better=False,
+        aggregate="mean",
+    )
 register_metric(
     Metric(
         "acc",
@@ -250,7 +288,8 @@ register_metric(
         lambda d: float(d.correct.mean()),
         True,
         "id-acc",
-        "top-1 accuracy",
+        "top-1 accuracy: positive = the prediction (arg-max of the logits, a tie to the lowest class index) is the "
+        "true label",
         column="id_acc",
         since=1,
         null="never",
@@ -265,7 +304,7 @@ register_metric(
         True,
         "id-auroc",
         f"AUROC of kappa separating correct (positive) from wrong ID predictions, null when all are right or all "
-        f"wrong: {AUROC_CONVENTION}",
+        f"wrong: {AUROC_TIES}",
         column="id_auroc",
         null="always",
         since=1,
@@ -279,7 +318,7 @@ register_metric(
         lambda d: mean(d.conf),
         True,
         "id avg conf",
-        "mean reported confidence of the ID test images",
+        "mean reported confidence of the ID test images; " + NO_CLASSES,
         unit=False,
         column="id_avg_conf",
         null="never",
@@ -294,15 +333,16 @@ for name, compute, better, label, definition in (
         lambda d: aurc(d.scores, d.correct),
         False,
         "aurc",
-        "area under the risk-coverage curve of kappa on the ID test set (the companion paper's AURC; tied kappa "
-        "values count in expectation over their order)",
+        "area under the risk-coverage curve of kappa on the ID test set (the companion paper's AURC): the risk "
+        "counts wrong predictions, no positive class; tied kappa values count in expectation over their order",
     ),
     (
         "e_aurc",
         lambda d: e_aurc(d.scores, d.correct),
         False,
         "e-aurc",
-        "excess AURC: aurc minus the optimum r + (1 - r) ln(1 - r), r the error rate",
+        "excess AURC: aurc minus the optimum r + (1 - r) ln(1 - r), r the error rate; the risk counts wrong "
+        "predictions, no positive class; tied kappa values count in expectation over their order",
     ),
     *(
         (
@@ -310,7 +350,8 @@ for name, compute, better, label, definition in (
             lambda d, target=target: coverage_at_accuracy(d.scores, d.correct, target),
             True,
             f"sac@{round(target * 100)}",
-            f"the largest coverage whose selective accuracy reaches {target:g} (0 when none does)",
+            f"the largest coverage whose selective accuracy (positive: a right prediction) reaches {target:g} (0 when "
+            "none does); a threshold keeps a tie of kappa whole",
         )
         for target in SAC_TARGETS
     ),
@@ -325,28 +366,67 @@ for name, compute, unit, label, definition in (
         _calibration(lambda p, c: ece(p, c, binning="width")),
         True,
         "ece",
-        f"expected calibration error of the reported confidence, {ECE_BINS} equal-width bins (the companion "
-        "paper's, the default)",
+        f"expected calibration error of the reported confidence against correctness (positive: a right "
+        f"prediction), {ECE_BINS} equal-width bins (the companion paper's, the default), right-closed: a confidence "
+        "on an edge, and so any tie, goes to one bin",
     ),
     (
         "ece_mass",
         _calibration(lambda p, c: ece(p, c, binning="mass")),
         True,
         "ece-mass",
-        f"expected calibration error of the reported confidence, {ECE_BINS} equal-mass bins",
+        f"expected calibration error of the reported confidence against correctness (positive: a right "
+        f"prediction), {ECE_BINS} equal-mass bins, a tie of confidences kept in one bin",
     ),
     (
         "nll",
         _calibration(nll),
         False,
-        "nll",
-        "negative log-likelihood (natural log) of correctness under the reported confidence, clipped to [eps, 1 - eps]",
+        "nll (correctness)",
+        "binary negative log-likelihood (natural log) of correctness (positive: a right prediction) under the "
+        "reported confidence, clipped to [eps, 1 - eps]; a score of the kappa, not the classifier's multi-class NLL "
+        "(nll_multiclass); per image, no ties",
     ),
-    ("brier", _calibration(brier), True, "brier", "mean squared gap between the reported confidence and correctness"),
+    (
+        "brier",
+        _calibration(brier),
+        True,
+        "brier (correctness)",
+        "binary Brier score: the mean squared gap between the reported confidence and correctness (positive: a "
+        "right prediction, 1); a score of the kappa, not the classifier's multi-class Brier (brier_multiclass); per "
+        "image, no ties",
+    ),
 ):
     register_metric(
         Metric(
             name, "id", compute, False, label, definition + _UNCALIBRATED, unit=unit, column=f"id_{name}", null="always"
+        )
+    )
+# the classifier's own multi-class scores on the ID test set (the same for every kappa of a model), beside the
+# kappa's scores of correctness above; records since their arrival hold them
+_MULTICLASS = (
+    "; the softmax over the ID classes' logits against the true label (positive: the true class); per image, no "
+    "ties; the same for every kappa of a model; null where the run kept no ID logits"
+)
+for name, compute, label, definition in (
+    (
+        "nll_multiclass",
+        _classifier(nll),
+        "nll (multi-class)",
+        "the classifier's multi-class negative log-likelihood (natural log), -mean log p[true label], probabilities "
+        "clipped to [eps, 1 - eps] (scikit-learn's log_loss)",
+    ),
+    (
+        "brier_multiclass",
+        _classifier(brier),
+        "brier (multi-class)",
+        "the classifier's multi-class Brier score, the mean over images of sum over the ID classes of "
+        "(p_k - [k = true label])^2, not halved (in [0, 2])",
+    ),
+):
+    register_metric(
+        Metric(
+            name, "id", compute, False, label, definition + _MULTICLASS, unit=False, column=f"id_{name}", null="always"
         )
     )
 register_metric(
@@ -356,7 +436,7 @@ register_metric(
         lambda rows: math.fsum(row["ood_auroc"] for row in rows) / len(rows),
         True,
         "mean ood-auroc",
-        "the mean of the levels' ood_auroc",
+        f"the mean of the levels' ood_auroc ({AUROC_CONVENTION})",
         column="mean_ood_auroc",
         null="never",
         since=1,

@@ -38,13 +38,16 @@ class LevelScores:
 
 @dataclass(frozen=True)
 class IdScores:
-    """What an ID metric sees: the ID test scores, whether each prediction is right, the reported confidences, and
-    whether the kappa declares them probabilities that the prediction is right (the calibration metrics need them)."""
+    """What an ID metric sees: the ID test scores, whether each prediction is right, the reported confidences,
+    whether the kappa declares them probabilities that the prediction is right (the calibration metrics need them),
+    and the classifier's logits over the ID classes with the true labels (None where a caller kept no logits)."""
 
     scores: Any
     correct: Any
     conf: Any
     probability: bool = False
+    logits: Any = None
+    labels: Any = None
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from harness.runtime.score_cache import ScoreCache, kappa_id, run_key
 from harness.submission import Submission
 
 EVAL_SPLITS = ("id_test", "ood_estimation", "ood_test")
+LOGIT_SPLITS = ("id_test",)  # the splits whose logits every pass keeps: the classifier's multi-class NLL and Brier
 
 
 @dataclass
@@ -60,6 +61,13 @@ class Plan:
     hits: dict[str, SplitScores | None] = field(default_factory=dict)
     needed: set[str] = field(default_factory=set)
     served: list[tuple[dict, SplitScores]] = field(default_factory=list)
+
+
+def _kept(scores: SplitScores, names: list[str], split: str, outputs: bool) -> SplitScores:
+    """A shard's scores as a pass keeps them: ``names``' kappas, with ``outputs`` the logits and features, on a split
+    of :data:`LOGIT_SPLITS` the logits at least."""
+    kept = scores.only(names, keep_logits=outputs or split in LOGIT_SPLITS)
+    return kept if outputs else replace(kept, features=None)
 
 
 @dataclass(kw_only=True)
@@ -125,7 +133,7 @@ class Scorer:
             self.cache.save(split, shard, cached)
             self.stats["shards_from_logits"] += 1
             return cached, []
-        if outputs and not kept:
+        if (outputs and not kept) or (split in LOGIT_SPLITS and cached.logits is None):
             return cached, missing or None
         if not missing:
             self.stats["shards_from_cache"] += 1
@@ -147,7 +155,7 @@ class Scorer:
                 plan.hits[shard["path"]] = cached
                 plan.needed |= {k.name for k in missing or []}
             else:
-                plan.parts[split].append(cached.only(names, keep_logits=outputs))
+                plan.parts[split].append(_kept(cached, names, split, outputs))
                 plan.served.append((shard, cached))
         return plan
 
@@ -271,7 +279,7 @@ class Scorer:
         merged = scored if hit is None else hit.with_kappas(scored)
         if self.cache:
             self.cache.save(split, shard, merged.only(list(merged.scores), self.config.keep_logits or outputs))
-        plan.parts[split].append(merged.only(names, keep_logits=outputs))
+        plan.parts[split].append(_kept(merged, names, split, outputs))
 
     def _gathered(self, split: str, parts: list[SplitScores]) -> SplitScores:
         """A split's scores from every rank, checked against the manifest's count."""

@@ -132,15 +132,20 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
     base = _with_gap(record())
     result = KappaResult("softmax", None, base["levels"], base["id"])
     frame = outputs.per_level_frame("glyph_cnn", [result])
-    assert list(frame.columns)[14:16] == ["median gap", "level score"]  # the other level metrics, the level score
-    assert list(frame.columns)[16:18] == ["window percentile", "severity rule"]  # where the levels' windows start
-    assert list(frame.columns)[18:26] == [  # then the other ID ones
+    assert list(frame.columns)[16:18] == ["median gap", "level score"]  # the other level metrics, the level score
+    assert list(frame.columns)[18:20] == ["window percentile", "severity rule"]  # where the levels' windows start
+    assert list(frame.columns)[20:30] == [  # then the other ID ones
         *("id-aurc", "id-e-aurc", "id-sac@95", "id-sac@99"),
-        *("id-ece", "id-ece-mass", "id-nll", "id-brier"),
+        *("id-ece", "id-ece-mass", "id-nll (correctness)", "id-brier (correctness)"),
+        *("id-nll (multi-class)", "id-brier (multi-class)"),
     ]
-    assert list(frame.columns)[26:] == ["ood-auroc low", "ood-auroc high"]  # then the level intervals' ends
-    assert list(frame.columns)[10:14] == ["fpr@95", "aupr-in", "aupr-out", "fpr@99"]
-    assert frame["median gap"].tolist()[:2] == [1.0, 0.9] and frame["fpr@99"].tolist()[0] == 0.5
+    assert list(frame.columns)[30:] == ["ood-auroc low", "ood-auroc high"]  # then the level intervals' ends
+    assert list(frame.columns)[10:16] == [
+        *("fpr@95 (ID+)", "aupr-in", "aupr-out", "fpr@99 (ID+)"),
+        *("fpr@95 (OOD+)", "fpr@99 (OOD+)"),  # blank: this record was made before them
+    ]
+    assert frame["median gap"].tolist()[:2] == [1.0, 0.9] and frame["fpr@99 (ID+)"].tolist()[0] == 0.5
+    assert frame["fpr@95 (OOD+)"].isna().all()
     made = outputs.record(
         result,
         benchmark=base["benchmark"],
@@ -217,9 +222,9 @@ def test_a_board_written_before_a_metric_takes_records_with_it(tmp_path, median_
     assert by_model.loc["new_model", "mean_median_gap"] == pytest.approx(0.5)
     assert (board / "records").is_dir() and old in [p.read_bytes() for p in (board / "records").glob("*.json")]
     page = (tmp_path / "site" / "models" / page_name("resnet_v1_record")).read_text()
-    assert "<th>fpr@95</th>" in page and "<th>fpr@99</th>" not in page  # the old record has none: left out
+    assert "<th>fpr@95 (ID+)</th>" in page and "<th>fpr@99 (ID+)</th>" not in page  # the old record has none
     page = (tmp_path / "site" / "models" / page_name("new_model")).read_text()
-    assert "<th>fpr@99</th>" in page and "<td>0.5500</td>" in page
+    assert "<th>fpr@99 (ID+)</th>" in page and "<td>0.5500</td>" in page
 
 
 def test_an_old_table_file_reads_with_blank_new_columns(tmp_path):
@@ -246,6 +251,8 @@ def test_a_metric_registered_first_comes_after_the_built_in_ones():
         "aupr_out",
         "ood_avg_conf",
         "fpr_at_99_tpr",
+        "fpr_at_95_tpr_ood",
+        "fpr_at_99_tpr_ood",
         "early",
     ], done.stderr
 
@@ -276,8 +283,8 @@ def test_the_terminal_summary_names_a_registered_summary_metric():
         "n/a",
     ] + [
         word
-        for label in ("aurc", "e-aurc", "sac@95", "sac@99", "ece", "ece-mass", "brier")  # not in this record
-        for word in (label, "n/a")
+        for label in ("aurc", "e-aurc", "sac@95", "sac@99", "ece", "ece-mass", "brier (correctness)")  # not here
+        for word in [*label.split(), "n/a"]
     ]
     assert "worst" not in outputs.summary_table([result])
 
@@ -323,5 +330,6 @@ def test_the_calibration_metrics_and_kappa_probability_are_optional_fields(tmp_p
     out = tmp_path / "site"
     build_site(current_table(board), out, "current", board=board)
     page = (out / "models" / page_name("glyph_cnn")).read_text()
-    assert "<th>ece</th><th>ece-mass</th><th>nll</th><th>brier</th>" in page and "<td>0.0310</td>" in page
+    assert "<th>ece</th><th>ece-mass</th><th>nll (correctness)</th><th>brier (correctness)</th>" in page
+    assert "<td>0.0310</td>" in page
     assert "<th>ece</th>" not in (out / "models" / page_name("older")).read_text()  # no entry has it: no column

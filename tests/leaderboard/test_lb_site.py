@@ -182,7 +182,7 @@ def test_a_one_model_site_and_the_harness_columns(tmp_path):
     assert 'data-sort="fpr_at_95_tpr"' in html and 'data-sort="fpr_at_99_tpr"' in html and 'data-sort="n"' in html
     assert "1 record, byte for byte" in page_text(out / "records" / "index.html")
     page = page_text(out / "models" / page_name("solo"))
-    assert "mean fpr@95" in page and "mean fpr@99" in page and "harness, self-reported" in page
+    assert "mean fpr@95 (ID+)" in page and "mean fpr@99 (ID+)" in page and "harness, self-reported" in page
 
 
 def test_model_page_metrics_verification_and_per_class(tmp_path):
@@ -190,7 +190,7 @@ def test_model_page_metrics_verification_and_per_class(tmp_path):
     out = tmp_path / "site"
     build_site(current_table(board), out, "v2", board=board)
     page = (out / "models" / page_name("glyph_cnn")).read_text()
-    for label in ["ood-auroc", "fpr@95", "aupr-in", "aupr-out", "ood avg conf", "fpr@99"]:
+    for label in ["ood-auroc", "fpr@95 (ID+)", "aupr-in", "aupr-out", "ood avg conf", "fpr@99 (ID+)"]:
         assert f"<th>{label}</th>" in page
     assert "<td>0.3500</td>" in page  # level 5's fpr@95 (0.3 + 0.01 * 5)
     assert "<td>0.5500</td>" in page  # level 5's fpr@99 (0.5 + 0.01 * 5)
@@ -227,7 +227,7 @@ def test_the_site_without_the_records(tmp_path):
     assert [p.name for p in pages][0] == "index.html" and len(pages) == 4
     assert not (out / "records").exists() and "raw records" not in (out / "index.html").read_text()
     page = (out / "models" / page_name("glyph_cnn")).read_text()
-    assert "<th>ood-auroc</th>" in page and "<th>fpr@95</th>" not in page
+    assert "<th>ood-auroc</th>" in page and "<th>fpr@95 (ID+)</th>" not in page
 
 
 def test_families():

@@ -478,7 +478,7 @@ def test_a_metric_column_from_the_registry_sorts_best_first(browser, tmp_path):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto((tmp_path / "site" / "index.html").as_uri())
     header = page.locator("#leaderboard th[data-sort=fpr_at_99_tpr]")
-    assert header.inner_text() == "mean fpr@99"  # a mean over the levels says so
+    assert header.inner_text() == "mean fpr@99 (ID+)"  # a mean over the levels says so, and its positive class
     header.click()
     assert shown(page, "model") == ["b_model", "c_model", "a_model"]
     assert header.get_attribute("aria-sort") == "ascending"
@@ -560,7 +560,7 @@ def test_wide_tables_scroll_in_their_panel_with_the_first_column_pinned(browser,
         for cls in ["model", "kap", "mean"]:  # the key columns in view, the board unscrolled
             box = page.locator(f"{ROWS} td.{cls}").first.bounding_box()
             assert board["x"] <= box["x"] and box["x"] + box["width"] <= board["x"] + board["width"], (width, cls)
-        for key, header in [("fpr_at_95_tpr", "mean fpr@95"), ("fpr_at_99_tpr", "mean fpr@99")]:
+        for key, header in [("fpr_at_95_tpr", "mean fpr@95 (ID+)"), ("fpr_at_99_tpr", "mean fpr@99 (ID+)")]:
             assert page.locator(f"#leaderboard th[data-sort={key}]").inner_text() == header  # a mean says so
         page.close()
     phone = browser.new_page(viewport={"width": 390, "height": 844})  # a model page's per-level table too
@@ -706,6 +706,8 @@ def test_no_table_of_a_model_page_scrolls_sideways_at_1280(browser, request, boa
     assert page.locator("#entries tbody tr").count() == len(entries)
     if board == "readme":  # the widest metrics table: every metric of a harness record, each interval beside it
         headers = page.eval_on_selector_all("#entries thead th", "ths => ths.map(th => th.innerText)")
-        assert len(headers) == 18 and {"aurc", "brier"} <= set(headers)
+        assert len(headers) == 12 and {"mean fpr@95 (ID+)", "mean fpr@95 (OOD+)"} <= set(headers)
+        headers = page.eval_on_selector_all("#entries-id thead th", "ths => ths.map(th => th.innerText)")
+        assert len(headers) == 11 and {"aurc", "brier (correctness)", "brier (multi-class)"} <= set(headers)
         assert page.locator("#entries .ci:not(.none)").count() == 3 * len(entries)
     page.close()

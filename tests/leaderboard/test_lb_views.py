@@ -46,7 +46,7 @@ def test_a_metric_where_lower_is_better_sorts_lowest_first(tmp_path):
     table = current_table(tmp_path / "b")
     assert select(table, sort="fpr_at_99_tpr")["model"].tolist() == ["m1", "m2", "m0"]
     lines = format_rows(select(table, sort="fpr_at_99_tpr"), sort="fpr_at_99_tpr").splitlines()
-    assert lines[0].split()[-2:] == ["mean-fpr-at-99-tpr", "flag"] and lines[2].split()[-1] == "0.2000"
+    assert lines[0].split()[-4:] == ["mean", "fpr@99", "(ID+)", "flag"] and lines[2].split()[-1] == "0.2000"
 
 
 def test_select_sorts_and_filters(table):
