@@ -135,6 +135,27 @@ def test_new_logit_kappas_reuse_kept_logits(tiny_glyphs, tmp_path):
     assert direct.stats["shards_from_cache"] == 0
 
 
+def test_a_rerun_without_kept_logits_forwards_no_image(tiny_glyphs, tmp_path):
+    """Under ``keep_logits=False`` the cache still keeps the ID test split's logits (the multi-class NLL and Brier
+    read them), so the same run again is served whole from the cache, with the same records."""
+    runs = [
+        submit(
+            CNN,
+            benchmark=tiny_glyphs,
+            kappas=["softmax"],
+            out=tmp_path / name,
+            cache_dir=tmp_path / "cache",
+            keep_logits=False,
+            progress=False,
+        )
+        for name in ("a", "b")
+    ]
+    assert [run.stats["images_forwarded"] for run in runs] == [36 * 8 + 48 * 24, 0]
+    assert runs[1].stats["shards_from_cache"] == 50
+    first, again = (records_in(tmp_path / name)["softmax"] for name in ("a", "b"))
+    assert again["id"]["nll_multiclass"] == first["id"]["nll_multiclass"] is not None
+
+
 @pytest.fixture(scope="module")
 def odd_glyphs(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("odd") / "glyphs"

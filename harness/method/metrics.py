@@ -199,7 +199,8 @@ def _calibration(measure):
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    """The softmax of each row of ``logits``, in float64 (the largest logit subtracted first)."""
+    """The softmax of each row of ``logits``, in float64 (the largest logit subtracted first). By hand: the leaderboard
+    reads this module on its light install, which has no scipy."""
     z = np.asarray(logits, dtype=np.float64)
     e = np.exp(z - z.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)

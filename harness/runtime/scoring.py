@@ -278,7 +278,7 @@ class Scorer:
         (split, shard), hit = plan.todo[path], plan.hits[path]
         merged = scored if hit is None else hit.with_kappas(scored)
         if self.cache:
-            self.cache.save(split, shard, merged.only(list(merged.scores), self.config.keep_logits or outputs))
+            self.cache.save(split, shard, _kept(merged, list(merged.scores), split, self.config.keep_logits or outputs))
         plan.parts[split].append(_kept(merged, names, split, outputs))
 
     def _gathered(self, split: str, parts: list[SplitScores]) -> SplitScores:
