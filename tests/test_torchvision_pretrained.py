@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 import torch
@@ -156,6 +157,7 @@ def test_a_server_that_sends_nothing_ends_the_fetch_in_one_line(tmp_path, monkey
     proxy = f"http://127.0.0.1:{silent.getsockname()[1]}"
     for name, value in {"https_proxy": proxy, "HTTPS_PROXY": proxy, "no_proxy": "", "NO_PROXY": ""}.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setattr(urllib.request, "_opener", None)  # urlopen reads the proxies once, when it first opens
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     monkeypatch.setattr(torchvision_models, "STALL_S", 2.0)
     try:
