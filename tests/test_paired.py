@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from harness.errors import HarnessError
+from harness.method.intervals import auroc_covariance
 from harness.method.paired import compare_entries, count_floor
 
 PHI = lambda x: 0.5 * math.erfc(-x / math.sqrt(2.0))  # noqa: E731
@@ -53,6 +54,10 @@ def test_same_images_and_roles_give_delongs_variance_of_a_correlated_difference(
     expected = direct_delong(a[:m][correct], a[:m][~correct], b[:m][correct], b[:m][~correct])
     assert c.id_auroc.se**2 == pytest.approx(expected, rel=1e-12)
     assert c.id_auroc.shared == m and c.levels[0].shared == m + 9 and not c.id_auroc.floored
+    _, covariance = auroc_covariance(a[:m], a[m:], [np.arange(9), np.arange(n)])  # the mean's variance
+    itself = compare_entries(table(a[:m], correct, a[m:], levels), table(a[:m], correct, a[m:], levels))
+    assert itself.mean_ood_auroc.unpaired_se**2 / 2 == pytest.approx(covariance.mean(), rel=1e-12)
+    assert c.levels[0].different() == (c.levels[0].p_value < 0.05) and c.levels[0].different(alpha=1.0)
 
 
 def draw(rng, m: int = 150, classes: int = 12, per_class: int = 15) -> tuple[dict, dict, dict]:
@@ -166,11 +171,16 @@ def test_bad_tables_are_refused_in_one_line():
         compare_entries(a, {**a, "score": np.r_[np.nan, a["score"][1:]]})
 
 
-def test_the_width_script_prints_paired_and_unpaired_widths(tmp_path, capsys):
+def width_script():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "paired_width.py"
     spec = importlib.util.spec_from_file_location("paired_width", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_width_script_prints_paired_and_unpaired_widths(tmp_path, capsys):
+    module = width_script()
     a, b, _ = draw(np.random.default_rng(7))
     for name, t in (("a", a), ("b", b)):
         pd.DataFrame(t).to_parquet(tmp_path / f"{name}.parquet")
@@ -180,3 +190,23 @@ def test_the_width_script_prints_paired_and_unpaired_widths(tmp_path, capsys):
     line = next(row for row in printed.splitlines() if row.strip().startswith("mean ood-auroc"))
     assert f"{mean.unpaired_se / mean.se:.4g}" in line.split() and f"{mean.se:.4g}" in line.split()
     assert module.main([str(tmp_path / "a.parquet"), str(tmp_path / "missing.parquet")]) == 2
+
+
+@pytest.mark.slow
+def test_a_runs_tables_give_its_records_aurocs_bit_for_bit(tiny_glyphs):
+    """The width script's tables of a real run (the per-image file's layout, from the run's split scores): the
+    comparison's sides are the run's level ood-aurocs, mean and id-auroc, to the last bit."""
+    from glyph_fixtures import CNN
+    from harness.run import evaluate
+
+    module = width_script()
+    run = evaluate(CNN, benchmark=tiny_glyphs, kappas=["softmax", "entropy"], device="cpu", progress=False)
+    tables = module.tables_from_evaluation(run)
+    assert list(tables["softmax"].columns) == ["key", "split", "class_id", "score", "value", "correct", "levels"]
+    c = compare_entries(tables["softmax"], tables["entropy"])
+    soft, ent = (next(r for r in run.results if r.kappa == k) for k in ("softmax", "entropy"))
+    assert [d.a for d in c.levels] == [row["ood_auroc"] for row in soft.rows]
+    assert [d.b for d in c.levels] == [row["ood_auroc"] for row in ent.rows]
+    assert c.mean_ood_auroc.a == pytest.approx(soft.mean_ood_auroc, abs=1e-15)
+    assert (c.id_auroc.a, c.id_auroc.b) == (soft.id["auroc"], ent.id["auroc"])
+    assert c.mean_ood_auroc.se < c.mean_ood_auroc.unpaired_se

@@ -35,6 +35,7 @@ from harness.method.intervals import CONFIDENCE, _placements, _z, newcombe_varia
 
 ID_SPLIT, OOD_SPLIT = "id_test", "ood_test"  # the splits a record's test numbers come from
 METHOD = "delong-paired-wald"
+ALPHA = 0.05  # the paired test's level on a board: a row is shown different from the row above when p < ALPHA
 COLUMNS = ("key", "split", "score", "correct", "levels")
 TINY = 1e-12  # an influence below this is 0 (placements equal to the AUROC up to rounding)
 
@@ -60,6 +61,10 @@ class Difference:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def different(self, alpha: float = ALPHA) -> bool:
+        """The paired test rejects "no difference" at ``alpha`` (two-sided)."""
+        return self.p_value < alpha
 
 
 @dataclass(frozen=True)
