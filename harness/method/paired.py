@@ -18,7 +18,8 @@ images in the same roles this is DeLong's variance of a difference of correlated
 An AUROC whose influences are all 0 (every placement equals it: a perfect separation, or all scores tied) has no
 variance estimate; it counts with the floor from its counts, Newcombe's variance at the lower end of the score
 interval of an AUROC of 1 (:func:`count_floor`), as a term of its own. A difference has a zero-width interval and
-p = 1 only when the two sides use the same images in the same roles with identical scores.
+p = 1 only when the two sides use the same images in the same roles with identical scores. The interval is DeLong's
+(Wald): near an AUROC of 1 with few images on one side it is too narrow (docs/method.md has the measured coverage).
 """
 
 from __future__ import annotations
