@@ -1,11 +1,13 @@
 """95% intervals for the benchmark's numbers (docs/method.md section 4, "Intervals"). Pure numpy, no I/O.
 
-- :func:`auroc_interval`: one AUROC (an ood-auroc, or id-auroc), Newcombe's (2006) score interval ("method 5"): the
-  values ``theta`` with ``(A - theta)^2 <= z^2 V(theta)``, ``V`` the Hanley-McNeil variance at ``theta`` with both
-  sample sizes replaced by ``N* = (m + n) / 2 - 1``.
+- :func:`auroc_interval`: one AUROC (an ood-auroc, or id-auroc), a score interval (Newcombe 2006): the values
+  ``theta`` with ``(A - theta)^2 <= z^2 V(theta)``, ``V`` the exact variance of the Mann-Whitney statistic with each
+  side's placement variance the equal-variance binormal model's at ``theta`` (:func:`binormal_component`), scaled by
+  how that side's DeLong structural components spread against the model, shrunk to the model where they show little
+  (:func:`component_ratio`, :func:`adapted_variance`).
 - :func:`mean_auroc_interval`: the mean of several AUROCs that share their positives (the levels' ood-aurocs share
   every ID test image, and overlapping levels share OOD images): the same score interval, the variance of the mean at
-  ``theta`` from each level's Newcombe variance and the correlations of the DeLong covariance matrix of the AUROCs
+  ``theta`` from each level's adapted variance and the correlations of the DeLong covariance matrix of the AUROCs
   (:func:`auroc_covariance`).
 - :func:`wilson_interval`: an accuracy (id-acc), Wilson's score interval with continuity correction (Newcombe 1998).
 - :func:`bootstrap_interval`: any other statistic, a seeded stratified percentile bootstrap.
