@@ -28,11 +28,12 @@ from scipy import integrate, optimize
 from scipy.stats import norm
 
 from harness.method.intervals import (
+    adapted_variance,
     bootstrap_interval,
     correlation,
     mean_variance_at,
-    newcombe_variance,
     score_bounds,
+    side_ratios,
     wilson_interval,
 )
 from harness.method.selective import aurc, ece
@@ -102,9 +103,10 @@ def verdict(covered: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[flo
 
 def auroc_bounds(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``auroc_interval`` of every replicate (row) at once."""
-    v10, _ = placements(pos, neg)
-    m, n = pos.shape[1], neg.shape[1]
-    return score_bounds(v10.mean(axis=1), lambda t: newcombe_variance(t, m, n))
+    v10, v01 = placements(pos, neg)
+    m, n, estimate = pos.shape[1], neg.shape[1], v10.mean(axis=1)
+    ratios = side_ratios(estimate, v10, v01)
+    return score_bounds(estimate, lambda t: adapted_variance(t, m, n, ratios))
 
 
 def mean_bounds(pos: np.ndarray, negs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -117,8 +119,9 @@ def mean_bounds(pos: np.ndarray, negs: list[np.ndarray]) -> tuple[np.ndarray, np
     cov = np.einsum("rlm,rkm->rlk", centred, centred) / (m - 1) / m
     for level, (_, v01) in enumerate(parts):
         cov[:, level, level] += v01.var(axis=1, ddof=1) / counts[level]
-    rho = correlation(cov)
-    return score_bounds(v10.mean(axis=(1, 2)), lambda t: mean_variance_at(t, rho, m, counts))
+    rho, aurocs = correlation(cov), v10.mean(axis=2)
+    ratios = np.stack([side_ratios(aurocs[:, k], v10[:, k], v01) for k, (_, v01) in enumerate(parts)], axis=1)
+    return score_bounds(aurocs.mean(axis=1), lambda t: mean_variance_at(t, rho, m, counts, ratios))
 
 
 def auroc_cells(rng, reps: int, sizes, aurocs, kinds):

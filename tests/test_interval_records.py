@@ -36,10 +36,10 @@ def test_records_carry_intervals_that_equal_the_pure_functions_on_the_runs_score
     assert record["intervals"] == {
         "confidence": 0.95,
         "methods": {
-            "levels.ood_auroc": "newcombe-score",
+            "levels.ood_auroc": "binormal-score-adapted",
             "id.acc": "wilson-cc",
-            "id.auroc": "newcombe-score",
-            "summary.mean_ood_auroc": "newcombe-score-mean-delong-correlation",
+            "id.auroc": "binormal-score-adapted",
+            "summary.mean_ood_auroc": "binormal-score-adapted-mean-delong-correlation",
         },
     }
     result = next(r for r in evaluation.results if r.kappa == kappa)

@@ -1,11 +1,13 @@
 """95% intervals for the benchmark's numbers (docs/method.md section 4, "Intervals"). Pure numpy, no I/O.
 
-- :func:`auroc_interval`: one AUROC (an ood-auroc, or id-auroc), Newcombe's (2006) score interval ("method 5"): the
-  values ``theta`` with ``(A - theta)^2 <= z^2 V(theta)``, ``V`` the Hanley-McNeil variance at ``theta`` with both
-  sample sizes replaced by ``N* = (m + n) / 2 - 1``.
+- :func:`auroc_interval`: one AUROC (an ood-auroc, or id-auroc), a score interval (Newcombe 2006): the values
+  ``theta`` with ``(A - theta)^2 <= z^2 V(theta)``, ``V`` the exact variance of the Mann-Whitney statistic with each
+  side's placement variance the equal-variance binormal model's at ``theta`` (:func:`binormal_component`), scaled by
+  how that side's DeLong structural components spread against the model, shrunk to the model where they show little
+  (:func:`component_ratio`, :func:`adapted_variance`).
 - :func:`mean_auroc_interval`: the mean of several AUROCs that share their positives (the levels' ood-aurocs share
   every ID test image, and overlapping levels share OOD images): the same score interval, the variance of the mean at
-  ``theta`` from each level's Newcombe variance and the correlations of the DeLong covariance matrix of the AUROCs
+  ``theta`` from each level's adapted variance and the correlations of the DeLong covariance matrix of the AUROCs
   (:func:`auroc_covariance`).
 - :func:`wilson_interval`: an accuracy (id-acc), Wilson's score interval with continuity correction (Newcombe 1998).
 - :func:`bootstrap_interval`: any other statistic, a seeded stratified percentile bootstrap.
@@ -29,10 +31,11 @@ import numpy as np
 from harness.errors import HarnessError
 
 CONFIDENCE = 0.95
-AUROC_METHOD = "newcombe-score"
-MEAN_AUROC_METHOD = "newcombe-score-mean-delong-correlation"
+AUROC_METHOD = "binormal-score-adapted"
+MEAN_AUROC_METHOD = "binormal-score-adapted-mean-delong-correlation"
 ACC_METHOD = "wilson-cc"
 BOOTSTRAP_METHOD = "stratified-bootstrap-percentile"
+SHRINK_WEIGHT = 20.0  # the model's weight in a side's placement variance, in degrees of freedom (chosen by coverage)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,27 @@ def _level_indices(levels, num_negatives: int) -> list[np.ndarray]:
     return indices
 
 
+def _level_parts(positive, negative, levels) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """Per level its AUROC, DeLong's covariance matrix of the AUROCs (:func:`auroc_covariance`), each level's side
+    ratios (:func:`side_ratios`, shape ``(L, 2)``) and its number of negatives."""
+    pos = _scores("positive scores", positive)
+    neg = np.asarray(negative, dtype=np.float64).ravel()
+    indices = _level_indices([np.ones(len(neg), bool)] if levels is None else levels, len(neg))
+    used = np.unique(np.concatenate(indices))
+    _scores("negative scores", neg[used])
+    _, _, v01 = _placements(pos, neg[used])  # a negative's V01 depends on the positives only: once for all levels
+    m = len(pos)
+    aurocs, v10s = np.empty(len(indices)), np.empty((len(indices), m))
+    spread, ratios = np.zeros((len(indices), len(used))), np.empty((len(indices), 2))
+    for level, index in enumerate(indices):
+        aurocs[level], v10s[level], _ = _placements(pos, neg[index])
+        at, n = np.searchsorted(used, index), len(index)
+        spread[level, at] = (v01[at] - aurocs[level]) / math.sqrt(n * (n - 1.0))
+        ratios[level] = side_ratios(aurocs[level], v10s[level], v01[at])
+    covariance = np.atleast_2d(np.cov(v10s, ddof=1)) / m + spread @ spread.T
+    return aurocs, covariance, ratios, [len(index) for index in indices]
+
+
 def auroc_covariance(
     positive: np.ndarray, negative: np.ndarray, levels: Sequence[np.ndarray] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -121,30 +145,92 @@ def auroc_covariance(
     ``sum over shared j of (V01_j - A_l)(V01_j - A_l') / sqrt(n_l (n_l - 1) n_l' (n_l' - 1))``; on the diagonal this
     is DeLong's ``S01 / n``, and for disjoint levels it is 0. O((m + n) log(m + n)) per level.
     """
-    pos = _scores("positive scores", positive)
-    neg = np.asarray(negative, dtype=np.float64).ravel()
-    indices = _level_indices([np.ones(len(neg), bool)] if levels is None else levels, len(neg))
-    used = np.unique(np.concatenate(indices))
-    _scores("negative scores", neg[used])
-    _, _, v01 = _placements(pos, neg[used])  # a negative's V01 depends on the positives only: once for all levels
-    m = len(pos)
-    aurocs, v10s = np.empty(len(indices)), np.empty((len(indices), m))
-    spread = np.zeros((len(indices), len(used)))
-    for level, index in enumerate(indices):
-        aurocs[level], v10s[level], _ = _placements(pos, neg[index])
-        at, n = np.searchsorted(used, index), len(index)
-        spread[level, at] = (v01[at] - aurocs[level]) / math.sqrt(n * (n - 1.0))
-    covariance = np.atleast_2d(np.cov(v10s, ddof=1)) / m + spread @ spread.T
+    aurocs, covariance, _, _ = _level_parts(positive, negative, levels)
     return aurocs, covariance
 
 
-def newcombe_variance(theta, m: float, n: float):
-    """Newcombe's (2006) variance of an AUROC at ``theta`` (elementwise) for ``m`` positives and ``n`` negatives:
-    Hanley & McNeil's (1982) ``theta (1 - theta) [1 + (N* - 1)((1 - theta) / (2 - theta) + theta / (1 + theta))]
-    / (m n)`` with both sizes replaced by ``N* = (m + n) / 2 - 1``. It is 0 at 0 and 1 only."""
+_ACKLAM_A = (
+    -39.69683028665376,
+    220.9460984245205,
+    -275.9285104469687,
+    138.357751867269,
+    -30.66479806614716,
+    2.506628277459239,
+)
+_ACKLAM_B = (-54.47609879822406, 161.5858368580409, -155.6989798598866, 66.80131188771972, -13.28068155288572)
+_ACKLAM_C = (
+    -0.007784894002430293,
+    -0.3223964580411365,
+    -2.400758277161838,
+    -2.549732539343734,
+    4.374664141464968,
+    2.938163982698783,
+)
+_ACKLAM_D = (0.007784695709041462, 0.3224671290700398, 2.445134137142996, 3.754408661907416)
+_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(32)
+
+
+def normal_quantile(p):
+    """The standard normal quantile, elementwise (Acklam's rational approximation, relative error under 1.2e-9)."""
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-300, 1.0 - 1e-16)
+    tail = np.minimum(p, 1.0 - p)
+    r = np.sqrt(-2.0 * np.log(tail))
+    c, d = _ACKLAM_C, _ACKLAM_D
+    outer = (((((c[0] * r + c[1]) * r + c[2]) * r + c[3]) * r + c[4]) * r + c[5]) / (
+        (((d[0] * r + d[1]) * r + d[2]) * r + d[3]) * r + 1.0
+    )
+    q = p - 0.5
+    s = q * q
+    a, b = _ACKLAM_A, _ACKLAM_B
+    central = (
+        (((((a[0] * s + a[1]) * s + a[2]) * s + a[3]) * s + a[4]) * s + a[5])
+        * q
+        / (((((b[0] * s + b[1]) * s + b[2]) * s + b[3]) * s + b[4]) * s + 1.0)
+    )
+    return np.where(tail < 0.02425, np.where(p < 0.5, outer, -outer), central)
+
+
+def binormal_component(theta):
+    """The variance of one image's placement value at AUROC ``theta`` (elementwise) under the equal-variance binormal
+    model: ``P(X > Y1, X > Y2) - theta^2`` for ``X ~ N(d, 1)``, ``Y ~ N(0, 1)``, ``theta = Phi(d / sqrt 2)``, the same
+    for a positive and a negative. By Plackett's identity it is ``int_0^(1/2) exp(-h^2 / (1 + r)) / (2 pi sqrt(1 -
+    r^2)) dr`` with ``h = Phi^-1(theta)``, a positive integrand (no cancellation near 0 or 1), by
+    32-point Gauss-Legendre. It is 0 at 0 and 1 only."""
     theta = np.asarray(theta, dtype=np.float64)
-    spread = 1.0 + ((m + n) / 2.0 - 2.0) * ((1.0 - theta) / (2.0 - theta) + theta / (1.0 + theta))
-    return theta * (1.0 - theta) * spread / (m * n)
+    h2 = normal_quantile(theta)[..., None] ** 2
+    r = (_NODES + 1.0) / 4.0
+    integrand = np.exp(-h2 / (1.0 + r)) / (2.0 * math.pi * np.sqrt(1.0 - r * r))
+    return np.where((theta <= 0.0) | (theta >= 1.0), 0.0, integrand @ _WEIGHTS / 4.0)
+
+
+def component_ratio(values, model, weight: float = SHRINK_WEIGHT):
+    """How a side's placement values (last axis) spread against the binormal model's ``model`` (its
+    :func:`binormal_component` at the AUROC): ``(nu S / model + weight) / (nu + weight)``, with ``S`` their sample
+    variance (ddof 1) and ``nu = 2 / relvar`` its degrees of freedom, ``relvar = (kurtosis - (N - 3) / (N - 1)) / N``
+    the relative variance of a sample variance. Few or lopsided values (a handful of mistakes) give few degrees of
+    freedom, so the ratio leans on the model (1); none that differ (a perfect separation), or a model of 0, give 1."""
+    values = np.asarray(values, dtype=np.float64)
+    count = values.shape[-1]
+    centred = values - values.mean(axis=-1, keepdims=True)
+    second = np.mean(centred**2, axis=-1)
+    spread = second > 0.0
+    safe = np.where(spread, second, 1.0)
+    kurtosis = np.mean(centred**4, axis=-1) / safe**2
+    relvar = np.maximum(kurtosis - (count - 3.0) / (count - 1.0), 1e-12) / count
+    nu = np.where(spread, 2.0 / relvar, 0.0)
+    ratio = np.where(model > 0.0, second * count / (count - 1.0) / np.where(model > 0.0, model, 1.0), 1.0)
+    return (nu * ratio + weight) / (nu + weight)
+
+
+def adapted_variance(theta, m: int, n: int, ratios):
+    """The variance of an AUROC at ``theta`` (elementwise) for ``m`` positives and ``n`` negatives: the exact variance
+    of the Mann-Whitney statistic, ``[theta (1 - theta) + (n - 1) Var(V10) + (m - 1) Var(V01)] / (m n)``, with each
+    side's placement variance the binormal model's at ``theta`` times that side's ratio (:func:`component_ratio`;
+    ``ratios[..., 0]`` the positives', ``ratios[..., 1]`` the negatives')."""
+    theta = np.asarray(theta, dtype=np.float64)
+    ratios = np.asarray(ratios, dtype=np.float64)
+    sides = (n - 1.0) * ratios[..., 0] + (m - 1.0) * ratios[..., 1]
+    return (theta * (1.0 - theta) + sides * binormal_component(theta)) / (m * n)
 
 
 def score_bounds(estimate, variance_at: Callable, confidence: float = CONFIDENCE, steps: int = 52):
@@ -172,14 +258,22 @@ def _score_interval(estimate: float, variance_at: Callable, method: str, confide
     return Interval(estimate, float(low), float(high), method, confidence)
 
 
+def side_ratios(auroc, v10, v01):
+    """Both sides' :func:`component_ratio` at the AUROC ``auroc`` (leading axes broadcast): ``[..., 0]`` the
+    positives' (their V10), ``[..., 1]`` the negatives' (their V01)."""
+    model = binormal_component(auroc)
+    return np.stack([component_ratio(v10, model), component_ratio(v01, model)], axis=-1)
+
+
 def auroc_interval(positive: np.ndarray, negative: np.ndarray, confidence: float = CONFIDENCE) -> Interval:
     """The AUROC of ``positive`` against ``negative`` (average ranks, as :func:`metrics.auroc`, to the last bit) with
-    Newcombe's score interval (:func:`newcombe_variance`). For ood-auroc: ID test scores against a level's OOD test
-    scores; for id-auroc: the scores of correct against those of wrong ID predictions. Needs 2 of each."""
+    its data-adapted binormal score interval (:func:`adapted_variance`). For ood-auroc: ID test scores against a
+    level's OOD test scores; for id-auroc: the scores of correct against those of wrong ID predictions. Needs 2 of
+    each."""
     pos, neg = _scores("positive scores", positive), _scores("negative scores", negative)
-    estimate = _placements(pos, neg)[0]
-    m, n = len(pos), len(neg)
-    return _score_interval(estimate, lambda t: newcombe_variance(t, m, n), AUROC_METHOD, confidence)
+    estimate, v10, v01 = _placements(pos, neg)
+    m, n, ratios = len(pos), len(neg), side_ratios(estimate, v10, v01)
+    return _score_interval(estimate, lambda t: adapted_variance(t, m, n, ratios), AUROC_METHOD, confidence)
 
 
 def correlation(covariance: np.ndarray) -> np.ndarray:
@@ -192,12 +286,12 @@ def correlation(covariance: np.ndarray) -> np.ndarray:
     return np.clip(rho, -1.0, 1.0)
 
 
-def mean_variance_at(theta, rho: np.ndarray, m: int, counts: Sequence[int]):
+def mean_variance_at(theta, rho: np.ndarray, m: int, counts: Sequence[int], ratios: np.ndarray):
     """The variance of the mean of ``L`` AUROCs at ``theta`` (elementwise): ``sum_ll' rho_ll' s_l s_l' / L^2`` with
-    ``s_l`` the Newcombe standard error of level ``l`` (``m`` positives, ``counts[l]`` negatives) at ``theta`` and
-    ``rho`` their correlation matrix (broadcast against ``theta``, shape ``theta.shape + (L, L)``)."""
+    ``s_l`` level ``l``'s :func:`adapted_variance` at ``theta`` (``m`` positives, ``counts[l]`` negatives, its side
+    ratios ``ratios[..., l, :]``) and ``rho`` their correlation matrix (leading axes broadcast against ``theta``)."""
     theta = np.asarray(theta, dtype=np.float64)
-    s = np.sqrt(np.stack([newcombe_variance(theta, m, n) for n in counts], axis=-1))
+    s = np.sqrt(np.stack([adapted_variance(theta, m, n, ratios[..., k, :]) for k, n in enumerate(counts)], axis=-1))
     return np.einsum("...l,...lk,...k->...", s, rho, s) / len(counts) ** 2
 
 
@@ -205,14 +299,14 @@ def mean_auroc_interval(
     positive: np.ndarray, negative: np.ndarray, levels: Sequence[np.ndarray], confidence: float = CONFIDENCE
 ) -> Interval:
     """The mean of the levels' AUROCs (see :func:`auroc_covariance` for ``levels``) with its score interval: the
-    variance of the mean at ``theta`` is :func:`mean_variance_at`, each level's Newcombe variance at ``theta``
+    variance of the mean at ``theta`` is :func:`mean_variance_at`, each level's adapted variance at ``theta``
     correlated as DeLong's covariance matrix says (the shared positives, and the shared negatives of overlapping
     levels, make the AUROCs covary, so the variances alone would understate it)."""
-    aurocs, covariance = auroc_covariance(positive, negative, levels)
-    counts = [len(index) for index in _level_indices(levels, len(np.asarray(negative).ravel()))]
+    aurocs, covariance, ratios, counts = _level_parts(positive, negative, levels)
     rho, m = correlation(covariance), len(np.asarray(positive).ravel())
     estimate = math.fsum(aurocs) / len(aurocs)
-    return _score_interval(estimate, lambda t: mean_variance_at(t, rho, m, counts), MEAN_AUROC_METHOD, confidence)
+    variance = lambda t: mean_variance_at(t, rho, m, counts, ratios)  # noqa: E731
+    return _score_interval(estimate, variance, MEAN_AUROC_METHOD, confidence)
 
 
 def wilson_interval(successes: int, total: int, confidence: float = CONFIDENCE) -> Interval:
