@@ -125,17 +125,18 @@ def test_an_auroc_of_one_on_both_sides_is_no_certainty():
     level = c.levels[0]
     assert (level.a, level.b, level.estimate, level.p_value, level.floored) == (1.0, 1.0, 0.0, 1.0, True)
     assert level.se == pytest.approx(math.sqrt(2 * floor), rel=1e-12) and level.high - level.low > 0.05
-    assert 0.0 < floor < newcombe_at_half(m, n)
+    assert 0.0 < floor < variance_at_half(m, n)
     worse = table(ids, correct, np.r_[oods[:-2], 6.0, 7.0], levels)  # two OOD images above most ID ones
     one = compare_entries(table(ids, correct, oods, levels), worse).levels[0]
     alone = compare_entries(worse, worse).levels[0].unpaired_se ** 2 / 2
     assert one.floored and one.se**2 == pytest.approx(floor + alone, rel=1e-12) and one.estimate > 0
 
 
-def newcombe_at_half(m: int, n: int) -> float:
-    from harness.method.intervals import newcombe_variance
+def variance_at_half(m: int, n: int) -> float:
+    """The perfect-separation variance at an AUROC of 1/2, where it is largest."""
+    from harness.method.paired import perfect_variance
 
-    return float(newcombe_variance(0.5, m, n))
+    return float(perfect_variance(0.5, m, n))
 
 
 def test_rank_identical_entries_are_not_certain_either():

@@ -16,7 +16,7 @@ images in the same roles this is DeLong's variance of a difference of correlated
 ``roc.test``), to rounding.
 
 An AUROC whose influences are all 0 (every placement equals it: a perfect separation, or all scores tied) has no
-variance estimate; it counts with the floor from its counts, Newcombe's variance at the lower end of the score
+variance estimate; it counts with the floor from its counts, the interval's variance at the lower end of the score
 interval of an AUROC of 1 (:func:`count_floor`), as a term of its own. A difference has a zero-width interval and
 p = 1 only when the two sides use the same images in the same roles with identical scores. The interval is DeLong's
 (Wald): near an AUROC of 1 with few images on one side it is too narrow (docs/method.md has the measured coverage).
@@ -32,7 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 from harness.errors import HarnessError
-from harness.method.intervals import CONFIDENCE, _placements, _z, newcombe_variance, score_bounds
+from harness.method.intervals import CONFIDENCE, _placements, _z, adapted_variance, score_bounds
 
 ID_SPLIT, OOD_SPLIT = "id_test", "ood_test"  # the splits a record's test numbers come from
 METHOD = "delong-paired-wald"
@@ -169,11 +169,17 @@ def entry_from_table(table: Mapping, name: str = "entry") -> Entry:
 
 @lru_cache(maxsize=1024)
 def count_floor(m: int, n: int, confidence: float = CONFIDENCE) -> float:
-    """The variance an AUROC of ``m`` positives and ``n`` negatives counts when its data give none: Newcombe's
-    variance at ``low``, the lower end of the score interval of an AUROC of 1 (there ``(1 - low)^2 = z^2 V(low)``,
-    so ``-+ z sqrt(floor)`` is as wide as that one-sided bound)."""
-    low = score_bounds(np.array([1.0]), lambda t: newcombe_variance(t, m, n), confidence)[0]
-    return float(newcombe_variance(low, m, n)[0])
+    """The variance an AUROC of ``m`` positives and ``n`` negatives counts when its data give none: the AUROC
+    interval's variance (:func:`perfect_variance`) at ``low``, the lower end of the score interval of an AUROC of 1
+    (there ``(1 - low)^2 = z^2 V(low)``, so ``-+ z sqrt(floor)`` is as wide as that one-sided bound)."""
+    low = score_bounds(np.array([1.0]), lambda t: perfect_variance(t, m, n), confidence)[0]
+    return float(perfect_variance(low, m, n)[0])
+
+
+def perfect_variance(theta, m: int, n: int):
+    """The AUROC interval's variance at ``theta`` where the data show no spread (a perfect separation): the binormal
+    model's as it is (:func:`intervals.adapted_variance` with both sides' ratios 1)."""
+    return adapted_variance(theta, m, n, np.ones(2))
 
 
 def auroc_influence(pos_at, pos, neg_at, neg, size: int, confidence: float = CONFIDENCE) -> Auroc:
