@@ -17,12 +17,8 @@ KAPPAS = ["softmax", "entropy", "max_logit", "energy", "odin"]
 
 @pytest.fixture(scope="module")
 def run(default_glyphs):
-    """The example CNN in this process (the sandbox and its re-check have tests of their own), on the public images,
-    through the session's score cache: its kept logits serve the other runs of the CNN on these images (and theirs
-    the logit kappas here); ODIN needs a pass of its own."""
-    return evaluate(
-        CNN, benchmark=default_glyphs, kappas=KAPPAS, progress=False, trust_submission=True, private=False, cache=True
-    )
+    """The example CNN in this process (the sandbox and its re-check have tests of their own), on the public images."""
+    return evaluate(CNN, benchmark=default_glyphs, kappas=KAPPAS, progress=False, trust_submission=True, private=False)
 
 
 def paper_levels(
