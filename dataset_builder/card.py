@@ -297,11 +297,8 @@ def _recipe_names(manifest: dict) -> str:
     since format 3; a rename before (format 1: no label)."""
     if manifest["format_version"] < LABELLED_SINCE:
         return f'train = train.rename_column("{manifest["image_ext"]}", "image")\n'
-    rename = (
-        ""
-        if has_copies(manifest)
-        else f'train = train.rename_columns({{"{manifest["image_ext"]}": "image", "cls": "label"}})  # the recipes\' names\n'
-    )
+    columns = f'{{"{manifest["image_ext"]}": "image", "cls": "label"}}'
+    rename = "" if has_copies(manifest) else f"train = train.rename_columns({columns})  # the recipes' names\n"
     return rename + 'names = train.features["label"].names  # the class name of each label\n'
 
 
