@@ -166,7 +166,18 @@ class Benchmark:
             raise BenchmarkError(f"corrupt shard {shard['path']}: sha256 differs from the manifest")
 
     def verify(self, splits: tuple[str, ...] = SPLITS, deep: bool = True) -> None:
-        """Check every shard of ``splits`` exists with the manifest's size (and sha256 when ``deep``)."""
+        """Check every shard of ``splits``, and its Parquet copy (format 3), exists with the manifest's size (and
+        sha256 when ``deep``)."""
         for split in splits:
             for shard in self.shards(split):
-                self.check_shard(shard, self.shard_path(shard), deep)
+                for file in (shard, *copy_entry(shard)):
+                    self.check_shard(file, self.shard_path(file), deep)
+
+
+def copy_entry(shard: dict) -> list[dict]:
+    """The Parquet copy of a manifest shard as an entry of its own (a private shard's ``file`` beside the shard's);
+    none for a shard of format 1 or 2."""
+    if "parquet" not in shard:
+        return []
+    local = {"file": str(Path(shard["file"]).with_suffix(".parquet"))} if "file" in shard else {}
+    return [{**shard["parquet"], **local}]

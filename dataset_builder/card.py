@@ -7,8 +7,10 @@ and one split ``level_NN`` per severity level, each listing that level's OOD tes
 config ``<model>__<kappa>__level_NN`` per level with that split alone: ``datasets`` prepares every
 split of a config it loads without streaming, so a level loads alone only from a config of its own.
 Level manifests of other pairs live in ``levels/`` too and load with :func:`dataset_builder.loading.load_level`.
-Every config declares the same features (:func:`dataset_builder.loading.features_of`): the image, the label
-``cls``, a ``ClassLabel`` of the benchmark's one label space with the class names, and ``json.class_id``. The
+Every config declares the same features (:func:`dataset_builder.loading.features_of`): ``image``, ``label`` (a
+``ClassLabel`` of the benchmark's one label space with the class names), ``key`` and ``class_id``, and lists the
+shards' Parquet copies (:mod:`dataset_builder.copies`; a benchmark of format 1 or 2 has none: its configs list the tar
+shards, with the columns ``png``/``jpg``, ``cls`` and ``json.class_id``). The
 features are written once in the YAML and referred to by an alias in the other configs: a full ImageNet label space
 names about 20,000 classes, and a copy per config made the card's YAML 14 MB (tens of seconds of parsing per load).
 
@@ -33,7 +35,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 from dataset_builder.benchmark import Benchmark
 from dataset_builder.files import write_atomic
 from dataset_builder.levels import level_data_files, level_file_name, level_split, read_level_table
-from dataset_builder.loading import features_of, test_shards
+from dataset_builder.loading import features_of, has_copies, test_shards
 from dataset_builder.manifest import LABELLED_SINCE, load_manifest
 
 REFERENCE = "levels/reference.txt"
@@ -161,6 +163,12 @@ def level_config(name: str, split: str) -> str:
 ID_SPLITS = ("id_train", "id_fit", "id_test")
 
 
+def split_files(manifest: dict, split: str) -> str:
+    """The data files of a split, a glob: its shards' Parquet copies (format 3), else its tar shards."""
+    glob = SPLIT_FOLDERS[split]
+    return glob.removesuffix(".tar") + ".parquet" if has_copies(manifest) else glob
+
+
 def card_data(root: Path) -> DatasetCardData:
     """The card's YAML: licence, configs and their features (the same in every config)."""
     bench = Benchmark.open(root)
@@ -170,11 +178,13 @@ def card_data(root: Path) -> DatasetCardData:
         {
             "config_name": "pool",
             "default": True,
-            "data_files": [{"split": split, "path": SPLIT_FOLDERS[split]} for split in splits],
+            "data_files": [{"split": split, "path": split_files(manifest, split)} for split in splits],
         },
         {
             "config_name": "id",
-            "data_files": [{"split": split, "path": SPLIT_FOLDERS[split]} for split in ID_SPLITS if split in splits],
+            "data_files": [
+                {"split": split, "path": split_files(manifest, split)} for split in ID_SPLITS if split in splits
+            ],
         },
     ]
     shards = test_shards(manifest)
@@ -183,7 +193,7 @@ def card_data(root: Path) -> DatasetCardData:
         configs.append(
             {
                 "config_name": name,
-                "data_files": [{"split": "id_test", "path": SPLIT_FOLDERS["id_test"]}]
+                "data_files": [{"split": "id_test", "path": split_files(manifest, "id_test")}]
                 + [{"split": split, "path": paths} for split, paths in files.items()],
             }
         )
@@ -244,13 +254,17 @@ def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, rev
             f"rewritten for the Hub repo. Replace `{LOCAL_PATH}` by this folder's path."
         ]
     )
-    ext = manifest["image_ext"]
+    columns = (
+        '"image"], sample["label"], sample["class_id"]'
+        if has_copies(manifest)
+        else f'"{manifest["image_ext"]}"], sample["cls"], sample["json"]["class_id"]'
+    )
     blocks.append(
         f"Config `pool` (the default), splits {', '.join(f'`{s}`' for s in splits)}; `streaming=True` reads only the "
-        "shards you iterate over:\n\n```python\nfrom datasets import load_dataset\n\n"
+        "files you iterate over:\n\n```python\nfrom datasets import load_dataset\n\n"
         f'pool = load_dataset({source}, "pool", split="ood_estimation"{rev}, streaming=True)\n'
         "sample = next(iter(pool))\n"
-        f'image, label, class_id = sample["{ext}"], sample["cls"], sample["json"]["class_id"]\n```'
+        f"image, label, class_id = sample[{columns}\n```"
     )
     blocks += _label_blocks(manifest, splits, source, rev)
     for name in reference_configs(root):
@@ -279,12 +293,26 @@ def loading_examples(root: Path, manifest: dict, repo_id: str | None = None, rev
 
 
 def _recipe_names(manifest: dict) -> str:
-    """The example's lines that give the columns the recipes' names, ``image`` and ``label`` (format 1: no label)."""
+    """The example's lines that give the recipes' columns, ``image`` and ``label``, and the class names: none needed
+    since format 3; a rename before (format 1: no label)."""
     if manifest["format_version"] < LABELLED_SINCE:
         return f'train = train.rename_column("{manifest["image_ext"]}", "image")\n'
+    columns = f'{{"{manifest["image_ext"]}": "image", "cls": "label"}}'
+    rename = "" if has_copies(manifest) else f"train = train.rename_columns({columns})  # the recipes' names\n"
+    return rename + 'names = train.features["label"].names  # the class name of each label\n'
+
+
+def _columns(manifest: dict) -> str:
+    """The sentence naming every config's columns."""
+    if has_copies(manifest):
+        return (
+            "Every config has the columns `image` (a PIL image), `label` (a `ClassLabel` with the class names), `key` "
+            "(the sample's key in its shard) and `class_id` (the class id), read from the Parquet copy beside each "
+            "tar shard."
+        )
     return (
-        f'train = train.rename_columns({{"{manifest["image_ext"]}": "image", "cls": "label"}})  # the recipes\' names\n'
-        'names = train.features["label"].names  # the class name of each label\n'
+        f"Every config has the columns `{manifest['image_ext']}` (a PIL image), `cls` (the label, a `ClassLabel` with "
+        "the class names) and `json.class_id` (the class id)."
     )
 
 
@@ -292,9 +320,7 @@ def _label_blocks(manifest: dict, splits: list[str], source: str, rev: str) -> l
     """The label space, and the ID training split to train a model on (config ``id``)."""
     num_id = manifest["classes"]["id"]
     blocks = [
-        f"Every config has the columns `{manifest['image_ext']}` (a PIL image), `cls` (the label, a `ClassLabel` with "
-        "the class names) and `json.class_id` (the class id). One label space for the whole benchmark, the same names "
-        "and ids in every config: an ID "
+        f"{_columns(manifest)} One label space for the whole benchmark, the same names and ids in every config: an ID "
         f"class's label is its place in the ID class order (0 to {num_id - 1}, what a classifier predicts), an OOD "
         f"class's is {num_id} + its place among the OOD candidates; `classes/id.parquet` and `classes/ood.parquet` "
         "give each class's `label`."

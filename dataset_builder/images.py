@@ -42,6 +42,7 @@ from tqdm import tqdm
 from dataset_builder import faults
 from dataset_builder import manifest as manifest_io
 from dataset_builder.assemble import class_counts, class_labels, finish, number_pool, partial_of, write_class_tables
+from dataset_builder.benchmark import copy_entry
 from dataset_builder.console import bars_off
 from dataset_builder.errors import BenchmarkError
 from dataset_builder.files import write_atomic
@@ -383,16 +384,18 @@ def fit_entry(settings: ImageSettings, fitted: dict[str, int], ordered: list[dic
 
 
 def finished_block(partial: Path, block: Block) -> dict | None:
-    """The result of a block finished by an earlier run (marker present, shards there with their sizes), else None."""
+    """The result of a block finished by an earlier run (marker present, shards and their Parquet copies there with
+    their sizes), else None."""
     marker = partial / STATE / f"{block.name}.json"
     if not marker.is_file():
         return None
     result = json.loads(marker.read_text())
     written = [(partial, s) for s in result["shards"]] + [(partial / FOLDER, s) for s in result["private_shards"]]
     for folder, shard in written:
-        path = folder / shard["path"]
-        if not path.is_file() or path.stat().st_size != shard["num_bytes"]:
-            return None
+        for file in (shard, *copy_entry(shard)):  # the shard and its Parquet copy
+            path = folder / file["path"]
+            if not path.is_file() or path.stat().st_size != file["num_bytes"]:
+                return None
     return result
 
 

@@ -10,9 +10,11 @@ from dataset_builder.errors import BenchmarkError
 from dataset_builder.files import write_atomic
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 2  # 2: every sample has a ``cls`` label member, the class tables a ``label`` column
-READ_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # 2: every sample has a ``cls`` label member, the class tables a ``label`` column; 3: every
+# shard has a Parquet copy for ``datasets`` (columns image, label, key, class_id)
+READ_VERSIONS = (1, 2, 3)
 LABELLED_SINCE = 2  # the first format whose samples have ``cls``
+COPIES_SINCE = 3  # the first format whose shards have Parquet copies
 # Largest image (width x height) a benchmark holds: 8192 x 8192, at most 192 MiB decoded as RGB per image and
 # reader, far above any classification photo, and below Pillow's own warning threshold (~89.5M pixels).
 MAX_IMAGE_PIXELS = 2**26
@@ -66,6 +68,16 @@ def _check_fields(root: Path, manifest: dict, path: Path, local: bool) -> None:
     for i, shard in enumerate(shards):
         if not _inside(root, shard["path"], follow_links=local):
             raise BenchmarkError(f"{path}: shards[{i}].path {shard['path']!r} is outside the benchmark folder")
+        if manifest["format_version"] >= COPIES_SINCE:
+            _check_copy(root, shard.get("parquet"), f"{path}: shards[{i}].parquet", local)
+
+
+def _check_copy(root: Path, copy, where: str, local: bool) -> None:
+    """A shard's Parquet copy entry (format 3): an object whose path stays inside the folder."""
+    if not (isinstance(copy, dict) and isinstance(copy.get("path"), str)):
+        raise BenchmarkError(f"{where} must be an object with a path (the shard's Parquet copy)")
+    if not _inside(root, copy["path"], follow_links=local):
+        raise BenchmarkError(f"{where}.path {copy['path']!r} is outside the benchmark folder")
 
 
 def _inside(root: Path, relpath: str, follow_links: bool = True) -> bool:

@@ -3,7 +3,8 @@
 A sample is ``{"__key__": key, <image_ext>: image bytes, "cls": label, "json": {"class_id": ...}}``: the image,
 its integer label as ASCII digits (timm's and the Hub's image WebDatasets' ``cls``; one label space per benchmark,
 the class tables' ``label``) and its class id. Benchmarks of format 1 have no ``cls``. Keys contain no dots
-(WebDataset splits member names at the first dot).
+(WebDataset splits member names at the first dot). Since format 3 each shard has a Parquet copy beside it, for
+``datasets`` (:mod:`dataset_builder.copies`), listed in the shard's manifest entry (``parquet``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class ShardInfo:
     num_samples: int
     num_bytes: int
     class_id: str | None = None
+    parquet: dict | None = None  # the Parquet copy: path, sha256, num_bytes
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -71,8 +73,8 @@ class ShardWriter:
     entry, or None when nothing was written. The file is written as ``<shard>.partial``, a fixed name, so that a resumed
     build overwrites what a killed one left instead of leaving it in the benchmark."""
 
-    def __init__(self, root: Path, relpath: str, split: str, class_id: str | None = None):
-        self.root, self.relpath, self.split, self.class_id = root, relpath, split, class_id
+    def __init__(self, root: Path, relpath: str, split: str, class_id: str | None = None, copy: bool = True):
+        self.root, self.relpath, self.split, self.class_id, self.copy = root, relpath, split, class_id, copy
         self.target = root / relpath
         self.partial = self.target.with_name(self.target.name + ".partial")
         self.count = 0
@@ -93,18 +95,25 @@ class ShardWriter:
         self._file.close()
         self._tar = None
         commit(self.partial, self.target)
+        parquet = self._write_copy() if self.copy else None
         faults.point("shard-done", self.target)
-        return ShardInfo(
-            self.relpath, self.split, file_sha256(self.target), self.count, self.target.stat().st_size, self.class_id
-        )
+        size = self.target.stat().st_size
+        return ShardInfo(self.relpath, self.split, file_sha256(self.target), self.count, size, self.class_id, parquet)
+
+    def _write_copy(self) -> dict:
+        """The shard's Parquet copy (:mod:`dataset_builder.copies`), written; its manifest entry."""
+        from dataset_builder.copies import copy_path, write_copy
+
+        path = write_copy(self.target)
+        return {"path": copy_path(self.relpath), "sha256": file_sha256(path), "num_bytes": path.stat().st_size}
 
 
 def write_shard(
-    root: Path, relpath: str, split: str, samples: Iterable[dict], class_id: str | None = None
+    root: Path, relpath: str, split: str, samples: Iterable[dict], class_id: str | None = None, copy: bool = True
 ) -> ShardInfo:
-    """Write ``samples`` (in the given order, at least one) to ``root/relpath`` atomically; return its manifest
-    entry."""
-    writer = ShardWriter(root, relpath, split, class_id)
+    """Write ``samples`` (in the given order, at least one) to ``root/relpath`` atomically, and its Parquet copy
+    unless not ``copy`` (the form of formats 1 and 2); return its manifest entry."""
+    writer = ShardWriter(root, relpath, split, class_id, copy)
     for sample in samples:
         writer.write(sample)
     info = writer.close()

@@ -148,6 +148,7 @@ def test_the_local_examples_are_plain_load_dataset_calls_and_they_run(bench):
     pool_block, id_block, level_block, any_level_block = python_blocks(text)
     assert f'load_dataset("{LOCAL_PATH}", "pool", split="ood_estimation", streaming=True)' in pool_block
     assert f'load_dataset("{LOCAL_PATH}", "id", split="id_test")' in id_block  # tiny_glyphs has no id_train
+    assert "rename" not in id_block and 'train.features["label"].names' in id_block  # the recipes' columns as loaded
     assert f'load_dataset("{LOCAL_PATH}", "{CONFIG}__level_07", split="level_07")' in level_block
     assert f'load_dataset("{LOCAL_PATH}", "{CONFIG}", split="level_07", streaming=True)' in level_block
     assert all("webdataset" not in b and "dataset_builder" not in b for b in (pool_block, level_block))
@@ -162,7 +163,7 @@ def test_the_local_examples_are_plain_load_dataset_calls_and_they_run(bench):
     assert isinstance(train[0]["image"], PIL.Image.Image) and example["names"][:36] == ids["name"].tolist()
     level = run_example(level_block, **{LOCAL_PATH: str(bench)})
     assert len(level["level"]) == 36 * 8
-    assert sorted(r["__key__"] for r in level["stream"]) == sorted(level["level"]["__key__"])
+    assert sorted(r["key"] for r in level["stream"]) == sorted(level["level"]["key"])
     assert len(run_example(any_level_block, **{LOCAL_PATH: str(bench)})["level"]) == 36 * 8
 
 
@@ -188,9 +189,7 @@ def test_publish_uploads_a_card_that_names_the_repo_and_leaves_the_folder_as_it_
     assert f'load_level("{REPO}", "tiny-cnn", "softmax", 7, revision="1.0.0")' in any_level_block
     assert sum(1 for _ in run_example(pool_block)["pool"]) == POOL_ESTIMATION
     level = run_example(level_block)
-    assert len(level["level"]) == 36 * 8 and sorted(r["__key__"] for r in level["stream"]) == sorted(
-        level["level"]["__key__"]
-    )
+    assert len(level["level"]) == 36 * 8 and sorted(r["key"] for r in level["stream"]) == sorted(level["level"]["key"])
     assert len(run_example(any_level_block)["level"]) == 36 * 8
 
     api = HfApi(endpoint=hub_server)

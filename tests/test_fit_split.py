@@ -72,7 +72,7 @@ def test_a_seeded_fit_split_per_class_without_copies_of_test_images(tmp_path):
     # never in the split, and when it was read it is listed
     assert all(d["class_id"] == "cat" and d["file"] == "copy.JPEG" for d in fit["duplicates_of_test"]["images"])
     write_card(tmp_path / "a")
-    assert "id/fit/*.tar" in (tmp_path / "a" / "README.md").read_text()
+    assert "id/fit/*.parquet" in (tmp_path / "a" / "README.md").read_text()
 
 
 def test_the_copy_is_skipped_and_listed_when_reached(tmp_path):

@@ -71,10 +71,6 @@ def table_names(bench: Path) -> list[str]:
     return [named.get(label, f"<unused {label}>") for label in range(max(named) + 1)]
 
 
-def level_07_shards(bench: Path) -> set[str]:
-    return {(bench / f"ood/test/000/{c}.tar").resolve().as_posix() for c in level_07_classes(bench)}
-
-
 def level_07_classes(bench: Path) -> list[str]:
     return Benchmark.open(bench).ood_classes["id"].tolist()[2:4]  # start (7 * 4) // 10 = 2
 
@@ -87,22 +83,22 @@ def test_card_declares_features_a_default_pool_and_reference_configs(bench):
         list(configs) == ["pool", "id", CONFIG, *(f"{CONFIG}__{split}" for split in LEVELS)]
         and configs["pool"]["default"] is True
     )
-    assert configs["id"]["data_files"] == [{"split": "id_test", "path": "id/test/*.tar"}]
+    assert configs["id"]["data_files"] == [{"split": "id_test", "path": "id/test/*.parquet"}]
     assert [f["split"] for f in configs["pool"]["data_files"]] == ["id_test", "ood_estimation", "ood_test"]
     level_files = {f["split"]: f["path"] for f in configs[CONFIG]["data_files"]}
     assert list(level_files) == ["id_test", *LEVELS]
-    assert level_files["level_07"] == [f"ood/test/000/{c}.tar" for c in level_07_classes(bench)]
+    assert level_files["level_07"] == [f"ood/test/000/{c}.parquet" for c in level_07_classes(bench)]
     assert configs[f"{CONFIG}__level_07"]["data_files"] == [{"split": "level_07", "path": level_files["level_07"]}]
     names = {str(label): name for label, name in enumerate(table_names(bench))}
     features = {
-        "jpg": {"dtype": "image"},
-        "cls": {"dtype": {"class_label": {"names": names}}},
-        "json": {"struct": [{"name": "class_id", "dtype": "string"}]},
+        "image": {"dtype": "image"},
+        "label": {"dtype": {"class_label": {"names": names}}},
+        "key": {"dtype": "string"},
+        "class_id": {"dtype": "string"},
     }
     assert sorted(i["config_name"] for i in meta["dataset_info"]) == sorted(configs)
     assert all(
-        {f["name"]: {k: v for k, v in f.items() if k != "name"} for f in info["features"]}
-        == {"__key__": {"dtype": "string"}, "__url__": {"dtype": "string"}} | features
+        {f["name"]: {k: v for k, v in f.items() if k != "name"} for f in info["features"]} == features
         for info in meta["dataset_info"]
     )
     assert text.count("class_label:") == 1  # written once, an alias in every other config
@@ -112,14 +108,16 @@ def test_card_declares_features_a_default_pool_and_reference_configs(bench):
 def test_a_level_loads_locally_with_its_classes_and_counts(bench):
     level = load_level(bench, "tiny/model", "softmax", 7)
     assert len(level) == 2 * 2
-    assert sorted({row["class_id"] for row in level["json"]}) == level_07_classes(bench)
-    assert level[0]["jpg"].size == (16, 16)
-    assert level["cls"] == [labels(bench)[row["class_id"]] for row in level["json"]]
-    assert level.features["cls"] == datasets.ClassLabel(names=table_names(bench))
+    assert level.column_names == ["image", "label", "key", "class_id"]
+    assert sorted(set(level["class_id"])) == level_07_classes(bench)
+    assert level[0]["image"].size == (16, 16)
+    assert level["label"] == [labels(bench)[c] for c in level["class_id"]]
+    assert level.features == datasets.load_dataset(str(bench), "pool", split="id_test").features
+    assert level.features["label"] == datasets.ClassLabel(names=table_names(bench))
     streamed = list(load_level(bench, "tiny/model", "softmax", 7, streaming=True))
-    assert sorted(r["__key__"] for r in streamed) == sorted(level["__key__"])
+    assert sorted(r["key"] for r in streamed) == sorted(level["key"])
     by_config = datasets.load_dataset(str(bench), CONFIG, split="level_07")
-    assert sorted(by_config["__key__"]) == sorted(level["__key__"])
+    assert sorted(by_config["key"]) == sorted(level["key"])
 
 
 def test_one_level_loads_through_load_dataset_preparing_that_split_alone(bench, tmp_path):
@@ -130,10 +128,10 @@ def test_one_level_loads_through_load_dataset_preparing_that_split_alone(bench, 
     one.download_and_prepare()
     assert list(one.info.splits) == ["level_07"]
     level = one.as_dataset(split="level_07")
-    assert set(level["__url__"]) == level_07_shards(bench) and len(level) == 2 * 2
+    assert sorted(set(level["class_id"])) == level_07_classes(bench) and len(level) == 2 * 2
     stream = datasets.load_dataset(str(bench), CONFIG, split="level_07", streaming=True)
-    assert sorted(r["__key__"] for r in stream) == sorted(level["__key__"])
-    assert {r["__url__"] for r in stream} == level_07_shards(bench)
+    assert sorted(r["key"] for r in stream) == sorted(level["key"])
+    assert {r["class_id"] for r in stream} == set(level_07_classes(bench))
 
 
 def test_a_class_has_one_label_in_every_config_the_class_tables_label(bench):
@@ -149,12 +147,12 @@ def test_a_class_has_one_label_in_every_config_the_class_tables_label(bench):
         (f"{CONFIG}__level_07", "level_07"),
     ):
         ds = datasets.load_dataset(str(bench), config, split=split)
-        assert isinstance(ds[0]["jpg"], PIL.Image.Image) and ds[0]["jpg"].size == (16, 16)
-        assert ds.features["cls"] == datasets.ClassLabel(names=table_names(bench))
-        assert all(type(label) is int for label in ds["cls"])
+        assert isinstance(ds[0]["image"], PIL.Image.Image) and ds[0]["image"].size == (16, 16)
+        assert ds.features["label"] == datasets.ClassLabel(names=table_names(bench))
+        assert all(type(label) is int for label in ds["label"])
         found: dict[str, set] = {}
-        for row in ds.select_columns(["cls", "json"]):
-            found.setdefault(row["json"]["class_id"], set()).add(row["cls"])
+        for row in ds.select_columns(["label", "class_id"]):
+            found.setdefault(row["class_id"], set()).add(row["label"])
         assert found and all(found[c] == {table[c]} for c in found)
         seen[(config, split)] = found
     level_class = level_07_classes(bench)[0]
@@ -178,11 +176,14 @@ def test_publish_then_load_by_tag_round_trips(bench, hub_server):
     assert HfApi(endpoint=hub_server).dataset_info("cood/imagenet-tiny", revision="1.0.0").sha == sha
     local = load_level(bench, "tiny/model", "softmax", 7)
     remote = load_level("cood/imagenet-tiny", "tiny/model", "softmax", 7, revision="1.0.0")
-    assert sorted(remote["__key__"]) == sorted(local["__key__"])
-    assert {r["__key__"]: r["jpg"].tobytes() for r in remote} == {r["__key__"]: r["jpg"].tobytes() for r in local}
+    assert sorted(remote["key"]) == sorted(local["key"])
+    assert {r["key"]: r["image"].tobytes() for r in remote} == {r["key"]: r["image"].tobytes() for r in local}
     by_config = datasets.load_dataset("cood/imagenet-tiny", f"{CONFIG}__level_07", split="level_07", revision="1.0.0")
-    assert sorted(zip(by_config["__key__"], by_config["cls"])) == sorted(zip(local["__key__"], local["cls"]))
-    assert {r["json"]["class_id"] for r in by_config} == set(level_07_classes(bench))
+    assert sorted(zip(by_config["key"], by_config["label"])) == sorted(zip(local["key"], local["label"]))
+    assert set(by_config["class_id"]) == set(level_07_classes(bench))
+    published = set(HfApi(endpoint=hub_server).list_repo_files("cood/imagenet-tiny", repo_type="dataset"))
+    shards = Benchmark.open(bench).manifest["shards"]
+    assert {s["parquet"]["path"] for s in shards} | {s["path"] for s in shards} <= published  # the copies went
     pool = datasets.load_dataset("cood/imagenet-tiny", split="ood_test", revision="1.0.0", streaming=True)
     assert len(list(pool)) == 5 * 2
 
@@ -210,9 +211,9 @@ def test_the_levels_command_prints_the_calls_that_load_what_it_wrote(bench, tmp_
             assert local == f'dataset_builder.loading.load_level("{root.resolve().as_posix()}", "third", "softmax", 7)'
         assert published.endswith(', revision="1.0.0")  (after cood-dataset publish)')
         level = eval(local, {"datasets": datasets, "dataset_builder": dataset_builder})
-        assert sorted(level["__key__"]) == sorted(load_level(bench, "tiny/model", "softmax", 7)["__key__"])
-        assert isinstance(level[0]["jpg"], PIL.Image.Image)
-        assert level["cls"] == [labels(bench)[row["class_id"]] for row in level["json"]]
+        assert sorted(level["key"]) == sorted(load_level(bench, "tiny/model", "softmax", 7)["key"])
+        assert isinstance(level[0]["image"], PIL.Image.Image)
+        assert level["label"] == [labels(bench)[c] for c in level["class_id"]]
 
 
 @pytest.fixture(scope="module")
@@ -223,43 +224,44 @@ def trained_glyphs(tmp_path_factory) -> Path:
     return root
 
 
-def run_docs_recipe(root: Path, split: str) -> dict:
-    """The training recipe of docs/loading.md, run as written on ``root`` (its ``split`` of config ``id``)."""
+def run_docs_recipe(root: Path, split: str) -> tuple[str, dict]:
+    """The training recipe of docs/loading.md, run as written on ``root`` (its ``split`` of config ``id``): its code
+    and its names."""
     text = (Path(__file__).resolve().parents[1] / "docs" / "loading.md").read_text()
     section = text.split("## Training a model on the ID training split")[1].split("\n## ")[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     code = code.replace("path/to/benchmark", str(root)).replace('split="id_train"', f'split="{split}"')
     namespace: dict = {}
     exec(compile(code, "docs/loading.md", "exec"), namespace)
-    return namespace
+    return code, namespace
 
 
-@pytest.mark.parametrize(
-    "which, split, image, rows", [("glyphs", "id_train", "png", 36 * 2), ("imagenet", "id_test", "jpg", 4 * 5)]
-)
-def test_the_docs_recipe_runs_on_glyphs_and_imagenet_with_the_class_names_in_every_config(
-    which, split, image, rows, trained_glyphs, bench
+@pytest.mark.parametrize("which, split, rows", [("glyphs", "id_train", 36 * 2), ("imagenet", "id_test", 4 * 5)])
+def test_the_docs_recipe_runs_unchanged_on_glyphs_and_imagenet_with_the_class_names_in_every_config(
+    which, split, rows, trained_glyphs, bench
 ):
     root = {"glyphs": trained_glyphs, "imagenet": bench}[which]
-    namespace = run_docs_recipe(root, split)
+    code, namespace = run_docs_recipe(root, split)
+    assert "rename" not in code and "load_dataset(" in code and "with_transform" in code  # the stock recipe
     names, ids = table_names(root), Benchmark.open(root).id_classes
-    assert namespace["image"] == image and len(namespace["train"]) == rows and namespace["names"] == names
+    assert len(namespace["train"]) == rows and namespace["names"] == names
     assert namespace["names"][: len(ids)] == ids["name"].tolist() and ids["label"].tolist() == list(range(len(ids)))
     batch = next(iter(namespace["loader"]))
     assert batch["image"].shape == (min(64, rows), 3, 224, 224) and batch["label"].dtype == torch.int64
     assert set(batch["label"].tolist()) <= set(range(len(ids)))
     raw = datasets.load_dataset(str(root), "id", split=split)
+    assert raw.column_names == ["image", "label", "key", "class_id"]
     of_class = dict(zip(ids["id"], ids["name"]))
-    assert [names[label] for label in raw["cls"]] == [of_class[row["class_id"]] for row in raw["json"]]
+    assert [names[label] for label in raw["label"]] == [of_class[c] for c in raw["class_id"]]
     card = DatasetCard.load(root / "README.md").data
     infos = DatasetInfosDict.from_dataset_card_data(card)  # every config's features, as load_dataset reads them
     assert sorted(infos) == sorted(c["config_name"] for c in card.configs)
     assert len(infos) == {"glyphs": 2, "imagenet": 2 + 1 + len(LEVELS)}[which]
     assert all(
-        i.features["cls"].names == names and isinstance(i.features[image], datasets.Image) for i in infos.values()
+        i.features["label"].names == names and isinstance(i.features["image"], datasets.Image) for i in infos.values()
     )
     last = card.configs[-1]["config_name"]  # the pair's last level config on ImageNet
-    assert datasets.load_dataset_builder(str(root), last).info.features["cls"].names == names
+    assert datasets.load_dataset_builder(str(root), last).info.features["label"].names == names
 
 
 def test_class_names_that_two_classes_share_are_told_apart_by_their_ids(bench):

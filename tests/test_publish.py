@@ -12,7 +12,6 @@ import pytest
 from huggingface_hub import HfApi, snapshot_download
 
 from dataset_builder.errors import BenchmarkError
-from dataset_builder.manifest import FORMAT_VERSION
 from dataset_builder.publish import batches, local_files, publish
 
 
@@ -34,7 +33,7 @@ def make_benchmark(root: Path) -> Path:
         "ood/test/000/n01.tar": tar_bytes({"o2.png": b"\x89PNG o2", "o2.json": b'{"class_id": "n01"}'}),
         "ood/test/000/n02.tar": tar_bytes({"o3.png": b"\x89PNG o3", "o3.json": b'{"class_id": "n02"}'}),
     }
-    manifest = {"format_version": FORMAT_VERSION, "benchmark": "tiny", "shards": [{"path": path} for path in shards]}
+    manifest = {"format_version": 1, "benchmark": "tiny", "shards": [{"path": path} for path in shards]}
     files = {"manifest.json": json.dumps(manifest).encode(), "README.md": b"---\nlicense: mit\n---\n# tiny\n", **shards}
     for path, data in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
