@@ -13,6 +13,7 @@ with fixed options, so the same tar gives the same bytes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 import datasets
@@ -49,17 +50,15 @@ def _row(sample: dict) -> dict:
     }
 
 
-def write_copy(tar: Path) -> Path:
-    """Write the Parquet copy of the shard file ``tar`` beside it (atomically, a fixed partial name as the shard's);
-    return its path."""
-    from dataset_builder.shards import read_shard
-
+def write_copy(tar: Path, samples: Iterable[dict]) -> Path:
+    """Write the Parquet copy of the shard file ``tar`` beside it (atomically, a fixed partial name as the shard's)
+    from ``samples``, the samples read back from the finished ``tar``; return its path."""
     target = tar.with_suffix(".parquet")
     partial = target.with_name(target.name + ".partial")
     schema = FILE_FEATURES.arrow_schema
     with pq.ParquetWriter(partial, schema, compression="none", write_statistics=False) as writer:
         rows = []
-        for sample in read_shard(tar):
+        for sample in samples:
             rows.append(_row(sample))
             if len(rows) == ROWS_PER_GROUP:
                 writer.write_table(pa.Table.from_pylist(rows, schema=schema))

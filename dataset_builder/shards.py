@@ -104,7 +104,7 @@ class ShardWriter:
         """The shard's Parquet copy (:mod:`dataset_builder.copies`), written; its manifest entry."""
         from dataset_builder.copies import copy_path, write_copy
 
-        path = write_copy(self.target)
+        path = write_copy(self.target, read_shard(self.target))
         return {"path": copy_path(self.relpath), "sha256": file_sha256(path), "num_bytes": path.stat().st_size}
 
 
