@@ -19,7 +19,8 @@ from harness.method.selective import _EPS
 from harness.run import evaluate
 from leaderboard.errors import LeaderboardError
 from leaderboard.per_image import SCHEMA
-from leaderboard.store import accepted_files, add_files
+from leaderboard.publish import _stage_per_image
+from leaderboard.store import accepted_files, add_files, add_records, current_table
 
 pytestmark = pytest.mark.slow  # a real run
 
@@ -102,3 +103,29 @@ def test_a_tampered_file_is_refused_at_add_with_its_sha256(run, tmp_path):
     add_files(board, [out / "records" / "entropy.json"], create=True)  # the run's own file is taken, and kept
     stored = next((board / "attachments").iterdir()) / "per_image" / "entropy.parquet"
     assert stored.read_bytes() == (out / "per_image" / "entropy.parquet").read_bytes()
+
+
+def test_publish_stages_the_file_of_the_record_that_stands_and_a_verified_run_replaces_it(run, tmp_path):
+    _, out = run
+    board, rerun = tmp_path / "board", tmp_path / "rerun"
+    add_files(board, [out / "records" / "softmax.json"], create=True)
+    shutil.copytree(out, rerun)  # the worker's run: the same numbers, a file whose last bits differ
+    path = rerun / "per_image" / "softmax.parquet"
+    table = pd.read_parquet(path)
+    table.loc[0, "value"] = np.nextafter(table.loc[0, "value"], 2.0)
+    pq.write_table(pa.Table.from_pandas(table, schema=SCHEMA, preserve_index=False), path)
+    record = json.loads((rerun / "records" / "softmax.json").read_text())
+    record["per_image"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    verified = {"request": "0" * 12, "requests_repo": "org/requests", "worker": "gpu-1"}
+    staged = []
+    for added in ([], [record]):
+        if added:
+            add_records(board, added, folder=rerun, verified=verified)
+        staging = tmp_path / f"staging-{len(staged)}"
+        staging.mkdir()
+        _stage_per_image(board, current_table(board), staging)
+        staged.append(list(staging.glob("per_image/*.parquet")))
+    entry = current_table(board)["entry_id"].tolist()
+    assert [[p.name for p in files] for files in staged] == [[f"{entry[0]}.parquet"]] * 2 and len(entry) == 1
+    assert staged[0][0].read_bytes() == (out / "per_image" / "softmax.parquet").read_bytes()
+    assert staged[1][0].read_bytes() == path.read_bytes() != staged[0][0].read_bytes()
