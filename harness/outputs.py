@@ -31,6 +31,7 @@ from harness.method.metrics import interval_statement, summary_metrics
 from harness.method.registry import definitions, registered
 from harness.method.scores import SplitScores
 from harness.method.severity import DEFAULT_RULE, severity_convention
+from harness.per_image import PerImage
 from harness.runtime.scoring import Scorer, preprocessing
 from harness.submission import Submission
 from leaderboard.csvsafe import csv_bytes
@@ -85,9 +86,10 @@ def record(
     timings: dict,
     metric_definitions: dict,
     per_class: dict | None = None,
+    per_image: dict | None = None,
 ) -> dict:
     """The result record of one (model, kappa) pair (:mod:`leaderboard.record`), naming its levels' severity rule;
-    ``per_class`` summarises the drill-down."""
+    ``per_class`` summarises the drill-down, ``per_image`` names the per-image scores' file."""
     return _clean(
         make_record(
             provenance="harness",
@@ -106,6 +108,7 @@ def record(
             created=created,
             timings=timings,
             per_class=per_class,
+            per_image=per_image,
             severity_rule=result.rule,
             private=result.private,
         )
@@ -274,8 +277,10 @@ def write_outputs(
     ood_class_ids: list[str],
     benchmark: dict,
     per_class=None,
+    per_image: PerImage | None = None,
 ) -> dict:
-    """Write every output of a run as one set (with ``per_class``, a :class:`harness.drilldown.PerClass`, its files):
+    """Write every output of a run as one set (with ``per_class``, a :class:`harness.drilldown.PerClass`, and
+    ``per_image``, a :class:`harness.per_image.PerImage`, their files):
     into a new folder beside ``out``, then swapped in whole. Outputs already in ``out`` are moved aside
     (``paths["previous"]``), never mixed with the new ones. Return the paths."""
     check_out(out)
@@ -300,8 +305,9 @@ def write_outputs(
             write_level_table(table, staging / "levels", model_name, result.kappa)
         (staging / names["csv"]).write_bytes(csv_bytes(per_level_frame(model_name, results)))
         plot_curves(model_name, results, staging / names["plot"], benchmark)
-        if per_class is not None:
-            per_class.write(staging)
+        for part in (per_class, per_image):
+            if part is not None:
+                part.write(staging)
         fsync_tree(staging)
         previous = None
         if out.exists() and any(out.iterdir()):
@@ -340,6 +346,7 @@ class Evaluation:
     scores: dict[str, SplitScores]
     paths: dict = field(default_factory=dict)
     per_class: PerClass | None = None
+    per_image: PerImage | None = None
 
     @property
     def table(self) -> str:
@@ -360,8 +367,10 @@ def records_of(
     timings: dict,
     stats: dict,
     created: str,
+    images: PerImage | None = None,
 ) -> list[dict]:
-    """A record per kappa: its results, the benchmark, the model, and the run's timings, statistics and execution."""
+    """A record per kappa: its results, the benchmark, the model, the run's timings, statistics and execution, and
+    (with ``images``) its per-image file."""
     config, forward, bench = scorer.config, scorer.forward, scorer.benchmark
     run_info = {
         **timings,
@@ -402,6 +411,7 @@ def records_of(
             timings=run_info,
             metric_definitions=metric_definitions(result.rule),
             per_class=drilldown.summaries[spec.name],
+            per_image=None if images is None else images.fields[spec.name],
         )
         for spec, result in zip(scorer.kappas, results)
     ]
@@ -430,6 +440,7 @@ def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path
             list(bench.ood_classes["id"]),
             bench.identity(),
             per_class=evaluation.per_class,
+            per_image=evaluation.per_image,
         )
     if leaderboard is not None:
         try:
@@ -442,11 +453,13 @@ def save(evaluation: Evaluation, out: str | Path | None, leaderboard: str | Path
 
 @contextmanager
 def _run_folder(evaluation: Evaluation, out: str | Path | None):
-    """The folder the records' ``per_class`` paths are relative to: ``out``, or a temporary one holding the
-    drill-down."""
-    if out is not None or evaluation.per_class is None:
+    """The folder the records' ``per_class`` and ``per_image`` paths are relative to: ``out``, or a temporary one
+    holding the drill-down and the per-image files."""
+    parts = [p for p in (evaluation.per_class, evaluation.per_image) if p is not None]
+    if out is not None or not parts:
         yield None if out is None else Path(out)
         return
     with tempfile.TemporaryDirectory(prefix="cood-per-class-") as folder:
-        evaluation.per_class.write(Path(folder))
+        for part in parts:
+            part.write(Path(folder))
         yield Path(folder)

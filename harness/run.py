@@ -19,6 +19,7 @@ from harness.loading import kappa_specs, kappas_before_loading, load_submission
 from harness.method.evaluation import KappaResult, evaluate_kappa, with_private_check
 from harness.method.scores import SplitScores
 from harness.outputs import Evaluation, check_out, records_of, save
+from harness.per_image import per_image
 from harness.runtime.distributed import close, init_ranks
 from harness.runtime.execution import auto_device
 from harness.runtime.scoring import Scorer, fit, make_scorer, resolve_run, score_splits, summed_stats
@@ -78,9 +79,12 @@ def evaluate(
         if stats is None:  # a torchrun rank other than 0
             return None
         results, drilldown = _levels_and_metrics(scorer, scores)
+        images = per_image(results, scores, bench)
         timings["total_s"] = round(time.perf_counter() - started, 3)
-        records = records_of(scorer, submission, results, drilldown, timings, stats, created)
-        evaluation = Evaluation(submission, bench, results, records, stats, scores, per_class=drilldown)
+        records = records_of(scorer, submission, results, drilldown, timings, stats, created, images)
+        evaluation = Evaluation(
+            submission, bench, results, records, stats, scores, per_class=drilldown, per_image=images
+        )
         if out is not None or leaderboard is not None:
             save(evaluation, out, leaderboard)
         return evaluation

@@ -13,8 +13,15 @@ from collections import defaultdict
 
 from leaderboard.schema import VERIFIED, entry_id, verification_status
 
-# two runs of one model differ in these
-RUN_DETAILS = ("created", "timings", "harness_version", "order_seed", "order_seed_drawn")
+# two runs of one model differ in these (their per-image files too: scores summed in other batches round apart)
+RUN_DETAILS = (
+    "created",
+    "timings",
+    "harness_version",
+    "order_seed",
+    "order_seed_drawn",
+    "per_image",
+)
 SAME_WITHIN = 1e-6  # two runs in other secret orders sum in other batches: their metrics agree to float rounding
 # a record's standing (the table's conflict column): "" when it stands alone for its entry
 CONFLICT = "conflict"  # shown beside records of its entry with other results, none verified above them

@@ -1,13 +1,16 @@
-"""A record's per-OOD-class drill-down: the files its ``per_class`` field names, where they are, and a level's classes.
+"""A record's per-OOD-class drill-down and per-image scores: the files its ``per_class`` and ``per_image`` fields name,
+where they are, and a level's classes.
 
-A record's ``per_class`` paths (``file``, thumbnails) are relative to its **folder**: for a run's outputs, the folder
-that holds ``records/``; in a leaderboard, ``attachments/<seq>-<entry>/`` beside ``records/``, where the store keeps
-the files of each record it accepts (:func:`record_folder` finds it from the record file's path).
+A record's ``per_class`` paths (``file``, thumbnails) and its ``per_image`` file are relative to its **folder**: for
+a run's outputs, the folder that holds ``records/``; in a leaderboard, ``attachments/<seq>-<entry>/`` beside
+``records/``, where the store keeps the files of each record it accepts (:func:`record_folder` finds it from the
+record file's path).
 
 What a store takes and a site publishes is only what the harness's drill-down writes (``harness/drilldown.py``): the
 sidecar, a parquet file, and thumbnails, PNG or JPEG images, each checked by its magic bytes, under a visible relative
 path (no part starting with ``.``, no absolute path, no ``..``), within :data:`MAX_FILE_BYTES` per file and
-:data:`MAX_RECORD_BYTES` per record.
+:data:`MAX_RECORD_BYTES` per record; and what ``harness/per_image.py`` writes: the per-image file, a parquet file
+within :data:`leaderboard.per_image.MAX_BYTES`, checked against its record (:func:`leaderboard.per_image.check`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from leaderboard import per_image
 from leaderboard.errors import LeaderboardError
 
 ATTACHMENTS = "attachments"
@@ -28,6 +32,13 @@ THUMBNAIL_TYPES = (".png", ".jpg", ".jpeg")
 
 
 def files(record: dict) -> list[str]:
+    """The relative paths a record names: its ``per_class`` sidecar, every thumbnail, then its per-image file (each
+    once)."""
+    images = per_image.name(record)
+    return list(dict.fromkeys([*_per_class_files(record), *([images] if images is not None else [])]))
+
+
+def _per_class_files(record: dict) -> list[str]:
     """The relative paths a record's ``per_class`` names: its sidecar, then every thumbnail (each once)."""
     per_class = record.get("per_class")
     if per_class is None:
@@ -65,39 +76,56 @@ def content_problem(name: str, head: bytes, tail: bytes) -> str | None:
 
 
 def _types(record: dict, name: str) -> tuple[str, ...]:
-    return SIDECAR_TYPES if name == record["per_class"]["file"] else THUMBNAIL_TYPES
+    sidecars = (per_image.name(record), (record.get("per_class") or {}).get("file"))
+    return SIDECAR_TYPES if name in sidecars else THUMBNAIL_TYPES
+
+
+def _limit(record: dict, name: str) -> int:
+    """The size limit of the file ``name`` of a record: the per-image file's own, else :data:`MAX_FILE_BYTES`."""
+    return per_image.MAX_BYTES if name == per_image.name(record) else MAX_FILE_BYTES
 
 
 def read_files(source: str, record: dict, folder: str | Path | None) -> list[tuple[str, bytes]]:
-    """The bytes of every file a record's ``per_class`` names, read from its ``folder``; a one-line error naming the
-    first that is missing, too large, hidden, or not of the drill-down's types (see the module's docstring)."""
-    names = files(record)
+    """The bytes of every file a record names, read from its ``folder``; a one-line error naming the first that is
+    missing, too large, hidden, not of the drill-down's types, or (the per-image file) not the record's (see the
+    module's docstring)."""
+    names, images = files(record), per_image.name(record)
+    field = lambda name: "per_image" if name == images else "per_class"  # noqa: E731
     if names and folder is None:
-        raise LeaderboardError(f"{source}: per_class names {names[0]}, but no folder holding it was given")
+        raise LeaderboardError(f"{source}: {field(names[0])} names {names[0]}, but no folder holding it was given")
     out, total = [], 0
     for name in names:
-        problem = name_problem(name, _types(record, name))
-        if problem is not None:
-            raise LeaderboardError(f"{source}: per_class names {name[:80]!r}, which {problem}")
-        path = resolve(folder, name)
-        if not path.is_file():
-            raise LeaderboardError(f"{source}: per_class names {name}, which is not in {folder}")
-        if any(part.startswith(".") for part in path.relative_to(Path(folder).resolve()).parts):
-            raise LeaderboardError(f"{source}: per_class names {name}, which leads to a hidden file")
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise LeaderboardError(f"{source}: {name} is over the size limit of {MAX_FILE_BYTES:,} bytes")
-        total += size
+        data = _read_one(source, field(name), record, name, folder)
+        total += len(data) if name != images else 0
         if total > MAX_RECORD_BYTES:
             raise LeaderboardError(
                 f"{source}: the files per_class names are over the size limit of {MAX_RECORD_BYTES:,} bytes per record"
             )
-        data = path.read_bytes()
-        problem = content_problem(name, data[:8], data[-4:])
-        if problem is not None:
-            raise LeaderboardError(f"{source}: per_class names {name}, which {problem}")
+        if name == images:
+            per_image.check(source, record, data)
         out.append((name, data))
     return out
+
+
+def _read_one(source: str, field: str, record: dict, name: str, folder: str | Path) -> bytes:
+    """The bytes of the file ``name`` (of the record's ``field``) in its ``folder``, or a one-line refusal."""
+    names = f"{source}: {field} names"
+    problem = name_problem(name, _types(record, name))
+    if problem is not None:
+        raise LeaderboardError(f"{names} {name[:80]!r}, which {problem}")
+    path = resolve(folder, name)
+    if not path.is_file():
+        raise LeaderboardError(f"{names} {name}, which is not in {folder}")
+    if any(part.startswith(".") for part in path.relative_to(Path(folder).resolve()).parts):
+        raise LeaderboardError(f"{names} {name}, which leads to a hidden file")
+    limit = _limit(record, name)
+    if path.stat().st_size > limit:
+        raise LeaderboardError(f"{source}: {name} is over the size limit of {limit:,} bytes")
+    data = path.read_bytes()
+    problem = content_problem(name, data[:8], data[-4:])
+    if problem is not None:
+        raise LeaderboardError(f"{names} {name}, which {problem}")
+    return data
 
 
 def publishable(folder: str | Path, record: dict, name: str) -> Path | None:
@@ -110,7 +138,7 @@ def publishable(folder: str | Path, record: dict, name: str) -> Path | None:
         path = resolve(folder, name)
         if any(part.startswith(".") for part in path.relative_to(Path(folder).resolve()).parts):
             return None
-        if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
+        if not path.is_file() or path.stat().st_size > _limit(record, name):
             return None
         with path.open("rb") as file:
             head = file.read(8)
@@ -171,4 +199,4 @@ def level_classes(record: dict, level: int, folder: str | Path | None = None) ->
 
 def thumbnail_paths(record: dict, folder: str | Path) -> dict[str, Path]:
     """Every thumbnail a record lists, relative path -> file in ``folder`` (for a site to copy next to its pages)."""
-    return {name: resolve(folder, name) for name in files(record)[1:]}
+    return {name: resolve(folder, name) for name in _per_class_files(record)[1:]}

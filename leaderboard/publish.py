@@ -24,6 +24,9 @@ from huggingface_hub.hf_api import RepoFile
 
 from dataset_builder import faults
 from dataset_builder.errors import one_line
+from leaderboard import per_image
+from leaderboard.conflicts import REPLACED
+from leaderboard.drilldown import publishable, stored_folder
 from leaderboard.errors import LeaderboardError
 from leaderboard.release import (
     CHANGELOG,
@@ -63,6 +66,8 @@ table = datasets.load_dataset("{repo_id}", "results", revision="v{version}", spl
 - `results/table.parquet`, `results/table.csv`: one row per entry (`ood_auroc_l<i>` is the ood-auroc of level i;"""
     """ level 0 is the easiest).
 - `records/records.jsonl`: the validated result records the table is derived from.
+- `per_image/<entry_id>.parquet`: an entry's per-image scores, one row per public image (its record's `per_image`
+  names the file's sha256; a verified run's file stands for its entry).
 - `CHANGELOG.md`: what entered in each version. Every version is a git tag (`v1`, `v2`, ...).
 """
 )
@@ -218,6 +223,7 @@ def _stage(directory: Path, source: Path, version: int, repo_id: str, staging: P
     with open(staging / "records" / "records.jsonl", "w") as handle:
         for name in table.sort_values("seq")["record_file"]:
             handle.write(json.dumps(json.loads((directory / name).read_bytes()), separators=(",", ":")) + "\n")
+    _stage_per_image(directory, table, staging)
     (staging / RELEASE_JSON).write_bytes((source / RELEASE_JSON).read_bytes())
     (staging / CHANGELOG).write_text(changelog(directory, up_to=version))
     bench = info["benchmark"]
@@ -234,6 +240,18 @@ def _stage(directory: Path, source: Path, version: int, repo_id: str, staging: P
             site=site,
         )
     )
+
+
+def _stage_per_image(directory: Path, table, staging: Path) -> None:
+    """Each entry's per-image file as ``per_image/<entry_id>.parquet``: the file of the record that stands for the
+    entry (a verified run's replaces the submitter's; of records in conflict, the latest), where it has one."""
+    for row in table[table["conflict"] != REPLACED].sort_values("seq").itertuples():
+        record = json.loads((directory / row.record_file).read_bytes())
+        name = per_image.name(record)
+        path = None if name is None else publishable(stored_folder(directory, row.record_file), record, name)
+        if path is not None:
+            (staging / "per_image").mkdir(exist_ok=True)
+            (staging / "per_image" / f"{row.entry_id}.parquet").write_bytes(path.read_bytes())
 
 
 def _stage_space(directory: Path, version: int, repo_id: str, staging: Path, dataset_url: str) -> None:

@@ -325,6 +325,18 @@ class PerClass:
     levels: list[PerClassLevel] = spec(items=(2, MAX_LEVELS))
 
 
+MAX_PER_IMAGE_ROWS = 100_000_000  # far above any benchmark's images (ImageNet-21k's test splits are ~1M)
+
+
+@_shape
+class PerImage:
+    """The file of the run's per-image scores: its path (relative to the record's folder), sha256 and row count."""
+
+    file: str = spec(format="relative_path")
+    sha256: str = spec(format="sha256")
+    rows: int = spec(range=(1, MAX_PER_IMAGE_ROWS))
+
+
 @_shape
 class Intervals:
     """How the record's intervals were computed, said once: their confidence and, per metric by its place
@@ -412,6 +424,12 @@ class Record:
         optional=True,
         doc="optional: the per-OOD-class drill-down (the validator also checks levels == num_levels, quantiles not "
         "decreasing, the hardest classes in order within the level's range)",
+    )
+    per_image: PerImage | None = spec(
+        optional=True,
+        doc="optional: the run's per-image scores, a Parquet file of one row per public image of the record's splits "
+        "(docs/leaderboard.md, Per-image scores), named by its path, sha256 and row count (the store checks all three "
+        "at add); absent from published results and records made before it",
     )
     intervals: Intervals | None = spec(
         optional=True,

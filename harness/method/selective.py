@@ -170,21 +170,32 @@ def _target(probabilities, target) -> tuple[np.ndarray, np.ndarray]:
 def nll(probabilities, target) -> float:
     """Negative log-likelihood (natural log), probabilities clipped to ``[eps, 1 - eps]`` (float64 eps, as
     scikit-learn's ``log_loss``). 1-D: ``-mean(c log p + (1 - c) log(1 - p))`` with ``c`` = correct; ``(n, C)``:
-    ``-mean(log p[label])``."""
+    ``-mean(log p[label])``: the mean of :func:`nll_terms`."""
+    terms = nll_terms(probabilities, target)
+    return math.fsum(terms) / len(terms)
+
+
+def nll_terms(probabilities, target) -> np.ndarray:
+    """Each row's term of :func:`nll`: ``-log`` of the (clipped) probability of its observed outcome."""
     p, onehot = _target(probabilities, target)
     p = np.clip(p, _EPS, 1.0 - _EPS)
     if p.shape[1] == 1:
-        terms = onehot[:, 0] * np.log(p[:, 0]) + (1.0 - onehot[:, 0]) * np.log1p(-p[:, 0])
-    else:
-        terms = np.log(p[onehot == 1.0])
-    return -math.fsum(terms) / len(p)
+        return -(onehot[:, 0] * np.log(p[:, 0]) + (1.0 - onehot[:, 0]) * np.log1p(-p[:, 0]))
+    return -np.log(p[onehot == 1.0])
 
 
 def brier(probabilities, target) -> float:
     """Brier score, ``mean((p - c)^2)`` for 1-D probabilities against correctness, ``mean(sum_k (p_k - [k = y])^2)``
-    for an ``(n, C)`` matrix against labels (the multi-class score, in [0, 2], not halved)."""
+    for an ``(n, C)`` matrix against labels (the multi-class score, in [0, 2], not halved): the mean of
+    :func:`brier_terms`."""
+    terms = brier_terms(probabilities, target)
+    return math.fsum(terms) / len(terms)
+
+
+def brier_terms(probabilities, target) -> np.ndarray:
+    """Each row's term of :func:`brier`: the squared gap summed over its classes (one for 1-D probabilities)."""
     p, onehot = _target(probabilities, target)
-    return math.fsum(np.sum((p - onehot) ** 2, axis=1)) / len(p)
+    return np.sum((p - onehot) ** 2, axis=1)
 
 
 def selective_metrics(ranking, correct, confidence=None, targets=SAC_TARGETS) -> dict[str, float]:
