@@ -19,7 +19,7 @@ from harness.loading import kappa_specs, kappas_before_loading, load_submission
 from harness.method.evaluation import KappaResult, evaluate_kappa, with_private_check
 from harness.method.scores import SplitScores
 from harness.outputs import Evaluation, check_out, records_of, save
-from harness.per_image import per_image
+from harness.per_image import PerImage, per_image
 from harness.runtime.distributed import close, init_ranks
 from harness.runtime.execution import auto_device
 from harness.runtime.scoring import Scorer, fit, make_scorer, resolve_run, score_splits, summed_stats
@@ -78,20 +78,17 @@ def evaluate(
         stats = summed_stats(scorer, timings)
         if stats is None:  # a torchrun rank other than 0
             return None
-        results, drilldown = _levels_and_metrics(scorer, scores)
-        images = per_image(results, scores, bench)
+        results, drilldown, images = _levels_and_metrics(scorer, scores)
         timings["total_s"] = round(time.perf_counter() - started, 3)
         records = records_of(scorer, submission, results, drilldown, timings, stats, created, images)
-        evaluation = Evaluation(
-            submission, bench, results, records, stats, scores, per_class=drilldown, per_image=images
-        )
+        done = Evaluation(submission, bench, results, records, stats, scores, per_class=drilldown, per_image=images)
         if out is not None or leaderboard is not None:
-            save(evaluation, out, leaderboard)
-        return evaluation
+            save(done, out, leaderboard)
+        return done
 
 
-def _levels_and_metrics(scorer: Scorer, scores: dict[str, SplitScores]) -> tuple[list[KappaResult], PerClass]:
-    """Each kappa's severity levels and metrics, and the per-class drill-down."""
+def _levels_and_metrics(scorer: Scorer, scores: dict[str, SplitScores]) -> tuple[list[KappaResult], PerClass, PerImage]:
+    """Each kappa's severity levels and metrics, the per-class drill-down and the per-image files."""
     bench, specs = scorer.benchmark, scorer.kappas
     num_id, num_ood = len(bench.id_classes), len(bench.ood_classes)
     phases.say(f"severity levels and metrics of {plural(len(specs), 'kappa')}")
@@ -111,7 +108,7 @@ def _levels_and_metrics(scorer: Scorer, scores: dict[str, SplitScores]) -> tuple
     ]
     if "id_test_private" in scores:
         results = [_with_private_check(result, scores, bench.private_sha256) for result in results]
-    return results, per_class(results, scores["id_test"], scores["ood_test"], bench)
+    return results, per_class(results, scores["id_test"], scores["ood_test"], bench), per_image(results, scores, bench)
 
 
 def _with_private_check(result: KappaResult, scores: dict[str, SplitScores], sha256: str) -> KappaResult:

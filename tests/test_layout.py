@@ -221,7 +221,7 @@ def test_run_py_is_the_pipeline_and_no_function_of_the_harness_runs_long():
     command line's option declarations are the one exception: their body is held to the same 60 lines."""
     run = ROOT / "harness" / "run.py"
     assert len(run.read_text().splitlines()) < 400
-    assert len(project_imports(run)) <= 12, sorted(project_imports(run))
+    assert len(project_imports(run)) <= 13, sorted(project_imports(run))  # a room per step: 13 with the per-image files
     long = []
     for path in sorted((ROOT / "harness").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
