@@ -81,7 +81,7 @@ CNN = Path(__file__).resolve().parents[1] / "examples" / "glyph_cnn.py"
 
 
 def load_example(path: Path):
-    """An example submission file as a module (its model, DATA_CONFIG, KAPPAS)."""
+    """A Python file as a module: an example submission (its model, DATA_CONFIG, KAPPAS) or a benchmark script."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(path.stem, path)

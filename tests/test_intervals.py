@@ -2,7 +2,6 @@
 against their closed forms, and the coverage of the 95% intervals measured by simulation (1,000 seeded draws each:
 nominal 95% must land in 93-97%; on the hard cells of benchmarks/interval_coverage.py, at least 90% of 300)."""
 
-import importlib.util
 import math
 from pathlib import Path
 from statistics import NormalDist
@@ -14,6 +13,7 @@ from scipy.special import ndtri, owens_t
 from scipy.stats import binomtest, rankdata
 from sklearn.metrics import roc_auc_score
 
+from glyph_fixtures import load_example
 from harness.errors import HarnessError
 from harness.method.intervals import (
     auroc_covariance,
@@ -246,11 +246,7 @@ def test_bad_inputs_are_refused():
 
 
 def coverage_script():
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "interval_coverage.py"
-    spec = importlib.util.spec_from_file_location("interval_coverage", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example(Path(__file__).resolve().parents[1] / "benchmarks" / "interval_coverage.py")
 
 
 def test_intervals_cover_the_hard_cells_and_are_never_of_zero_width():

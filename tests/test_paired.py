@@ -2,7 +2,6 @@
 AUROCs where the entries share images and roles, coverage of the paired interval where they share only part (other
 levels, other partitions of the ID images), and no false certainty at an AUROC of 1."""
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -173,11 +172,9 @@ def test_bad_tables_are_refused_in_one_line():
 
 
 def width_script():
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "paired_width.py"
-    spec = importlib.util.spec_from_file_location("paired_width", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from glyph_fixtures import load_example
+
+    return load_example(Path(__file__).resolve().parents[1] / "benchmarks" / "paired_width.py")
 
 
 def test_the_width_script_prints_paired_and_unpaired_widths(tmp_path, capsys):
