@@ -339,6 +339,8 @@ def test_a_run_into_another_models_out_leaves_only_the_new_set(tiny_glyphs, earl
         "levels/glyph_mlp__margin.parquet",
         "levels/glyph_mlp__softmax.parquet",
         "per_class/per_class.parquet",
+        "per_image/margin.parquet",
+        "per_image/softmax.parquet",
         "per_level.csv",
         "records/margin.json",
         "records/softmax.json",
