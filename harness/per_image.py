@@ -45,8 +45,9 @@ class PerImage:
 def per_image(results: list[KappaResult], scores: dict[str, SplitScores], bench: Benchmark) -> PerImage:
     """Every kappa's per-image file (named by the kappa, as its record file is) and record field."""
     files, fields = {}, {}
+    terms = multiclass_terms(scores["id_test"])  # the classifier's, the same for every kappa
     for result in results:
-        table = kappa_table(result, scores, bench)
+        table = kappa_table(result, scores, bench, terms)
         data = parquet_bytes(table)
         name = f"{FOLDER}/{result.kappa}.parquet"
         files[name] = data
@@ -61,27 +62,33 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return buffer.getvalue()
 
 
-def kappa_table(result: KappaResult, scores: dict[str, SplitScores], bench: Benchmark) -> pa.Table:
-    """One kappa's rows of the public splits, sorted by ``(split, key)``, in :data:`SCHEMA`."""
+def kappa_table(result: KappaResult, scores: dict[str, SplitScores], bench: Benchmark, terms: tuple) -> pa.Table:
+    """One kappa's rows of the public splits, sorted by ``(split, key)``, in :data:`SCHEMA`; ``terms``: the ID test
+    rows' multi-class NLL and Brier terms (:func:`multiclass_terms`)."""
     id_ids = bench.id_classes["id"].astype(str).to_numpy()
     ood_ids = bench.ood_classes["id"].astype(str).to_numpy()
     held = [[] for _ in ood_ids]  # per OOD class index: the levels whose set holds it
     for level, classes in enumerate(result.levels.classes):
         for c in classes:
             held[int(c)].append(level)
-    parts = [_id_rows(result.kappa, scores["id_test"], id_ids)]
+    parts = [_id_rows(result.kappa, scores["id_test"], id_ids, terms)]
     parts += [_ood_rows(result.kappa, split, scores[split], ood_ids, held) for split in SPLITS[1:]]
     table = pa.concat_tables(parts)
     return table.sort_by([("split", "ascending"), ("key", "ascending")])
 
 
-def _id_rows(kappa: str, split: SplitScores, class_ids: np.ndarray) -> pa.Table:
-    """The ID test rows: correctness and, with the run's ID logits, each row's multi-class NLL and Brier term."""
+def multiclass_terms(split: SplitScores) -> tuple:
+    """Each ID test row's multi-class NLL and Brier term, from the run's ID logits (nulls without them)."""
+    if split.logits is None:
+        return pa.nulls(len(split), pa.float64()), pa.nulls(len(split), pa.float64())
+    p, labels = softmax(split.logits), np.asarray(split.labels, dtype=np.int64)
+    return nll_terms(p, labels), brier_terms(p, labels)
+
+
+def _id_rows(kappa: str, split: SplitScores, class_ids: np.ndarray, terms: tuple) -> pa.Table:
+    """The ID test rows: correctness and each row's multi-class NLL and Brier term."""
     n = len(split)
-    nll = brier = pa.nulls(n, pa.float64())
-    if split.logits is not None:
-        p, labels = softmax(split.logits), np.asarray(split.labels, dtype=np.int64)
-        nll, brier = nll_terms(p, labels), brier_terms(p, labels)
+    nll, brier = terms
     correct = np.asarray(split.preds == split.labels, dtype=bool)
     empty = pa.array([[]] * n, pa.list_(pa.int16()))
     return _table(kappa, "id_test", split, class_ids, correct, empty, nll, brier)
