@@ -20,8 +20,10 @@ FLOOR = (
     "dataset_builder.zoo_groups",
 )  # light; any module may import them
 # what the leaderboard may import of the harness: the metric registry's declarations (the standard library and the
-# floor; the metric functions load on first use and need numpy only)
-LEADERBOARD_READS = ("harness.method.registry",)
+# floor; the metric functions load on first use and need numpy only) and the paired statistics (numpy only)
+LEADERBOARD_READS = ("harness.method.registry", "harness.method.pairwise", "harness.method.paired")
+# what those may import in turn: the method's pure functions they stand on and the harness's error type
+READS_STAND_ON = (*FLOOR, *LEADERBOARD_READS, "harness.method.intervals", "harness.errors")
 BEFORE_TORCH = (
     "harness.kappas",
     "harness.adapters",
@@ -168,12 +170,12 @@ def test_a_module_that_breaks_the_rule_is_caught(tmp_path):
     ]
 
 
-def test_the_leaderboard_reads_the_metric_registry_and_nothing_else_of_the_harness():
+def test_the_leaderboard_reads_the_metric_registry_and_the_paired_statistics_and_nothing_else_of_the_harness():
     assert broken_rules("leaderboard.x", {"harness.method.registry", "harness.method.metrics"}) == [
         "leaderboard.x imports harness.method.metrics"
     ]
-    for name in LEADERBOARD_READS:
-        assert project_imports(ROOT / (name.replace(".", "/") + ".py")) <= set(FLOOR), name
+    for name in (*LEADERBOARD_READS, "harness.method.intervals", "harness.errors"):
+        assert project_imports(ROOT / (name.replace(".", "/") + ".py")) <= set(READS_STAND_ON), name
 
 
 def test_the_checks_before_torch_read_the_manifest_and_nothing_heavy():

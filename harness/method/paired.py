@@ -70,11 +70,13 @@ class Difference:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Entry A against entry B: per common level, the mean over each entry's own levels, and id-auroc (None, with
-    ``id_auroc_missing`` saying why, where either entry has fewer than 2 right or 2 wrong ID predictions)."""
+    """Entry A against entry B: per common level, the mean over each entry's own levels, id-acc (the paired test of
+    two accuracies on shared images, McNemar's in Wald form), and id-auroc (None, with ``id_auroc_missing`` saying
+    why, where either entry has fewer than 2 right or 2 wrong ID predictions)."""
 
     levels: list[Difference]
     mean_ood_auroc: Difference
+    id_acc: Difference
     id_auroc: Difference | None
     num_levels: tuple[int, int]
     id_auroc_missing: str | None = None
@@ -83,6 +85,7 @@ class Comparison:
         return {
             "levels": [d.as_dict() for d in self.levels],
             "mean_ood_auroc": self.mean_ood_auroc.as_dict(),
+            "id_acc": self.id_acc.as_dict(),
             "id_auroc": None if self.id_auroc is None else self.id_auroc.as_dict(),
             "num_levels": list(self.num_levels),
             "id_auroc_missing": self.id_auroc_missing,
@@ -125,6 +128,33 @@ class Auroc:
     @property
     def places(self) -> np.ndarray:
         return self.signature[0].astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Share(Auroc):
+    """The share of right ID predictions (id-acc) as a sum of per-image influences, ``(c_i - p) / sqrt(n (n - 1))``
+    (so that their sum of squares is ``p (1 - p) / (n - 1)``); ``counts``: right, wrong."""
+
+    @property
+    def floor(self) -> float:
+        """The variance where every prediction is right (or every one wrong): Wilson's at its one-sided bound, the
+        ``p`` with ``(1 - p)^2 = z^2 p (1 - p) / n``, so ``-+ z sqrt(floor)`` is as wide as that bound."""
+        n, z = sum(self.counts), _z(self.confidence)
+        return z**2 / (n + z**2) ** 2
+
+
+def share_influence(at, correct, size: int, confidence: float = CONFIDENCE) -> Share:
+    """The share of right predictions among ``correct`` (at places ``at`` of ``size`` images) and each image's
+    influence on it. Needs 2 images."""
+    n = len(correct)
+    values = np.asarray(correct, np.float64)
+    value = math.fsum(values) / n
+    influence = np.zeros(size)
+    influence[at] = (values - value) / math.sqrt(n * (n - 1.0))
+    order = np.argsort(at, kind="stable")
+    signature = np.stack([np.asarray(at, np.float64), values, np.zeros(n)])[:, order]
+    right = int(values.sum())
+    return Share(value, influence, signature, (right, n - right), confidence)
 
 
 def _correct(values: np.ndarray, name: str) -> np.ndarray:
@@ -226,7 +256,6 @@ def difference(side_a: list[Auroc], side_b: list[Auroc], confidence: float = CON
     b = math.fsum(s.value for s in side_b) / len(side_b)
     estimate, se = a - b, math.sqrt(variance)
     half = _z(confidence) * se
-    p_value = 1.0 if se == 0.0 else math.erfc(abs(estimate) / se / math.sqrt(2.0))
     return Difference(
         estimate=estimate,
         a=a,
@@ -234,13 +263,18 @@ def difference(side_a: list[Auroc], side_b: list[Auroc], confidence: float = CON
         se=se,
         low=max(estimate - half, -1.0),
         high=min(estimate + half, 1.0),
-        p_value=p_value,
+        p_value=p_value(estimate, se),
         unpaired_se=math.sqrt(unpaired),
         shared=len(np.intersect1d(_used(side_a), _used(side_b))),
         floored=not identical and (floors > 0.0 or paired == 0.0),
         method=METHOD,
         confidence=confidence,
     )
+
+
+def p_value(estimate: float, se: float) -> float:
+    """The two-sided p-value of "no difference" for ``estimate`` with standard error ``se``: 1 where ``se`` is 0."""
+    return 1.0 if se == 0.0 else math.erfc(abs(estimate) / se / math.sqrt(2.0))
 
 
 def _level_aurocs(entry: Entry, id_at, ood_at, size: int, name: str, confidence: float) -> list[Auroc]:
@@ -278,13 +312,15 @@ def compare_entries(table_a: Mapping, table_b: Mapping, confidence: float = CONF
         sides[name] = (
             _level_aurocs(entry, id_at, ood_at, size, name, confidence),
             _id_auroc(entry, id_at, size, name, confidence),
+            share_influence(id_at, entry.correct, size, confidence),
         )
-    (levels_a, id_a), (levels_b, id_b) = sides["entry A"], sides["entry B"]
+    (levels_a, id_a, acc_a), (levels_b, id_b, acc_b) = sides["entry A"], sides["entry B"]
     common = range(min(len(levels_a), len(levels_b)))
     missing = next((why for why in (id_a, id_b) if isinstance(why, str)), None)
     return Comparison(
         levels=[difference([levels_a[level]], [levels_b[level]], confidence) for level in common],
         mean_ood_auroc=difference(levels_a, levels_b, confidence),
+        id_acc=difference([acc_a], [acc_b], confidence),
         id_auroc=None if missing else difference([id_a], [id_b], confidence),
         num_levels=(len(levels_a), len(levels_b)),
         id_auroc_missing=missing,

@@ -1,0 +1,57 @@
+"""Paired tests between a board's entries, from the per-image score files its records keep (docs/leaderboard.md,
+"Paired comparisons"): which row a board marks as not shown different from the row above, and each entry's range of
+ranks. Entries without a per-image file (the paper's published numbers, records made before the files) have none."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from dataset_builder.errors import CoodError
+from harness.method.pairwise import Pairwise, pairwise
+from leaderboard import per_image
+from leaderboard.drilldown import stored_folder
+from leaderboard.errors import LeaderboardError
+from leaderboard.table import LEVEL_PREFIX
+
+COLUMNS = ("key", "split", "score", "correct", "levels")  # what the paired statistics read of a per-image file
+
+
+def pair_key(column: str) -> str | None:
+    """The paired test's key of a table column the board ranks by (``mean_ood_auroc`` -> ``mean``, ``id_acc``,
+    ``id_auroc``, ``ood_auroc_l3`` -> ``l3``); None for a column without a paired test."""
+    if column == "mean_ood_auroc":
+        return "mean"
+    if column in ("id_acc", "id_auroc"):
+        return column
+    if column.startswith(LEVEL_PREFIX) and column[len(LEVEL_PREFIX) :].isdigit():
+        return f"l{int(column[len(LEVEL_PREFIX) :])}"
+    return None
+
+
+def per_image_path(directory: str | Path, record_file: str) -> Path | None:
+    """Where a board keeps the per-image file of its record ``record_file``; None for a record without one."""
+    record = json.loads((Path(directory) / record_file).read_bytes())
+    name = per_image.name(record)
+    return None if name is None else stored_folder(directory, record_file) / name
+
+
+def read_scores(path: Path) -> pd.DataFrame:
+    """The columns of a per-image file that the paired statistics read."""
+    return pq.read_table(path, columns=list(COLUMNS)).to_pandas()
+
+
+def board_pairs(directory: str | Path, record_files: list[str]) -> tuple[Pairwise, list[int]]:
+    """The paired statistics of the entries among ``record_files`` that keep per-image scores, and for each of
+    ``record_files`` its index in them (-1 for one without)."""
+    paths = [per_image_path(directory, name) for name in record_files]
+    having = [i for i, p in enumerate(paths) if p is not None]
+    try:
+        found = pairwise([read_scores(paths[i]) for i in having])
+    except CoodError as exc:  # the harness's errors derive from the floor's
+        raise LeaderboardError(f"{directory}: the per-image scores cannot be compared: {exc}") from None
+    place = {i: k for k, i in enumerate(having)}
+    return found, [place.get(i, -1) for i in range(len(record_files))]
