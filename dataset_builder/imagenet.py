@@ -176,6 +176,90 @@ def check_pool_size(source: ImageSource, candidates: list[str], num_id: int, num
     return usable
 
 
+def _ood_pool(
+    imagenet21k: str | Path, rule_sets: Iterable[str], pool: str, workers: int
+) -> tuple[pd.DataFrame, ImageSource, list[str]]:
+    """The pool's class table (the class rules applied), the ImageNet-21K source reading only the surviving classes,
+    and those of them it holds, in pool order; a source class outside the pool list is an error."""
+    ood_table = imagenet_ood_classes(rule_sets, pool)
+    ood_ids = set(ood_table.loc[ood_table["status"] == "ood", "id"])
+    ood_source = open_source(imagenet21k, "--imagenet21k", keep=ood_ids, workers=workers)
+    unknown = sorted(set(ood_source.classes()) - set(ood_table["id"]))
+    if unknown:
+        raise BenchmarkError(
+            f"{imagenet21k} has {len(unknown)} classes that are not {pool} classes, e.g. {unknown[0]!r}"
+        )
+    held = set(ood_source.classes())
+    return ood_table, ood_source, [c for c in ood_table["id"] if c in ood_ids and c in held]
+
+
+def _image_settings(
+    seed: int, images_per_class: int, test_fraction: float, min_images: int, fit_per_class: int, private: tuple
+) -> ImageSettings:
+    """The image builder's settings of an ImageNet build (``private``: the share and the seed of the private part)."""
+    share, private_seed = private
+    return ImageSettings(
+        seed=seed,
+        images_per_class=images_per_class,
+        n_test=n_test_of(images_per_class, test_fraction),
+        min_images=min_images,
+        image_ext="jpg",
+        fit_per_class=fit_per_class,
+        private_share=share,
+        private_seed=private_seed,
+    )
+
+
+def _id_sources(
+    val: str | Path,
+    val_labels: str | Path | None,
+    train: str | Path | None,
+    id_classes: Iterable[str] | int | None,
+    seed: int,
+    workers: int,
+) -> tuple[ImageSource, list[str], pd.DataFrame, ImageSource | None]:
+    """The validation source, the ID classes picked from it (:func:`resolve_id_classes`), their table
+    (:func:`id_class_table`) and their training source (None without ``train``)."""
+    keep = set(wanted_id_classes(None if isinstance(id_classes, int) else id_classes))
+    val_source = open_source(val, "--val", labels=val_labels, keep=keep, workers=workers)
+    ids = resolve_id_classes(val_source, id_classes, seed)
+    id_table = id_class_table(val_source, ids)
+    if train is None:
+        return val_source, ids, id_table, None
+    return val_source, ids, id_table, open_source(train, "--train", keep=set(ids), workers=workers).subset(tuple(ids))
+
+
+def _description(pool: str, test_fraction: float, id_classes: Iterable[str] | int | None, rule_sets: tuple) -> dict:
+    """The manifest's ``benchmark``, ``source`` and ``rules`` of an ImageNet build."""
+    source = {"kind": "imagenet", "pool": pool, "id": "ImageNet-1K validation", "test_fraction": test_fraction}
+    if isinstance(id_classes, int):
+        source["id_subset"] = {"id_classes": id_classes, "rule": ID_SUBSET_RULE}
+    return {
+        "benchmark": {
+            "id": BENCHMARK_ID,
+            "version": BENCHMARK_VERSION,
+            "description": "ImageNet-1K validation (ID) vs. ImageNet-21K classes outside ImageNet-1K's "
+            "WordNet is-a closure (OOD).",
+        },
+        "source": source,
+        "rules": rules_record(rule_sets),
+    }
+
+
+def _warn_when_the_image_rules_left_too_few(
+    root: str | Path, usable: int, num_id: int, num_levels: int, min_images: int
+) -> None:
+    """Warn when the built benchmark keeps fewer OOD classes than ``num_levels`` need and than the pool's check
+    counted (``usable``): unreadable images removed more classes."""
+    kept = load_manifest(root)[0]["classes"]["ood"]
+    if kept < min(usable, ood_classes_needed(num_id, num_levels)):
+        warn(
+            f"{kept} OOD classes kept after the image rules (--min-images {min_images}): {num_levels} severity levels "
+            f"of {num_id} ID classes need {ood_classes_needed(num_id, num_levels)}; the harness will allow "
+            f"--levels {max_levels(kept, num_id)} at most"
+        )
+
+
 def build_imagenet(
     root: str | Path,
     imagenet21k: str | Path,
@@ -215,48 +299,11 @@ def build_imagenet(
     check_target(Path(root), overwrite)  # before the class rules and the folder scans: a refusal comes at once
     check_num_levels(num_levels)
     check_share(private_share)
-    ood_table = imagenet_ood_classes(rule_sets, pool)
-    ood_ids = set(ood_table.loc[ood_table["status"] == "ood", "id"])
-    ood_source = open_source(imagenet21k, "--imagenet21k", keep=ood_ids, workers=workers)
-    unknown = sorted(set(ood_source.classes()) - set(ood_table["id"]))
-    if unknown:
-        raise BenchmarkError(
-            f"{imagenet21k} has {len(unknown)} classes that are not {pool} classes, e.g. {unknown[0]!r}"
-        )
-    keep = set(wanted_id_classes(None if isinstance(id_classes, int) else id_classes))
-    val_source = open_source(val, "--val", labels=val_labels, keep=keep, workers=workers)
-    ids = resolve_id_classes(val_source, id_classes, seed)
-    id_table = id_class_table(val_source, ids)
-    fit_source = None
-    if train is not None:
-        fit_source = open_source(train, "--train", keep=set(ids), workers=workers).subset(tuple(ids))
-    settings = ImageSettings(
-        seed=seed,
-        images_per_class=images_per_class,
-        n_test=n_test_of(images_per_class, test_fraction),
-        min_images=min_images,
-        image_ext="jpg",
-        fit_per_class=fit_per_class,
-        private_share=private_share,
-        private_seed=private_seed,
-    )
-    held = set(ood_source.classes())
-    candidates = [c for c in ood_table["id"] if c in ood_ids and c in held]  # pool order
+    ood_table, ood_source, candidates = _ood_pool(imagenet21k, rule_sets, pool, workers)
+    val_source, ids, id_table, fit_source = _id_sources(val, val_labels, train, id_classes, seed, workers)
+    private = (private_share, private_seed)
+    settings = _image_settings(seed, images_per_class, test_fraction, min_images, fit_per_class, private)
     usable = check_pool_size(ood_source, candidates, len(ids), num_levels, min_images)
-    rule_sets = tuple(rule_sets)
-    source = {"kind": "imagenet", "pool": pool, "id": "ImageNet-1K validation", "test_fraction": test_fraction}
-    if isinstance(id_classes, int):
-        source["id_subset"] = {"id_classes": id_classes, "rule": ID_SUBSET_RULE}
-    description = {
-        "benchmark": {
-            "id": BENCHMARK_ID,
-            "version": BENCHMARK_VERSION,
-            "description": "ImageNet-1K validation (ID) vs. ImageNet-21K classes outside ImageNet-1K's "
-            "WordNet is-a closure (OOD).",
-        },
-        "source": source,
-        "rules": rules_record(rule_sets),
-    }
     sha = build_from_folders(
         root,
         id_source=val_source,
@@ -264,18 +311,12 @@ def build_imagenet(
         ood_source=ood_source,
         ood_table=ood_table,
         settings=settings,
-        description=description,
+        description=_description(pool, test_fraction, id_classes, tuple(rule_sets)),
         workers=workers,
         progress=progress,
         overwrite=overwrite,
         fit_source=fit_source,
         min_ood_classes=ood_classes_needed(len(ids), 2),
     )
-    kept = load_manifest(root)[0]["classes"]["ood"]
-    if kept < min(usable, ood_classes_needed(len(ids), num_levels)):  # unreadable images removed more classes
-        warn(
-            f"{kept} OOD classes kept after the image rules (--min-images {min_images}): {num_levels} severity levels "
-            f"of {len(ids)} ID classes need {ood_classes_needed(len(ids), num_levels)}; the harness will allow "
-            f"--levels {max_levels(kept, len(ids))} at most"
-        )
+    _warn_when_the_image_rules_left_too_few(root, usable, len(ids), num_levels, min_images)
     return sha

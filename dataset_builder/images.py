@@ -527,6 +527,122 @@ def _with_private_part(partial: Path, manifest: dict, settings: ImageSettings, o
     )
 
 
+def _checked_sources(
+    id_source: ImageSource | Path,
+    id_ids: list[str],
+    ood_source: ImageSource | Path,
+    candidates: list[str],
+    fit_source: ImageSource | Path | None,
+) -> tuple[ImageSource, ImageSource, ImageSource | None]:
+    """The three sources as :class:`ImageSource`, after checking the class ids, that the ID source holds every ID
+    class and that the fit source fits the ID classes."""
+    check_class_ids(id_ids, "ID")
+    check_class_ids(candidates, "OOD")
+    id_source, ood_source = as_source(id_source), as_source(ood_source)
+    fit_source = None if fit_source is None else as_source(fit_source)
+    id_present = set(id_source.classes())
+    missing_id = [c for c in id_ids if c not in id_present]
+    if missing_id:
+        raise BenchmarkError(
+            f"{len(missing_id)} ID classes are not among the {id_source.class_units} of the ID source {id_source}, "
+            f"e.g. {missing_id[0]}"
+        )
+    if fit_source is not None:
+        check_fit_source(fit_source, id_ids)
+    return id_source, ood_source, fit_source
+
+
+def _build_config(settings: ImageSettings, description: dict, id_ids: list[str], in_source: list[str], sources) -> dict:
+    """What a build is resumed by: the format, the settings, the description, the classes and the sources."""
+    return {
+        "format_version": manifest_io.FORMAT_VERSION,  # a build of another format is not resumed
+        "settings": asdict(settings),
+        "description": description,
+        "id": id_ids,
+        "ood": in_source,
+        "sources": [source.identity() for source in sources if source is not None],
+    }
+
+
+def _run_blocks(
+    partial: Path, blocks: list[Block], settings: ImageSettings, workers: int, progress: bool
+) -> list[dict]:
+    """The results of ``blocks`` in their order: those an earlier run finished, the others run now."""
+    results = {b.name: r for b in blocks if (r := finished_block(partial, b)) is not None}
+    todo = [(partial, b, settings) for b in blocks if b.name not in results]
+    with tqdm(
+        total=sum(len(b.classes) for b in blocks),
+        initial=sum(len(b.classes) for b in blocks if b.name in results),
+        desc="building",
+        unit="class",
+        disable=bars_off(progress),
+    ) as bar:
+        results.update(_run(todo, workers, bar))
+    return [results[b.name] for b in blocks]
+
+
+def _with_outcome(
+    id_table: pd.DataFrame, ood_table: pd.DataFrame, ordered: list[dict], not_in_source: set[str], fitted: dict | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The class tables with each class's image counts, and the OOD classes the image rules removed marked so."""
+    outcome = {c["id"]: c for r in ordered for c in r["classes"]}
+    id_table = id_table.assign(num_images=[outcome[c]["num_images"] for c in id_table["id"]])
+    if fitted is not None:
+        id_table = id_table.assign(num_fit_images=[fitted[c] for c in id_table["id"]])
+    ood_table = ood_table.reset_index(drop=True).copy()
+    ood_table["num_images"] = [outcome[c]["num_images"] if c in outcome else 0 for c in ood_table["id"]]
+    ood_table.loc[ood_table["id"].isin(not_in_source), ["status", "rule"]] = ["removed", "not_in_source"]
+    for rule in ("too_few_images", "unreadable_source"):
+        removed = ood_table["id"].map(lambda c, rule=rule: c in outcome and outcome[c].get("rule") == rule)
+        ood_table.loc[removed, ["status", "rule"]] = ["removed", rule]
+    return id_table, number_pool(ood_table)
+
+
+def _manifest(
+    description: dict,
+    settings: ImageSettings,
+    ordered: list[dict],
+    tables: tuple[pd.DataFrame, pd.DataFrame],
+    fitted: dict | None,
+) -> dict:
+    """The public manifest of the blocks' results ``ordered`` and the final class ``tables`` (ID, OOD)."""
+    shards = [s for r in ordered for s in r["shards"]]
+    shards = [s for split in ("id_test", "id_fit", "ood_estimation", "ood_test") for s in shards if s["split"] == split]
+    skipped = sorted((s for r in ordered for s in r["skipped"]), key=lambda s: (s["class_id"], s["file"]))
+    unreadable = sorted((u for r in ordered for u in r.get("unreadable", [])), key=lambda u: u["class_id"])
+    formats = sum((Counter(r["formats"]) for r in ordered), Counter())
+    return {
+        "format_version": manifest_io.FORMAT_VERSION,
+        **description,
+        "rules": {**description.get("rules", {}), "image_rules": IMAGE_RULES},
+        "seed": settings.seed,
+        "split": {
+            "rule": SPLIT_RULE,
+            "images_per_class": settings.images_per_class,
+            "n_test": settings.n_test,
+            "min_images": settings.min_images,
+        },
+        "image_ext": settings.image_ext,
+        "max_image_pixels": settings.max_image_pixels,
+        "image_formats": dict(sorted(formats.items())),
+        "skipped_images": {"count": len(skipped), "images": skipped},
+        **({"unreadable_sources": {"count": len(unreadable), "classes": unreadable}} if unreadable else {}),
+        **({"fit": fit_entry(settings, fitted, ordered)} if fitted is not None else {}),
+        "classes": class_counts(*tables),
+        "shards": shards,
+    }
+
+
+def _swap_in(partial: Path, root: Path, manifest: dict, overwrite: bool) -> str:
+    """Move the finished build into ``root``; return its manifest sha256 (a failed swap leaves nothing behind)."""
+    shutil.rmtree(partial / STATE)
+    try:
+        return finish(partial, root, manifest, overwrite)
+    except BaseException:  # a finished build cannot resume: nothing is left behind
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
 def build_from_folders(
     root: str | Path,
     *,
@@ -559,30 +675,10 @@ def build_from_folders(
     settings = _with_private_seed(partial_of(root), settings)
     id_ids = id_table.sort_values("index")["id"].tolist()
     candidates = ood_table.loc[ood_table["status"] == "ood", "id"].tolist()
-    check_class_ids(id_ids, "ID")
-    check_class_ids(candidates, "OOD")
-    id_source, ood_source = as_source(id_source), as_source(ood_source)
-    fit_source = None if fit_source is None else as_source(fit_source)
-    id_present = set(id_source.classes())
-    missing_id = [c for c in id_ids if c not in id_present]
-    if missing_id:
-        raise BenchmarkError(
-            f"{len(missing_id)} ID classes are not among the {id_source.class_units} of the ID source {id_source}, "
-            f"e.g. {missing_id[0]}"
-        )
-    if fit_source is not None:
-        check_fit_source(fit_source, id_ids)
+    id_source, ood_source, fit_source = _checked_sources(id_source, id_ids, ood_source, candidates, fit_source)
     ood_present = set(ood_source.classes())
     in_source = [c for c in candidates if c in ood_present]
-    config = {
-        "format_version": manifest_io.FORMAT_VERSION,  # a build of another format is not resumed
-        "settings": asdict(settings),
-        "description": description,
-        "id": id_ids,
-        "ood": in_source,
-        "sources": [id_source.identity(), ood_source.identity()]
-        + ([fit_source.identity()] if fit_source is not None else []),
-    }
+    config = _build_config(settings, description, id_ids, in_source, (id_source, ood_source, fit_source))
     partial = _open_partial(root, config, overwrite)
 
     labels = class_labels(id_ids, ood_table)
@@ -590,65 +686,13 @@ def build_from_folders(
     if fit_source is not None:
         blocks += _blocks("fit", fit_source, id_ids, settings.id_classes_per_shard, labels, id_source)
     blocks += _blocks("ood", ood_source, in_source, settings.ood_classes_per_shard, labels)
-    results = {b.name: r for b in blocks if (r := finished_block(partial, b)) is not None}
-    todo = [(partial, b, settings) for b in blocks if b.name not in results]
-    with tqdm(
-        total=sum(len(b.classes) for b in blocks),
-        initial=sum(len(b.classes) for b in blocks if b.name in results),
-        desc="building",
-        unit="class",
-        disable=bars_off(progress),
-    ) as bar:
-        results.update(_run(todo, workers, bar))
-    ordered = [results[b.name] for b in blocks]
+    ordered = _run_blocks(partial, blocks, settings, workers, progress)
 
-    shards = [s for r in ordered for s in r["shards"]]
-    shards = [s for split in ("id_test", "id_fit", "ood_estimation", "ood_test") for s in shards if s["split"] == split]
-    outcome = {c["id"]: c for r in ordered for c in r["classes"]}
-    id_table = id_table.assign(num_images=[outcome[c]["num_images"] for c in id_table["id"]])
     fitted = {c["id"]: c["num_fit_images"] for r in ordered for c in r.get("fit", [])}
-    if fit_source is not None:
-        id_table = id_table.assign(num_fit_images=[fitted[c] for c in id_table["id"]])
-    ood_table = ood_table.reset_index(drop=True).copy()
-    ood_table["num_images"] = [outcome[c]["num_images"] if c in outcome else 0 for c in ood_table["id"]]
-    ood_table.loc[ood_table["id"].isin(set(candidates) - set(in_source)), ["status", "rule"]] = [
-        "removed",
-        "not_in_source",
-    ]
-    for rule in ("too_few_images", "unreadable_source"):
-        removed = ood_table["id"].map(lambda c, rule=rule: c in outcome and outcome[c].get("rule") == rule)
-        ood_table.loc[removed, ["status", "rule"]] = ["removed", rule]
-    ood_table = number_pool(ood_table)
+    fitted = fitted if fit_source is not None else None
+    not_in_source = set(candidates) - set(in_source)
+    id_table, ood_table = _with_outcome(id_table, ood_table, ordered, not_in_source, fitted)
     _check_pool_left(partial, ood_table, len(in_source), min_ood_classes, settings.min_images)
     write_class_tables(partial, id_table, ood_table, labels)
-
-    skipped = sorted((s for r in ordered for s in r["skipped"]), key=lambda s: (s["class_id"], s["file"]))
-    unreadable = sorted((u for r in ordered for u in r.get("unreadable", [])), key=lambda u: u["class_id"])
-    formats = sum((Counter(r["formats"]) for r in ordered), Counter())
-    manifest = {
-        "format_version": manifest_io.FORMAT_VERSION,
-        **description,
-        "rules": {**description.get("rules", {}), "image_rules": IMAGE_RULES},
-        "seed": settings.seed,
-        "split": {
-            "rule": SPLIT_RULE,
-            "images_per_class": settings.images_per_class,
-            "n_test": settings.n_test,
-            "min_images": settings.min_images,
-        },
-        "image_ext": settings.image_ext,
-        "max_image_pixels": settings.max_image_pixels,
-        "image_formats": dict(sorted(formats.items())),
-        "skipped_images": {"count": len(skipped), "images": skipped},
-        **({"unreadable_sources": {"count": len(unreadable), "classes": unreadable}} if unreadable else {}),
-        **({"fit": fit_entry(settings, fitted, ordered)} if fit_source is not None else {}),
-        "classes": class_counts(id_table, ood_table),
-        "shards": shards,
-    }
-    manifest = _with_private_part(partial, manifest, settings, ordered)
-    shutil.rmtree(partial / STATE)
-    try:
-        return finish(partial, root, manifest, overwrite)
-    except BaseException:  # a finished build cannot resume: nothing is left behind
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+    manifest = _manifest(description, settings, ordered, (id_table, ood_table), fitted)
+    return _swap_in(partial, root, _with_private_part(partial, manifest, settings, ordered), overwrite)
