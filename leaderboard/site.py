@@ -32,6 +32,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from dataset_builder.files import write_atomic
+from harness.method.pairwise import Pairwise
 from harness.method.registry import Metric, registered
 from leaderboard.csvsafe import csv_bytes
 from leaderboard.drilldown import level_classes, publishable, stored_folder
@@ -255,14 +256,18 @@ def paired_data(board: str | Path | None, records: dict[str, dict]) -> tuple[dic
     if not files:
         return {}, {}
     found, at = board_pairs(board, files)
+    return encode_pairs(found), dict(zip(files, at))
+
+
+def encode_pairs(found: Pairwise) -> dict:
+    """The index's form of ``found`` (:func:`paired_data`): per site key, ``v`` and the flat upper triangle ``se``."""
     keys = {**PAIRED_KEYS, **{key: key for key in found.values if key not in PAIRED_KEYS.values()}}
-    upper = np.triu_indices(len(files), 1)
-    data = {
+    upper = np.triu_indices(len(found.values["mean"]), 1)
+    return {
         site: {"v": _digits(found.values[key]), "se": _digits(found.se[key][upper])}
         for site, key in keys.items()
         if key in found.values
     }
-    return data, dict(zip(files, at))
 
 
 def _digits(values: np.ndarray) -> list[float | None]:
