@@ -3,18 +3,23 @@ in headless Chromium (navigation to the load event, and to the first rows drawn)
 
     python benchmarks/site_build.py                 # needs Debian's chromium and playwright for the load time
     python benchmarks/site_build.py --out site/     # keep the site
+    python benchmarks/site_build.py --paired 100 500  # also: the paired data a board of N such entries embeds
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+from harness.method.pairwise import SUMMARY_KEYS, Pairwise
 from leaderboard.paper import paper_records, read_paper_table
-from leaderboard.site import build_site
+from leaderboard.site import build_site, encode_pairs
 from leaderboard.store import add_records, current_table
 
 
@@ -47,11 +52,27 @@ def load_times(index: Path, runs: int) -> list[dict]:
     return out
 
 
+def paired_bytes(entries: int, levels: int, seed: int = 0) -> int:
+    """The bytes of the index's paired data (as the site encodes it) for ``entries`` entries with per-image scores on
+    ``levels`` levels: values like AUROCs, standard errors like a glyph board's (random, as their digits are)."""
+    rng = np.random.default_rng(seed)
+    keys = [*SUMMARY_KEYS, *(f"l{level}" for level in range(levels))]
+    se = {}
+    for key in keys:
+        half = np.triu(rng.uniform(0.001, 0.02, (entries, entries)), 1)
+        se[key] = half + half.T
+    found = Pairwise({k: rng.uniform(0.5, 1.0, entries) for k in keys}, se)
+    return len(json.dumps(encode_pairs(found), separators=(",", ":")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="Write the site here (default: a temporary folder).")
     parser.add_argument("--runs", type=int, default=5, help="Page loads to time.")
+    parser.add_argument("--paired", type=int, nargs="*", default=[], help="Entries with per-image scores to size.")
     args = parser.parse_args()
+    for entries in args.paired:
+        print(f"paired data of {entries} entries, 11 levels: {paired_bytes(entries, 11) / 1e3:.0f} kB")
     with tempfile.TemporaryDirectory() as tmp:
         board = Path(tmp) / "board"
         add_records(board, paper_records(read_paper_table()), create=True)

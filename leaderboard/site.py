@@ -3,7 +3,9 @@
 - ``index.html``: one row per model (each by its best kappa, or one kappa for all), filters, search, sortable columns,
   a severity-curve plot and an id-accuracy vs mean ood-auroc scatter that follow the view (flagged runs in the scatter
   only when its toggle is ticked), the kappas' win rates, a permalink; the rows are JSON embedded in the page and
-  drawn by the site's own script (``static/site.js``);
+  drawn by the site's own script (``static/site.js``); given the board, the paired tests of the entries with per-image
+  scores (:func:`paired_data`) mark the rows not shown different from the row above, give each row its range of ranks
+  and fill the compare panel of two ticked rows;
 - ``models/<model>.html``: every metric of a model's entries, its parameters, family, provenance, verification,
   per-class drill-down (when its records carry one) and links to the raw records;
 - ``downloads/leaderboard.csv`` and ``.parquet``: the table itself; ``records/``: the raw records (given the
@@ -24,15 +26,19 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from dataset_builder.files import write_atomic
+from harness.method.pairwise import Pairwise
 from harness.method.registry import Metric, registered
 from leaderboard.csvsafe import csv_bytes
 from leaderboard.drilldown import level_classes, publishable, stored_folder
 from leaderboard.errors import LeaderboardError
+from leaderboard.pairs import board_pairs
+from leaderboard.per_image import name as per_image_name
 from leaderboard.report import win_rates
 from leaderboard.schema import VERIFIED
 from leaderboard.table import interval_columns, table_levels
@@ -54,6 +60,8 @@ COLUMN_KEYS = {
     "id_avg_conf": "idconf",
     "mean_ood_auroc": "mean",
 }  # else: its name
+PAIRED_KEYS = {"mean": "mean", "acc": "id_acc", "idauroc": "id_auroc"}  # site key -> paired key; then l0, l1, ...
+DIGITS = 9  # significant digits of the paired data's numbers
 OPTIONAL_COLUMNS = {"idauroc": "id_auroc"}  # index columns shown when filled (then the means, then "n")
 CURVE = "ood_auroc"  # the level metric of the severity curves
 FEW_MODELS = 3  # a win rate over fewer models is drawn grey, with its count, not coloured as a rate
@@ -134,6 +142,9 @@ def build_site(
     models = _models(table, levels)
     for entry in (e for model in models for e in model["e"] if e["rec"] in records):  # the index's curves' bars
         entry.update(_bars(records[entry["rec"]]["levels"], bounds.get(CURVE)))
+    pairs, place = paired_data(board, records)
+    for entry in (e for model in models for e in model["e"] if e["rec"] in place):
+        entry["pi"] = place[entry["rec"]]
     first = table.iloc[0] if len(table) else None
     common = {
         "bench": {
@@ -145,6 +156,7 @@ def build_site(
         "version": version,
         "paper_url": paper_url,
         "has_records": bool(records),
+        "has_pairs": bool(pairs),
     }
     rates, counts = win_rates(table) if len(table) else (pd.DataFrame(), pd.DataFrame())
     kappas = sorted(table["kappa"].unique().tolist())
@@ -159,6 +171,7 @@ def build_site(
         "metrics": [m.name for m in mean_metrics()],
         "lower": [m.name for m in mean_metrics() if not m.higher_is_better],
         "models": [{**m, "e": [_compact(e) for e in m["e"]]} for m in models],
+        **({"pairs": pairs} if pairs else {}),
     }
     index = env.get_template("index.html").render(
         data=_json(data),
@@ -232,6 +245,34 @@ def _records(table: pd.DataFrame, board: str | Path | None) -> dict[str, dict]:
         except (OSError, ValueError) as exc:
             raise LeaderboardError(f"cannot read the record {path}: {exc}") from exc
     return out
+
+
+def paired_data(board: str | Path | None, records: dict[str, dict]) -> tuple[dict, dict[str, int]]:
+    """The index's paired tests (:func:`leaderboard.pairs.board_pairs`) of the records that keep per-image scores:
+    per site key (``mean``, ``acc``, ``idauroc``, ``l0``, ...) each entry's value ``v`` and the paired standard errors
+    ``se`` of every pair ``i < j`` as one flat upper triangle, row by row (``None`` where either has no value),
+    numbers to :data:`DIGITS` significant digits; and each such record's index in them. Empty without any."""
+    files = [name for name, record in records.items() if per_image_name(record) is not None]
+    if not files:
+        return {}, {}
+    found, at = board_pairs(board, files)
+    return encode_pairs(found), dict(zip(files, at))
+
+
+def encode_pairs(found: Pairwise) -> dict:
+    """The index's form of ``found`` (:func:`paired_data`): per site key, ``v`` and the flat upper triangle ``se``."""
+    keys = {**PAIRED_KEYS, **{key: key for key in found.values if key not in PAIRED_KEYS.values()}}
+    upper = np.triu_indices(len(found.values["mean"]), 1)
+    return {
+        site: {"v": _digits(found.values[key]), "se": _digits(found.se[key][upper])}
+        for site, key in keys.items()
+        if key in found.values
+    }
+
+
+def _digits(values: np.ndarray) -> list[float | None]:
+    """Numbers to :data:`DIGITS` significant digits for the JSON, None for NaN."""
+    return [float(f"{v:.{DIGITS}g}") if np.isfinite(v) else None for v in values.tolist()]
 
 
 def _downloads(table: pd.DataFrame, folder: Path) -> None:

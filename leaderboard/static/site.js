@@ -193,11 +193,53 @@
     return sxx && syy ? sxy / Math.sqrt(sxx * syy) : null;
   }
 
+  /* ---------------- paired tests ---------------- */
+  var Z95 = 1.959963984540054;  /* the normal quantile of a two-sided 5% test */
+  /* erfc to a fractional error under 1.2e-7 (Numerical Recipes' Chebyshev fit): p-values for display only. */
+  function erfc(x) {
+    var z = Math.abs(x), t = 1 / (1 + z / 2);
+    var r = t * Math.exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 +
+      t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))));
+    return x >= 0 ? r : 2 - r;
+  }
+  function fmtP(p) { return p >= 0.01 ? p.toFixed(2) : p >= 0.001 ? p.toFixed(3) : "< 0.001"; }
+  function pText(p) { return "p " + (p < 0.001 ? "" : "= ") + fmtP(p); }
+  /* The paired difference of entries ``a`` minus ``b`` on site key ``key`` from the page's paired data (values and the
+     flat upper triangle of standard errors), as ``Pairwise.difference`` gives it; null where either has none. The
+     test: |a - b| / se at least Z95 (a standard error of 0: identical data, never different). */
+  function pairedDiff(pairs, key, a, b) {
+    var p = pairs[key];
+    if (!p || a.pi === undefined || b.pi === undefined || a.pi === b.pi) { return null; }
+    var va = p.v[a.pi], vb = p.v[b.pi], n = p.v.length, i = Math.min(a.pi, b.pi), j = Math.max(a.pi, b.pi);
+    var se = p.se[i * n - i * (i + 1) / 2 + j - i - 1];
+    if (va === null || vb === null || se === null) { return null; }
+    var d = va - vb, z = se > 0 ? Math.abs(d) / se : 0;
+    return { d: d, a: va, b: vb, se: se, low: Math.max(d - Z95 * se, -1), high: Math.min(d + Z95 * se, 1),
+      p: se > 0 ? erfc(z / Math.SQRT2) : 1, different: se > 0 && z >= Z95 };
+  }
+  /* Per row of ``view``, its range of ranks on ``key`` ("2-3", or "" without paired data), as ``rank_ranges``: among
+     the rows with paired data, 1 + those shown better, up to their count less those shown worse. */
+  function rankRanges(pairs, key, view, higher) {
+    var valued = view.filter(function (r) { return pairs[key] && r.e.pi !== undefined && pairs[key].v[r.e.pi] !== null; });
+    var ranges = new Map();
+    valued.forEach(function (r) {
+      var better = 0, worse = 0, v = pairs[key].v[r.e.pi];
+      valued.forEach(function (o) {
+        var found = o === r ? null : pairedDiff(pairs, key, o.e, r.e);
+        if (!found || !found.different || found.a === v) { return; }
+        if ((found.a > v) === higher) { better++; } else { worse++; }
+      });
+      var lo = 1 + better, hi = valued.length - worse;
+      ranges.set(r, lo === hi ? String(lo) : lo + "-" + hi);
+    });
+    return view.map(function (r) { return ranges.has(r) ? ranges.get(r) : ""; });
+  }
+
   /* ---------------- the index ---------------- */
   function index(data) {
     var DEFAULT = { kappa: "best", family: "", prov: "", status: "", flagged: "show", q: "", sort: "mean", dir: "desc",
       ks: data.kappas.slice(), sel: [], sf: "" };  /* sf: "1" puts flagged runs in the scatter and its r */
-    var cols = {};
+    var cols = {}, pairs = data.pairs || {};
     data.cols.forEach(function (c) { cols[c] = true; });
     var state;
     var $ = function (id) { return document.getElementById(id); };
@@ -286,17 +328,19 @@
       var ci = (e.ci || {})[key];
       return ci ? "95% interval [" + fmt(ci[0]) + ", " + fmt(ci[1]) + "]" : "no interval";
     }
-    /* Whether a row's interval of the sorted metric overlaps the row above's: the two are not separable. */
-    function joined(r, above) {
-      var a = above && (above.e.ci || {})[state.sort], b = (r.e.ci || {})[state.sort];
-      return !!(a && b && b[0] <= a[1] && a[0] <= b[1]);
+    /* The paired test of a row against the row above on the sorted metric, where it does not reject: the two are not
+       shown different; null where it rejects or either has no paired data. */
+    function near(r, above) {
+      var found = above ? pairedDiff(pairs, state.sort, r.e, above.e) : null;
+      return found && !found.different ? found : null;
     }
-    function row(r, i, view) {
-      var m = r.model, e = r.e, out = [], near = joined(r, view[i - 1]);
-      out.push('<tr data-model="' + esc(m.m) + '"' + (e.flag ? ' class="flagged"' : "") + (near ? ' data-near="1"' : "") + ">");
+    function row(r, i, view, ranks) {
+      var m = r.model, e = r.e, out = [], tie = near(r, view[i - 1]);
+      out.push('<tr data-model="' + esc(m.m) + '"' + (e.flag ? ' class="flagged"' : "") + (tie ? ' data-near="1"' : "") + ">");
       out.push(td("tick", '<input type="checkbox" aria-label="tick ' + esc(m.m) + '"' + (state.sel.indexOf(m.m) >= 0 ? " checked" : "") + ">"));
-      out.push(td("rank", String(i + 1) + (near ? '<span class="near">\u2248</span>' : ""), i + 1,
-        near ? "not separable from #" + i + ": their 95% intervals overlap" : ""));
+      out.push(td("rank", String(i + 1) + (tie ? '<span class="near">\u2248</span>' : ""), i + 1,
+        tie ? "not shown different from #" + i + ": paired test " + pText(tie.p) : ""));
+      if (data.pairs) { out.push(td("ranks", ranks[i] || "-", ranks[i])); }
       out.push(td("model text", '<a href="models/' + esc(m.p) + '" title="' + esc(m.m + (m.a ? " (also listed as " + m.a + ")" : "")) + '">' + breakable(m.m) + "</a>" +
         (e.ver === "verified" ? '<span class="verified" title="verified: re-run by the leaderboard">\u2713</span>' : ""), m.m));
       var rule = e.rule ? ' <span class="rule" title="severity rule">[' + esc(e.rule) + "]</span>" : "";
@@ -322,7 +366,8 @@
        data-pending is set until every row is in (performance marks "rows-first" and "rows-all"). */
     var FIRST = 60, generation = 0;
     function render() {
-      var view = rows(), html = view.map(row), mine = ++generation, table = $("leaderboard");
+      var view = rows(), ranks = rankRanges(pairs, state.sort, view, state.dir === "desc");
+      var html = view.map(function (r, i) { return row(r, i, view, ranks); }), mine = ++generation, table = $("leaderboard");
       tbody.innerHTML = html.slice(0, FIRST).join("");
       performance.mark("rows-first");
       if (html.length > FIRST) {
@@ -375,10 +420,43 @@
       $("scatter-left").textContent = !flagged ? "" : state.sf === "1" ? "; flagged runs included" :
         "; " + flagged + " flagged run" + (flagged === 1 ? "" : "s") + " left out";
     }
+    /* The compare panel of exactly two ticked rows of the view: A (ticked first) minus B per common level, then mean
+       ood-auroc, id-acc and id-auroc, each with its paired 95% interval and p-value; one line where either has no
+       paired data. */
+    function compare(view) {
+      var panel = $("compare"), body = document.querySelector("#compare-table tbody");
+      var two = state.sel.map(function (name) { return view.filter(function (r) { return r.model.m === name; })[0]; })
+        .filter(Boolean);
+      panel.hidden = two.length !== 2;
+      body.textContent = "";
+      if (panel.hidden) { return; }
+      var a = two[0], b = two[1], lacking = two.filter(function (r) { return r.e.pi === undefined; });
+      $("compare-what").textContent = "A: " + label(a) + "; B: " + label(b) + ". " + (lacking.length ?
+        "No paired interval: " + lacking.map(label).join(" and ") + (lacking.length > 1 ? " keep" : " keeps") +
+        " no per-image scores (published numbers, or a record made before them), so the images both saw are unknown." :
+        "Paired by DeLong's structural components over the images both entries saw.");
+      $("compare-table").hidden = lacking.length > 0;
+      if (lacking.length) { return; }
+      var keys = [];
+      for (var level = 0; level < data.levels; level++) { keys.push(["l" + level, "level " + level + " ood-auroc"]); }
+      keys.push(["mean", "mean ood-auroc"], ["acc", "id-acc"], ["idauroc", "id-auroc"]);
+      keys.forEach(function (k) {
+        var found = pairedDiff(pairs, k[0], a.e, b.e);
+        if (!found) { return; }
+        var tr = html("tr", { "data-key": k[0], "data-d": found.d, "data-low": found.low, "data-high": found.high, "data-p": found.p });
+        [k[1], fmt(found.a), fmt(found.b), (found.d >= 0 ? "+" : "") + fmt(found.d),
+          "[" + fmt(found.low) + ", " + fmt(found.high) + "]", fmtP(found.p)].forEach(function (text, i) {
+          tr.appendChild(html("td", i ? {} : { "class": "text" }, text));
+        });
+        body.appendChild(tr);
+      });
+    }
     function update(controls) {
       if (controls) { showControls(); }
       markSort();
-      charts(render());
+      var view = render();
+      charts(view);
+      compare(view);
       writeState();
     }
 

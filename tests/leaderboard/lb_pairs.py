@@ -118,3 +118,22 @@ def paired_board(tmp_path: Path, seed: int = 0) -> Path:
     )
     add_records(tmp_path / "paired", records, create=True, folder=run)
     return tmp_path / "paired"
+
+
+def models_board(tmp_path: Path, seed: int = 0) -> Path:
+    """The entries of :func:`paired_board`, each as a model of its own (``glyph_cnn.energy``, ...), so the site's one
+    row per model shows them all as adjacent rows; the entry without a file too."""
+    run = tmp_path / "run"
+    tables = scores(np.random.default_rng(seed))
+    records = []
+    for model, kappa, _, _ in ENTRIES:
+        rec = entry_record(model, kappa, tables[(model, kappa)], run)
+        rec["model"]["name"] = f"{model}.{kappa}"
+        records.append(rec)
+    records.append(
+        record(
+            model="glyph_mlp.max_logit", weights="77" * 32, kappa="max_logit", aurocs=[0.6, 0.58, 0.56], num_levels=3
+        )
+    )
+    add_records(tmp_path / "models", records, create=True, folder=run)
+    return tmp_path / "models"

@@ -8,13 +8,16 @@ import re
 from html import unescape
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from lb_boards import NUM_LEVELS, SUBMISSION, small_board, wide_board
+from lb_pairs import paired_board
 from lb_records import record
+from leaderboard.pairs import board_pairs
 from leaderboard.report import win_rates
-from leaderboard.site import build_site, page_name
+from leaderboard.site import DIGITS, PAIRED_KEYS, build_site, page_name
 from leaderboard.store import add_records, current_table
 from leaderboard.views import family
 
@@ -228,6 +231,37 @@ def test_the_site_without_the_records(tmp_path):
     assert not (out / "records").exists() and "raw records" not in (out / "index.html").read_text()
     page = (out / "models" / page_name("glyph_cnn")).read_text()
     assert "<th>ood-auroc</th>" in page and "<th>fpr@95 (ID+)</th>" not in page
+    data = embedded(out / "index.html")  # no board: no paired tests, no ranks column
+    assert "pairs" not in data and not any("pi" in e for m in data["models"] for e in m["e"])
+    assert 'class="ranks"' not in (out / "index.html").read_text()
+
+
+def test_the_index_carries_the_paired_tests_of_the_entries_with_per_image_scores(tmp_path):
+    board = paired_board(tmp_path)
+    table = current_table(board)
+    out = tmp_path / "site"
+    build_site(table, out, "current", board=board)
+    data = embedded(out / "index.html")
+    found, at = board_pairs(board, table["record_file"].tolist())
+    where = {(r.model, r.kappa): at[i] for i, r in enumerate(table.itertuples())}
+    entries = [(where[(m["m"], e["k"])], e) for m in data["models"] for e in m["e"]]
+    assert sorted(e.get("pi", -1) >= 0 for _, e in entries) == [False] + [True] * 5  # glyph_mlp max_logit: no file
+    assert all(("pi" in e) == (i >= 0) for i, e in entries)
+    ours = sorted((e["pi"], i) for i, e in entries if i >= 0)  # the site's index -> board_pairs's
+    keys = {**PAIRED_KEYS, **{f"l{level}": f"l{level}" for level in range(3)}}
+    assert sorted(data["pairs"]) == sorted(keys) and len(found.values) == len(keys)
+    order = [i for _, i in ours]
+    upper = np.triu_indices(len(order), 1)
+    for site, key in keys.items():
+        values = found.values[key][order]
+        se = found.se[key][np.ix_(order, order)][upper]
+        assert data["pairs"][site]["v"] == pytest.approx(values.tolist(), rel=10.0 ** (1 - DIGITS), abs=0)
+        assert data["pairs"][site]["se"] == pytest.approx(se.tolist(), rel=10.0 ** (1 - DIGITS), abs=0)
+    numbers = [x for p in data["pairs"].values() for part in p.values() for x in part if x]
+    assert numbers and all(float(f"{x:.{DIGITS}g}") == x for x in numbers)  # compact: 9 significant digits
+    legend = page_text(out / "index.html")
+    assert "\u2248 beside a rank: the paired test of this row against the row above (DeLong's" in legend
+    assert "does not reject a difference at 5%; ranks: the ranks the paired tests allow" in legend
 
 
 def test_families():

@@ -13,8 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.method.pairwise import rank_ranges
 from lb_boards import SUBMISSION, readme_board, small_board, wide_board
+from lb_pairs import models_board
 from lb_records import interval_records, record
+from leaderboard.pairs import board_pairs
 from leaderboard.report import win_rates
 from leaderboard.site import FEW_MODELS, build_site, page_name
 from leaderboard.store import add_records, current_table
@@ -601,14 +604,14 @@ def test_model_pages_show_error_bars_and_the_index_marks_ranks_not_separable(bro
     assert page.locator("#curves .errbars").count() == 3  # the top curves' bars: all but the entry without intervals
     assert page.locator("#curves .errbars line.errbar").count() == 33
     near = page.eval_on_selector_all(ROWS, "rows => rows.map(r => r.dataset.near === '1')")
-    assert near == [False, True, False, False]  # 0.79 [0.77, 0.81] overlaps 0.80 [0.78, 0.82]; 0.70 is apart
-    rank = page.locator(f"{ROWS} td.rank").nth(1)
-    assert rank.inner_text() == "2\u2248" and rank.get_attribute("title").startswith("not separable from #1")
+    assert near == [False] * 4  # 0.79 [0.77, 0.81] overlaps 0.80 [0.78, 0.82], but without per-image scores: no test
+    assert page.locator(f"{ROWS} td.rank").nth(1).inner_text() == "2" and page.locator("th.ranks").count() == 0
+    assert "no entry of this table keeps per-image scores" in page.locator("#near-legend").text_content()
     assert page.locator(f"{ROWS} td.mean").first.get_attribute("title") == "95% interval [0.7800, 0.8200]"
     assert page.locator(f"{ROWS} td.mean").nth(3).get_attribute("title") == "no interval"
-    page.locator('th[data-sort="acc"]').click()  # id-acc: the same 0.81 with overlapping intervals, but no interval
+    page.locator('th[data-sort="acc"]').click()  # id-acc: the same 0.81 with overlapping intervals, still no mark
     settle(page)
-    assert page.eval_on_selector_all(ROWS, "rows => rows.filter(r => r.dataset.near === '1').length") == 2
+    assert page.eval_on_selector_all(ROWS, "rows => rows.filter(r => r.dataset.near === '1').length") == 0
     page.close()
     assert errors == []
 
@@ -711,3 +714,98 @@ def test_no_table_of_a_model_page_scrolls_sideways_at_1280(browser, request, boa
         assert len(headers) == 11 and {"aurc", "brier (correctness)", "brier (multi-class)"} <= set(headers)
         assert page.locator("#entries .ci:not(.none)").count() == 3 * len(entries)
     page.close()
+
+
+def marks_and_ranks(page) -> list[tuple[str, bool, str, str]]:
+    """Per row: its model, whether its rank is marked, the rank's title and the ranks column."""
+    settle(page)
+    return page.eval_on_selector_all(
+        ROWS,
+        "rows => rows.map(r => [r.dataset.model, r.dataset.near === '1', r.querySelector('td.rank').title,"
+        " r.querySelector('td.ranks').innerText])",
+    )
+
+
+def expected_marks(found, at, names, key) -> tuple[list[bool], list[str]]:
+    """Python's marks (the paired test of each row against the row above does not reject) and ranks on ``key`` for
+    the rows ``names`` (top to bottom); ``at``: each name's index in ``found`` (-1 without per-image scores)."""
+    index = [at[n] for n in names]
+    marks = [
+        k > 0 and i >= 0 and index[k - 1] >= 0 and not found.different(key, i, index[k - 1])
+        for k, i in enumerate(index)
+    ]
+    having = [i for i in index if i >= 0]
+    values = [found.values[key][i] for i in having]
+    ranges = iter(rank_ranges(values, lambda a, b: found.different(key, having[a], having[b])))
+    ranks = []
+    for i in index:
+        span = next(ranges) if i >= 0 else None
+        ranks.append("-" if span is None else str(span[0]) if span[0] == span[1] else f"{span[0]}-{span[1]}")
+    return marks, ranks
+
+
+def test_paired_marks_ranks_and_the_compare_panel_are_pythons(browser, tmp_path):
+    board = models_board(tmp_path)
+    table = current_table(board)
+    build_site(table, tmp_path / "site", "current", board=board)
+    found, at = board_pairs(board, table["record_file"].tolist())
+    at = dict(zip(table["model"], at))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto((tmp_path / "site" / "index.html").as_uri())
+    for sort, key in [(None, "mean"), ("l2", "l2"), ("idauroc", "id_auroc"), ("acc", "id_acc")]:
+        if sort == "l2":
+            page.locator('.strip span[data-sort="l2"]').click()
+        elif sort:
+            page.locator(f'th[data-sort="{sort}"]').click()
+        rows = marks_and_ranks(page)
+        names = [r[0] for r in rows]
+        marks, ranks = expected_marks(found, at, names, key)
+        assert [r[1] for r in rows] == marks and [r[3] for r in rows] == ranks, (key, rows)
+        for k, (_, marked, title, _) in enumerate(rows):
+            p_value = found.difference(key, at[names[k]], at[names[k - 1]]).p_value if marked else None
+            assert title == ("" if not marked else f"not shown different from #{k}: paired test p = {p_value:.2f}")
+        if key == "mean":  # the board's story: softmax and energy told apart, energy and max_logit not
+            assert names[:3] == ["glyph_cnn.softmax", "glyph_cnn.energy", "glyph_cnn.max_logit"]
+            assert marks[:3] == [False, False, True] and ranks[:3] == ["1", "2-3", "2-3"] and ranks[-1] == "-"
+            assert rows[2][2] == "not shown different from #2: paired test p = 0.73"
+    assert sum(r[1] for r in rows) == 3  # id-acc: glyph_cnn's kappas share their predictions, so their id-acc
+    ticks = page.locator(f"{ROWS} input")
+    assert page.locator("#compare").is_hidden()
+    for name in ["glyph_cnn.softmax", "glyph_cnn.energy"]:
+        page.locator(f'{ROWS}[data-model="{name}"] input').check()
+    shown = page.eval_on_selector_all(
+        "#compare-table tbody tr",
+        "trs => trs.map(tr => [tr.dataset.key, +tr.dataset.d, +tr.dataset.low, +tr.dataset.high, +tr.dataset.p,"
+        " [...tr.cells].map(c => c.innerText)])",
+    )
+    keys = {"l0": "l0", "l1": "l1", "l2": "l2", "mean": "mean", "acc": "id_acc", "idauroc": "id_auroc"}
+    assert [row[0] for row in shown] == list(keys)
+    a, b = at["glyph_cnn.softmax"], at["glyph_cnn.energy"]
+    for site_key, d, low, high, p_value, cells in shown:
+        diff = found.difference(keys[site_key], a, b)
+        assert (d, low, high) == pytest.approx((diff.estimate, diff.low, diff.high), abs=1e-8)
+        assert p_value == pytest.approx(diff.p_value, abs=1e-6)
+        text = (
+            f"{diff.p_value:.2f}"
+            if diff.p_value >= 0.01
+            else f"{diff.p_value:.3f}"
+            if diff.p_value >= 0.001
+            else "< 0.001"
+        )
+        assert cells[1:] == [
+            f"{diff.a:.4f}",
+            f"{diff.b:.4f}",
+            f"{diff.estimate:+.4f}",
+            f"[{diff.low:.4f}, {diff.high:.4f}]",
+            text,
+        ]
+    assert shown[3][5][5] == "< 0.001"  # their mean ood-auroc: told apart, though their intervals overlap
+    page.locator(f'{ROWS}[data-model="glyph_cnn.energy"] input').uncheck()
+    page.locator(f'{ROWS}[data-model="glyph_mlp.max_logit"] input').check()
+    what = page.locator("#compare-what").inner_text()
+    assert "No paired interval: glyph_mlp.max_logit / max_logit keeps no per-image scores" in what
+    assert page.locator("#compare-table").is_hidden() and ticks.count() == 6
+    page.close()
+    assert errors == []
