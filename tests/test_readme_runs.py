@@ -157,7 +157,7 @@ def check_the_boards_paired_tests(board: Path) -> None:
         for i in range(1, len(files))
     ]
     assert [line.split()[0].endswith("\u2248") for line in shown] == expected
-    by_name = {f"{r.model}/{r.kappa}": r.record_file for r in rows.itertuples()}
+    by_name = {f"{r.model}/{r.kappa_name}": r.record_file for r in rows.itertuples()}
     for a, b in (("glyph_cnn/softmax", "glyph_cnn/energy"), ("glyph_cnn/softmax", "glyph_mlp/softmax")):
         out = _leaderboard("compare", a, b, "-d", board)
         mean = compare_entries(tables[by_name[a]], tables[by_name[b]]).mean_ood_auroc
