@@ -6,7 +6,7 @@ the unpaired standard errors and 95% interval widths side by side and their rati
     python benchmarks/paired_width.py --glyph softmax entropy   # glyph_cnn on the embedded glyph benchmark
 
 ``--glyph`` runs the example ``glyph_cnn`` on the embedded glyph benchmark with the two kappas and compares them from
-the run's in-memory split scores, laid out as the per-image file lays them out (:func:`tables_from_evaluation`).
+the run's in-memory split scores, as the run's per-image files hold them (:func:`tables_from_evaluation`).
 """
 
 from __future__ import annotations
@@ -16,44 +16,20 @@ import sys
 from pathlib import Path
 from statistics import NormalDist
 
-import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-SPLITS = ("id_test", "ood_estimation", "ood_test")
-
-
-def split_table(split: str, scores, kappa: str, class_ids: list[str], levels) -> pd.DataFrame:
-    """One split's rows of a per-image table: key, split, class id, score, value, correct (ID rows), levels (OOD
-    rows: the levels whose classes hold the row's class)."""
-    labels = np.asarray(scores.labels)
-    is_id = split.startswith("id_")
-    of_class = {int(c): [lv for lv, classes in enumerate(levels.classes) if c in classes] for c in np.unique(labels)}
-    return pd.DataFrame(
-        {
-            "key": np.asarray(scores.keys).astype(str),
-            "split": split,
-            "class_id": [class_ids[int(c)] for c in labels],
-            "score": np.asarray(scores.scores[kappa], np.float64),
-            "value": np.asarray(scores.confs[kappa], np.float64),
-            "correct": list(np.asarray(scores.preds) == labels) if is_id else [None] * len(labels),
-            "levels": [[] for _ in labels] if is_id else [of_class[int(c)] for c in labels],
-        }
-    )
 
 
 def tables_from_evaluation(evaluation) -> dict[str, pd.DataFrame]:
-    """Per kappa of a harness run (:class:`harness.outputs.Evaluation`), its per-image table (public splits only),
-    sorted by (split, key)."""
-    bench = evaluation.benchmark
-    ids = {"id": bench.id_classes["id"].astype(str).tolist(), "ood": bench.ood_classes["id"].astype(str).tolist()}
-    tables = {}
-    for result in evaluation.results:
-        parts = [
-            split_table(s, evaluation.scores[s], result.kappa, ids[s.split("_")[0]], result.levels) for s in SPLITS
-        ]
-        tables[result.kappa] = pd.concat(parts).sort_values(["split", "key"], ignore_index=True)
-    return tables
+    """Per kappa of a harness run (:class:`harness.outputs.Evaluation`), its per-image table as the run's per-image
+    file holds it (:func:`harness.per_image.kappa_table`)."""
+    from harness.per_image import kappa_table, multiclass_terms
+
+    terms = multiclass_terms(evaluation.scores["id_test"])
+    return {
+        r.kappa: kappa_table(r, evaluation.scores, evaluation.benchmark, terms).to_pandas() for r in evaluation.results
+    }
 
 
 def width_rows(comparison) -> list[dict]:

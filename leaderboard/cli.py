@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -13,6 +14,7 @@ from dataset_builder.errors import on_interrupt
 from leaderboard import (
     __version__,
     jsonio,
+    pairs,
     paper,
     requests,
     store,
@@ -196,7 +198,33 @@ def show(
     rows = views.select(_table(directory, version), kappa, model, sort, include_flagged=not hide_flagged)
     typer.echo(views.heading(store.load_config(directory)["benchmark"], _label(version), len(rows)))
     if len(rows):
-        typer.echo(views.format_rows(rows, sort, limit or None))
+        paired = pairs.board_pairs(directory, rows["record_file"].tolist())
+        typer.echo(views.format_rows(rows, sort, limit or None, paired))
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(..., help="Entry A: MODEL/KAPPA (model by name or alias) or its record file."),
+    b: str = typer.Argument(..., help="Entry B, named as A."),
+    directory: Path = DIR,
+    version: int | None = VERSION,
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """A - B of two entries of the board: each common level's ood-auroc, the mean ood-auroc, id-acc and id-auroc,
+    with paired 95% intervals and p-values from the images both entries saw (their per-image scores)."""
+
+    table = _table(directory, version)
+    rows = [views.find_entry(table, name) for name in (a, b)]
+    missing = next((why for why in (pairs.no_scores(directory, r) for r in rows) if why), None)
+    comparison = None if missing else pairs.compare_rows(directory, *rows)
+    if as_json:
+        found = None if comparison is None else comparison.as_dict()
+        files = [r["record_file"] for r in rows]
+        typer.echo(json.dumps({"a": files[0], "b": files[1], "comparison": found, "no_paired_interval": missing}))
+        return
+    for label, row in zip("AB", rows):
+        typer.echo(views.entry_line(label, row))
+    typer.echo(missing or views.format_comparison(comparison))
 
 
 @app.command()

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import pyarrow.parquet as pq
 
 from dataset_builder.errors import CoodError
+from harness.method.paired import Comparison, compare_entries
 from harness.method.pairwise import Pairwise, pairwise
 from leaderboard import per_image
 from leaderboard.drilldown import stored_folder
@@ -18,6 +20,14 @@ from leaderboard.errors import LeaderboardError
 from leaderboard.table import LEVEL_PREFIX
 
 COLUMNS = ("key", "split", "score", "correct", "levels")  # what the paired statistics read of a per-image file
+
+
+class BoardPairs(NamedTuple):
+    """The paired statistics of a board's rows: those of the rows with per-image scores, and per row its index in
+    them (-1 for a row without)."""
+
+    stats: Pairwise
+    index: list[int]
 
 
 def pair_key(column: str) -> str | None:
@@ -44,7 +54,7 @@ def read_scores(path: Path) -> pd.DataFrame:
     return pq.read_table(path, columns=list(COLUMNS)).to_pandas()
 
 
-def board_pairs(directory: str | Path, record_files: list[str]) -> tuple[Pairwise, list[int]]:
+def board_pairs(directory: str | Path, record_files: list[str]) -> BoardPairs:
     """The paired statistics of the entries among ``record_files`` that keep per-image scores, and for each of
     ``record_files`` its index in them (-1 for one without)."""
     paths = [per_image_path(directory, name) for name in record_files]
@@ -54,4 +64,23 @@ def board_pairs(directory: str | Path, record_files: list[str]) -> tuple[Pairwis
     except CoodError as exc:  # the harness's errors derive from the floor's
         raise LeaderboardError(f"{directory}: the per-image scores cannot be compared: {exc}") from None
     place = {i: k for k, i in enumerate(having)}
-    return found, [place.get(i, -1) for i in range(len(record_files))]
+    return BoardPairs(found, [place.get(i, -1) for i in range(len(record_files))])
+
+
+def no_scores(directory: str | Path, row: pd.Series) -> str | None:
+    """Why the entry of ``row`` has no per-image scores (published numbers, a record made before the files); None
+    for an entry that has them."""
+    if per_image_path(directory, row["record_file"]) is not None:
+        return None
+    why = "published numbers" if row.get("provenance") == "paper" else "a record made before per-image files"
+    return f"no paired interval: {row['model']}/{row['kappa']} has no per-image scores ({why})"
+
+
+def compare_rows(directory: str | Path, a: pd.Series, b: pd.Series) -> Comparison:
+    """Entry ``a`` against entry ``b`` of a board (:func:`harness.method.paired.compare_entries`), from their
+    per-image files."""
+    tables = [read_scores(per_image_path(directory, row["record_file"])) for row in (a, b)]
+    try:
+        return compare_entries(*tables)
+    except CoodError as exc:
+        raise LeaderboardError(f"{directory}: the two entries cannot be compared: {exc}") from None

@@ -3,6 +3,7 @@ revision, a kappa, a count."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Sequence
@@ -10,12 +11,14 @@ from collections.abc import Sequence
 import pandas as pd
 
 from dataset_builder.console import plural
+from harness.method.pairwise import rank_ranges
 from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
+from leaderboard.pairs import BoardPairs, pair_key
 from leaderboard.record import CANONICAL_SEVERITY_RULE
-from leaderboard.table import LEVEL_PREFIX, interval_columns, table_levels
+from leaderboard.table import ALIAS_SEPARATOR, LEVEL_PREFIX, table_levels
 
-NOT_SEPARABLE = "\u2248"  # beside a rank: not separable from the entry ranked above
+NOT_SEPARABLE = "\u2248"  # beside a rank: the paired test against the entry ranked above does not reject
 
 
 def _averaged() -> dict:
@@ -71,6 +74,11 @@ def sort_column(table: pd.DataFrame, key: str) -> str:
     )
 
 
+def higher_is_better(sort: str) -> bool:
+    """Whether a higher value ranks first for the sort key ``sort`` (not for a level metric where lower is better)."""
+    return sort not in _averaged() or _averaged()[sort].higher_is_better
+
+
 def select(
     table: pd.DataFrame, kappas: Sequence[str] = (), model: str = "", sort: str = "mean", include_flagged: bool = True
 ) -> pd.DataFrame:
@@ -78,7 +86,7 @@ def select(
     ``model`` (case-insensitive), best first by ``sort`` (lowest first for a metric where lower is better), with a
     ``rank`` column."""
     column = sort_column(table, sort)
-    best_high = sort not in _averaged() or _averaged()[sort].higher_is_better
+    best_high = higher_is_better(sort)
     rows = table
     if kappas:
         rows = rows[rows["kappa_name"].isin(kappas) | rows["kappa"].isin(kappas)]
@@ -93,34 +101,96 @@ def select(
     return rows.assign(rank=range(1, len(rows) + 1))
 
 
-def not_separable(rows: pd.DataFrame, column: str) -> list[bool]:
-    """Per row of ``rows`` (in their order): whether its interval of ``column`` overlaps that of the row above, so
-    the two are not separable (the data cannot tell their order at the intervals' confidence). False for the first
-    row, where either row has no interval (a published result, a record made before intervals) and for a column
-    without intervals."""
-    ends = interval_columns().get(column)
-    if ends is None or not set(ends) <= set(rows.columns):
+def paired_marks(rows: pd.DataFrame, column: str, pairs: BoardPairs | None) -> list[bool]:
+    """Per row of ``rows`` (in their order): whether the paired test of it against the row above on ``column`` does
+    not reject a difference at 5% (:data:`NOT_SEPARABLE`). False for the first row, where either row has no per-image
+    scores, and for a column without a paired test (:func:`leaderboard.pairs.pair_key`)."""
+    key = pair_key(column)
+    if pairs is None or key is None or key not in pairs.stats.values:
         return [False] * len(rows)
-    low, high = (rows[end].to_numpy(dtype="float64", na_value=float("nan")) for end in ends)
-    return [False] + [bool(low[i] <= high[i - 1] and low[i - 1] <= high[i]) for i in range(1, len(rows))]
+    at = pairs.index
+    return [False] + [
+        at[i] >= 0
+        and at[i - 1] >= 0
+        and pairs.stats.difference(key, at[i], at[i - 1]) is not None
+        and not pairs.stats.different(key, at[i], at[i - 1])
+        for i in range(1, len(rows))
+    ]
 
 
-def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None) -> str:
-    """A plain-text table: rank (with :data:`NOT_SEPARABLE` where the sorted metric's interval overlaps the row
-    above's, :func:`not_separable`), model, kappa (a submission file's by its name: :func:`kappa_names`; ``[RULE]``
-    after it where the levels' severity rule is not the canonical one), id-acc, mean ood-auroc, the sorted level,
-    flags; the other names of the models shown (:func:`alias_lines`); a legend line when a rank is marked."""
+def rank_spans(rows: pd.DataFrame, column: str, pairs: BoardPairs | None, higher_is_better: bool = True) -> list[str]:
+    """Per row, the range of ranks its paired tests on ``column`` allow among the rows with per-image scores
+    (:func:`harness.method.pairwise.rank_ranges`, as Chatbot Arena shows them): ``2-3``, ``1`` for one rank, ``-``
+    for a row without per-image scores or a value."""
+    key = pair_key(column)
+    if pairs is None or key is None or key not in pairs.stats.values:
+        return ["-"] * len(rows)
+    having = [i for i, at in enumerate(pairs.index) if at >= 0]
+    values = [pairs.stats.values[key][pairs.index[i]] for i in having]
+    found = rank_ranges(
+        values,
+        lambda i, j: pairs.stats.different(key, pairs.index[having[i]], pairs.index[having[j]]),
+        higher_is_better,
+    )
+    spans = ["-"] * len(rows)
+    for i, span in zip(having, found):
+        if span is not None:
+            spans[i] = str(span[0]) if span[0] == span[1] else f"{span[0]}-{span[1]}"
+    return spans
+
+
+def paired_note(column: str, pairs: BoardPairs | None) -> str | None:
+    """The lines under the table on :data:`NOT_SEPARABLE` and the rank ranges: what they mean, or why no row can
+    have them; None where no paired statistics were given."""
+    if pairs is None:
+        return None
+    name = _header(column)
+    if pair_key(column) is None:
+        return f"no {NOT_SEPARABLE} marks or rank ranges: {name} has no paired test"
+    if not any(at >= 0 for at in pairs.index):
+        return (
+            f"no {NOT_SEPARABLE} marks or rank ranges: no entry shown has per-image scores (the paired test needs them)"
+        )
+    test = "McNemar's, in Wald form" if column == "id_acc" else "DeLong's"
+    return (
+        f"{NOT_SEPARABLE}: the paired test of {name} against the row above ({test}, on the images both entries saw)"
+        f" does not reject a difference at 5%\nranks: the ranks an entry's paired tests of {name} allow"
+    )
+
+
+def format_rows(
+    rows: pd.DataFrame, sort: str = "mean", limit: int | None = None, pairs: BoardPairs | None = None
+) -> str:
+    """A plain-text table: rank (with :data:`NOT_SEPARABLE` where the paired test against the row above does not
+    reject, :func:`paired_marks`), the ranks the paired tests allow (:func:`rank_spans`, where some row has per-image
+    scores), model, kappa (a submission file's by its name: :func:`kappa_names`; ``[RULE]`` after it where the
+    levels' severity rule is not the canonical one), id-acc, mean ood-auroc, the sorted level, flags; the other names
+    of the models shown (:func:`alias_lines`); the line on the marks (:func:`paired_note`) where ``pairs`` (the
+    paired statistics of ``rows``, :func:`leaderboard.pairs.board_pairs`) are given."""
     sorted_by = sort_column(rows, sort)
-    marks = [NOT_SEPARABLE if mark else "" for mark in not_separable(rows, sorted_by)]
+    marks = [NOT_SEPARABLE if mark else "" for mark in paired_marks(rows, sorted_by, pairs)]
+    ranged = pairs is not None and pair_key(sorted_by) is not None and any(at >= 0 for at in pairs.index)
+    spans = rank_spans(rows, sorted_by, pairs, higher_is_better(sort)) if ranged else None
     shown = rows.head(limit) if limit else rows
     rules = shown.get("severity_rule", pd.Series(None, index=shown.index, dtype="object"))
     shown = shown.assign(
         kappa=shown["kappa"].map(kappa_names(rows)) + rules.map(rule_suffix),
         rank=[f"{r}{m}" for r, m in zip(shown["rank"], marks)],
+        **({"ranks": spans[: len(shown)]} if ranged else {}),
     )
-    columns = ["rank", "model", "kappa", "id_acc", "mean_ood_auroc"]
+    columns = ["rank", *(["ranks"] if ranged else []), "model", "kappa", "id_acc", "mean_ood_auroc"]
     if sorted_by not in columns:
         columns.append(sorted_by)
+    out = _lines(shown, columns)
+    if len(shown) < len(rows):
+        out.append(f"... {len(rows) - len(shown)} more (use --limit 0 for all)")
+    out += alias_lines(shown)
+    note = paired_note(sorted_by, pairs)
+    return "\n".join(out + ([note] if note else []))
+
+
+def _lines(shown: pd.DataFrame, columns: list[str]) -> list[str]:
+    """The heading, the rule and a line per row of ``shown``'s ``columns`` and flag, numbers right-aligned."""
     header = [_header(c) for c in columns] + ["flag"]
     body = [[_cell(r[c]) for c in columns] + [r["flag"]] for _, r in shown.iterrows()]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
@@ -131,14 +201,38 @@ def format_rows(rows: pd.DataFrame, sort: str = "mean", limit: int | None = None
             c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
         ).rstrip()
 
-    out = [line(header), line(["-" * w for w in widths])] + [line(b) for b in body]
-    if len(shown) < len(rows):
-        out.append(f"... {len(rows) - len(shown)} more (use --limit 0 for all)")
-    out += alias_lines(shown)
-    if any(marks[: len(shown)]):
-        name = sorted_by.replace("_", "-")
-        out.append(f"{NOT_SEPARABLE}: not separable from the row above (their 95% intervals of {name} overlap)")
-    return "\n".join(out)
+    return [line(header), line(["-" * w for w in widths])] + [line(b) for b in body]
+
+
+def find_entry(table: pd.DataFrame, name: str) -> pd.Series:
+    """The row of ``table`` that ``name`` names: its record file, or ``MODEL/KAPPA`` (split at the last ``/``; the
+    model by its name or an alias, the kappa by its name, its label or as ``show`` prints it). A near miss says
+    "did you mean", a name of several records lists them."""
+    if name in set(table["record_file"]):
+        return table[table["record_file"] == name].iloc[0]
+    model, slash, kappa = name.rpartition("/")
+    if not slash or not model or not kappa:
+        raise LeaderboardError(f"{name!r}: name an entry as MODEL/KAPPA or by its record file")
+    aliases = table.get("aliases", pd.Series("", index=table.index)).fillna("").str.split(ALIAS_SEPARATOR)
+    of_model = table[(table["model"] == model) | aliases.map(lambda names: model in names)]
+    if of_model.empty:
+        known = sorted({*table["model"], *(a for names in aliases for a in names if a)})
+        raise LeaderboardError(f"no model {model!r} on the board{_near(model, known)}")
+    printed = of_model["kappa"].map(kappa_names(table))
+    found = of_model[(of_model["kappa_name"] == kappa) | (of_model["kappa"] == kappa) | (printed == kappa)]
+    if found.empty:
+        known = sorted({*of_model["kappa_name"], *printed})
+        raise LeaderboardError(f"{model} has no kappa {kappa!r}{_near(kappa, known)} (its kappas: {', '.join(known)})")
+    if len(found) > 1:
+        files = ", ".join(found["record_file"])
+        raise LeaderboardError(f"{name} names {len(found)} records ({files}): name one by its record file")
+    return found.iloc[0]
+
+
+def _near(name: str, known: list[str]) -> str:
+    """``; did you mean 'x'?`` for a near miss among ``known``; nothing for none."""
+    close = difflib.get_close_matches(name, known, n=3)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def alias_lines(rows: pd.DataFrame) -> list[str]:
@@ -234,3 +328,49 @@ def family(model: str) -> str:
         if pattern.search(name):
             return family_name
     return re.split(r"[_\-~@.]", name, maxsplit=1)[0] or model
+
+
+def entry_line(label: str, row: pd.Series) -> str:
+    """``A: glyph_cnn/softmax (records/...json): mean ood-auroc 0.8123, id-acc 0.9000, id-auroc 0.8000, 3 levels``."""
+    values = ", ".join(
+        f"{_header(c)} {_cell(row.get(c, float('nan')))}" for c in ("mean_ood_auroc", "id_acc", "id_auroc")
+    )
+    levels = plural(int(row["num_levels"]), "level")
+    return f"{label}: {row['model']}/{row['kappa']} ({row['record_file']}): {values}, {levels}"
+
+
+def format_comparison(comparison) -> str:
+    """A table of A - B (:class:`harness.method.paired.Comparison`): each common level, the mean ood-auroc, id-acc
+    and id-auroc, with the paired 95% interval, p-value, paired and unpaired standard errors and their ratio; a last
+    line naming the differences the paired tests show at 5%."""
+    named = [(f"level {level}", d) for level, d in enumerate(comparison.levels)]
+    named += [("mean ood-auroc", comparison.mean_ood_auroc), ("id-acc", comparison.id_acc)]
+    named += [("id-auroc", comparison.id_auroc)]
+    header = ["A - B", "estimate", "95% interval", "p", "paired se", "unpaired se", "ratio"]
+    body = [[name, *_difference_cells(d)] for name, d in named if d is not None]
+    widths = [max(len(h), *(len(cells[i]) for cells in body)) for i, h in enumerate(header)]
+    out = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        for cells in [header, ["-" * w for w in widths], *body]
+    ]
+    if comparison.id_auroc is None:
+        out.append(f"id-auroc: - ({comparison.id_auroc_missing})")
+    a, b = comparison.num_levels
+    if a != b:
+        out.append(f"levels: A has {a}, B has {b}; the first {min(a, b)} are compared one by one")
+    shown = [name for name, d in named if d is not None and d.different()]
+    out.append(f"different at 5% (paired): {', '.join(shown) if shown else 'none'}")
+    return "\n".join(out)
+
+
+def _difference_cells(d) -> list[str]:
+    """A difference's cells in :func:`format_comparison`."""
+    ratio = f"{d.unpaired_se / d.se:.1f}x" if d.se > 0 else "-"
+    return [
+        f"{d.estimate:+.4f}",
+        f"[{d.low:+.4f}, {d.high:+.4f}]",
+        f"{d.p_value:.3g}",
+        f"{d.se:.4f}",
+        f"{d.unpaired_se:.4f}",
+        ratio,
+    ]

@@ -12,6 +12,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.method.intervals import auroc_covariance
 from harness.method.paired import compare_entries, count_floor
+from leaderboard.per_image import SCHEMA
 
 PHI = lambda x: 0.5 * math.erfc(-x / math.sqrt(2.0))  # noqa: E731
 
@@ -192,7 +193,7 @@ def test_the_width_script_prints_paired_and_unpaired_widths(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_runs_tables_give_its_records_aurocs_bit_for_bit(tiny_glyphs):
-    """The width script's tables of a real run (the per-image file's layout, from the run's split scores): the
+    """The width script's tables of a real run (the run's per-image files' tables, from its split scores): the
     comparison's sides are the run's level ood-aurocs, mean and id-auroc, to the last bit."""
     from glyph_fixtures import CNN
     from harness.run import evaluate
@@ -200,7 +201,7 @@ def test_a_runs_tables_give_its_records_aurocs_bit_for_bit(tiny_glyphs):
     module = width_script()
     run = evaluate(CNN, benchmark=tiny_glyphs, kappas=["softmax", "entropy"], device="cpu", progress=False)
     tables = module.tables_from_evaluation(run)
-    assert list(tables["softmax"].columns) == ["key", "split", "class_id", "score", "value", "correct", "levels"]
+    assert list(tables["softmax"].columns) == SCHEMA.names  # the per-image file's columns
     c = compare_entries(tables["softmax"], tables["entropy"])
     soft, ent = (next(r for r in run.results if r.kappa == k) for k in ("softmax", "entropy"))
     assert [d.a for d in c.levels] == [row["ood_auroc"] for row in soft.rows]

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from dataset_builder.embedded import embedded_settings
 
@@ -127,3 +128,45 @@ def test_runnable_block_runs(scratch, doc, line, language, code):
     if "--leaderboard my-board" in code:  # the README's three commands: two models on a board, and its site
         assert (folder / "cood-results" / "glyph_cnn" / "records" / "ash.json").is_file()
         assert (folder / "my-board" / "table.csv").is_file() and (folder / "my-site" / "index.html").is_file()
+        check_the_boards_paired_tests(folder / "my-board")
+
+
+def _leaderboard(*args) -> list[str]:
+    from leaderboard.cli import app
+
+    done = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    return done.output.splitlines()
+
+
+def check_the_boards_paired_tests(board: Path) -> None:
+    """``show`` marks a row exactly where :func:`compare_entries` on its and the row above's per-image files gives
+    p >= 0.05 for the mean ood-auroc; ``compare`` prints that test for two kappas of one model and across models."""
+    from harness.method.paired import compare_entries
+    from leaderboard.pairs import per_image_path, read_scores
+    from leaderboard.store import current_table
+    from leaderboard.views import select
+
+    rows = select(current_table(board))
+    tables = {f: read_scores(per_image_path(board, f)) for f in rows["record_file"]}  # every entry keeps its file
+    files = rows["record_file"].tolist()
+    shown = _leaderboard("show", "-d", board, "--limit", "0")[3 : 3 + len(rows)]
+    assert [line.split()[2] for line in shown] == rows["model"].tolist()
+    expected = [False] + [
+        compare_entries(tables[files[i]], tables[files[i - 1]]).mean_ood_auroc.p_value >= 0.05
+        for i in range(1, len(files))
+    ]
+    assert [line.split()[0].endswith("\u2248") for line in shown] == expected
+    by_name = {f"{r.model}/{r.kappa_name}": r.record_file for r in rows.itertuples()}
+    for a, b in (("glyph_cnn/softmax", "glyph_cnn/energy"), ("glyph_cnn/softmax", "glyph_mlp/softmax")):
+        out = _leaderboard("compare", a, b, "-d", board)
+        mean = compare_entries(tables[by_name[a]], tables[by_name[b]]).mean_ood_auroc
+        line = next(line.split() for line in out if line.startswith("mean ood-auroc"))
+        assert line[2:7] == [
+            f"{mean.estimate:+.4f}",
+            f"[{mean.low:+.4f},",
+            f"{mean.high:+.4f}]",
+            f"{mean.p_value:.3g}",
+            f"{mean.se:.4f}",
+        ]
+        assert out[-1].startswith("different at 5% (paired): ")

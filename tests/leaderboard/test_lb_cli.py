@@ -5,8 +5,11 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from harness.method.paired import compare_entries
+from lb_pairs import M_ID, PER_CLASS, paired_board
 from lb_records import record
 from leaderboard.cli import app
+from leaderboard.pairs import per_image_path, read_scores
 from leaderboard.store import current_table
 
 runner = CliRunner()
@@ -160,7 +163,8 @@ def test_errors(tmp_path, args, message):
 
 def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
     """Of the builder, only its floor (errors, faults, atomic writes, exports, console, zoo groups); of the harness, the
-    metric registry and the metrics it declares with their intervals (numpy, no scipy): nothing heavy."""
+    metric registry and the metrics it declares with their intervals, the paired tests (numpy, no scipy): nothing
+    heavy."""
     code = (
         "import sys, leaderboard.cli; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'scipy', 'harness', 'dataset_builder')))"
@@ -170,6 +174,98 @@ def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
         result.stdout
         == "['dataset_builder', 'dataset_builder.console', 'dataset_builder.errors', 'dataset_builder.exports', "
         "'dataset_builder.faults', 'dataset_builder.files', 'dataset_builder.zoo_groups', 'harness', 'harness.errors', "
-        "'harness.method', 'harness.method.intervals', 'harness.method.metrics', 'harness.method.registry', "
-        "'harness.method.selective']\n"
+        "'harness.method', 'harness.method.intervals', 'harness.method.metrics', 'harness.method.paired', "
+        "'harness.method.pairwise', 'harness.method.registry', 'harness.method.selective']\n"
     ), result.stderr
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory):
+    """The paired test board and its table."""
+    board = paired_board(tmp_path_factory.mktemp("paired"))
+    return board, current_table(board)
+
+
+def _comparison(board, table, a: str, b: str):
+    """``compare_entries`` on the per-image files of the entries ``MODEL/KAPPA`` ``a`` and ``b``."""
+    files = [table[(table["model"] + "/" + table["kappa"]) == name]["record_file"].item() for name in (a, b)]
+    return compare_entries(*(read_scores(per_image_path(board, f)) for f in files)), files
+
+
+def test_compare_prints_each_paired_difference_of_two_kappas_of_one_model(paired):
+    board, table = paired
+    out = _run("compare", "glyph_cnn/softmax", "glyph_cnn/energy", "-d", board).splitlines()
+    found, files = _comparison(board, table, "glyph_cnn/softmax", "glyph_cnn/energy")
+    assert out[0] == (
+        f"A: glyph_cnn/softmax ({files[0]}): mean-ood-auroc {found.mean_ood_auroc.a:.4f}, id-acc "
+        f"{found.id_acc.a:.4f}, id-auroc {found.id_auroc.a:.4f}, 3 levels"
+    )
+    assert out[1].startswith(f"B: glyph_cnn/energy ({files[1]}): mean-ood-auroc {found.mean_ood_auroc.b:.4f}")
+    assert out[2].split() == [
+        "A",
+        "-",
+        "B",
+        "estimate",
+        "95%",
+        "interval",
+        "p",
+        "paired",
+        "se",
+        "unpaired",
+        "se",
+        "ratio",
+    ]
+    named = [*(f"level {i}" for i in range(3)), "mean ood-auroc", "id-acc", "id-auroc"]
+    differences = [*found.levels, found.mean_ood_auroc, found.id_acc, found.id_auroc]
+    for line, name, d in zip(out[4:10], named, differences):
+        ratio = f"{d.unpaired_se / d.se:.1f}x" if d.se > 0 else "-"  # one classifier: id-acc's sides are identical
+        cells = [f"{d.estimate:+.4f}", f"[{d.low:+.4f},", f"{d.high:+.4f}]", f"{d.p_value:.3g}", f"{d.se:.4f}"]
+        assert line.split() == [*name.split(), *cells, f"{d.unpaired_se:.4f}", ratio]
+    assert found.mean_ood_auroc.unpaired_se / found.mean_ood_auroc.se > 3  # the paired interval is far narrower
+    assert out[10] == "different at 5% (paired): level 0, level 1, level 2, mean ood-auroc, id-auroc"
+    assert len(out) == 11
+
+
+def test_compare_takes_entries_of_two_models_and_record_files_and_prints_json(paired):
+    board, table = paired
+    found, files = _comparison(board, table, "glyph_cnn/entropy", "glyph_mlp/softmax")
+    printed = json.loads(_run("compare", files[0], "glyph_mlp/softmax", "-d", board, "--json"))
+    assert printed == {"a": files[0], "b": files[1], "comparison": found.as_dict(), "no_paired_interval": None}
+    assert [d["shared"] for d in printed["comparison"]["levels"]] == [d.shared for d in found.levels]
+    # each entry's own levels (its kappa's class order): a level's OOD classes are not all the other's
+    assert min(d.shared for d in found.levels) < M_ID + 4 * PER_CLASS < found.mean_ood_auroc.shared
+    out = _run("compare", "glyph_cnn/energy", "glyph_cnn/max_logit", "-d", board).splitlines()
+    assert out[-1] == "different at 5% (paired): none"  # p = 0.73 on the mean
+
+
+def test_compare_with_an_entry_without_per_image_scores_prints_one_line(paired):
+    board, _ = paired
+    out = _run("compare", "glyph_cnn/softmax", "glyph_mlp/max_logit", "-d", board).splitlines()
+    assert out[1].startswith("B: glyph_mlp/max_logit (records/") and out[1].endswith(
+        ": mean-ood-auroc 0.5800, id-acc 0.8100, id-auroc 0.8600, 3 levels"
+    )
+    assert out[2:] == [
+        "no paired interval: glyph_mlp/max_logit has no per-image scores (a record made before per-image files)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("a", "message"),
+    [
+        ("glyph_cnn/softmx", "glyph_cnn has no kappa 'softmx'; did you mean 'softmax'? (its kappas: energy, entropy,"),
+        ("glyph_cn/softmax", "no model 'glyph_cn' on the board; did you mean 'glyph_cnn' or 'glyph_mlp'?"),
+        ("glyph_cnn", "'glyph_cnn': name an entry as MODEL/KAPPA or by its record file"),
+    ],
+)
+def test_compare_names_a_near_miss(paired, a, message):
+    result = runner.invoke(app, ["compare", a, "glyph_cnn/energy", "-d", str(paired[0])])
+    assert result.exit_code != 0 and str(result.exception).startswith(message)
+
+
+def test_a_bad_entry_name_is_one_line_and_status_2(paired):
+    result = _cli("compare", "glyph_mlp/sofmax", "glyph_cnn/energy", "-d", paired[0])
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "cood-leaderboard: error: glyph_mlp has no kappa 'sofmax'; did you mean 'softmax'? "
+        "(its kappas: max_logit, softmax)\n"
+    )

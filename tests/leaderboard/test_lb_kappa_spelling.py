@@ -42,7 +42,7 @@ def show_labels(board: Path) -> dict[str, str]:
     """``cood-leaderboard show``'s kappa by model (a model per kappa here)."""
     done = CliRunner().invoke(leaderboard_app, ["show", "--dir", str(board), "--limit", "0"])
     assert done.exit_code == 0, done.output
-    rows = [line.split() for line in done.output.splitlines()[3:]]
+    rows = [cells for cells in map(str.split, done.output.splitlines()[3:]) if cells[0][0].isdigit()]  # no notes
     return {row[1]: row[2] for row in rows}
 
 

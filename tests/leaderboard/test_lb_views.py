@@ -1,11 +1,23 @@
 import pytest
 
 from dataset_builder.console import plural
+from harness.method.paired import compare_entries
 from lb_boards import SUBMISSION
+from lb_pairs import paired_board
 from lb_records import GLYPHS, record
 from leaderboard.errors import LeaderboardError
+from leaderboard.pairs import board_pairs, per_image_path, read_scores
 from leaderboard.store import add_records, current_table
-from leaderboard.views import benchmark_phrase, format_rows, heading, kappa_names, select, sort_column
+from leaderboard.views import (
+    benchmark_phrase,
+    format_rows,
+    heading,
+    kappa_names,
+    paired_marks,
+    rank_spans,
+    select,
+    sort_column,
+)
 
 
 @pytest.fixture
@@ -98,3 +110,87 @@ def test_a_submission_kappa_goes_by_its_name(tmp_path):
     text = format_rows(select(table))
     assert "  glyph_cnn  energy_sub  " in text and "c0dec0de" not in text.replace("own #c0dec0de", "")
     assert "  c          own #c0dec0de  " in text and "  c          own #beefbeef  " in text
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory):
+    """The paired test board, its rows as ``show`` ranks them and their paired statistics."""
+    board = paired_board(tmp_path_factory.mktemp("paired"))
+    rows = select(current_table(board))
+    return board, rows, board_pairs(board, rows["record_file"].tolist())
+
+
+def _p_value(board, a: str, b: str, key: str) -> float:
+    """The p-value of ``compare_entries`` on two records' per-image files, for ``mean_ood_auroc`` or ``id_acc``."""
+    tables = [read_scores(per_image_path(board, name)) for name in (a, b)]
+    return getattr(compare_entries(*tables), key).p_value
+
+
+def test_a_row_is_marked_where_the_paired_test_against_the_row_above_does_not_reject(paired):
+    board, rows, pairs = paired
+    files = rows["record_file"].tolist()
+    assert [f"{m}/{k}" for m, k in zip(rows["model"], rows["kappa"])] == [
+        "glyph_cnn/softmax",
+        "glyph_cnn/energy",
+        "glyph_cnn/max_logit",
+        "glyph_cnn/entropy",
+        "glyph_mlp/softmax",
+        "glyph_mlp/max_logit",  # no per-image file
+    ]
+    expected = [False] + [_p_value(board, files[i], files[i - 1], "mean_ood_auroc") >= 0.05 for i in range(1, 5)]
+    assert (
+        paired_marks(rows, "mean_ood_auroc", pairs) == [*expected, False] == [False, False, True, False, False, False]
+    )
+    energy, softmax = rows.iloc[1], rows.iloc[0]  # their 95% intervals overlap: the old rule marked energy
+    assert energy["mean_ood_auroc_high"] >= softmax["mean_ood_auroc_low"]
+    assert paired_marks(rows, "mean_fpr_at_95_tpr", pairs) == [False] * 6  # no paired test
+    lines = format_rows(rows, pairs=pairs).splitlines()
+    assert [line.split()[:3] for line in lines[:1] + lines[2:8]] == [
+        ["rank", "ranks", "model"],
+        ["1", "1", "glyph_cnn"],
+        ["2", "2-3", "glyph_cnn"],
+        ["3\u2248", "2-3", "glyph_cnn"],
+        ["4", "4", "glyph_cnn"],
+        ["5", "5", "glyph_mlp"],
+        ["6", "-", "glyph_mlp"],
+    ]
+    assert lines[8:] == [
+        "\u2248: the paired test of mean-ood-auroc against the row above (DeLong's, on the images both entries saw)"
+        " does not reject a difference at 5%",
+        "ranks: the ranks an entry's paired tests of mean-ood-auroc allow",
+    ]
+
+
+def test_rank_ranges_count_the_entries_the_paired_tests_show_better_and_worse(paired):
+    board, rows, pairs = paired
+    files, values = rows["record_file"].tolist()[:5], rows["mean_ood_auroc"].tolist()[:5]
+    expected = []
+    for i in range(5):
+        shown = [j for j in range(5) if j != i and _p_value(board, files[i], files[j], "mean_ood_auroc") < 0.05]
+        better, worse = sum(values[j] > values[i] for j in shown), sum(values[j] < values[i] for j in shown)
+        low, high = 1 + better, 5 - worse
+        expected.append(str(low) if low == high else f"{low}-{high}")
+    assert rank_spans(rows, "mean_ood_auroc", pairs) == [*expected, "-"] == ["1", "2-3", "2-3", "4", "5", "-"]
+    by_acc = select(current_table(board), sort="id_acc")
+    text = format_rows(by_acc, "id_acc", pairs=board_pairs(board, by_acc["record_file"].tolist()))
+    assert [line.split()[:2] for line in text.splitlines()[2:8]] == [
+        ["1", "1-4"],  # glyph_cnn's four kappas: one classifier, the same predictions
+        ["2\u2248", "1-4"],
+        ["3\u2248", "1-4"],
+        ["4\u2248", "1-4"],
+        ["5", "-"],  # glyph_mlp/max_logit, 0.81, without a file
+        ["6", "5"],
+    ]
+    assert "(McNemar's, in Wald form, on the images both entries saw)" in text
+
+
+def test_a_column_without_a_paired_test_or_a_board_without_files_says_so_in_one_line(paired, table, tmp_path):
+    board, _, _ = paired
+    by_fpr = select(current_table(board), sort="fpr_at_95_tpr")
+    text = format_rows(by_fpr, "fpr_at_95_tpr", pairs=board_pairs(board, by_fpr["record_file"].tolist()))
+    assert "\u2248" not in "".join(text.splitlines()[2:8]) and text.splitlines()[0].split()[:2] == ["rank", "model"]
+    assert text.splitlines()[-1] == "no \u2248 marks or rank ranges: mean fpr@95 (ID+) has no paired test"
+    rows = select(table)
+    assert format_rows(rows, pairs=board_pairs(tmp_path / "b", rows["record_file"].tolist())).splitlines()[-1] == (
+        "no \u2248 marks or rank ranges: no entry shown has per-image scores (the paired test needs them)"
+    )
