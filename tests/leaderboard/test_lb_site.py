@@ -260,7 +260,10 @@ def test_the_index_carries_the_paired_tests_of_the_entries_with_per_image_scores
     numbers = [x for p in data["pairs"].values() for part in p.values() for x in part if x]
     assert numbers and all(float(f"{x:.{DIGITS}g}") == x for x in numbers)  # compact: 9 significant digits
     legend = page_text(out / "index.html")
-    assert "\u2248 beside a rank: the paired test of this row against the row above (DeLong's" in legend
+    assert (
+        "\u2248 beside a rank: the paired test of this row against the row above (on the images both entries saw, "
+        "for the sorted metric: DeLong's for the mean, id-auroc or a level, McNemar's for id-acc)" in legend
+    )
     assert "does not reject a difference at 5%; ranks: the ranks the paired tests allow" in legend
 
 
