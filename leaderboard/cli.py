@@ -198,7 +198,8 @@ def show(
     rows = views.select(_table(directory, version), kappa, model, sort, include_flagged=not hide_flagged)
     typer.echo(views.heading(store.load_config(directory)["benchmark"], _label(version), len(rows)))
     if len(rows):
-        paired = pairs.board_pairs(directory, rows["record_file"].tolist())
+        column = views.sort_column(rows, sort)
+        paired = pairs.board_pairs(directory, rows["record_file"].tolist(), column=column)
         typer.echo(views.format_rows(rows, sort, limit or None, paired))
 
 

@@ -42,9 +42,10 @@ def pair_key(column: str) -> str | None:
     return None
 
 
-def per_image_path(directory: str | Path, record_file: str) -> Path | None:
-    """Where a board keeps the per-image file of its record ``record_file``; None for a record without one."""
-    record = json.loads((Path(directory) / record_file).read_bytes())
+def per_image_path(directory: str | Path, record_file: str, record: dict | None = None) -> Path | None:
+    """Where a board keeps the per-image file of its record ``record_file`` (read unless ``record`` is given); None
+    for a record without one."""
+    record = record if record is not None else json.loads((Path(directory) / record_file).read_bytes())
     name = per_image.name(record)
     return None if name is None else stored_folder(directory, record_file) / name
 
@@ -54,10 +55,15 @@ def read_scores(path: Path) -> pd.DataFrame:
     return pq.read_table(path, columns=list(COLUMNS)).to_pandas()
 
 
-def board_pairs(directory: str | Path, record_files: list[str]) -> BoardPairs:
+def board_pairs(
+    directory: str | Path, record_files: list[str], records: dict[str, dict] | None = None, column: str | None = None
+) -> BoardPairs:
     """The paired statistics of the entries among ``record_files`` that keep per-image scores, and for each of
-    ``record_files`` its index in them (-1 for one without)."""
-    paths = [per_image_path(directory, name) for name in record_files]
+    ``record_files`` its index in them (-1 for one without); ``records``: the records already read, by file. Given
+    a ``column`` without a paired test (:func:`pair_key`), none are computed and no file is read."""
+    if column is not None and pair_key(column) is None:
+        return BoardPairs(pairwise([]), [-1] * len(record_files))
+    paths = [per_image_path(directory, name, (records or {}).get(name)) for name in record_files]
     having = [i for i, p in enumerate(paths) if p is not None]
     try:
         found = pairwise([read_scores(paths[i]) for i in having])

@@ -255,7 +255,7 @@ def paired_data(board: str | Path | None, records: dict[str, dict]) -> tuple[dic
     files = [name for name, record in records.items() if per_image_name(record) is not None]
     if not files:
         return {}, {}
-    found, at = board_pairs(board, files)
+    found, at = board_pairs(board, files, records)
     return encode_pairs(found), dict(zip(files, at))
 
 

@@ -109,13 +109,11 @@ def paired_marks(rows: pd.DataFrame, column: str, pairs: BoardPairs | None) -> l
     if pairs is None or key is None or key not in pairs.stats.values:
         return [False] * len(rows)
     at = pairs.index
-    return [False] + [
-        at[i] >= 0
-        and at[i - 1] >= 0
-        and pairs.stats.difference(key, at[i], at[i - 1]) is not None
-        and not pairs.stats.different(key, at[i], at[i - 1])
+    found = [None] + [
+        pairs.stats.difference(key, at[i], at[i - 1]) if at[i] >= 0 and at[i - 1] >= 0 else None
         for i in range(1, len(rows))
     ]
+    return [d is not None and not d.different() for d in found]
 
 
 def rank_spans(rows: pd.DataFrame, column: str, pairs: BoardPairs | None, higher_is_better: bool = True) -> list[str]:
@@ -193,12 +191,18 @@ def _lines(shown: pd.DataFrame, columns: list[str]) -> list[str]:
     """The heading, the rule and a line per row of ``shown``'s ``columns`` and flag, numbers right-aligned."""
     header = [_header(c) for c in columns] + ["flag"]
     body = [[_cell(r[c]) for c in columns] + [r["flag"]] for _, r in shown.iterrows()]
+    left = {i for i, c in enumerate(columns) if c in ("model", "kappa")} | {len(columns)}  # the flag too
+    return text_table(header, body, left)
+
+
+def text_table(header: list[str], body: list[list[str]], left: set[int]) -> list[str]:
+    """The heading, a rule and a line per row of ``body``, each column as wide as its widest cell; the columns of
+    ``left`` left-aligned, the others (numbers) right-aligned; trailing blanks dropped."""
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
-    numeric = {i for i, c in enumerate(columns) if c not in ("model", "kappa")}
 
     def line(cells):
         return "  ".join(
-            c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
         ).rstrip()
 
     return [line(header), line(["-" * w for w in widths])] + [line(b) for b in body]
@@ -348,11 +352,7 @@ def format_comparison(comparison) -> str:
     named += [("id-auroc", comparison.id_auroc)]
     header = ["A - B", "estimate", "95% interval", "p", "paired se", "unpaired se", "ratio"]
     body = [[name, *_difference_cells(d)] for name, d in named if d is not None]
-    widths = [max(len(h), *(len(cells[i]) for cells in body)) for i, h in enumerate(header)]
-    out = [
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-        for cells in [header, ["-" * w for w in widths], *body]
-    ]
+    out = text_table(header, body, left={0})
     if comparison.id_auroc is None:
         out.append(f"id-auroc: - ({comparison.id_auroc_missing})")
     a, b = comparison.num_levels

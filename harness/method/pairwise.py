@@ -125,26 +125,27 @@ def _standard_errors(sides: list[_Side | None], size: int) -> tuple[np.ndarray, 
     sum of squared differences of influences (from the Gram matrix), plus both sides' floors; 0 for identical sides;
     the floors of all their AUROCs where that sum is 0 for sides that are not identical."""
     n = len(sides)
-    values = np.array([np.nan if s is None else s.value for s in sides])
     rows = np.zeros((n, size))
     for i, s in enumerate(sides):
         if s is not None:
             rows[i] = s.influence
     norms = np.einsum("ij,ij->i", rows, rows)
     paired = np.maximum(norms[:, None] + norms[None, :] - 2.0 * (rows @ rows.T), 0.0)
-    variance = np.full((n, n), np.nan)
-    for i, a in enumerate(sides):
-        for j, b in enumerate(sides):
-            if a is None or b is None:
-                continue
-            if a.same == b.same:
-                variance[i, j] = 0.0
-                continue
-            same = a.same_influence == b.same_influence
-            variance[i, j] = (0.0 if same else paired[i, j]) + a.floor_degenerate + b.floor_degenerate
-            if variance[i, j] == 0.0:
-                variance[i, j] = a.floor_all + b.floor_all
-    return values, np.sqrt(variance)
+
+    def column(attr, empty):
+        return np.array([empty if s is None else getattr(s, attr) for s in sides])
+
+    def equal(attr):  # pairs whose digests ``attr`` are equal
+        codes = np.unique(column(attr, ""), return_inverse=True)[1]
+        return codes[:, None] == codes[None, :]
+
+    low, every = column("floor_degenerate", 0.0), column("floor_all", 0.0)
+    variance = np.where(equal("same_influence"), 0.0, paired) + low[:, None] + low[None, :]
+    variance = np.where(variance == 0.0, every[:, None] + every[None, :], variance)
+    variance[equal("same")] = 0.0
+    present = np.array([s is not None for s in sides])
+    variance[~(present[:, None] & present[None, :])] = np.nan
+    return column("value", np.nan).astype(np.float64), np.sqrt(variance)
 
 
 def pairwise(tables: Sequence[Mapping], confidence: float = CONFIDENCE) -> Pairwise:

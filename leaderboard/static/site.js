@@ -434,7 +434,7 @@
       $("compare-what").textContent = "A: " + label(a) + "; B: " + label(b) + ". " + (lacking.length ?
         "No paired interval: " + lacking.map(label).join(" and ") + (lacking.length > 1 ? " keep" : " keeps") +
         " no per-image scores (published numbers, or a record made before them), so the images both saw are unknown." :
-        "Paired by DeLong's structural components over the images both entries saw.");
+        "Paired over the images both entries saw: DeLong's test for the AUROCs, McNemar's for id-acc.");
       $("compare-table").hidden = lacking.length > 0;
       if (lacking.length) { return; }
       var keys = [];
