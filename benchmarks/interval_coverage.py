@@ -10,7 +10,8 @@ above 97% but each replicate's interval reaches 0 or 1 more often than not, so t
   AUROC of the rounded and clipped scores is computed from their distributions (a tie counts 1/2).
 - **mean ood-auroc** (``mean_auroc_interval``): 5 levels sharing the positives, each with its own negatives, the
   gaps ``d, 0.9 d, ..., 0.6 d``.
-- **id-acc** (``wilson_interval``): Binomial(n, p).
+- **id-acc** (``accuracy_interval``): Binomial(n, p), its exact coverage (a sum over every outcome); where no interval
+  can cover 93-97% (the binomial's steps jump over the band), the line says so and names the nearest coverages.
 - **bootstrap** (``bootstrap_interval``, in no record): AURC at 2% error and the ECE of a calibrated model, n = 500.
 
     python benchmarks/interval_coverage.py [--replicates 2000] [--bootstrap-replicates 200] [--seed 0]
@@ -25,16 +26,16 @@ import time
 
 import numpy as np
 from scipy import integrate, optimize
-from scipy.stats import norm
+from scipy.stats import binom, norm
 
 from harness.method.intervals import (
+    accuracy_interval,
     adapted_variance,
     bootstrap_interval,
     correlation,
     mean_variance_at,
     score_bounds,
     side_ratios,
-    wilson_interval,
 )
 from harness.method.selective import aurc, ece
 
@@ -146,12 +147,28 @@ def mean_cells(rng, reps: int, sizes, aurocs):
             yield ("mean-auroc", "cont", f"{m}/{n}x5", target, truth, *verdict(covered, low, high))
 
 
-def accuracy_cells(rng, reps: int, sizes, accuracies):
+def attainable(pmf: np.ndarray) -> tuple[float, float] | None:
+    """None where some interval (one stretch of outcomes covered) can cover 93-97%; else the nearest coverages below
+    and above that any can: the masses of the stretches of outcomes, the binomial's steps."""
+    cumulative = np.concatenate([[0.0], np.cumsum(pmf)])
+    masses = (cumulative[None, :] - cumulative[:, None]).ravel()
+    if np.any((masses >= 0.93) & (masses <= 0.97)):
+        return None
+    return float(masses[masses < 0.93].max()), float(masses[masses > 0.97].min())
+
+
+def accuracy_cells(sizes, accuracies):
+    """The exact coverage (binomial sums over every outcome, no replicates needed) of ``accuracy_interval``."""
     for n in sizes:
-        ends = np.array([[wilson_interval(k, n).low, wilson_interval(k, n).high] for k in range(n + 1)])
+        ends = np.array([[accuracy_interval(k, n).low, accuracy_interval(k, n).high] for k in range(n + 1)])
         for p in accuracies:
-            low, high = ends[rng.binomial(n, p, reps)].T
-            yield ("accuracy", "binomial", str(n), p, p, *verdict((low <= p) & (p <= high), low, high))
+            pmf = binom.pmf(np.arange(n + 1), n, p)
+            coverage = float(pmf[(ends[:, 0] <= p) & (p <= ends[:, 1])].sum())
+            zero = float(pmf[ends[:, 1] - ends[:, 0] <= 0.0].sum())
+            word, steps = "ok" if 0.93 <= coverage <= 0.97 else "OUT", attainable(pmf)
+            if word == "OUT" and steps is not None:
+                word = f"no interval can: {steps[0]:.3f} or {steps[1]:.3f}"
+            yield ("accuracy", "binomial-exact", str(n), p, p, coverage, zero, word)
 
 
 def _bootstrap_cell(rng, reps: int, name: str, statistic, sample, truth: float):
@@ -193,19 +210,20 @@ def main(argv=None) -> None:
     cells = itertools.chain(
         auroc_cells(rng, args.replicates, SIZES, AUROCS, KINDS),
         mean_cells(rng, args.replicates, SIZES, AUROCS),
-        accuracy_cells(rng, args.replicates, ACC_SIZES, ACCURACIES),
+        accuracy_cells(ACC_SIZES, ACCURACIES),
         bootstrap_cells(rng, args.bootstrap_replicates),
     )
     print(f"{'interval':<11}{'data':<15}{'sizes':<12}{'target':>7}{'truth':>8}{'cover':>7}{'zero':>6}  verdict")
-    count = out = zero_width = 0
+    count = out = impossible = zero_width = 0
     for name, kind, sizes, target, truth, coverage, zero, word in cells:
         print(
             f"{name:<11}{kind:<15}{sizes:<12}{target:>7g}{truth:>8.4f}{coverage:>7.3f}{zero:>6.2f}  {word}", flush=True
         )
         count, out, zero_width = count + 1, out + (word == "OUT"), zero_width + (zero > 0)
+        impossible += word.startswith("no interval can")
     print(
-        f"{count} cells, {out} outside 93-97%, {zero_width} with an interval of zero width "
-        f"({time.perf_counter() - start:.0f} s)"
+        f"{count} cells, {out} outside 93-97% where an interval can cover it, {impossible} where none can, "
+        f"{zero_width} with an interval of zero width ({time.perf_counter() - start:.0f} s)"
     )
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.method.intervals import auroc_interval, mean_auroc_interval, wilson_interval
+from harness.method.intervals import accuracy_interval, auroc_interval, mean_auroc_interval
 from harness.run import submit
 from leaderboard.schema import validate_record
 
@@ -37,7 +37,7 @@ def test_records_carry_intervals_that_equal_the_pure_functions_on_the_runs_score
         "confidence": 0.95,
         "methods": {
             "levels.ood_auroc": "binormal-score-adapted",
-            "id.acc": "wilson-cc",
+            "id.acc": "sterne-midp",
             "id.auroc": "binormal-score-adapted",
             "summary.mean_ood_auroc": "binormal-score-adapted-mean-delong-correlation",
         },
@@ -56,7 +56,9 @@ def test_records_carry_intervals_that_equal_the_pure_functions_on_the_runs_score
     assert summary["mean_ood_auroc_low"] < summary["mean_ood_auroc"] < summary["mean_ood_auroc_high"]
     correct = id_test.preds == id_test.labels
     ids = record["id"]
-    assert [ids["acc_low"], ids["acc_high"]] == pytest.approx(_ends(wilson_interval(int(correct.sum()), len(correct))))
+    assert [ids["acc_low"], ids["acc_high"]] == pytest.approx(
+        _ends(accuracy_interval(int(correct.sum()), len(correct)))
+    )
     assert ids["acc_low"] < ids["acc"] < ids["acc_high"]
     id_auroc = auroc_interval(positives[correct], positives[~correct])
     assert [ids["auroc_low"], ids["auroc_high"]] == pytest.approx(_ends(id_auroc), abs=1e-12)

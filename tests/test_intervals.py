@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 from scipy.special import ndtri, owens_t
-from scipy.stats import binomtest, rankdata
+from scipy.stats import binom, rankdata
 from sklearn.metrics import roc_auc_score
 
 from glyph_fixtures import load_example
 from harness.errors import HarnessError
 from harness.method.intervals import (
+    accuracy_interval,
     auroc_covariance,
     auroc_interval,
     binormal_component,
@@ -23,7 +24,6 @@ from harness.method.intervals import (
     mean_auroc_interval,
     midranks,
     normal_quantile,
-    wilson_interval,
 )
 from harness.method.metrics import auroc
 
@@ -199,13 +199,39 @@ def test_overlapping_levels_share_their_negatives_in_the_covariance():
     assert (one.low, one.high) == pytest.approx((single.low, single.high), abs=1e-12)
 
 
-@pytest.mark.parametrize(("k", "n"), [(0, 10), (1, 10), (80, 100), (100, 100), (761, 1000), (39_012, 50_000)])
-def test_wilson_with_continuity_correction_against_scipy(k, n):
-    interval = wilson_interval(k, n)
-    want = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilsoncc")
-    assert interval.estimate == k / n
-    assert interval.low == pytest.approx(want.low, abs=1e-12)
-    assert interval.high == pytest.approx(want.high, abs=1e-12)
+def midp_value(k: int, n: int, p):
+    """Sterne's mid-p value of ``k`` of ``n`` at each ``p``, from scipy's binomial pmf: the mass of the outcomes less
+    probable than ``k`` and half of those as probable."""
+    pmf = binom.pmf(np.arange(n + 1), n, np.asarray(p, dtype=float)[..., None])
+    seen = pmf[..., k : k + 1]
+    less, tied = pmf < seen * (1 - 1e-7), np.abs(pmf - seen) <= seen * 1e-7
+    return np.sum(np.where(less, pmf, 0.0), axis=-1) + 0.5 * np.sum(np.where(tied, pmf, 0.0), axis=-1)
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 10), (1, 10), (7, 10), (10, 10), (80, 100), (761, 1000), (39_012, 50_000)])
+def test_the_accuracy_interval_ends_where_sternes_mid_p_test_turns(k, n):
+    interval = accuracy_interval(k, n)
+    assert interval.estimate == k / n and interval.method == "sterne-midp"
+    assert interval.low < k / n < interval.high or interval.low < k / n == interval.high == 1.0 or k == 0
+    for end, inward in ((interval.low, 1.0), (interval.high, -1.0)):
+        if end in (0.0, 1.0):
+            assert end == (0.0 if inward > 0 else 1.0) and (k == 0 if inward > 0 else k == n)
+            continue
+        step = inward * 1e-7 * min(end, 1 - end)  # past the 1e-7 of the pmf that counts as a tie
+        assert midp_value(k, n, end - step) <= 0.05 < midp_value(k, n, end + step)
+
+
+def test_the_accuracy_interval_is_the_stretch_the_test_keeps_around_the_estimate():
+    """Against a brute-force scan of a fine grid: every proportion inside is kept, and the first ones outside are
+    refused."""
+    grid = np.linspace(1e-6, 1 - 1e-6, 20_001)
+    for k in range(21):
+        interval = accuracy_interval(k, 20)
+        inside = grid[(grid > interval.low) & (grid < interval.high)]
+        assert np.all(midp_value(k, 20, inside) > 0.05), k
+        below, above = grid[grid < interval.low], grid[grid > interval.high]
+        assert interval.low == 0.0 or midp_value(k, 20, below.max()) <= 0.05, k
+        assert interval.high == 1.0 or midp_value(k, 20, above.min()) <= 0.05, k
 
 
 def test_bootstrap_is_seeded_stratified_and_agrees_with_the_score_interval():
@@ -240,7 +266,7 @@ def test_bad_inputs_are_refused():
     with pytest.raises(HarnessError, match="mask"):
         auroc_covariance([1.0, 2.0], [0.0, 1.0, 2.0], [np.array([True, False])])
     with pytest.raises(HarnessError, match="successes"):
-        wilson_interval(11, 10)
+        accuracy_interval(11, 10)
     with pytest.raises(HarnessError, match="one length"):
         bootstrap_interval(np.mean, np.ones(3), np.ones(4))
 
@@ -251,16 +277,21 @@ def coverage_script():
 
 def test_intervals_cover_the_hard_cells_and_are_never_of_zero_width():
     """300 replicates of the cells where DeLong's interval failed: few wrong ID predictions (1,770/30), small samples
-    near an AUROC of 1 (30/30 at 0.999, mostly perfect separations), ties at the top, and accuracy near 1."""
+    near an AUROC of 1 (30/30 at 0.999, mostly perfect separations), ties at the top; and accuracy near 1, exactly."""
     cov = coverage_script()
     rng = np.random.default_rng(0)
     cells = [
         *cov.auroc_cells(rng, 300, [(1770, 30), (30, 30)], [0.999], ["cont", "top"]),
         *cov.mean_cells(rng, 300, [(1770, 30)], [0.99]),
-        *cov.accuracy_cells(rng, 300, [50], [0.99]),
     ]
     for name, kind, sizes, _, truth, coverage, zero, _ in cells:
         assert coverage >= 0.9 and zero == 0.0, (name, kind, sizes, truth, coverage, zero)
+    # id-acc, exactly: in 93-97% wherever the binomial's steps let any interval be, and said where they do not
+    accuracy = {
+        (n, p): (coverage, word) for _, _, n, p, _, coverage, _, word in cov.accuracy_cells([20, 200], [0.9, 0.99])
+    }
+    assert accuracy.pop(("20", 0.99)) == (pytest.approx(0.9831, abs=1e-4), "no interval can: 0.818 or 0.983")
+    assert all(0.93 <= coverage <= 0.97 and word == "ok" for coverage, word in accuracy.values()), accuracy
     # the script's vectorised intervals are the library's, replicate by replicate (ties, a perfect separation)
     pos, neg = np.round(rng.normal(2.0, 1.0, (4, 40))), np.round(rng.normal(0.0, 1.0, (4, 30)))
     pos[0] += 10.0

@@ -63,10 +63,10 @@ def test_level_and_id_metrics():
         "sac_99": pytest.approx(2 / 3),
         **dict.fromkeys(("ece", "ece_mass", "nll", "brier")),  # not declared probabilities
         **dict.fromkeys(("nll_multiclass", "brier_multiclass")),  # no logits given
-        # Wilson's interval of 2 of 3 with continuity correction, by hand: (2np + z^2 -+ 1 -+ z sqrt(z^2 -+ 2 - 1/n
-        # + 4p(n(1-p) +- 1))) / (2(n + z^2)) = 1.715 / 13.683 and 13.441 / 13.683 (uncorrected: 0.2077, 0.9385)
-        "acc_low": pytest.approx(0.1253, abs=1e-4),
-        "acc_high": pytest.approx(0.9823, abs=1e-4),
+        # Sterne's mid-p interval of 2 of 3, by hand: at the low end only 3 of 3 is less probable than 2, so
+        # p^3 + 3p^2(1-p)/2 = 0.05; at the high end 0 and 1 are: (1-p)^3 + 3p(1-p)^2 + 3p^2(1-p)/2 = 0.05
+        "acc_low": pytest.approx(0.18860, abs=1e-5),
+        "acc_high": pytest.approx(0.96665, abs=1e-5),
         "auroc_low": None,  # one wrong prediction: the AUROC has no variance, so no interval
         "auroc_high": None,
     }

@@ -11,7 +11,7 @@ _EXPORTS = {
     "Interval": "intervals",
     "auroc_interval": "intervals",
     "mean_auroc_interval": "intervals",
-    "wilson_interval": "intervals",
+    "accuracy_interval": "intervals",
     "bootstrap_interval": "intervals",
     "Comparison": "paired",
     "Difference": "paired",

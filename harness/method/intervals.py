@@ -9,7 +9,7 @@
   every ID test image, and overlapping levels share OOD images): the same score interval, the variance of the mean at
   ``theta`` from each level's adapted variance and the correlations of the DeLong covariance matrix of the AUROCs
   (:func:`auroc_covariance`).
-- :func:`wilson_interval`: an accuracy (id-acc), Wilson's score interval with continuity correction (Newcombe 1998).
+- :func:`accuracy_interval`: an accuracy (id-acc), the interval of Sterne's test with the mid-p value.
 - :func:`bootstrap_interval`: any other statistic, a seeded stratified percentile bootstrap.
 
 Why a score interval: DeLong's variance is estimated at the AUROC itself, and with few negatives (or few wrong ID
@@ -33,7 +33,7 @@ from harness.errors import HarnessError
 CONFIDENCE = 0.95
 AUROC_METHOD = "binormal-score-adapted"
 MEAN_AUROC_METHOD = "binormal-score-adapted-mean-delong-correlation"
-ACC_METHOD = "wilson-cc"
+ACC_METHOD = "sterne-midp"
 BOOTSTRAP_METHOD = "stratified-bootstrap-percentile"
 SHRINK_WEIGHT = 20.0  # the model's weight in a side's placement variance, in degrees of freedom (chosen by coverage)
 
@@ -309,19 +309,102 @@ def mean_auroc_interval(
     return _score_interval(estimate, variance, MEAN_AUROC_METHOD, confidence)
 
 
-def wilson_interval(successes: int, total: int, confidence: float = CONFIDENCE) -> Interval:
-    """Wilson's score interval of a proportion with continuity correction (Newcombe 1998, method 4; id-acc:
-    ``successes`` correct of ``total``): the proportions ``p`` with ``|p_hat - p| - 1 / (2n) <= z sqrt(p (1 - p) / n)``.
-    It stays in [0, 1] and is never of zero width: with no failures it is ``[low, 1]``, with no successes
-    ``[0, high]``."""
+def _log_choose(n: int) -> np.ndarray:
+    """``log C(n, k)`` for ``k = 0..n``, as running sums of ``log((n - k + 1) / k)``."""
+    steps = np.log(np.arange(n, 0, -1, dtype=np.float64)) - np.log(np.arange(1, n + 1, dtype=np.float64))
+    return np.concatenate([[0.0], np.cumsum(steps)])
+
+
+@dataclass(frozen=True)
+class _Outcomes:
+    """Binomial(n, p) outcomes ``first .. first + len(log_choose) - 1`` with their ``log C(n, k)``, and the one seen."""
+
+    n: int
+    first: int
+    log_choose: np.ndarray
+    seen: int
+
+    def pmf(self, p: np.ndarray) -> np.ndarray:
+        """Their probabilities, a row per proportion in ``p`` (in (0, 1))."""
+        k = np.arange(self.first, self.first + len(self.log_choose))
+        return np.exp(self.log_choose + k * np.log(p[:, None]) + (self.n - k) * np.log1p(-p[:, None]))
+
+    def keeps(self, p: np.ndarray, alpha: float) -> np.ndarray:
+        """Whether Sterne's test keeps each proportion in ``p``: its mid-p value, the mass of the outcomes less
+        probable than the one seen plus half of those as probable (a relative 1e-7 counts as equal), is above
+        ``alpha``; 256 proportions at a time."""
+        kept = []
+        for chunk in np.array_split(p, max(1, -(-len(p) // 256))):
+            pmf = self.pmf(chunk)
+            seen = pmf[:, self.seen - self.first : self.seen - self.first + 1]
+            less, tied = pmf < seen * (1.0 - 1e-7), np.abs(pmf - seen) <= seen * 1e-7
+            midp = np.sum(np.where(less, pmf, 0.0), axis=1) + 0.5 * np.sum(np.where(tied, pmf, 0.0), axis=1)
+            kept.append(midp > alpha)
+        return np.concatenate(kept)
+
+    def window(self, low: float, high: float) -> _Outcomes:
+        """The outcomes that are not negligible (beyond 40 standard deviations and 60 more, under 1e-150) at any
+        proportion in [low, high]."""
+        reach = 40.0 * math.sqrt(self.n / 4.0) + 60.0
+        first = max(self.first, math.floor(self.n * low - reach))
+        last = min(self.first + len(self.log_choose) - 1, math.ceil(self.n * high + reach))
+        return _Outcomes(self.n, first, self.log_choose[first - self.first : last - self.first + 1], self.seen)
+
+
+def _bisect(inside: float, outside: float, keeps: Callable[[float], bool]) -> float:
+    """Up to 52 halvings between a kept and a refused proportion (fewer where they are adjacent floats); the refused
+    end."""
+    for _ in range(52):
+        mid = (inside + outside) / 2.0
+        if mid in (inside, outside):
+            break
+        inside, outside = (mid, outside) if keeps(mid) else (inside, mid)
+    return outside
+
+
+def _midp_end(outcomes: _Outcomes, end: float, alpha: float, grid: int) -> float:
+    """The end of the mid-p interval toward ``end`` (0 or 1): where the stretch of proportions the test keeps around
+    the estimate ends. Past the point where the binomial's tail beyond the outcome seen is under 1e-12 it keeps none;
+    before it, the candidates are ``grid`` evenly spaced proportions and, on both sides, each point where another
+    outcome's probability crosses the seen one's (where the mid-p value jumps); then halvings from the last kept
+    candidate toward the first refused one."""
+    seen, estimate, toward = outcomes.seen, outcomes.seen / outcomes.n, 1.0 if end > 0.5 else -1.0
+
+    def tail(p: float) -> float:
+        pmf = outcomes.pmf(np.array([p]))[0]
+        return float(pmf[: seen - outcomes.first + 1].sum() if toward > 0 else pmf[seen - outcomes.first :].sum())
+
+    far = _bisect(estimate, end, lambda p: tail(p) >= 1e-12)
+    near = outcomes.window(min(estimate, far), max(estimate, far))
+    others = np.arange(near.first, near.first + len(near.log_choose))
+    gap = others[(others - seen) * toward > 0] - seen  # the outcomes past the seen one, that way
+    logit = (near.log_choose[seen - near.first] - near.log_choose[seen + gap - near.first]) / gap
+    sides = [logit + side * 2e-7 / np.abs(gap) for side in (-1.0, 1.0)]  # each side, past the 1e-7 that is a tie
+    crossings = [0.5 + 0.5 * np.tanh(side / 2.0) for side in sides]  # the logistic, without overflow
+    candidates = np.concatenate([estimate + (far - estimate) * np.arange(1, grid) / grid, *crossings])
+    candidates = np.unique(candidates[((candidates - estimate) * toward > 0) & ((far - candidates) * toward > 0)])
+    candidates = candidates if toward > 0 else candidates[::-1]  # nearest the estimate first
+    kept = near.keeps(candidates, alpha)
+    first_out = len(candidates) if kept.all() else int(np.argmin(kept))
+    inside = candidates[first_out - 1] if first_out > 0 else estimate
+    outside = candidates[first_out] if first_out < len(candidates) else far
+    return float(_bisect(inside, outside, lambda p: bool(near.keeps(np.array([p]), alpha)[0])))
+
+
+def accuracy_interval(successes: int, total: int, confidence: float = CONFIDENCE, grid: int = 256) -> Interval:
+    """An accuracy's interval (id-acc: ``successes`` correct of ``total``): the stretch of proportions around the
+    estimate that Sterne's test with the mid-p value keeps (Sterne 1954; Lancaster 1961; Fay 2010's ``minlike`` with
+    ``midp``). Sterne's test keeps the most probable outcomes first, and the mid-p value stops where their mass is
+    nearest the confidence, so at a true proportion the interval covers about as near 95% as the binomial's steps
+    allow (docs/method.md, "Measured coverage"). The ends are 0 with no successes and 1 with no failures, never both
+    (:func:`_midp_end`)."""
     if total <= 0 or not 0 <= successes <= total:
         raise HarnessError(f"a proportion needs 0 <= successes <= total and total > 0, got {successes} of {total}")
-    z, n, p = _z(confidence), total, successes / total
-    q, denominator = 1.0 - p, 2.0 * (n + z * z)
-    low = (2 * n * p + z * z - 1 - z * math.sqrt(max(z * z - 2 - 1 / n + 4 * p * (n * q + 1), 0.0))) / denominator
-    high = (2 * n * p + z * z + 1 + z * math.sqrt(max(z * z + 2 - 1 / n + 4 * p * (n * q - 1), 0.0))) / denominator
-    low, high = (0.0 if successes == 0 else max(low, 0.0)), (1.0 if successes == total else min(high, 1.0))
-    return Interval(p, low, high, ACC_METHOD, confidence)
+    _z(confidence)
+    outcomes, alpha = _Outcomes(total, 0, _log_choose(total), successes), 1.0 - confidence
+    low = _midp_end(outcomes, 0.0, alpha, grid) if successes > 0 else 0.0
+    high = _midp_end(outcomes, 1.0, alpha, grid) if successes < total else 1.0
+    return Interval(successes / total, low, high, ACC_METHOD, confidence)
 
 
 def bootstrap_interval(

@@ -17,9 +17,9 @@ from harness.method.intervals import (
     CONFIDENCE,
     MEAN_AUROC_METHOD,
     Interval,
+    accuracy_interval,
     auroc_interval,
     mean_auroc_interval,
-    wilson_interval,
 )
 from harness.method.registry import (
     IdScores,
@@ -294,7 +294,7 @@ register_metric(
         column="id_acc",
         since=1,
         null="never",
-        interval=IntervalRule(ACC_METHOD, lambda d: _pair(wilson_interval(int(d.correct.sum()), len(d.correct)))),
+        interval=IntervalRule(ACC_METHOD, lambda d: _pair(accuracy_interval(int(d.correct.sum()), len(d.correct)))),
     )
 )
 register_metric(

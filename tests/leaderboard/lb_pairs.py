@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.method.intervals import auroc_interval, mean_auroc_interval, wilson_interval
+from harness.method.intervals import accuracy_interval, auroc_interval, mean_auroc_interval
 from lb_records import STATEMENT, record
 from leaderboard.per_image import SCHEMA
 from leaderboard.store import add_records
@@ -93,7 +93,7 @@ def entry_record(model: str, kappa: str, columns: dict, run: Path) -> dict:
         level["ood_auroc_low"], level["ood_auroc_high"] = ci.low, ci.high
     parts = (
         (rec["summary"], "mean_ood_auroc", mean_auroc_interval(ids, oods, by_level)),
-        (rec["id"], "acc", wilson_interval(int(right.sum()), len(right))),
+        (rec["id"], "acc", accuracy_interval(int(right.sum()), len(right))),
         (rec["id"], "auroc", auroc_interval(ids[right], ids[~right])),
     )
     for part, name, ci in parts:
