@@ -67,7 +67,7 @@ def test_the_rules_differ_by_one_window_for_some_levels(n, num_levels, level, or
 
 
 def test_an_unknown_rule_is_refused_in_one_line():
-    message = "unknown severity rule 'float'; known: integer, original"
+    message = f"unknown severity rule 'float'; known: {', '.join(SEVERITY_RULES)}"
     for call in (
         lambda: check_rule("float"),
         lambda: window_starts(14, 8, "float"),
@@ -76,7 +76,7 @@ def test_an_unknown_rule_is_refused_in_one_line():
         with pytest.raises(HarnessError) as error:
             call()
         assert str(error.value) == message
-    assert list(SEVERITY_RULES) == ["integer", "original"]
+    assert {"integer", "original"} <= set(SEVERITY_RULES)  # the canonical rule and the original code's
 
 
 def test_each_rule_is_named_in_the_convention():

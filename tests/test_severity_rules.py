@@ -21,6 +21,7 @@ from dataset_builder.glyphs.build import build
 from dataset_builder.levels import LEVEL_COLUMNS, RULE_COLUMNS, read_level_table
 from glyph_fixtures import CNN, TINY, built_once, session_folder
 from harness.cli import app
+from leaderboard.record import SCHEMA_VERSION
 from leaderboard.schema import entry_id
 
 POOL = {**TINY, "pool_size": 49}  # 49 OOD classes in windows of 36 (the ID classes): N = 14 windows
@@ -78,7 +79,7 @@ def test_the_second_rule_reuses_the_scores(runs):
 def test_the_records_name_the_rule_and_the_windows_real_percentiles(runs):
     integer, original = record(runs, "integer"), record(runs, "original")
     for rule, made in (("integer", integer), ("original", original)):
-        assert made["severity_rule"] == rule and made["schema_version"] == 2
+        assert made["severity_rule"] == rule and made["schema_version"] == SCHEMA_VERSION
         assert [level["window_percentile"] for level in made["levels"]] == [s / 13 for s in STARTS[rule]]
         assert [level["percentile"] for level in made["levels"]] == pytest.approx([i / 7 for i in range(LEVELS)])
     assert "the original code's float window starts" in original["metric_definitions"]["severity_levels"]

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import copy
 import math
+import zlib
+
+from harness.method.registry import registered
+from leaderboard.record import READ_VERSIONS, SCHEMA_VERSION, make_record
 
 GLYPHS = {
     "id": "glyphs",
@@ -12,6 +16,31 @@ GLYPHS = {
     "num_id_classes": 36,
     "num_ood_classes": 432,
 }
+LEVEL_VALUES = {  # the built-in level metrics' values at level i (the tests read them); ood_auroc is record()'s
+    "fpr_at_95_tpr": lambda i: 0.3 + 0.01 * i,
+    "aupr_in": lambda i: 0.9,
+    "aupr_out": lambda i: 0.92,
+    "ood_avg_conf": lambda i: 0.4 + 0.01 * i,
+    "fpr_at_99_tpr": lambda i: 0.5 + 0.01 * i,
+}
+ID_VALUES = {"auroc": 0.86, "avg_conf": 0.77}  # acc is record()'s
+
+
+def metric_value(name: str, level: int = 0) -> float:
+    """A value in [0, 1] for any other registered metric: fixed by its name, rising by 0.01 per level."""
+    return round(0.2 + (zlib.crc32(name.encode()) % 50) / 100 + 0.01 * level, 6)
+
+
+def held(scope: str) -> list[str]:
+    """The registered metrics of ``scope`` that every record holds (those with a ``since``); a metric without one is
+    left out, as by a maker of records that does not measure it."""
+    return [m.name for m in registered(scope) if m.since is not None]
+
+
+def _level(i: int, num_levels: int, auroc: float) -> dict:
+    values = {name: LEVEL_VALUES.get(name, lambda i, name=name: metric_value(name, i))(i) for name in held("level")}
+    percentile = {"level": i, "percentile": i / (num_levels - 1), "level_score": -1.0 + 0.1 * i}
+    return {**percentile, **values, "ood_auroc": auroc, "num_id": 1800, "num_ood": 1800}
 
 
 def record(
@@ -24,29 +53,16 @@ def record(
     num_levels: int = 11,
     bundle: str | None = None,
 ) -> dict:
-    """A valid harness record; ood-auroc falls from 0.95 by 0.02 per level unless ``aurocs`` is given. ``bundle``: a
-    submission file's bundle hash (its identity); without it the model is known by its source and hashes."""
+    """A valid harness record, built by ``make_record`` with every metric of the schema version the registry declares
+    (:func:`held`); ood-auroc falls from 0.95 by 0.02 per level unless ``aurocs`` is given. ``bundle``: a submission
+    file's bundle hash (its identity); without it the model is known by its source and hashes."""
     aurocs = aurocs or [round(0.95 - 0.02 * i, 6) for i in range(num_levels)]
-    levels = [
-        {
-            "level": i,
-            "percentile": i / (num_levels - 1),
-            "level_score": -1.0 + 0.1 * i,
-            "ood_auroc": a,
-            "fpr_at_95_tpr": 0.3 + 0.01 * i,
-            "aupr_in": 0.9,
-            "aupr_out": 0.92,
-            "ood_avg_conf": 0.4 + 0.01 * i,
-            "fpr_at_99_tpr": 0.5 + 0.01 * i,
-            "num_id": 1800,
-            "num_ood": 1800,
-        }
-        for i, a in enumerate(aurocs)
-    ]
-    return {
-        "schema_version": 2,
-        "benchmark": copy.deepcopy(GLYPHS),
-        "model": {
+    levels = [_level(i, num_levels, a) for i, a in enumerate(aurocs)]
+    ids = {name: ID_VALUES.get(name, metric_value(name)) for name in held("id")}
+    summary = {m.name: m.compute(levels) for m in registered("summary") if m.name in held("summary")}
+    return make_record(
+        benchmark=copy.deepcopy(GLYPHS),
+        model={
             "name": model,
             "source": "examples/glyph_cnn.py",
             "file_sha256": "22" * 32,
@@ -55,22 +71,21 @@ def record(
             "num_parameters": 123456,
             "preprocessing": {"size": 32},
         },
-        "kappa": {"name": kappa, "params": params or {}},
-        "num_levels": num_levels,
-        "levels": levels,
-        "id": {"acc": acc, "auroc": 0.86, "avg_conf": 0.77, "num": 1800},
-        "summary": {"mean_ood_auroc": sum(aurocs) / len(aurocs)},
-        "metric_definitions": {
+        kappa={"name": kappa, "params": params or {}},
+        levels=levels,
+        id={**ids, "acc": acc, "num": 1800},
+        summary=summary,
+        metric_definitions={
             "ood_auroc": "Mann-Whitney AUROC with average ranks, ID positive",
             "fpr_at_95_tpr": "ODIN convention",
             "aupr": "average precision",
         },
-        "seed": 0,
-        "harness_version": "0.1.0",
-        "created": "2026-12-02T10:00:00+00:00",
-        "timings": {"total_s": 61.2},
-        "provenance": "harness",
-    }
+        seed=0,
+        harness_version="0.1.0",
+        created="2026-12-02T10:00:00+00:00",
+        timings={"total_s": 61.2},
+        provenance="harness",
+    )
 
 
 STATEMENT = {
@@ -132,9 +147,14 @@ class _Delete:
 
 
 DELETE = _Delete()
+READS = ", ".join(map(str, READ_VERSIONS))  # the versions the validator names
 
 REJECTIONS = [
-    ("schema_version", 3, "schema_version: unsupported 3 (this leaderboard reads 1, 2)"),
+    (
+        "schema_version",
+        SCHEMA_VERSION + 1,
+        f"schema_version: unsupported {SCHEMA_VERSION + 1} (this leaderboard reads {READS})",
+    ),
     ("schema_version", True, "schema_version: unsupported True"),
     ("model", DELETE, "record: missing field 'model'"),
     ("extra", 1, "record: unknown field 'extra'"),
@@ -187,7 +207,11 @@ REJECTIONS = [
     ("levels.3.ood_auroc", 1.2, "levels[3].ood_auroc: out of range [0, 1]: 1.2"),
     ("levels.0.fpr_at_95_tpr", -0.1, "levels[0].fpr_at_95_tpr: out of range [0, 1]: -0.1"),
     ("levels.0.fpr_at_99_tpr", 1.5, "levels[0].fpr_at_99_tpr: out of range [0, 1]: 1.5"),
-    ("levels.6.fpr_at_99_tpr", DELETE, "levels[6]: missing field 'fpr_at_99_tpr' (schema version 2 has it)"),
+    (
+        "levels.6.fpr_at_99_tpr",
+        DELETE,
+        f"levels[6]: missing field 'fpr_at_99_tpr' (schema version {SCHEMA_VERSION} has it)",
+    ),
     ("levels.0.aupr_in", None, "levels[0].aupr_in: must be a number, got null"),
     ("levels.2.ood_avg_conf", "0.5", "levels[2].ood_avg_conf: must be a number, got str"),
     ("levels.2.ood_avg_conf", True, "levels[2].ood_avg_conf: must be a number, got bool"),

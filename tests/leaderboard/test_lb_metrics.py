@@ -52,6 +52,29 @@ MEDIAN_GAP = Metric(
 )
 
 
+PAPER_COLUMNS = [  # per_level.csv's first columns, the paper's
+    *("severity level", "percentile", "ood-auroc", "ood_avg_conf", "id-acc", "id-auroc", "id_avg_conf"),
+    *("model name", "confidence function", "model name - confidence function"),
+]
+PAPER_METRICS = {"level": ("ood_auroc", "ood_avg_conf"), "id": ("acc", "auroc", "avg_conf")}  # in those columns
+
+
+def later_columns() -> list[str]:
+    """per_level.csv's columns after the paper's, by the order rule: every other level metric under its label (a
+    test's after the built-in ones), the level score, the window percentile, the severity rule, every other ID metric
+    as ``id-<label>``, then the ends of the level metrics' intervals."""
+    levels, ids = (
+        [m for m in registry.registered(scope) if m.name not in PAPER_METRICS[scope]] for scope in ("level", "id")
+    )
+    ends = [f"{m.label} {side}" for m in registry.registered("level") if m.bounds for side in ("low", "high")]
+    return [
+        *(m.label for m in levels),
+        *("level score", "window percentile", "severity rule"),
+        *(f"id-{m.label}" for m in ids),
+        *ends,
+    ]
+
+
 @pytest.fixture
 def median_gap():
     register_metric(MEDIAN_GAP)
@@ -72,7 +95,9 @@ def test_fpr_at_99_tpr_is_a_level_metric():
     metrics = level_metrics(id_scores, ood_scores)
     assert metrics["fpr_at_99_tpr"] == 0.6 == fpr_at_tpr(id_scores, ood_scores, 0.99)
     assert metrics["fpr_at_95_tpr"] == 0.2  # keep 95 positives: threshold 5.0, accepted: 50.0
-    assert list(metrics)[:6] == ["ood_auroc", "fpr_at_95_tpr", "aupr_in", "aupr_out", "ood_avg_conf", "fpr_at_99_tpr"]
+    declared = registry.registered("level")
+    ends = [end for m in declared if m.bounds for end in m.bounds]
+    assert list(metrics) == [*(m.name for m in declared), *ends]  # each level metric in declaration order, then ends
     declared = {m.name: m for m in registry.registered("level")}["fpr_at_99_tpr"]
     assert (declared.higher_is_better, declared.aggregate, declared.table_column, declared.since) == (
         False,
@@ -132,18 +157,8 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
     base = _with_gap(record())
     result = KappaResult("softmax", None, base["levels"], base["id"])
     frame = outputs.per_level_frame("glyph_cnn", [result])
-    assert list(frame.columns)[16:18] == ["median gap", "level score"]  # the other level metrics, the level score
-    assert list(frame.columns)[18:20] == ["window percentile", "severity rule"]  # where the levels' windows start
-    assert list(frame.columns)[20:30] == [  # then the other ID ones
-        *("id-aurc", "id-e-aurc", "id-sac@95", "id-sac@99"),
-        *("id-ece", "id-ece-mass", "id-nll (correctness)", "id-brier (correctness)"),
-        *("id-nll (multi-class)", "id-brier (multi-class)"),
-    ]
-    assert list(frame.columns)[30:] == ["ood-auroc low", "ood-auroc high"]  # then the level intervals' ends
-    assert list(frame.columns)[10:16] == [
-        *("fpr@95 (ID+)", "aupr-in", "aupr-out", "fpr@99 (ID+)"),
-        *("fpr@95 (OOD+)", "fpr@99 (OOD+)"),  # blank: this record was made before them
-    ]
+    assert list(frame.columns) == [*PAPER_COLUMNS, *later_columns()]
+    assert "median gap" in frame.columns and "fpr@95 (ID+)" in frame.columns  # a test's metric, a built-in one
     assert frame["median gap"].tolist()[:2] == [1.0, 0.9] and frame["fpr@99 (ID+)"].tolist()[0] == 0.5
     assert frame["fpr@95 (OOD+)"].isna().all()
     made = outputs.record(
@@ -159,7 +174,7 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
         metric_definitions=outputs.metric_definitions(),
     )
     validate_record(made)
-    assert made["schema_version"] == 2 and made["levels"][1]["median_gap"] == 0.9
+    assert made["schema_version"] == shape.SCHEMA_VERSION and made["levels"][1]["median_gap"] == 0.9
     assert made["summary"]["mean_ood_auroc"] == pytest.approx(
         math.fsum(base_l["ood_auroc"] for base_l in base["levels"]) / 11
     )
@@ -181,12 +196,15 @@ def test_a_metric_is_declared_once():
 
 def test_a_version_1_record_is_read_and_its_new_fields_are_blank():
     old = json.loads(V1_RECORD.read_text())
-    assert old["schema_version"] == 1 and "fpr_at_99_tpr" not in old["levels"][0]
+    since = {m.name: m for m in registry.registered("level")}["fpr_at_99_tpr"].since  # the version that added it
+    assert old["schema_version"] < since and "fpr_at_99_tpr" not in old["levels"][0]
     validate_record(old)
     row = record_row(old, 1, "records/old.json", "00" * 32)
     assert row["mean_fpr_at_99_tpr"] is None and row["mean_fpr_at_95_tpr"] == pytest.approx(0.35)
-    with pytest.raises(LeaderboardError, match=r"^levels\[0\]: missing field 'fpr_at_99_tpr' \(schema version 2"):
-        validate_record({**old, "schema_version": 2})
+    with pytest.raises(
+        LeaderboardError, match=rf"^levels\[0\]: missing field 'fpr_at_99_tpr' \(schema version {since}"
+    ):
+        validate_record({**old, "schema_version": since})
 
 
 def test_a_board_written_before_a_metric_takes_records_with_it(tmp_path, median_gap):
@@ -244,17 +262,8 @@ def test_a_metric_registered_first_comes_after_the_built_in_ones():
         "print(' '.join(m.name for m in registered('level')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == [
-        "ood_auroc",
-        "fpr_at_95_tpr",
-        "aupr_in",
-        "aupr_out",
-        "ood_avg_conf",
-        "fpr_at_99_tpr",
-        "fpr_at_95_tpr_ood",
-        "fpr_at_99_tpr_ood",
-        "early",
-    ], done.stderr
+    built_in = [m.name for m in registry.registered("level")]
+    assert done.stdout.split() == [*built_in, "early"], done.stderr
 
 
 def test_the_terminal_summary_names_a_registered_summary_metric():
