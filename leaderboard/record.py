@@ -33,6 +33,22 @@ PROVENANCES = ("harness", "paper")
 VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
 MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
 NOT_NAMES = (".", "..")  # a name is never a path's "here" or "up"
+# the optional metrics (``since`` None) that every leaderboard reading schema version 2 knows (the releases' own): a
+# record holds them undescribed; one added after them (a later release's, a plugin's) is described in its ``metrics``
+KNOWN_OPTIONAL = (
+    "fpr_at_95_tpr_ood",
+    "fpr_at_99_tpr_ood",
+    "aurc",
+    "e_aurc",
+    "sac_95",
+    "sac_99",
+    "ece",
+    "ece_mass",
+    "nll",
+    "brier",
+    "nll_multiclass",
+    "brier_multiclass",
+)
 # the harness's default severity rule (harness.method.severity): what a record without one used
 CANONICAL_SEVERITY_RULE = "integer"
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
@@ -529,8 +545,9 @@ def make_record(**parts) -> dict:
 
 
 def described_metrics(parts: dict) -> dict | None:
-    """What a record says of the metrics it holds that were added without a schema version (a plugin's, a later
-    build's), so that a board without them shows them: ``{name: {scope, label, higher_is_better}}``; None for none."""
+    """What a record says of the metrics it holds that were added without a schema version after
+    :data:`KNOWN_OPTIONAL` (a plugin's, a later release's), so that a board without them shows them: ``{name: {scope,
+    label, higher_is_better}}``; None for none (every record of the built-in metrics today)."""
     held = {
         "level": {key for level in parts.get("levels") or () for key in level},
         "id": set(parts.get("id") or ()),
@@ -539,7 +556,7 @@ def described_metrics(parts: dict) -> dict | None:
     described = {
         m.name: {"scope": m.scope, "label": m.label, "higher_is_better": m.higher_is_better}
         for m in registered()
-        if m.since is None and m.name in held[m.scope]
+        if m.since is None and m.name not in KNOWN_OPTIONAL and m.name in held[m.scope]
     }
     return described or None
 

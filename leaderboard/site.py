@@ -299,7 +299,7 @@ def foreign_metrics(table: pd.DataFrame, records: dict[str, dict]) -> dict[str, 
     """The table's columns of metrics its records describe themselves (:mod:`leaderboard.foreign`), as the records
     describe them; without the records, by their column name."""
     described = foreign_columns(records.values())
-    bare = {"heading": "", "higher_is_better": True, "definition": "(the records are not in the site)"}
+    bare = {"higher_is_better": True, "definition": "(the records are not in the site)"}
     return {c: described.get(c) or {**bare, "name": c, "heading": f"{c}{MARK}"} for c in foreign_in(table)}
 
 

@@ -91,6 +91,7 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str, sta
     (:func:`leaderboard.conflicts.standings`), a conflict flagged."""
     levels = record["levels"]
     return {
+        **foreign_values(record),  # first: a column the board declares is never overwritten
         **{column: _at(record, path) for column, (path, _) in record_columns().items()},
         "seq": seq,
         "entry_id": entry_id(record),
@@ -106,7 +107,6 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str, sta
         "ood_auroc_definition": record["metric_definitions"]["ood_auroc"],
         "record_file": record_file,
         "record_sha256": record_sha256,
-        **foreign_values(record),
     }
 
 

@@ -4,7 +4,6 @@ not describe such a field, or one of a schema version ahead, is refused in one l
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 
@@ -16,6 +15,7 @@ from markupsafe import escape
 from typer.testing import CliRunner
 
 from dataset_builder.errors import CoodError
+from harness.method.metrics import fpr_at_tpr
 from harness.method.registry import Metric, register_metric, registered, unregister_metric
 from lb_records import record
 from leaderboard import record as shape
@@ -42,40 +42,57 @@ GAP = Metric(
 )
 
 
-def later_build(model: str = "later") -> dict:
-    """A record as a build with one more level metric (added without a schema version) and one more severity rule
-    writes it: the metric per level, described in ``metrics`` and defined in ``metric_definitions``."""
-    made = copy.deepcopy(record(model=model, weights="55" * 32))
-    for index, level in enumerate(made["levels"]):
-        level["detection_error"] = round(0.1 + 0.02 * index, 6)
-    made["metric_definitions"] = {**made["metric_definitions"], "detection_error": DETECTION_ERROR}
-    made["metric_definitions"]["severity_levels"] = SPREAD
-    made["severity_rule"] = "spread"
-    made["metrics"] = {"detection_error": {"scope": "level", "label": "det-err", "higher_is_better": False}}
-    return made
+# a later release's built-in level metric (its function, never called here, one of the harness's own)
+DETECTION = Metric("detection_error", "level", fpr_at_tpr, False, "det-err", DETECTION_ERROR, aggregate="mean")
+
+
+def made_with(metric: Metric, model: str, values: list[float], **changes) -> dict:
+    """A record made by the one constructor where ``metric`` is registered (a later release, a plugin installed), its
+    level values ``values``; ``changes``: other parts as that build writes them."""
+    register_metric(metric)
+    try:
+        parts = record(model=model, weights=f"{len(model):02d}" * 32)
+        del parts["schema_version"], parts["num_levels"]
+        for level, value in zip(parts["levels"], values):
+            level[metric.name] = value
+        parts["metric_definitions"] = {**parts["metric_definitions"], metric.name: metric.definition}
+        return shape.make_record(**{**parts, **changes})
+    finally:
+        unregister_metric(metric)
+
+
+def later_build() -> dict:
+    """A record as a release with one more level metric (added without a schema version) and one more severity rule
+    writes it."""
+    definitions = {**record()["metric_definitions"], "detection_error": DETECTION_ERROR, "severity_levels": SPREAD}
+    values = [round(0.1 + 0.02 * i, 6) for i in range(11)]
+    return made_with(DETECTION, "later", values, severity_rule="spread", metric_definitions=definitions)
 
 
 def plugin_record() -> dict:
-    """A record made where the plugin's metric is registered, by the one constructor."""
-    register_metric(GAP)
-    try:
-        parts = {k: v for k, v in record(model="plugged", weights="66" * 32).items() if k not in ("schema_version",)}
-        parts.pop("num_levels")
-        for index, level in enumerate(parts["levels"]):
-            level["x_lab_median_gap"] = 1.0 - 0.1 * index
-        parts["metric_definitions"] = {**parts["metric_definitions"], "x_lab_median_gap": GAP.definition}
-        return shape.make_record(**parts)
-    finally:
-        unregister_metric(GAP)
+    """A record made where the plugin's metric is registered."""
+    return made_with(GAP, "plugged", [1.0 - 0.1 * i for i in range(11)])
 
 
 def test_the_constructor_describes_a_metric_added_without_a_version():
     made = plugin_record()
     assert made["metrics"] == {"x_lab_median_gap": {"scope": "level", "label": "median gap", "higher_is_better": True}}
+    assert later_build()["metrics"] == {
+        "detection_error": {"scope": "level", "label": "det-err", "higher_is_better": False}
+    }
     assert made["schema_version"] == shape.SCHEMA_VERSION  # no version bump for an optional metric
     assert "metrics" not in record()  # a record of built-in metrics only is written as before
     assert "x_lab_median_gap" not in {m.name for m in registered()}  # this board does not know it
     validate_record(made)
+
+
+def test_the_optional_metrics_every_board_knows_are_built_in_and_undescribed():
+    optional = {m.name for m in registered() if m.since is None}
+    assert set(shape.KNOWN_OPTIONAL) <= optional  # a name there is one the registry declares, unprefixed
+    assert not any(name.startswith("x_") for name in shape.KNOWN_OPTIONAL)
+    parts = {k: v for k, v in record().items() if k not in ("schema_version", "num_levels")}
+    parts["id"] = {**parts["id"], "nll_multiclass": 0.5}
+    assert "metrics" not in shape.make_record(**parts)
 
 
 def test_a_plugins_metric_is_namespaced():
