@@ -418,7 +418,7 @@ class Record:
     metrics: dict | None = spec(
         optional=True,
         doc="optional: what a board that does not know them needs to show the metrics the record holds that were "
-        "added without a schema version (a plugin's, named <plugin>.<name>; a later build's): per name its scope "
+        "added without a schema version (a plugin's, named x_<plugin>_<name>; a later build's): per name its scope "
         "(level, id, summary), label and higher_is_better; their definitions are in metric_definitions; absent where "
         "the record holds none",
     )
