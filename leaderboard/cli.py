@@ -34,6 +34,8 @@ from leaderboard import (
 )
 from leaderboard import worker as workers
 from leaderboard.errors import LeaderboardError
+from leaderboard.foreign import foreign_columns
+from leaderboard.table import foreign_in
 
 app = make_app(
     "Validated, versioned C-OOD results: add records, release versions, view and publish them.",
@@ -200,7 +202,16 @@ def show(
     if len(rows):
         column = views.sort_column(rows, sort)
         paired = pairs.board_pairs(directory, rows["record_file"].tolist(), column=column)
-        typer.echo(views.format_rows(rows, sort, limit or None, paired))
+        typer.echo(views.format_rows(rows, sort, limit or None, paired, _foreign(directory, rows)))
+
+
+def _foreign(directory: Path, rows) -> dict[str, dict]:
+    """The columns of ``rows`` that metrics their records describe themselves fill, as the records describe them."""
+    if not foreign_in(rows):
+        return {}
+    shown = set(rows["record_file"])
+    records = store.stored_records(directory)
+    return foreign_columns(json.loads(data) for path, data in records if f"{store.RECORDS}/{path.name}" in shown)
 
 
 @app.command()

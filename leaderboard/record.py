@@ -10,6 +10,8 @@ a kappa's values (:data:`SCORES`).
 
 A record states its schema version; the leaderboard reads every version in :data:`READ_VERSIONS`: a field added
 after version 1 is declared ``absent_in_older``, so a record written before it lacks it (the table shows it blank).
+The version changes only for a breaking change: a metric added without one (``since`` None) is described in the
+record's ``metrics`` block, so a board that does not know it reads and shows it (:mod:`leaderboard.foreign`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,22 @@ PROVENANCES = ("harness", "paper")
 VERIFIED = "verified"  # re-run by the leaderboard's own worker from a request; anything else is self-reported
 MAX_NAME_BYTES = 200  # model and kappa names end up in file names, page titles and table cells
 NOT_NAMES = (".", "..")  # a name is never a path's "here" or "up"
+# the optional metrics (``since`` None) that every leaderboard reading schema version 2 knows (the releases' own): a
+# record holds them undescribed; one added after them (a later release's, a plugin's) is described in its ``metrics``
+KNOWN_OPTIONAL = (
+    "fpr_at_95_tpr_ood",
+    "fpr_at_99_tpr_ood",
+    "aurc",
+    "e_aurc",
+    "sac_95",
+    "sac_99",
+    "ece",
+    "ece_mass",
+    "nll",
+    "brier",
+    "nll_multiclass",
+    "brier_multiclass",
+)
 # the harness's default severity rule (harness.method.severity): what a record without one used
 CANONICAL_SEVERITY_RULE = "integer"
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
@@ -397,6 +415,13 @@ class Record:
     id: IdMetrics = spec()
     summary: Summary = spec()
     metric_definitions: dict[str, str] = spec(keys=("ood_auroc",))
+    metrics: dict | None = spec(
+        optional=True,
+        doc="optional: what a board that does not know them needs to show the metrics the record holds that were "
+        "added without a schema version (a plugin's, named x_<plugin>_<name>; a later build's): per name its scope "
+        "(level, id, summary), label and higher_is_better; their definitions are in metric_definitions; absent where "
+        "the record holds none",
+    )
     seed: int | None = spec(range=SEEDS, reported=True, column="seed")
     order_seed: int | None = spec(
         range=SEEDS,
@@ -512,8 +537,28 @@ def optional_keys(cls: type) -> tuple[str, ...]:
 def make_record(**parts) -> dict:
     """The one way to build a record: its parts as plain values (nested parts as dicts, keys exactly the fields; a
     nullable field left out is null), ``schema_version`` and ``num_levels`` filled in. Returns the record's JSON object,
-    keys in field order, optional parts left out when None."""
-    return _to_json(_build(Record, {"schema_version": SCHEMA_VERSION, "num_levels": len(parts["levels"]), **parts}))
+    keys in field order, optional parts left out when None; the metrics it holds that a board may not know described
+    (:func:`described_metrics`)."""
+    filled = {"schema_version": SCHEMA_VERSION, "num_levels": len(parts["levels"]), **parts}
+    filled.setdefault("metrics", described_metrics(parts))
+    return _to_json(_build(Record, filled))
+
+
+def described_metrics(parts: dict) -> dict | None:
+    """What a record says of the metrics it holds that were added without a schema version after
+    :data:`KNOWN_OPTIONAL` (a plugin's, a later release's), so that a board without them shows them: ``{name: {scope,
+    label, higher_is_better}}``; None for none (every record of the built-in metrics today)."""
+    held = {
+        "level": {key for level in parts.get("levels") or () for key in level},
+        "id": set(parts.get("id") or ()),
+        "summary": set(parts.get("summary") or ()),
+    }
+    described = {
+        m.name: {"scope": m.scope, "label": m.label, "higher_is_better": m.higher_is_better}
+        for m in registered()
+        if m.since is None and m.name not in KNOWN_OPTIONAL and m.name in held[m.scope]
+    }
+    return described or None
 
 
 _UNSET = object()  # an unset_absent field not given: left out

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
+from leaderboard.foreign import check_descriptions, check_foreign
 from leaderboard.record import (
     CANONICAL_SEVERITY_RULE,
     FORMATS,
@@ -226,7 +227,12 @@ def validate_record(record) -> None:
     version = record.get("schema_version")
     if isinstance(version, bool) or version not in READ_VERSIONS:
         shown = ", ".join(map(str, READ_VERSIONS))
-        raise _fail("schema_version", f"unsupported {version!r} (this leaderboard reads {shown})")
+        ahead = isinstance(version, int) and not isinstance(version, bool) and version > max(READ_VERSIONS)
+        upgrade = f": version {version} is newer than this leaderboard; upgrade cood-bench to read it" if ahead else ""
+        raise _fail("schema_version", f"unsupported {version!r} (this leaderboard reads {shown}){upgrade}")
+    if isinstance(record.get("metrics"), dict):
+        check_descriptions(record["metrics"])
+    record = check_foreign(record)
     present = {k: v for k, v in record.items() if k not in optional_keys(Record)}
     _object(present, "record", required_keys(Record), older_keys(Record))
     if record["provenance"] not in PROVENANCES:

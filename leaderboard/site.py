@@ -37,11 +37,12 @@ from harness.method.registry import Metric, registered
 from leaderboard.csvsafe import csv_bytes
 from leaderboard.drilldown import level_classes, publishable, stored_folder
 from leaderboard.errors import LeaderboardError
+from leaderboard.foreign import MARK, NOTE, foreign_columns
 from leaderboard.pairs import board_pairs
 from leaderboard.per_image import name as per_image_name
 from leaderboard.report import win_rates
 from leaderboard.schema import VERIFIED
-from leaderboard.table import interval_columns, table_levels
+from leaderboard.table import foreign_in, interval_columns, table_levels
 from leaderboard.views import code_sha256, family, kappa_names, rule_suffix
 
 PAPER_URL = "https://arxiv.org/abs/2302.11893"
@@ -139,7 +140,8 @@ def build_site(
     for name in STATIC:
         write_atomic(out / "static" / name, resources.files("leaderboard").joinpath("static", name).read_bytes())
     _downloads(table, out / "downloads")
-    models = _models(table, levels)
+    foreign = foreign_metrics(table, records)
+    models = _models(table, levels, list(foreign))
     for entry in (e for model in models for e in model["e"] if e["rec"] in records):  # the index's curves' bars
         entry.update(_bars(records[entry["rec"]]["levels"], bounds.get(CURVE)))
     pairs, place = paired_data(board, records)
@@ -167,9 +169,13 @@ def build_site(
         "short": short,
         "families": sorted({m["f"] for m in models}),
         "provenances": sorted(table["provenance"].unique().tolist()),
-        "cols": [key for key, column in optional_columns().items() if table[column].notna().any()],
-        "metrics": [m.name for m in mean_metrics()],
-        "lower": [m.name for m in mean_metrics() if not m.higher_is_better],
+        "cols": [
+            key
+            for key, column in {**optional_columns(), **{c: c for c in foreign}}.items()
+            if table[column].notna().any()
+        ],
+        "metrics": [*(m.name for m in mean_metrics()), *foreign],
+        "lower": [*(m.name for m in mean_metrics() if not m.higher_is_better), *_lower(foreign)],
         "models": [{**m, "e": [_compact(e) for e in m["e"]]} for m in models],
         **({"pairs": pairs} if pairs else {}),
     }
@@ -185,7 +191,12 @@ def build_site(
             (m.name, f"mean {m.label}", f"{m.label}, mean over the levels: {m.definition}")
             for m in mean_metrics()
             if m.name in data["cols"]
+        ]
+        + [
+            (c, about["heading"], f"{NOTE}: {about['definition']}") for c, about in foreign.items() if c in data["cols"]
         ],
+        foreign=[about for c, about in foreign.items() if c in data["cols"]],
+        note=NOTE,
         statuses=sorted({e["ver"] for m in models for e in m["e"]}),
         rate_kappas=[(k, short.get(k, k)) for k in rates.columns],
         rates=_win_rate_rows(rates, counts, short),
@@ -207,6 +218,7 @@ def build_site(
             for e in model["e"]
         ]
         shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
+        shown += [(c, about["heading"]) for c, about in foreign.items()]
         metrics = [(key, label) for key, label in shown if any(e.get(key) is not None for e in entries)]
         later = [(m.table_column, m.label) for m in later_id_metrics()]
         id_metrics = [(key, label) for key, label in later if any(e.get(key) is not None for e in entries)]
@@ -222,6 +234,8 @@ def build_site(
                 entries=entries,
                 metrics=metrics,
                 id_metrics=id_metrics,
+                foreign=[foreign[key] for key, _ in metrics if key in foreign],
+                note=NOTE,
                 plot=_json(plot),
                 root="../",
                 **common,
@@ -281,15 +295,28 @@ def _downloads(table: pd.DataFrame, folder: Path) -> None:
     write_atomic(parquet, table.to_parquet(index=False))
 
 
-def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
-    """One item per model, its entries best first (valid before flagged): the index page's embedded data."""
+def foreign_metrics(table: pd.DataFrame, records: dict[str, dict]) -> dict[str, dict]:
+    """The table's columns of metrics its records describe themselves (:mod:`leaderboard.foreign`), as the records
+    describe them; without the records, by their column name."""
+    described = foreign_columns(records.values())
+    bare = {"higher_is_better": True, "definition": "(the records are not in the site)"}
+    return {c: described.get(c) or {**bare, "name": c, "heading": f"{c}{MARK}"} for c in foreign_in(table)}
+
+
+def _lower(foreign: dict[str, dict]) -> list[str]:
+    return [c for c, about in foreign.items() if not about["higher_is_better"]]
+
+
+def _models(table: pd.DataFrame, levels: list[str], foreign: list[str] = ()) -> list[dict]:
+    """One item per model, its entries best first (valid before flagged): the index page's embedded data; ``foreign``:
+    the columns of metrics the records describe themselves."""
     rows = table.sort_values(["model", "mean_ood_auroc", "kappa"], ascending=[True, False, True], kind="stable")
     ends = interval_keys()
     models = []
     # one conversion of the whole table to dicts: reading a dict is far faster than a pandas row or group
     for model, group in itertools.groupby(rows.to_dict("records"), key=operator.itemgetter("model")):
         group = list(group)
-        entries = sorted((_entry(r, levels, ends) for r in group), key=lambda e: bool(e["flag"]))  # best valid first
+        entries = sorted((_entry(r, levels, ends, foreign) for r in group), key=lambda e: bool(e["flag"]))
         params = [r["num_parameters"] for r in group if not pd.isna(r["num_parameters"])]
         models.append(
             {
@@ -304,8 +331,8 @@ def _models(table: pd.DataFrame, levels: list[str]) -> list[dict]:
     return models
 
 
-def _entry(r: dict, levels: list[str], ends: dict[str, tuple[str, str]]) -> dict:
-    """An entry of the index's data; ``ends``: :func:`interval_keys`."""
+def _entry(r: dict, levels: list[str], ends: dict[str, tuple[str, str]], foreign: list[str] = ()) -> dict:
+    """An entry of the index's data; ``ends``: :func:`interval_keys`; ``foreign``: see :func:`_models`."""
     return {
         "k": r["kappa"],
         "prov": r["provenance"],
@@ -315,6 +342,7 @@ def _entry(r: dict, levels: list[str], ends: dict[str, tuple[str, str]]) -> dict
         "idauroc": _num(r["id_auroc"]),
         "mean": _num(r["mean_ood_auroc"]),
         **{m.name: _num(r.get(m.table_column)) for m in mean_metrics()},
+        **{column: _num(r.get(column)) for column in foreign},
         "l": [_num(r[c]) for c in levels],
         "ci": {
             key: [_num(r[low]), _num(r[high])]

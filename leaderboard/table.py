@@ -14,6 +14,7 @@ from harness.method.registry import registered
 from leaderboard.conflicts import CONFLICT, CONFLICT_FLAG, REPLACED
 from leaderboard.csvsafe import csv_bytes
 from leaderboard.errors import LeaderboardError
+from leaderboard.foreign import foreign_values
 from leaderboard.record import columns as record_columns
 from leaderboard.schema import entry_id, flags, kappa_label, private_status, verification_status
 
@@ -90,6 +91,7 @@ def record_row(record: dict, seq: int, record_file: str, record_sha256: str, sta
     (:func:`leaderboard.conflicts.standings`), a conflict flagged."""
     levels = record["levels"]
     return {
+        **foreign_values(record),  # first: a column the board declares is never overwritten
         **{column: _at(record, path) for column, (path, _) in record_columns().items()},
         "seq": seq,
         "entry_id": entry_id(record),
@@ -124,12 +126,14 @@ def _at(record: dict, path: tuple[str, ...]):
 
 
 def build_table(rows: list[dict], num_levels: int) -> pd.DataFrame:
-    """Rows in arrival order with fixed column order and dtypes (an empty table keeps its columns)."""
+    """Rows in arrival order with fixed column order and dtypes (an empty table keeps its columns), then the columns
+    of metrics the records describe themselves (:mod:`leaderboard.foreign`), in first-seen order."""
     declared = record_columns()
     order = table_columns(num_levels)
-    table = pd.DataFrame(rows, columns=order)
+    foreign = list(dict.fromkeys(c for row in rows for c in row if c not in order))
+    table = pd.DataFrame(rows, columns=order + foreign)
     floats = [c for c, (_, f) in declared.items() if f.kind is float]
-    for col in [*mean_columns(), *level_columns(num_levels), *floats]:
+    for col in [*mean_columns(), *level_columns(num_levels), *floats, *foreign]:
         table[col] = table[col].astype("float64")
     for col in ["seq"] + [c for c, (_, f) in declared.items() if f.kind is int]:
         table[col] = table[col].astype("Int64" if col in declared and declared[col][1].nullable else "int64")
@@ -143,6 +147,12 @@ def table_columns(num_levels: int) -> list[str]:
     front = [c for column in FRONT for c in (column, *ends.get(column, ()))]
     order = front + level_columns(num_levels) + list(mean_columns()) + BACK
     return order + [c for c in record_columns() if c not in order]
+
+
+def foreign_in(table: pd.DataFrame) -> list[str]:
+    """The columns of ``table`` that metrics its records describe themselves fill (:mod:`leaderboard.foreign`)."""
+    known = set(table_columns(len(table_levels(table))))
+    return [c for c in table.columns if c not in known]
 
 
 def write_table(directory: Path, table: pd.DataFrame) -> None:

@@ -14,6 +14,7 @@ from dataset_builder.console import plural
 from harness.method.pairwise import rank_ranges
 from harness.method.registry import registered
 from leaderboard.errors import LeaderboardError
+from leaderboard.foreign import NOTE
 from leaderboard.pairs import BoardPairs, pair_key
 from leaderboard.record import CANONICAL_SEVERITY_RULE
 from leaderboard.table import ALIAS_SEPARATOR, LEVEL_PREFIX, table_levels
@@ -157,14 +158,19 @@ def paired_note(column: str, pairs: BoardPairs | None) -> str | None:
 
 
 def format_rows(
-    rows: pd.DataFrame, sort: str = "mean", limit: int | None = None, pairs: BoardPairs | None = None
+    rows: pd.DataFrame,
+    sort: str = "mean",
+    limit: int | None = None,
+    pairs: BoardPairs | None = None,
+    foreign: dict[str, dict] | None = None,
 ) -> str:
     """A plain-text table: rank (with :data:`NOT_SEPARABLE` where the paired test against the row above does not
     reject, :func:`paired_marks`), the ranks the paired tests allow (:func:`rank_spans`, where some row has per-image
     scores), model, kappa (a submission file's by its name: :func:`kappa_names`; ``[RULE]`` after it where the
     levels' severity rule is not the canonical one), id-acc, mean ood-auroc, the sorted level, flags; the other names
     of the models shown (:func:`alias_lines`); the line on the marks (:func:`paired_note`) where ``pairs`` (the
-    paired statistics of ``rows``, :func:`leaderboard.pairs.board_pairs`) are given."""
+    paired statistics of ``rows``, :func:`leaderboard.pairs.board_pairs`) are given; the columns of metrics the
+    records describe themselves (``foreign``: :func:`leaderboard.foreign.foreign_columns`), and a line on them."""
     sorted_by = sort_column(rows, sort)
     marks = [NOT_SEPARABLE if mark else "" for mark in paired_marks(rows, sorted_by, pairs)]
     ranged = pairs is not None and pair_key(sorted_by) is not None and any(at >= 0 for at in pairs.index)
@@ -179,17 +185,24 @@ def format_rows(
     columns = ["rank", *(["ranks"] if ranged else []), "model", "kappa", "id_acc", "mean_ood_auroc"]
     if sorted_by not in columns:
         columns.append(sorted_by)
-    out = _lines(shown, columns)
+    foreign = {c: about for c, about in (foreign or {}).items() if c in rows.columns}
+    out = _lines(shown, columns + list(foreign), {c: about["heading"] for c, about in foreign.items()})
     if len(shown) < len(rows):
         out.append(f"... {len(rows) - len(shown)} more (use --limit 0 for all)")
-    out += alias_lines(shown)
+    out += alias_lines(shown) + foreign_lines(foreign)
     note = paired_note(sorted_by, pairs)
     return "\n".join(out + ([note] if note else []))
 
 
-def _lines(shown: pd.DataFrame, columns: list[str]) -> list[str]:
-    """The heading, the rule and a line per row of ``shown``'s ``columns`` and flag, numbers right-aligned."""
-    header = [_header(c) for c in columns] + ["flag"]
+def foreign_lines(foreign: dict[str, dict]) -> list[str]:
+    """What the columns marked :data:`leaderboard.foreign.MARK` are: a line each, as their records define them."""
+    return [f"{about['heading']} ({about['name']}): {NOTE}: {about['definition']}" for about in foreign.values()]
+
+
+def _lines(shown: pd.DataFrame, columns: list[str], headings: dict[str, str] | None = None) -> list[str]:
+    """The heading (``headings`` where given), the rule and a line per row of ``shown``'s ``columns`` and flag,
+    numbers right-aligned."""
+    header = [(headings or {}).get(c) or _header(c) for c in columns] + ["flag"]
     body = [[_cell(r[c]) for c in columns] + [r["flag"]] for _, r in shown.iterrows()]
     left = {i for i, c in enumerate(columns) if c in ("model", "kappa")} | {len(columns)}  # the flag too
     return text_table(header, body, left)

@@ -23,6 +23,8 @@ SCOPES = ("level", "id", "summary")
 AGGREGATES = ("levels", "mean")  # a level metric in the table: one column per level, or the mean over the levels
 NULLS = ("never", "paper", "always")  # when a record may hold null: never, in a published result only, or always
 NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+PLUGIN_NAME = re.compile(r"x_[a-z][a-z0-9]*_[a-z][a-z0-9_]*")  # a plugin's metric: x_<plugin>_<name>
+PROJECT = ("harness", "leaderboard", "dataset_builder")  # the packages whose metrics are built in
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,8 @@ _METRICS: dict[str, Metric] = {}
 
 def register_metric(metric: Metric) -> Metric:
     """Declare ``metric``, after the built-in ones; its name is unique within its scope and a lower-case identifier
-    (records carry it)."""
+    (records carry it), a plugin's (one computed outside :data:`PROJECT`) namespaced as ``x_<plugin>_<name>``
+    (:data:`PLUGIN_NAME`), so that it cannot collide with a built-in one."""
     import_module("harness.method.metrics")  # the built-in metrics first (a no-op while they declare themselves)
     if not NAME.fullmatch(metric.name):
         raise CoodError(f"metric name {metric.name!r} is not a lower-case letter followed by letters, digits and '_'")
@@ -128,8 +131,19 @@ def register_metric(metric: Metric) -> Metric:
     key = f"{metric.scope}:{metric.name}"
     if key in _METRICS:
         raise CoodError(f"metric '{metric.name}' ({metric.scope}) is registered twice")
+    _check_namespace(metric)
     _METRICS[key] = metric
     return metric
+
+
+def _check_namespace(metric: Metric) -> None:
+    """A plugin's metric is named ``x_<plugin>_<name>``; a built-in one never starts with ``x_``."""
+    package = (getattr(metric.compute, "__module__", None) or "").split(".")[0]
+    plugin = package not in PROJECT
+    if plugin and not PLUGIN_NAME.fullmatch(metric.name):
+        raise CoodError(f"metric '{metric.name}' is a plugin's: name it x_<plugin>_<name> (e.g. 'x_lab_{metric.name}')")
+    if not plugin and metric.name.startswith("x_"):
+        raise CoodError(f"metric '{metric.name}': x_ starts a plugin's metric, not a built-in one")
 
 
 def unregister_metric(metric: Metric) -> None:

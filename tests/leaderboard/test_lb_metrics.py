@@ -39,9 +39,9 @@ def _median_gap(d) -> float:
     return float(np.median(d.id_scores) - np.median(d.ood_scores))
 
 
-# the one declaration a new metric needs (a plugin's or a test's module, like this one)
+# the one declaration a new metric needs (a plugin's or a test's module, like this one: namespaced, x_<plugin>_<name>)
 MEDIAN_GAP = Metric(
-    "median_gap",
+    "x_lab_median_gap",
     "level",
     _median_gap,
     higher_is_better=True,
@@ -85,7 +85,7 @@ def median_gap():
 def _with_gap(rec: dict, base: float = 1.0) -> dict:
     rec = copy.deepcopy(rec)
     for i, level in enumerate(rec["levels"]):
-        level["median_gap"] = base - 0.1 * i
+        level["x_lab_median_gap"] = base - 0.1 * i
     return rec
 
 
@@ -109,33 +109,33 @@ def test_fpr_at_99_tpr_is_a_level_metric():
 
 def test_a_registered_metric_reaches_the_record_schema_table_and_site(median_gap, tmp_path):
     id_scores, ood_scores = np.array([3.0, 4.0, 5.0]), np.array([1.0, 2.0, 6.0])
-    assert level_metrics(id_scores, ood_scores)["median_gap"] == 2.0  # computed by the harness's method
+    assert level_metrics(id_scores, ood_scores)["x_lab_median_gap"] == 2.0  # computed by the harness's method
 
     rec = _with_gap(record())
     parts = {k: v for k, v in rec.items() if k not in ("schema_version", "num_levels")}
     built = shape.make_record(**parts)  # the record
-    assert [level["median_gap"] for level in built["levels"]][:3] == [1.0, 0.9, 0.8]
+    assert [level["x_lab_median_gap"] for level in built["levels"]][:3] == [1.0, 0.9, 0.8]
     validate_record(built)
     unmeasured = shape.make_record(**{k: v for k, v in record().items() if k not in ("schema_version", "num_levels")})
-    assert "median_gap" not in unmeasured["levels"][0]  # a maker that does not measure it leaves it out, not null
+    assert "x_lab_median_gap" not in unmeasured["levels"][0]  # a maker that does not measure it leaves it out, not null
     validate_record(unmeasured)
-    with pytest.raises(LeaderboardError, match=r"^levels\[0\]\.median_gap: must be a number, got str$"):
-        validate_record({**built, "levels": [{**built["levels"][0], "median_gap": "x"}, *built["levels"][1:]]})
+    with pytest.raises(LeaderboardError, match=r"^levels\[0\]\.x_lab_median_gap: must be a number, got str$"):
+        validate_record({**built, "levels": [{**built["levels"][0], "x_lab_median_gap": "x"}, *built["levels"][1:]]})
 
     schema = shape.json_schema()  # the schema
     level_schema = schema["properties"]["levels"]["items"]
-    assert level_schema["properties"]["median_gap"]["anyOf"][0] == {
+    assert level_schema["properties"]["x_lab_median_gap"]["anyOf"][0] == {
         "type": "number",
         "minimum": -1e300,
         "maximum": 1e300,
     }
-    assert "median_gap" not in level_schema["required"]  # records made before it lack it
+    assert "x_lab_median_gap" not in level_schema["required"]  # records made before it lack it
     jsonschema.Draft202012Validator(schema).validate(built)
 
     row = record_row(built, 1, "records/a.json", "00" * 32)  # the table
-    assert row["mean_median_gap"] == pytest.approx(0.5)  # mean of 1.0 .. 0.0
+    assert row["mean_x_lab_median_gap"] == pytest.approx(0.5)  # mean of 1.0 .. 0.0
     table = build_table([row], built["num_levels"])
-    assert table["mean_median_gap"].dtype == "float64"
+    assert table["mean_x_lab_median_gap"].dtype == "float64"
 
     board = tmp_path / "b"  # the site
     add_records(board, [built, record(model="older", weights="33" * 32)], create=True)
@@ -143,8 +143,12 @@ def test_a_registered_metric_reaches_the_record_schema_table_and_site(median_gap
     build_site(current_table(board), out, "current", board=board)
     html = (out / "index.html").read_text()
     data = json.loads(re.search(r'id="board-data">(.*?)</script>', html).group(1))
-    assert "median_gap" in data["cols"] and 'data-sort="median_gap"' in html and ">mean median gap</th>" in html
-    gaps = {m["m"]: m["e"][0].get("median_gap") for m in data["models"]}
+    assert (
+        "x_lab_median_gap" in data["cols"]
+        and 'data-sort="x_lab_median_gap"' in html
+        and ">mean median gap</th>" in html
+    )
+    gaps = {m["m"]: m["e"][0].get("x_lab_median_gap") for m in data["models"]}
     assert gaps["glyph_cnn"] == pytest.approx(0.5) and gaps["older"] is None  # blank for a record without it
     page = (out / "models" / page_name("glyph_cnn")).read_text()
     assert "<th>mean median gap</th>" in page and "<th>mean median gap</th>" in page
@@ -174,11 +178,11 @@ def test_per_level_csv_and_the_record_of_the_harness_carry_it(median_gap):
         metric_definitions=outputs.metric_definitions(),
     )
     validate_record(made)
-    assert made["schema_version"] == shape.SCHEMA_VERSION and made["levels"][1]["median_gap"] == 0.9
+    assert made["schema_version"] == shape.SCHEMA_VERSION and made["levels"][1]["x_lab_median_gap"] == 0.9
     assert made["summary"]["mean_ood_auroc"] == pytest.approx(
         math.fsum(base_l["ood_auroc"] for base_l in base["levels"]) / 11
     )
-    assert made["metric_definitions"]["median_gap"] == "median ID score minus median OOD score"
+    assert made["metric_definitions"]["x_lab_median_gap"] == "median ID score minus median OOD score"
     assert made["metric_definitions"]["fpr_at_99_tpr"].startswith("fpr_at_99_tpr: ID positive")
 
 
@@ -216,7 +220,7 @@ def test_a_board_written_before_a_metric_takes_records_with_it(tmp_path, median_
     result = runner.invoke(app, ["add", str(tmp_path / "old.json"), "-d", str(board)])
     assert result.exit_code == 0, result.output
     # the table as the leaderboard wrote it before fpr@99 and the median gap existed
-    table = read_table(board / PARQUET).drop(columns=["mean_fpr_at_99_tpr", "mean_median_gap"])
+    table = read_table(board / PARQUET).drop(columns=["mean_fpr_at_99_tpr", "mean_x_lab_median_gap"])
     table.to_parquet(board / PARQUET, index=False)
     table.to_csv(board / CSV, index=False)
 
@@ -236,8 +240,8 @@ def test_a_board_written_before_a_metric_takes_records_with_it(tmp_path, median_
     by_model = table.set_index("model")
     assert pd.isna(by_model.loc["resnet_v1_record", "mean_fpr_at_99_tpr"])
     assert by_model.loc["new_model", "mean_fpr_at_99_tpr"] == pytest.approx(0.55)
-    assert pd.isna(by_model.loc["resnet_v1_record", "mean_median_gap"])
-    assert by_model.loc["new_model", "mean_median_gap"] == pytest.approx(0.5)
+    assert pd.isna(by_model.loc["resnet_v1_record", "mean_x_lab_median_gap"])
+    assert by_model.loc["new_model", "mean_x_lab_median_gap"] == pytest.approx(0.5)
     assert (board / "records").is_dir() and old in [p.read_bytes() for p in (board / "records").glob("*.json")]
     page = (tmp_path / "site" / "models" / page_name("resnet_v1_record")).read_text()
     assert "<th>fpr@95 (ID+)</th>" in page and "<th>fpr@99 (ID+)</th>" not in page  # the old record has none
@@ -258,12 +262,12 @@ def test_an_old_table_file_reads_with_blank_new_columns(tmp_path):
 def test_a_metric_registered_first_comes_after_the_built_in_ones():
     code = (
         "from harness.method.registry import Metric, register_metric, registered\n"
-        "register_metric(Metric('early', 'level', len, True, 'early', 'registered before the built-in ones'))\n"
+        "register_metric(Metric('x_lab_early', 'level', len, True, 'early', 'registered before the built-in ones'))\n"
         "print(' '.join(m.name for m in registered('level')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    built_in = [m.name for m in registry.registered("level")]
-    assert done.stdout.split() == [*built_in, "early"], done.stderr
+    built_in = [m.name for m in registry.registered("level") if not m.name.startswith("x_")]  # not a test's own
+    assert done.stdout.split() == [*built_in, "x_lab_early"], done.stderr
 
 
 def test_the_terminal_summary_names_a_registered_summary_metric():
@@ -271,7 +275,7 @@ def test_the_terminal_summary_names_a_registered_summary_metric():
     from harness.method.evaluation import KappaResult
 
     worst = Metric(
-        "worst_ood_auroc",
+        "x_lab_worst_ood_auroc",
         "summary",
         lambda rows: min(row["ood_auroc"] for row in rows),
         True,
