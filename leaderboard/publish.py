@@ -126,18 +126,7 @@ def publish(
     current, results = repo_id, {}
     try:
         with tempfile.TemporaryDirectory() as staging:
-            data, site = Path(staging) / "dataset", Path(staging) / "space"
-            data.mkdir()
-            link = (
-                SITE_LINK.format(space_id=space_id, url=f"{base}/spaces/{space_id}", version=version)
-                if space_id
-                else ""
-            )
-            _stage(Path(directory), source, version, repo_id, data, link)
-            targets = [(repo_id, "dataset", data, "")]
-            if space_id:
-                _stage_space(Path(directory), version, repo_id, site, f"{base}/datasets/{repo_id}")
-                targets.append((space_id, "space", site, "space-"))
+            targets = _staged(Path(directory), source, version, repo_id, space_id, base, Path(staging))
             done = []
             for current, repo_type, folder, _ in targets:  # check both before writing either
                 api.create_repo(
@@ -149,27 +138,48 @@ def publish(
                 done.append(_published(api, current, repo_type, tag, version, folder))
             for (current, repo_type, folder, point), commit in zip(targets, done):
                 uploaded = commit is None
-                if uploaded:  # the Space's tree is exactly the site: files of an earlier site go
-                    with warnings.catch_warnings():  # the site's downloads are data files in a Space, by design
-                        warnings.filterwarnings("ignore", "It seems that you are about to commit a data file")
-                        commit = api.upload_folder(
-                            folder_path=folder,
-                            repo_id=current,
-                            repo_type=repo_type,
-                            commit_message=f"leaderboard {tag}",
-                            delete_patterns="*" if repo_type == "space" else None,
-                        ).oid
-                    faults.point(f"publish:after-{point}upload")
-                    api.create_tag(
-                        current, tag=tag, repo_type=repo_type, revision=commit, tag_message=f"leaderboard {tag}"
-                    )
-                    faults.point(f"publish:after-{point}tag")
+                if uploaded:
+                    commit = _upload(api, current, repo_type, folder, point, tag)
                 results[repo_type] = {"repo_id": current, "tag": tag, "commit": commit, "uploaded": uploaded}
     except LeaderboardError:
         raise
     except Exception as exc:  # HfHubHTTPError, OSError, and the HTTP client's transport errors
         raise LeaderboardError(f"publishing to {current} failed: {one_line(exc)}") from exc
     return {**results["dataset"], **({"space": results["space"]} if space_id else {})}
+
+
+def _staged(
+    directory: Path, source: Path, version: int, repo_id: str, space_id: str | None, base: str, staging: Path
+) -> list[tuple[str, str, Path, str]]:
+    """Stage the dataset repo's files, and given ``space_id`` the Space's site, under ``staging``: what to upload, as
+    (repo, repo type, folder, the prefix of its fault points)."""
+    data, site = staging / "dataset", staging / "space"
+    data.mkdir()
+    link = SITE_LINK.format(space_id=space_id, url=f"{base}/spaces/{space_id}", version=version) if space_id else ""
+    _stage(directory, source, version, repo_id, data, link)
+    targets = [(repo_id, "dataset", data, "")]
+    if space_id:
+        _stage_space(directory, version, repo_id, site, f"{base}/datasets/{repo_id}")
+        targets.append((space_id, "space", site, "space-"))
+    return targets
+
+
+def _upload(api: HfApi, repo_id: str, repo_type: str, folder: Path, point: str, tag: str) -> str:
+    """Upload ``folder`` to ``repo_id`` and tag the commit ``tag``; the commit. The Space's tree is exactly the site:
+    files of an earlier site go."""
+    with warnings.catch_warnings():  # the site's downloads are data files in a Space, by design
+        warnings.filterwarnings("ignore", "It seems that you are about to commit a data file")
+        commit = api.upload_folder(
+            folder_path=folder,
+            repo_id=repo_id,
+            repo_type=repo_type,
+            commit_message=f"leaderboard {tag}",
+            delete_patterns="*" if repo_type == "space" else None,
+        ).oid
+    faults.point(f"publish:after-{point}upload")
+    api.create_tag(repo_id, tag=tag, repo_type=repo_type, revision=commit, tag_message=f"leaderboard {tag}")
+    faults.point(f"publish:after-{point}tag")
+    return commit
 
 
 def _published(api: HfApi, repo_id: str, repo_type: str, tag: str, version: int, staging: Path) -> str | None:

@@ -302,28 +302,7 @@ def make_request(
     add it as ``pending``; return it. The same model at the same commit with the same kappas is requested once."""
     model = parse_target(target, weights, file)
     queue = read_queue(api, repo_id)
-    try:
-        info = api.model_info(model["repo"], revision=rev, files_metadata=False)
-    except HfHubHTTPError as exc:
-        raise _hub_error(f"looking up {model['repo']}@{rev}", exc) from exc
-    files = {s.rfilename for s in info.siblings or []}
-    if model["file"] is None:
-        found = [f for f in HF_WEIGHTS if f in files]
-        if "config.json" not in files or not found:
-            raise LeaderboardError(
-                f"{model['repo']}@{info.sha[:12]} is no transformers model repo (needs config.json "
-                f"and {' or '.join(HF_WEIGHTS)})"
-            )
-        model["weights_file"] = found[0]
-    elif model["file"] not in files:
-        raise LeaderboardError(f"{model['repo']}@{info.sha[:12]} has no file {model['file']}")
-    model["revision"] = info.sha
-    try:
-        path = Path(api.hf_hub_download(model["repo"], model.get("weights_file") or model["file"], revision=info.sha))
-    except HfHubHTTPError as exc:
-        raise _hub_error(f"downloading the weights of {model['repo']}", exc) from exc
-    model["weights_format"] = check_weights_file(path)
-    model["weights_sha256"] = _sha256(path)
+    _pin(api, model, rev)
     default_name = model["repo"].split("/")[1]
     request = {
         "model": model,
@@ -349,6 +328,33 @@ def make_request(
         if _commit_if(api, repo_id, head, {path: request}, f"request {request['id']}: {target}"):
             return request
     raise LeaderboardError(f"{repo_id}: too many concurrent writers; try again")
+
+
+def _pin(api: HfApi, model: dict, rev: str) -> None:
+    """Pin a request's ``model`` to the commit ``rev`` names: its revision, weights file (a transformers repo's), the
+    weights' format and sha256, after checking that the repo holds the files it needs."""
+    try:
+        info = api.model_info(model["repo"], revision=rev, files_metadata=False)
+    except HfHubHTTPError as exc:
+        raise _hub_error(f"looking up {model['repo']}@{rev}", exc) from exc
+    files = {s.rfilename for s in info.siblings or []}
+    if model["file"] is None:
+        found = [f for f in HF_WEIGHTS if f in files]
+        if "config.json" not in files or not found:
+            raise LeaderboardError(
+                f"{model['repo']}@{info.sha[:12]} is no transformers model repo (needs config.json "
+                f"and {' or '.join(HF_WEIGHTS)})"
+            )
+        model["weights_file"] = found[0]
+    elif model["file"] not in files:
+        raise LeaderboardError(f"{model['repo']}@{info.sha[:12]} has no file {model['file']}")
+    model["revision"] = info.sha
+    try:
+        path = Path(api.hf_hub_download(model["repo"], model.get("weights_file") or model["file"], revision=info.sha))
+    except HfHubHTTPError as exc:
+        raise _hub_error(f"downloading the weights of {model['repo']}", exc) from exc
+    model["weights_format"] = check_weights_file(path)
+    model["weights_sha256"] = _sha256(path)
 
 
 def _status(request: object) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, Template, select_autoescape
 from markupsafe import Markup
 
 from dataset_builder.files import write_atomic
@@ -130,11 +130,8 @@ def build_site(
     out = Path(out_dir)
     for folder in ("models", "static", "downloads"):
         (out / folder).mkdir(parents=True, exist_ok=True)
-    env = Environment(loader=PackageLoader("leaderboard", "templates"), autoescape=select_autoescape(default=True))
-    env.globals["fmt"] = _fmt
     bounds = {m.name: m.bounds for m in registered("level") if m.bounds}  # the level metrics with an interval
-    env.globals["metric_cells"] = functools.partial(_metric_cells, entry_keys=set(interval_keys()))
-    env.globals["level_rows"] = functools.partial(_level_rows, level_bounds=bounds)
+    env = _environment(bounds)
     levels = table_levels(table)
     records = _records(table, board)
     for name in STATIC:
@@ -147,24 +144,71 @@ def build_site(
     pairs, place = paired_data(board, records)
     for entry in (e for model in models for e in model["e"] if e["rec"] in place):
         entry["pi"] = place[entry["rec"]]
+    common = _common(table, len(levels), version, paper_url, bool(records), bool(pairs))
+    short = short_kappas(table)
+    pages = [out / "index.html"]
+    write_atomic(pages[0], _index(env, table, models, short, pairs, foreign, common).encode())
+    template = env.get_template("model.html")
+    details = table.set_index("record_file").to_dict("index")  # a dict per row: far faster to read than a Series
+    for model in models:
+        page = out / "models" / model["p"]
+        entries = [
+            {
+                **_entry_page(e, details[e["rec"]], records.get(e["rec"]), board, out),
+                "name": short.get(e["k"], e["k"]),
+            }
+            for e in model["e"]
+        ]
+        write_atomic(page, _model_page(template, model, entries, len(levels), foreign, common).encode())
+        pages.append(page)
+    if records:
+        pages.append(_copy_records(env, out, board, records, common))
+    return pages
+
+
+def _environment(bounds: dict[str, tuple[str, str]]) -> Environment:
+    """The pages' templates, with the helpers they call; ``bounds``: the level metrics' interval ends by name."""
+    env = Environment(loader=PackageLoader("leaderboard", "templates"), autoescape=select_autoescape(default=True))
+    env.globals["fmt"] = _fmt
+    env.globals["metric_cells"] = functools.partial(_metric_cells, entry_keys=set(interval_keys()))
+    env.globals["level_rows"] = functools.partial(_level_rows, level_bounds=bounds)
+    return env
+
+
+def _common(
+    table: pd.DataFrame, num_levels: int, version: str, paper_url: str, has_records: bool, has_pairs: bool
+) -> dict:
+    """What every page shows: the benchmark, the level count, the version and what the board holds."""
     first = table.iloc[0] if len(table) else None
-    common = {
+    return {
         "bench": {
             "id": first["benchmark_id"] if first is not None else "(empty)",
             "version": first["benchmark_version"] if first is not None else "",
             "manifest": first["manifest_sha256"] if first is not None else None,
         },
-        "num_levels": len(levels),
+        "num_levels": num_levels,
         "version": version,
         "paper_url": paper_url,
-        "has_records": bool(records),
-        "has_pairs": bool(pairs),
+        "has_records": has_records,
+        "has_pairs": has_pairs,
     }
+
+
+def _index(
+    env: Environment,
+    table: pd.DataFrame,
+    models: list[dict],
+    short: dict[str, str],
+    pairs: dict,
+    foreign: dict[str, dict],
+    common: dict,
+) -> str:
+    """The index page: the table's data for the page's script, the kappas, the columns (``foreign``:
+    :func:`foreign_metrics`) and the win rates."""
     rates, counts = win_rates(table) if len(table) else (pd.DataFrame(), pd.DataFrame())
     kappas = sorted(table["kappa"].unique().tolist())
-    short = short_kappas(table)
     data = {
-        "levels": len(levels),
+        "levels": common["num_levels"],
         "kappas": kappas,
         "short": short,
         "families": sorted({m["f"] for m in models}),
@@ -179,12 +223,12 @@ def build_site(
         "models": [{**m, "e": [_compact(e) for e in m["e"]]} for m in models],
         **({"pairs": pairs} if pairs else {}),
     }
-    index = env.get_template("index.html").render(
+    return env.get_template("index.html").render(
         data=_json(data),
         num_models=len(models),
         num_valid=sum(any(not e["flag"] for e in m["e"]) for m in models),
         num_entries=len(table),
-        definition=first["ood_auroc_definition"] if first is not None else "",
+        definition=table.iloc[0]["ood_auroc_definition"] if len(table) else "",
         kappas=[(k, short.get(k, k)) for k in kappas],
         cols=data["cols"],
         means=[
@@ -204,47 +248,34 @@ def build_site(
         root="",
         **common,
     )
-    pages = [out / "index.html"]
-    write_atomic(pages[0], index.encode())
-    template = env.get_template("model.html")
-    details = table.set_index("record_file").to_dict("index")  # a dict per row: far faster to read than a Series
-    for model in models:
-        page = out / "models" / model["p"]
-        entries = [
-            {
-                **_entry_page(e, details[e["rec"]], records.get(e["rec"]), board, out),
-                "name": short.get(e["k"], e["k"]),
-            }
-            for e in model["e"]
-        ]
-        shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
-        shown += [(c, about["heading"]) for c, about in foreign.items()]
-        metrics = [(key, label) for key, label in shown if any(e.get(key) is not None for e in entries)]
-        later = [(m.table_column, m.label) for m in later_id_metrics()]
-        id_metrics = [(key, label) for key, label in later if any(e.get(key) is not None for e in entries)]
-        curves = [  # the error bars the index's data already holds
-            {"label": e["name"], "title": e["k"], "values": e["l"], **{k: e[k] for k in ("lo", "hi") if k in e}}
-            for e in entries
-        ]
-        plot = {"levels": len(levels), "curves": curves}
-        write_atomic(
-            page,
-            template.render(
-                model=model,
-                entries=entries,
-                metrics=metrics,
-                id_metrics=id_metrics,
-                foreign=[foreign[key] for key, _ in metrics if key in foreign],
-                note=NOTE,
-                plot=_json(plot),
-                root="../",
-                **common,
-            ).encode(),
-        )
-        pages.append(page)
-    if records:
-        pages.append(_copy_records(env, out, board, records, common))
-    return pages
+
+
+def _model_page(
+    template: Template, model: dict, entries: list[dict], num_levels: int, foreign: dict[str, dict], common: dict
+) -> str:
+    """A model's page: its entries, the metrics any of them holds (``foreign``: :func:`foreign_metrics`), and their
+    curves over the levels."""
+    shown = [*ENTRY_METRICS, *((m.name, f"mean {m.label}") for m in mean_metrics())]
+    shown += [(c, about["heading"]) for c, about in foreign.items()]
+    metrics = [(key, label) for key, label in shown if any(e.get(key) is not None for e in entries)]
+    later = [(m.table_column, m.label) for m in later_id_metrics()]
+    id_metrics = [(key, label) for key, label in later if any(e.get(key) is not None for e in entries)]
+    curves = [  # the error bars the index's data already holds
+        {"label": e["name"], "title": e["k"], "values": e["l"], **{k: e[k] for k in ("lo", "hi") if k in e}}
+        for e in entries
+    ]
+    plot = {"levels": num_levels, "curves": curves}
+    return template.render(
+        model=model,
+        entries=entries,
+        metrics=metrics,
+        id_metrics=id_metrics,
+        foreign=[foreign[key] for key, _ in metrics if key in foreign],
+        note=NOTE,
+        plot=_json(plot),
+        root="../",
+        **common,
+    )
 
 
 def _records(table: pd.DataFrame, board: str | Path | None) -> dict[str, dict]:

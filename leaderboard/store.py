@@ -243,21 +243,7 @@ def _add(
         config = _new_config(first["benchmark"], first["num_levels"]) if fresh else load_config(directory)
         names = [] if fresh else _index(directory)
         known = _known(directory, names, {entry_id(record) for _, record, _ in items})
-        accepted, files, ids, skipped, conflicts = [], [], [], [], []
-        for (source, record, data), attachments in zip(items, attached):
-            _check_belongs(source, record, config)
-            key = entry_id(record)
-            ids.append(key)
-            same = next((where for where, kept in known[key] if repeats(record, kept)), None)
-            if same is not None:
-                skipped.append(
-                    f"{source}: entry {key} {_what(record)} is already in {same} with the same results; skipped"
-                )
-                continue
-            conflicts += _conflict(source, record, key, known[key])
-            known[key].append((source, record))
-            accepted.append((f"{len(names) + len(accepted) + 1:06d}-{key}.json", data, record))
-            files.append(attachments)
+        accepted, files, ids, skipped, conflicts = _sorted(items, attached, config, names, known)
         if accepted:
             table = _table(stored_records(directory) if names else [], accepted, config["num_levels"])
             if fresh:
@@ -280,6 +266,25 @@ def _add(
                 "the next add rewrites it"
             ) from exc
         return ids
+
+
+def _sorted(items: list[tuple[str, dict, bytes]], attached: list, config: dict, names: list[str], known: dict) -> tuple:
+    """Each record of ``items`` that belongs to the board, skipped as a repeat of a ``known`` one or accepted under its
+    new file name: ``(accepted, their files, every entry id, the skipped lines, the conflicts' lines)``."""
+    accepted, files, ids, skipped, conflicts = [], [], [], [], []
+    for (source, record, data), attachments in zip(items, attached):
+        _check_belongs(source, record, config)
+        key = entry_id(record)
+        ids.append(key)
+        same = next((where for where, kept in known[key] if repeats(record, kept)), None)
+        if same is not None:
+            skipped.append(f"{source}: entry {key} {_what(record)} is already in {same} with the same results; skipped")
+            continue
+        conflicts += _conflict(source, record, key, known[key])
+        known[key].append((source, record))
+        accepted.append((f"{len(names) + len(accepted) + 1:06d}-{key}.json", data, record))
+        files.append(attachments)
+    return accepted, files, ids, skipped, conflicts
 
 
 def _known(directory: Path, names: list[str], keys: set[str]) -> dict[str, list[tuple[str, dict]]]:

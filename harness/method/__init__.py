@@ -5,6 +5,8 @@ sandboxed child needs only :class:`SplitScores`' neighbours) does not import sci
 
 from importlib import import_module
 
+from harness.method.registry import load_built_ins_from
+
 _EXPORTS = {
     "KappaResult": "evaluation",
     "evaluate_kappa": "evaluation",
@@ -35,6 +37,7 @@ _EXPORTS = {
     "SEVERITY_RULES": "severity",
 }
 __all__ = sorted(_EXPORTS)
+load_built_ins_from("harness.method.metrics")  # the registry imports them on first use
 
 
 def __getattr__(name: str):

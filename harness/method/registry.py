@@ -2,8 +2,9 @@
 JSON Schema, the table, ``per_level.csv``, the terminal summary and the site need to know about it.
 
 A metric is a :class:`Metric` given to :func:`register_metric`; the built-in ones are declared beside their functions
-in :mod:`harness.method.metrics`, which :func:`registered` imports on first use, so a new metric is one declaration
-(a plugin's or a test's module may register one too). Scopes: ``level`` (computed per severity level from a
+in :mod:`harness.method.metrics`, which the package :mod:`harness.method` names (:func:`load_built_ins_from`) and
+:func:`registered` imports on first use, so a new metric is one declaration (a plugin's or a test's module may register
+one too). Scopes: ``level`` (computed per severity level from a
 :class:`LevelScores`), ``id`` (once, on the ID test set, from an :class:`IdScores`) and ``summary`` (from the levels'
 rows). This module imports nothing but the standard library and the floor, so the leaderboard reads it without the
 harness's numerical dependencies.
@@ -113,13 +114,25 @@ class Metric:
 
 
 _METRICS: dict[str, Metric] = {}
+_BUILT_IN: list[str] = []  # the modules that declare the built-in metrics
+
+
+def load_built_ins_from(*modules: str) -> None:
+    """Name the modules that declare the built-in metrics, imported on the registry's first use. The package names
+    them (this module is imported before any of them), so the registry imports none of the modules that import it."""
+    _BUILT_IN.extend(modules)
+
+
+def _built_ins() -> None:
+    for module in _BUILT_IN:
+        import_module(module)  # a no-op while the module declares its metrics
 
 
 def register_metric(metric: Metric) -> Metric:
     """Declare ``metric``, after the built-in ones; its name is unique within its scope and a lower-case identifier
     (records carry it), a plugin's (one computed outside :data:`PROJECT`) namespaced as ``x_<plugin>_<name>``
     (:data:`PLUGIN_NAME`), so that it cannot collide with a built-in one."""
-    import_module("harness.method.metrics")  # the built-in metrics first (a no-op while they declare themselves)
+    _built_ins()
     if not NAME.fullmatch(metric.name):
         raise CoodError(f"metric name {metric.name!r} is not a lower-case letter followed by letters, digits and '_'")
     if metric.scope not in SCOPES:
@@ -153,7 +166,7 @@ def unregister_metric(metric: Metric) -> None:
 
 def registered(scope: str | None = None) -> tuple[Metric, ...]:
     """The metrics of ``scope`` (all of them without one), built-in first, in declaration order."""
-    import_module("harness.method.metrics")  # declares the built-in metrics
+    _built_ins()
     return tuple(m for m in _METRICS.values() if scope is None or m.scope == scope)
 
 
