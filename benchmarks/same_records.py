@@ -2,7 +2,7 @@
 
     python benchmarks/same_records.py                    # against the merge base of HEAD with main
     python benchmarks/same_records.py --before 6f0bbba   # against any commit, branch or tag
-    python benchmarks/same_records.py --before HEAD --order-seed 5   # a rerun given a run's order seed
+    python benchmarks/same_records.py --before HEAD --order-seed 5 --one-build   # a rerun: one order, one private draw
     python benchmarks/same_records.py --library      # a timm: library target read offline from a local Hub cache
 
 Checks out the ``--before`` ref in a temporary git worktree, runs the quick start (``cood-harness submit
@@ -15,8 +15,9 @@ Hub test server (``tests/hub_server.py``), fetched into a Hugging Face cache, th
 ``HF_HUB_OFFLINE=1``.
 
 In the records, the fields that can never match between two runs are masked, and only those (:data:`MASKED`): the
-creation time and the durations. A record is compared as its text with those values replaced, after checking that the
-text is the canonical serialisation of its JSON (so nothing else is hidden by the masking).
+creation time, the durations and the sandbox's measured start-up in its memory limit. A record is compared as its
+text with those values replaced, after checking that the text is the canonical serialisation of its JSON (so nothing
+else is hidden by the masking).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,8 +36,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 QUICK_START = ["submit", "examples/glyph_cnn.py"]  # README, "Quick start"
 LIBRARY_REPO = "cood-bench/glyph-efficientnet"
-MASKED = {"created": "the time the run started", "timings.*_s": "durations in seconds (total, per split, first batch)"}
+MASKED = {
+    "created": "the time the run started",
+    "timings.*_s": "durations in seconds (total, per split, first batch)",
+    "timings.isolation.limits.memory": "its number after 'start-up + ', the budget less the measured start-up",
+}
 MASK = "<masked>"
+START_UP = re.compile(r"(start-up \+ )\d+")  # the address-space limit: the sandbox's start-up, measured, plus the rest
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
@@ -117,6 +124,10 @@ def run_quick_start(
 def masked(record: dict) -> dict:
     """``record`` with the :data:`MASKED` values replaced."""
     timings = {key: MASK if key.endswith("_s") else value for key, value in record["timings"].items()}
+    limits = timings.get("isolation", {}).get("limits", {})
+    if isinstance(limits.get("memory"), str):
+        limits = {**limits, "memory": START_UP.sub(rf"\g<1>{MASK}", limits["memory"])}
+        timings["isolation"] = {**timings["isolation"], "limits": limits}
     return {**record, "created": MASK, "timings": timings}
 
 

@@ -1,5 +1,5 @@
-"""``benchmarks/same_records.py``: its comparison masks the creation time and the durations of a record, and
-nothing else."""
+"""``benchmarks/same_records.py``: its comparison masks the creation time, the durations and the measured start-up in
+the memory limit of a record, and nothing else."""
 
 import importlib.util
 import json
@@ -28,16 +28,30 @@ def test_only_the_named_fields_are_masked(same_records, tmp_path):
     record = {
         "created": "2026-12-05T02:52:40+00:00",
         "id": {"acc": 0.98},
-        "timings": {"total_s": 327.1, "id_test_s": 2.9, "id_test_images": 1800},
+        "timings": {
+            "total_s": 327.1,
+            "id_test_s": 2.9,
+            "id_test_images": 1800,
+            "isolation": {"limits": {"memory": "RLIMIT_AS start-up + 1709260800, /tmp 1073741824"}},
+        },
     }
     _write(before, "records/softmax.json", same_records.canonical(record))
-    later = {**record, "created": "2026-12-05T02:58:30+00:00", "timings": {**record["timings"], "total_s": 219.3}}
+    measured = {"limits": {"memory": "RLIMIT_AS start-up + 1709289472, /tmp 1073741824"}}
+    later = {
+        **record,
+        "created": "2026-12-05T02:58:30+00:00",
+        "timings": {**record["timings"], "total_s": 219.3, "isolation": measured},
+    }
     _write(after, "records/softmax.json", same_records.canonical(later))
     assert same_records.compare(before, after, "records/softmax.json") == "same"
 
     for changed, where in (
         ({**later, "id": {"acc": 0.97}}, "id.acc"),
         ({**later, "timings": {**later["timings"], "id_test_images": 1799}}, "timings.id_test_images"),
+        (  # the rest of the memory limit's text is compared
+            {**later, "timings": {**later["timings"], "isolation": {"limits": {"memory": "RLIMIT_AS start-up + 1"}}}},
+            "timings.isolation.limits.memory",
+        ),
     ):
         _write(after, "records/softmax.json", same_records.canonical(changed))
         assert same_records.compare(before, after, "records/softmax.json") == f"differs  at {where}"
