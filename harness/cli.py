@@ -14,7 +14,7 @@ from harness import __version__, bundle, phases
 from harness.config import SUBMIT_DEFAULTS as DEFAULTS
 from harness.config import Limits, config_from_options
 from harness.errors import HarnessError
-from harness.method.severity import SEVERITY_RULES
+from harness.method.severity_names import rules_described
 from harness.options import check_target
 from harness.preflight import check_before_loading
 from harness.zoo import weights_kinds, zoo_usage
@@ -75,8 +75,7 @@ def submit(
     ),
     severity_rule: str = typer.Option(
         DEFAULTS.severity_rule,
-        help=f"How the levels' windows start: {' or '.join(SEVERITY_RULES)} (the original code's float rule, which "
-        "differs by one window for some --levels; docs/method.md section 3). The records name it.",
+        help=f"How the levels' windows start: {rules_described()}; docs/method.md section 3. The records name it.",
     ),
     batch_size: int = typer.Option(DEFAULTS.batch_size, help="Images per batch."),
     workers: int | None = typer.Option(
