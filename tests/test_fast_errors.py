@@ -23,9 +23,18 @@ NEEDS_TORCH = "error: cood-harness submit needs the torch extra"  # the line whe
 MODULES = {"cood-harness": "harness.cli", "cood-dataset": "dataset_builder.cli", "cood-leaderboard": "leaderboard.cli"}
 
 
+def assert_names_written() -> None:
+    """The kappa names the checks before torch read are the registry's (else they step aside: the checks wait)."""
+    from harness.kappas.registry import names_text
+
+    assert kappa_names.NAMES_FILE.read_text(encoding="utf-8") == names_text(), "stale; run: python -m harness.kappas"
+
+
 @pytest.fixture
 def blocked(tmp_path) -> tuple[dict, Path]:
-    """An environment in which torch (and what imports it) cannot be imported, and a folder to run in."""
+    """An environment in which torch (and what imports it) cannot be imported, and a folder to run in; the kappa
+    names written for it are current."""
+    assert_names_written()
     return blocking(tmp_path / "block", TORCH_STACK), tmp_path
 
 
@@ -161,9 +170,9 @@ def test_own_kappa_names_from_the_source(tmp_path, source, names):
 
 
 def test_the_written_names_are_the_registrys():
-    from harness.kappas.registry import names_text, registry
+    from harness.kappas.registry import registry
 
-    assert kappa_names.NAMES_FILE.read_text(encoding="utf-8") == names_text(), "run: python -m harness.kappas"
+    assert_names_written()
     built = {name: kdef.defaults for name, kdef in registry().defs.items() if kdef.source != "plugin"}
     assert kappa_names.written_names()["kappas"] == built
     assert registered_parameters() == built
@@ -177,6 +186,7 @@ def test_the_detector_modules_are_read_from_the_folder():
 
 
 def test_the_written_names_step_aside_when_they_may_differ(monkeypatch):
+    assert_names_written()
     monkeypatch.delitem(sys.modules, "harness.kappas.registry", raising=False)  # as in the command line, before torch
     light = registered_parameters()
     written = kappa_names.written_names()
