@@ -98,6 +98,13 @@ def hub_kinds() -> str:
     return _listed(k for k in zoo_kinds().values() if k.hub)
 
 
-def _listed(kinds) -> str:
-    names = [f"{k.name}:" for k in kinds]
-    return " and ".join(filter(None, [", ".join(names[:-1]), *names[-1:]]))
+def pretrained_kinds(hub: bool, folder: bool = False, suffix: str = "") -> str:
+    """The kinds that fetch pretrained weights, from the Hub (``hub``) or not, taking a weights file or naming a folder
+    (``folder``), as help lists them: ``open_clip: or timm:``, each name followed by ``suffix``."""
+    chosen = (k for k in zoo_kinds().values() if k.pretrained and k.hub == hub and k.folder == folder)
+    return _listed(chosen, " or ", suffix)
+
+
+def _listed(kinds, last: str = " and ", suffix: str = "") -> str:
+    names = [f"{k.name}:{suffix}" for k in kinds]
+    return last.join(filter(None, [", ".join(names[:-1]), *names[-1:]]))

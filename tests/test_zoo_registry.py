@@ -177,7 +177,7 @@ def test_a_kind_naming_no_adapter_is_an_error(register):
 
 
 def test_a_kinds_abilities_come_from_its_entry_point(register):
-    register(
+    folder = register(
         "[cood_bench.zoo]\ntiny = tiny_zoo:tiny_target [pretrained, hub]\nlocal = tiny_zoo:tiny_target [pretrained]\n"
     )
     kinds = zoo_kinds()
@@ -189,6 +189,11 @@ def test_a_kinds_abilities_come_from_its_entry_point(register):
     fetched = listed(str(refused.value).replace(" and ", ", "), " weights of ", " targets given no weights file")
     assert fetched == [f"{name}:" for name, kind in kinds.items() if kind.hub] and "tiny:" in fetched
     assert str(refused.value) == misplaced_revision()
+    done = harness_cli("submit", "--help", path=folder)
+    shown = " ".join(done.stdout.replace("│", " ").split()).replace(" or ", ", ")
+    assert "tiny:" in listed(shown, "Without it, ", " targets fetch their pretrained weights from the Hugging Face Hub")
+    assert "local:" in listed(shown, "the cache only), ", " targets theirs through")
+    assert "tiny:" in listed(shown, "pretrained weights of ", " targets without --weights")
 
 
 @pytest.mark.parametrize(
