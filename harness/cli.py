@@ -14,10 +14,10 @@ from harness import __version__, bundle, phases
 from harness.config import SUBMIT_DEFAULTS as DEFAULTS
 from harness.config import Limits, config_from_options
 from harness.errors import HarnessError
-from harness.method.severity import SEVERITY_RULES
+from harness.method.severity_names import rules_described
 from harness.options import check_target
 from harness.preflight import check_before_loading
-from harness.zoo import weights_kinds, zoo_usage
+from harness.zoo import pretrained_kinds, weights_kinds, zoo_usage
 
 # Nothing above imports torch: --help, and the options and targets that cannot work, answer at once (and help works
 # on the light install); each command imports the heavy modules only once its arguments are checked.
@@ -42,16 +42,16 @@ def submit(
     ),
     weights: Path | None = typer.Option(
         None,
-        help=f"Weights file (.safetensors/.pt/.pth/.bin) for {weights_kinds()} targets. Without it a timm: or "
-        "open_clip:ARCH/TAG target fetches its pretrained weights from the Hugging Face Hub (HF_HOME's cache; "
-        "HF_HUB_OFFLINE=1: the cache only), a torchvision:NAME[@ENTRY] target its weights entry's (DEFAULT unless "
-        "named) through torch.hub (TORCH_HOME's cache).",
+        help=f"Weights file (.safetensors/.pt/.pth/.bin) for {weights_kinds()} targets. Without it, "
+        f"{pretrained_kinds(hub=True)} targets fetch their pretrained weights from the Hugging Face Hub (HF_HOME's "
+        f"cache; HF_HUB_OFFLINE=1: the cache only), {pretrained_kinds(hub=False)} targets theirs through their "
+        "library's cache (torch.hub's: TORCH_HOME).",
     ),
     revision: str | None = typer.Option(
         None,
         show_default="main",
-        help="Hub revision (branch, tag or commit) of the pretrained weights of a timm: or open_clip: target "
-        "without --weights, or of an hf:OWNER/REPO target.",
+        help=f"Hub revision (branch, tag or commit) of the pretrained weights of {pretrained_kinds(hub=True)} targets "
+        f"without --weights, or of {pretrained_kinds(hub=True, folder=True, suffix='OWNER/REPO')} targets.",
     ),
     benchmark: str = typer.Option(
         DEFAULTS.benchmark,
@@ -75,8 +75,7 @@ def submit(
     ),
     severity_rule: str = typer.Option(
         DEFAULTS.severity_rule,
-        help=f"How the levels' windows start: {' or '.join(SEVERITY_RULES)} (the original code's float rule, which "
-        "differs by one window for some --levels; docs/method.md section 3). The records name it.",
+        help=f"How the levels' windows start: {rules_described()}; docs/method.md section 3. The records name it.",
     ),
     batch_size: int = typer.Option(DEFAULTS.batch_size, help="Images per batch."),
     workers: int | None = typer.Option(

@@ -1,9 +1,9 @@
 """The kappas' names and parameters as known before torch is imported, so that a typo in ``-k`` is refused at once:
-the registry builds from pytorch-ood's classes (torch), so its names and parameters are also written here, as the
-registry builds them with pytorch-ood ``PYTORCH_OOD`` and the detector modules ``DETECTOR_MODULES``
-(tests/test_fast_errors.py checks that they are the registry's). With another pytorch-ood, other detector modules or
-a kappa plugin installed, they are known only once the registry is built, and a submission file's own kappas once it
-is loaded unless its source shows them plainly.
+the registry builds from pytorch-ood's classes (torch), so ``python -m harness.kappas`` writes its names and
+parameters to :data:`NAMES_FILE`, with the pytorch-ood version and the detector modules it built them from
+(tests/test_fast_errors.py checks that the file is current). With another pytorch-ood, other detector modules or a
+kappa plugin installed, they are known only once the registry is built, and a submission file's own kappas once it is
+loaded unless its source shows them plainly.
 
 A request is written as the leaderboard prints a kappa, ``energy(temperature=1)``, or ``energy:temperature=1``; a
 parameter may go by its short name (``T``, ``eps``). Light: the standard library and the error type."""
@@ -12,50 +12,19 @@ from __future__ import annotations
 
 import ast
 import difflib
+import json
 import pkgutil
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 
 from harness.errors import HarnessError
 
 ENTRY_POINT_GROUP = "cood_bench.kappas"
-PYTORCH_OOD = "0.4.0"
-DETECTOR_MODULES = ("gram", "mahalanobis_odin", "mcm", "multi_mahalanobis", "nacue", "rankfeat")
-REGISTERED = (  # in the registry's order
-    *("softmax", "entropy", "max_logit", "energy", "odin", "mc_dropout"),
-    *("ash", "dice", "fdbd", "gen", "gmm", "kl_matching", "knn", "lts", "mahalanobis", "nci", "nnguide", "openmax"),
-    *("pnml", "rmd", "react", "scale", "she", "temperature_scaling", "vim", "vra", "gradnorm", "graduncertainty"),
-    *DETECTOR_MODULES,
-)
-PARAMETERS = {  # the registered kappas' parameters with their defaults (the others have none)
-    "energy": {"temperature": 1.0},
-    "odin": {"preset": "paper", "temperature": 2.0, "epsilon": 1e-05},
-    "mc_dropout": {"passes": 30},
-    "ash": {"variant": "ash-s", "percentile": 0.65},
-    "dice": {"p": 0.7},
-    "gen": {"gamma": 0.1, "M": None},
-    "gmm": {"reg": 1e-06},
-    "knn": {"k": 50, "normalize": True},
-    "lts": {"p": 0.05},
-    "nci": {"alpha": 0.0},
-    "nnguide": {"k": 10},
-    "openmax": {"tailsize": 25, "alpha": 10, "euclid_weight": 1.0},
-    "pnml": {"eps": 1e-12},
-    "react": {"threshold": None, "percentile": 0.9},
-    "scale": {"percentile": 0.65},
-    "vim": {"d": None},
-    "vra": {"lower_percentile": 0.01, "upper_percentile": 0.99},
-    "gradnorm": {"temperature": 1.0, "parameters": "last_layer"},
-    "graduncertainty": {"parameters": "all"},
-    "gram": {"layers": "auto", "num_poles_list": None},
-    "mahalanobis_odin": {"eps": 0.002},
-    "mcm": {"temperature": 1.0},
-    "multi_mahalanobis": {"layers": "auto", "alpha": None},
-    "nacue": {"layers": "auto", "m_bins": 50, "alpha": 100.0, "o_star": 50},
-}
+NAMES_FILE = Path(__file__).with_name("kappa_names.json")  # written by ``python -m harness.kappas``
 ALIASES = {"T": "temperature", "eps": "epsilon", "\u03b5": "epsilon"}  # short names, for a kappa without that name
 LABEL_FORM = re.compile(r"([^:(]*)\((.*)\)")  # NAME(KEY=VALUE,...), as the leaderboard prints a kappa
 MAX_SOURCE_BYTES = 1 << 20  # a submission file read for its kappas' names; a larger one is left to its loading
@@ -135,10 +104,22 @@ def checked_parameters(kappa: str, defaults: Mapping[str, object], overrides: Ma
     return params
 
 
+def detector_modules() -> list[str]:
+    """The modules of :mod:`harness.kappas.detectors`, in name order, read from its folder (nothing is imported)."""
+    return sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent / "kappas" / "detectors")]))
+
+
+@cache
+def written_names() -> dict:
+    """:data:`NAMES_FILE`: ``pytorch_ood`` (its version), ``detector_modules`` and ``kappas`` (name -> parameters'
+    defaults, in the registry's order), as the registry wrote them."""
+    return json.loads(NAMES_FILE.read_text(encoding="utf-8"))
+
+
 def registered_parameters() -> dict[str, dict] | None:
     """The registry's kappas with their parameters' defaults: its own where it is imported already (torch is, then),
-    else :data:`REGISTERED` with :data:`PARAMETERS`, or None where they may differ: another pytorch-ood (or none),
-    other detector modules, or a plugin."""
+    else those :func:`written_names` holds, or None where they may differ: another pytorch-ood (or none), other
+    detector modules, or a plugin."""
     loaded = sys.modules.get("harness.kappas.registry")
     if loaded is not None:
         return loaded.registry().parameters()
@@ -146,11 +127,9 @@ def registered_parameters() -> dict[str, dict] | None:
         installed = version("pytorch-ood")
     except PackageNotFoundError:
         return None
-    detectors = Path(__file__).parent / "kappas" / "detectors"
-    modules = tuple(sorted(m.name for m in pkgutil.iter_modules([str(detectors)])))
-    if installed != PYTORCH_OOD or modules != DETECTOR_MODULES or entry_points(group=ENTRY_POINT_GROUP):
-        return None
-    return {name: PARAMETERS.get(name, {}) for name in REGISTERED}
+    written = written_names()
+    same = installed == written["pytorch_ood"] and detector_modules() == written["detector_modules"]
+    return written["kappas"] if same and not entry_points(group=ENTRY_POINT_GROUP) else None
 
 
 def own_kappa_names(target) -> tuple[str, ...] | None:

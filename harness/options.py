@@ -9,7 +9,7 @@ import unicodedata
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.zoo import HUB_KINDS, kinds_listed, weights_kinds, zoo_kind
+from harness.zoo import hub_kinds, kinds_listed, weights_kinds, zoo_kind
 
 DECODERS = ("auto", "pil", "torchvision")
 FEATURE_DTYPES = ("float32", "float16")
@@ -53,9 +53,7 @@ def misplaced_weights(what: str, option: str = "--weights") -> str:
 
 def misplaced_revision(option: str = "--revision") -> str:
     """The error for a Hub revision given with anything but a target that fetches pretrained weights."""
-    names = [f"{name}:" for name in sorted(HUB_KINDS)]
-    fetched = " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
-    return f"{option} applies to the pretrained weights of {fetched} targets given no weights file"
+    return f"{option} applies to the pretrained weights of {hub_kinds()} targets given no weights file"
 
 
 def check_name(name: str) -> None:

@@ -1,11 +1,11 @@
 """The model-zoo target kinds (``KIND:NAME``), registered as entry points (as the kappa plugins are).
 
 A kind in the group ``cood_bench.zoo`` takes a weights file (``--weights``); one in ``cood_bench.zoo_folders`` names a
-folder that holds its own weights (``hf:FOLDER``; in a leaderboard request, a Hub repo). A kind of :data:`PRETRAINED`
-fetches pretrained weights instead: from the Hugging Face Hub, at the revision ``--revision`` names (:data:`HUB_KINDS`:
-``timm:`` and ``open_clip:`` given no weights file, ``hf:`` a Hub repo), or through torch.hub's cache (``torchvision:``
-given no weights file).
-Each entry point names the adapter function that builds the kind from a :class:`harness.adapters.common.ZooTarget`.
+folder that holds its own weights (``hf:FOLDER``; in a leaderboard request, a Hub repo). Each entry point names the
+adapter function that builds the kind from a :class:`harness.adapters.common.ZooTarget`, then its abilities in
+brackets (:data:`ABILITIES`): ``pretrained``, it fetches pretrained weights given no weights file (a folder kind: given
+a Hub repo), through torch.hub's cache or the Hugging Face Hub; ``hub``, from the Hub, at the revision ``--revision``
+names (``timm = "harness.adapters.timm_models:timm_target [pretrained, hub]"``).
 The kinds are read from the installed metadata without importing any adapter, so the command line knows them before
 torch is imported; an adapter module is imported only to build its kind. Standard library only.
 """
@@ -19,13 +19,16 @@ from importlib.metadata import EntryPoint
 from dataset_builder.zoo_groups import registered_kinds
 from harness.errors import HarnessError
 
-HUB_KINDS = frozenset({"hf", "open_clip", "timm"})  # the kinds whose adapter can fetch pretrained weights from the Hub
-PRETRAINED = HUB_KINDS | {"torchvision"}  # the kinds whose adapter can fetch pretrained weights (the Hub, torch.hub)
+ABILITIES = {
+    "pretrained": "fetches pretrained weights given no weights file (a folder kind: given a Hub repo)",
+    "hub": "its pretrained weights come from the Hugging Face Hub, so a --revision pins them (needs pretrained)",
+}
 
 
 @dataclass(frozen=True)
 class ZooKind:
-    """A registered kind: its name, whether its target names a folder (else it takes a weights file), its adapter."""
+    """A registered kind: its name, whether its target names a folder (else it takes a weights file), its adapter
+    (whose entry point's extras are the kind's :data:`ABILITIES`)."""
 
     name: str
     folder: bool
@@ -33,14 +36,26 @@ class ZooKind:
 
     @property
     def pretrained(self) -> bool:
-        """Whether it fetches pretrained weights: given no weights file (``timm:``, ``open_clip:``, ``torchvision:``),
-        or naming a Hub repo (``hf:<owner>/<repo>``)."""
-        return self.name in PRETRAINED
+        """Whether it fetches pretrained weights: given no weights file, or (a folder kind) naming a Hub repo."""
+        return "pretrained" in self.adapter.extras
 
     @property
     def hub(self) -> bool:
         """Whether its pretrained weights come from the Hugging Face Hub (so a ``--revision`` pins them)."""
-        return self.name in HUB_KINDS
+        return "hub" in self.adapter.extras
+
+
+def check_abilities(name: str, entry: EntryPoint) -> None:
+    """A kind's abilities as its entry point declares them: each one of :data:`ABILITIES`, ``hub`` with
+    ``pretrained``; anything else is refused in one line naming the kind."""
+    unknown = [extra for extra in entry.extras if extra not in ABILITIES]
+    if unknown:
+        raise HarnessError(
+            f"zoo kind '{name}' ({entry.value}) declares unknown abilities {', '.join(unknown)}; "
+            f"known: {', '.join(ABILITIES)}"
+        )
+    if "hub" in entry.extras and "pretrained" not in entry.extras:
+        raise HarnessError(f"zoo kind '{name}' ({entry.value}) declares hub without pretrained")
 
 
 @cache
@@ -50,6 +65,7 @@ def zoo_kinds() -> dict[str, ZooKind]:
     for name, folder, entry in registered_kinds():
         if name in kinds:
             raise HarnessError(f"zoo kind '{name}' is registered twice ({kinds[name].adapter.value} and {entry.value})")
+        check_abilities(name, entry)
         kinds[name] = ZooKind(name, folder, entry)
     return dict(sorted(kinds.items()))
 
@@ -74,5 +90,21 @@ def zoo_usage() -> str:
 
 def weights_kinds() -> str:
     """The kinds that take a weights file, as errors list them: ``open_clip:, timm: and torchvision:``."""
-    names = [f"{k.name}:" for k in zoo_kinds().values() if not k.folder]
-    return " and ".join(filter(None, [", ".join(names[:-1]), *names[-1:]]))
+    return _listed(k for k in zoo_kinds().values() if not k.folder)
+
+
+def hub_kinds() -> str:
+    """The kinds whose pretrained weights come from the Hub, as errors list them: ``hf:, open_clip: and timm:``."""
+    return _listed(k for k in zoo_kinds().values() if k.hub)
+
+
+def pretrained_kinds(hub: bool, folder: bool = False, suffix: str = "") -> str:
+    """The kinds that fetch pretrained weights, from the Hub (``hub``) or not, taking a weights file or naming a folder
+    (``folder``), as help lists them: ``open_clip: or timm:``, each name followed by ``suffix``."""
+    chosen = (k for k in zoo_kinds().values() if k.pretrained and k.hub == hub and k.folder == folder)
+    return _listed(chosen, " or ", suffix)
+
+
+def _listed(kinds, last: str = " and ", suffix: str = "") -> str:
+    names = [f"{k.name}:{suffix}" for k in kinds]
+    return last.join(filter(None, [", ".join(names[:-1]), *names[-1:]]))

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.method.registry import Metric, generation, registered
+from harness.method.severity_names import default_rule, rules_described
 
 SCHEMA_VERSION = 2  # 2: fpr_at_99_tpr per level
 READ_VERSIONS = (1, 2)  # every version this leaderboard ever wrote
@@ -49,8 +50,7 @@ KNOWN_OPTIONAL = (
     "nll_multiclass",
     "brier_multiclass",
 )
-# the harness's default severity rule (harness.method.severity): what a record without one used
-CANONICAL_SEVERITY_RULE = "integer"
+CANONICAL_SEVERITY_RULE = default_rule()  # the harness's default severity rule: what a record without one used
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")  # a Hub repo, owner/name
 # string formats: name -> (pattern, what a value must be); "name" also has the byte and character rules of the validator
@@ -407,9 +407,8 @@ class Record:
         absent_in_older=True,
         unset_absent=True,
         column="severity_rule",
-        doc=f"the rule the levels' windows start by (docs/method.md section 3): {CANONICAL_SEVERITY_RULE} (canonical) "
-        "or original (the original code's float rule); absent from records made before it and reported results, "
-        f"which used {CANONICAL_SEVERITY_RULE}",
+        doc=f"the rule the levels' windows start by (docs/method.md section 3): {rules_described()}; absent from "
+        f"records made before it and reported results, which used {CANONICAL_SEVERITY_RULE}",
     )
     levels: list[Level] = spec(items=(2, MAX_LEVELS))
     id: IdMetrics = spec()

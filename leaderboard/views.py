@@ -13,6 +13,7 @@ import pandas as pd
 from dataset_builder.console import plural
 from harness.method.pairwise import rank_ranges
 from harness.method.registry import registered
+from harness.method.severity_names import declared
 from leaderboard.errors import LeaderboardError
 from leaderboard.foreign import NOTE
 from leaderboard.pairs import BoardPairs, pair_key
@@ -168,9 +169,10 @@ def format_rows(
     reject, :func:`paired_marks`), the ranks the paired tests allow (:func:`rank_spans`, where some row has per-image
     scores), model, kappa (a submission file's by its name: :func:`kappa_names`; ``[RULE]`` after it where the
     levels' severity rule is not the canonical one), id-acc, mean ood-auroc, the sorted level, flags; the other names
-    of the models shown (:func:`alias_lines`); the line on the marks (:func:`paired_note`) where ``pairs`` (the
-    paired statistics of ``rows``, :func:`leaderboard.pairs.board_pairs`) are given; the columns of metrics the
-    records describe themselves (``foreign``: :func:`leaderboard.foreign.foreign_columns`), and a line on them."""
+    of the models shown (:func:`alias_lines`); a line per rule (:func:`rule_lines`); the line on the marks
+    (:func:`paired_note`) where ``pairs`` (the paired statistics of ``rows``, :func:`leaderboard.pairs.board_pairs`)
+    are given; the columns of metrics the records describe themselves (``foreign``:
+    :func:`leaderboard.foreign.foreign_columns`), and a line on them."""
     sorted_by = sort_column(rows, sort)
     marks = [NOT_SEPARABLE if mark else "" for mark in paired_marks(rows, sorted_by, pairs)]
     ranged = pairs is not None and pair_key(sorted_by) is not None and any(at >= 0 for at in pairs.index)
@@ -189,7 +191,7 @@ def format_rows(
     out = _lines(shown, columns + list(foreign), {c: about["heading"] for c, about in foreign.items()})
     if len(shown) < len(rows):
         out.append(f"... {len(rows) - len(shown)} more (use --limit 0 for all)")
-    out += alias_lines(shown) + foreign_lines(foreign)
+    out += alias_lines(shown) + rule_lines(rules) + foreign_lines(foreign)
     note = paired_note(sorted_by, pairs)
     return "\n".join(out + ([note] if note else []))
 
@@ -266,6 +268,19 @@ def _header(column: str) -> str:
     name with dashes."""
     means = {m.table_column: f"mean {m.label}" for m in _averaged().values()}
     return means.get(column, column.replace("_", "-"))
+
+
+def rule_lines(rules: pd.Series) -> list[str]:
+    """A line per severity rule of ``rules`` other than the canonical one, with its description: ``[original]: the
+    levels' windows start by the original code's float window starts, ...``; a rule this build does not declare is
+    named only."""
+    described = declared()[1]
+    shown = dict.fromkeys(r for r in rules.dropna() if r != CANONICAL_SEVERITY_RULE)
+    return [
+        f"[{rule}]: the levels' windows start by "
+        + (described[rule] if rule in described else f"the rule {rule}, which this board's build does not describe")
+        for rule in shown
+    ]
 
 
 def rule_suffix(rule) -> str:

@@ -23,9 +23,18 @@ NEEDS_TORCH = "error: cood-harness submit needs the torch extra"  # the line whe
 MODULES = {"cood-harness": "harness.cli", "cood-dataset": "dataset_builder.cli", "cood-leaderboard": "leaderboard.cli"}
 
 
+def assert_names_written() -> None:
+    """The kappa names the checks before torch read are the registry's (else they step aside: the checks wait)."""
+    from harness.kappas.registry import names_text
+
+    assert kappa_names.NAMES_FILE.read_text(encoding="utf-8") == names_text(), "stale; run: python -m harness.kappas"
+
+
 @pytest.fixture
 def blocked(tmp_path) -> tuple[dict, Path]:
-    """An environment in which torch (and what imports it) cannot be imported, and a folder to run in."""
+    """An environment in which torch (and what imports it) cannot be imported, and a folder to run in; the kappa
+    names written for it are current."""
+    assert_names_written()
     return blocking(tmp_path / "block", TORCH_STACK), tmp_path
 
 
@@ -37,7 +46,7 @@ def submit_without_torch(blocked: tuple[dict, Path], *args) -> tuple[int, str, s
 
 def unknown(name: str, suggestion: str | None, own: tuple[str, ...] = ()) -> str:
     hint = f"did you mean '{suggestion}'? " if suggestion else ""
-    known = ", ".join([*kappa_names.REGISTERED, *own])
+    known = ", ".join([*kappa_names.written_names()["kappas"], *own])
     return f"error: unknown kappa '{name}'; {hint}known: {known} (see cood-harness kappas)\n"
 
 
@@ -160,23 +169,32 @@ def test_own_kappa_names_from_the_source(tmp_path, source, names):
     assert own_kappa_names("timm:resnet18") == ()
 
 
-def test_the_light_names_are_the_registrys():
-    from harness.kappas import registry
+def test_the_written_names_are_the_registrys():
+    from harness.kappas.registry import registry
 
+    assert_names_written()
     built = {name: kdef.defaults for name, kdef in registry().defs.items() if kdef.source != "plugin"}
-    assert list(kappa_names.REGISTERED) == list(built)
-    assert {name: kappa_names.PARAMETERS.get(name, {}) for name in kappa_names.REGISTERED} == built
+    assert kappa_names.written_names()["kappas"] == built
     assert registered_parameters() == built
 
 
-def test_the_light_names_step_aside_when_they_may_differ(monkeypatch):
+def test_the_detector_modules_are_read_from_the_folder():
+    from harness.kappas import detectors
+
+    folder = Path(detectors.__file__).parent
+    assert kappa_names.detector_modules() == sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+
+
+def test_the_written_names_step_aside_when_they_may_differ(monkeypatch):
+    assert_names_written()
     monkeypatch.delitem(sys.modules, "harness.kappas.registry", raising=False)  # as in the command line, before torch
     light = registered_parameters()
-    assert list(light) == list(kappa_names.REGISTERED) and light["energy"] == {"temperature": 1.0}
+    written = kappa_names.written_names()
+    assert light == written["kappas"] and light["energy"] == {"temperature": 1.0}
     plugin = lambda group: ["a plugin"] if group == kappa_names.ENTRY_POINT_GROUP else []  # noqa: E731
     changes = (
-        ("PYTORCH_OOD", "0.0.1"),
-        ("DETECTOR_MODULES", kappa_names.DETECTOR_MODULES[:-1]),
+        ("written_names", lambda: {**written, "pytorch_ood": "0.0.1"}),
+        ("detector_modules", lambda: [*written["detector_modules"], "feature_norm"]),
         ("entry_points", plugin),
     )
     for name, value in changes:
@@ -185,7 +203,7 @@ def test_the_light_names_step_aside_when_they_may_differ(monkeypatch):
             assert registered_parameters() is None, name
     check_requested(["nope"], None, ())  # unknown names: nothing refused
     check_requested(["nope"], light, None)
-    known = re.escape(", ".join([*kappa_names.REGISTERED, "mine"]))  # the registry's kappas, then the own one
+    known = re.escape(", ".join([*written["kappas"], "mine"]))  # the registry's kappas, then the own one
     with pytest.raises(HarnessError, match=rf"^unknown kappa 'qqq'; known: {known} "):
         check_requested(["mine:anything=2", "qqq"], light, ("mine",))  # an own kappa's parameters wait for it
 

@@ -24,7 +24,13 @@ FLOOR = (
 )  # light; any module may import them
 # what the leaderboard may import of the harness: the metric registry's declarations (the standard library and the
 # floor; the metric functions load on first use and need numpy only) and the paired statistics (numpy only)
-LEADERBOARD_READS = ("harness.method.registry", "harness.method.pairwise", "harness.method.paired")
+# and the severity rules' names and descriptions (the standard library; read from the rules' source, never imported)
+LEADERBOARD_READS = (
+    "harness.method.registry",
+    "harness.method.pairwise",
+    "harness.method.paired",
+    "harness.method.severity_names",
+)
 # what those may import in turn: the method's pure functions they stand on and the harness's error type
 READS_STAND_ON = (*FLOOR, *LEADERBOARD_READS, "harness.method.intervals", "harness.errors")
 BEFORE_TORCH = (

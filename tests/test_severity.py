@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 
 from harness.config import EvalConfig
 from harness.errors import HarnessError
+from harness.method import severity_names
 from harness.method.severity import (
+    DEFAULT_RULE,
     SEVERITY_RULES,
     check_rule,
     class_scores,
@@ -163,3 +165,13 @@ def test_level_properties(scores, window, num_levels, rule):
     windows = len(s) - window + 1
     expected = levels.starts / (windows - 1) if windows > 1 else np.zeros(num_levels)
     assert levels.window_percentiles.tolist() == expected.tolist()  # start / (N - 1), 0 for a single window
+
+
+def test_the_light_names_are_the_declared_rules():
+    assert severity_names.declared() == (DEFAULT_RULE, {n: r.description for n, r in SEVERITY_RULES.items()})
+    described = severity_names.rules_described()
+    assert [described.index(f"{name} (") for name in SEVERITY_RULES] == sorted(
+        described.index(f"{name} (") for name in SEVERITY_RULES
+    )
+    assert all(rule.description in described for rule in SEVERITY_RULES.values())
+    assert f"{DEFAULT_RULE} (canonical: {SEVERITY_RULES[DEFAULT_RULE].description})" in described

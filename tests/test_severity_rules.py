@@ -21,6 +21,7 @@ from dataset_builder.glyphs.build import build
 from dataset_builder.levels import LEVEL_COLUMNS, RULE_COLUMNS, read_level_table
 from glyph_fixtures import CNN, TINY, built_once, session_folder
 from harness.cli import app
+from harness.method.severity_names import rules_described
 from leaderboard.record import SCHEMA_VERSION
 from leaderboard.schema import entry_id
 
@@ -64,7 +65,7 @@ def record(runs, rule: str) -> dict:
 def test_the_help_names_the_option():
     done = CliRunner().invoke(app, ["submit", "--help"], prog_name="cood-harness", terminal_width=200)
     assert done.exit_code == 0 and "--severity-rule" in done.output
-    assert "integer or original" in " ".join(done.output.split())
+    assert f"How the levels' windows start: {rules_described()};" in " ".join(done.output.split())
 
 
 def test_the_second_rule_reuses_the_scores(runs):

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from harness.adapters import load_target
 from harness.errors import HarnessError
-from harness.options import check_target
+from harness.options import check_target, misplaced_revision
 from harness.zoo import zoo_kinds
 from leaderboard import requests as queue
 from leaderboard.errors import LeaderboardError
@@ -174,3 +174,38 @@ def test_a_kind_naming_no_adapter_is_an_error(register):
     register("[cood_bench.zoo]\nbroken = tiny_zoo:no_such_target\n")
     with pytest.raises(HarnessError, match=r"^zoo kind 'broken' \(tiny_zoo:no_such_target\) failed to load: Attr"):
         load_target("broken:net", weights="w.pt")
+
+
+def test_a_kinds_abilities_come_from_its_entry_point(register):
+    folder = register(
+        "[cood_bench.zoo]\ntiny = tiny_zoo:tiny_target [pretrained, hub]\nlocal = tiny_zoo:tiny_target [pretrained]\n"
+    )
+    kinds = zoo_kinds()
+    assert [(kinds[k].pretrained, kinds[k].hub) for k in ("tiny", "local")] == [(True, True), (True, False)]
+    check_target("tiny:net", None, "main")  # no weights file: fetched from the Hub at the revision
+    check_target("local:net")
+    with pytest.raises(HarnessError, match=r"^--revision applies to the pretrained weights of ") as refused:
+        check_target("local:net", None, "main")
+    fetched = listed(str(refused.value).replace(" and ", ", "), " weights of ", " targets given no weights file")
+    assert fetched == [f"{name}:" for name, kind in kinds.items() if kind.hub] and "tiny:" in fetched
+    assert str(refused.value) == misplaced_revision()
+    done = harness_cli("submit", "--help", path=folder)
+    shown = " ".join(done.stdout.replace("│", " ").split()).replace(" or ", ", ")
+    assert "tiny:" in listed(shown, "Without it, ", " targets fetch their pretrained weights from the Hugging Face Hub")
+    assert "local:" in listed(shown, "the cache only), ", " targets theirs through")
+    assert "tiny:" in listed(shown, "pretrained weights of ", " targets without --weights")
+
+
+@pytest.mark.parametrize(
+    ("abilities", "refused"),
+    [
+        ("[pretrianed]", r"declares unknown abilities pretrianed; known: pretrained, hub$"),
+        ("[hub]", r"declares hub without pretrained$"),
+    ],
+)
+def test_a_kind_declaring_unknown_abilities_is_an_error(register, abilities, refused):
+    register(f"[cood_bench.zoo]\ntiny = tiny_zoo:tiny_target {abilities}\n")
+    with pytest.raises(
+        HarnessError, match=rf"^zoo kind 'tiny' \(tiny_zoo:tiny_target {re.escape(abilities)}\) {refused}"
+    ):
+        zoo_kinds()

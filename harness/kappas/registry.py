@@ -2,7 +2,9 @@
 :mod:`harness.kappas.detectors` and plugins, all declared the same way.
 
 The built-in kappas register with :func:`~harness.kappas.base.register_kappa` when their module is imported; every
-module in :mod:`harness.kappas.detectors` is imported when the registry is built, so a new detector is one file there.
+module in :mod:`harness.kappas.detectors` is imported when the registry is built, so a new detector is one file there
+(and ``python -m harness.kappas`` writes the names anew for the command line to read before torch is imported,
+:mod:`harness.kappa_names`).
 A plugin is a package with an entry point in the group ``cood_bench.kappas`` (as timm and lm-eval register models
 and tasks) that loads to a :class:`KappaDef`, a list of them, or a function returning either; its kappas are listed
 with source ``plugin``. Names are unique across all sources and follow ``NAME_RULE`` (a submission's own kappas too),
@@ -11,16 +13,23 @@ since records, file names and log lines carry them; the harness dispatches on wh
 
 from __future__ import annotations
 
+import json
 import pkgutil
 import re
 from collections.abc import Iterable
 from dataclasses import replace
 from functools import cache
 from importlib import import_module
-from importlib.metadata import entry_points
+from importlib.metadata import entry_points, version
 
 from harness.errors import HarnessError, escaped
-from harness.kappa_names import ENTRY_POINT_GROUP, checked_parameters, split_request, unknown_kappa
+from harness.kappa_names import (
+    ENTRY_POINT_GROUP,
+    checked_parameters,
+    detector_modules,
+    split_request,
+    unknown_kappa,
+)
 from harness.kappas import detectors
 from harness.kappas.base import DECLARED, KappaDef, KappaSpec
 from harness.kappas.builtin import submission_kappa
@@ -100,6 +109,14 @@ def registry() -> Registry:
         for kdef in _plugin_defs(entry_point):
             reg.add(kdef)
     return reg
+
+
+def names_text() -> str:
+    """What :data:`~harness.kappa_names.NAMES_FILE` holds: the pytorch-ood version, the detector modules and the
+    registry's kappas but plugins' with their parameters' defaults, as JSON."""
+    kappas = {name: kdef.defaults for name, kdef in registry().defs.items() if kdef.source != "plugin"}
+    written = {"pytorch_ood": version("pytorch-ood"), "detector_modules": detector_modules(), "kappas": kappas}
+    return json.dumps(written, indent=1) + "\n"
 
 
 def _with_overrides(kdef: KappaDef, params: dict, overrides: dict[str, str]) -> dict:

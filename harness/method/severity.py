@@ -101,6 +101,8 @@ class SeverityRule:
     description: str  # as records' metric_definitions carry it
 
 
+# each rule declared once, its name and description as string literals: the command line's help and the record's
+# schema read them from this file's source (harness.method.severity_names), without numpy
 SEVERITY_RULES = {
     rule.name: rule
     for rule in (

@@ -163,8 +163,8 @@ def test_errors(tmp_path, args, message):
 
 def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
     """Of the builder, only its floor (errors, faults, atomic writes, exports, console, zoo groups); of the harness, the
-    metric registry and the metrics it declares with their intervals, the paired tests (numpy, no scipy): nothing
-    heavy."""
+    metric registry and the metrics it declares with their intervals, the paired tests (numpy, no scipy), the severity
+    rules' names: nothing heavy."""
     code = (
         "import sys, leaderboard.cli; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'scipy', 'harness', 'dataset_builder')))"
@@ -175,7 +175,8 @@ def test_the_leaderboard_needs_no_torch_nor_the_other_packages():
         == "['dataset_builder', 'dataset_builder.console', 'dataset_builder.errors', 'dataset_builder.exports', "
         "'dataset_builder.faults', 'dataset_builder.files', 'dataset_builder.zoo_groups', 'harness', 'harness.errors', "
         "'harness.method', 'harness.method.intervals', 'harness.method.metrics', 'harness.method.paired', "
-        "'harness.method.pairwise', 'harness.method.registry', 'harness.method.selective']\n"
+        "'harness.method.pairwise', 'harness.method.registry', 'harness.method.selective', "
+        "'harness.method.severity_names']\n"
     ), result.stderr
 
 

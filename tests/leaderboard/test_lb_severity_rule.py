@@ -10,8 +10,10 @@ import shutil
 from pathlib import Path
 
 import jsonschema
+import pandas as pd
 import pytest
 
+from harness.method.severity_names import declared
 from lb_records import record
 from leaderboard.errors import LeaderboardError
 from leaderboard.record import CANONICAL_SEVERITY_RULE, SCHEMA_FILE
@@ -19,7 +21,7 @@ from leaderboard.schema import entry_id, validate_record
 from leaderboard.site import build_site
 from leaderboard.store import add_records, current_table
 from leaderboard.table import PARQUET, read_table
-from leaderboard.views import format_rows, select
+from leaderboard.views import format_rows, rule_lines, select
 
 V1_RECORD = Path(__file__).parent / "data" / "record_v1.json"
 STARTS = [0, 1, 3, 4, 5, 7, 8, 9, 11, 12, 13]  # integer window starts of 11 levels among N = 14 windows
@@ -89,7 +91,11 @@ def test_two_rules_are_two_entries_the_table_and_site_show_the_rule(tmp_path):
     assert table["severity_rule"].tolist() == ["integer", "original"]
     assert table["kappa"].tolist() == ["softmax", "softmax"]
     shown = format_rows(select(table)).splitlines()
-    assert [line.split()[2:4] for line in shown[2:]] == [["softmax", "0.8100"], ["softmax", "[original]"]]
+    assert [line.split()[2:4] for line in shown[2:4]] == [["softmax", "0.8100"], ["softmax", "[original]"]]
+    assert shown[4:] == [f"[original]: the levels' windows start by {declared()[1]['original']}"]
+    assert rule_lines(pd.Series(["integer", "wider", None])) == [
+        "[wider]: the levels' windows start by the rule wider, which this board's build does not describe"
+    ]
     build_site(table, tmp_path / "site", "current", board=board)
     index = (tmp_path / "site" / "index.html").read_text()
     assert index.count('"rule":"original"') == 1 and '"rule":"integer"' not in index  # the default goes unsaid
