@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 
+from harness.method.registry import SCOPES
 from leaderboard.errors import LeaderboardError
-from leaderboard.record import PARTS, SCORES, shape_fields
+from leaderboard.record import SCORES, metric_keys
 
 MARK = "*"  # after the heading of a column this leaderboard shows from the record's own definition
 NOTE = "shown from the record's own definition (not a metric this leaderboard knows)"
-PLACES = {"level": "levels", "id": "id", "summary": "summary"}  # a metric's scope -> its part of the record
-_PART_CLASSES = {"level": "Level", "id": "IdMetrics", "summary": "Summary"}
 DESCRIPTION = ("scope", "label", "higher_is_better")  # what the ``metrics`` block says of each metric
 
 
@@ -33,14 +32,9 @@ def _parts(record: dict) -> list[tuple[str, str, dict]]:
     return [(scope, path, part) for scope, path, part in found if isinstance(part, dict)]
 
 
-def _declared(scope: str) -> set[str]:
-    shape_fields(PARTS["Record"])  # the metric parts as the registry makes them now
-    return {f.name for f in shape_fields(PARTS[_PART_CLASSES[scope]])}
-
-
 def foreign_names(record: dict) -> dict[str, str]:
     """The fields of ``record``'s metric parts this board does not declare: name -> scope."""
-    declared = {scope: _declared(scope) for scope in PLACES}
+    declared = {scope: metric_keys(scope) for scope in SCOPES}
     return {key: scope for scope, _, part in _parts(record) for key in part if key not in declared[scope]}
 
 
@@ -92,8 +86,8 @@ def check_descriptions(block) -> None:
         path = f"metrics.{name}"
         if not isinstance(entry, dict) or sorted(entry) != sorted(DESCRIPTION):
             raise LeaderboardError(f"{path}: must be an object of {', '.join(DESCRIPTION)}")
-        if entry["scope"] not in PLACES:
-            raise LeaderboardError(f"{path}.scope: must be one of {', '.join(PLACES)}, got {entry['scope']!r}")
+        if entry["scope"] not in SCOPES:
+            raise LeaderboardError(f"{path}.scope: must be one of {', '.join(SCOPES)}, got {entry['scope']!r}")
         if not isinstance(entry["label"], str) or not entry["label"].strip():
             raise LeaderboardError(f"{path}.label: must be a non-empty string")
         if not isinstance(entry["higher_is_better"], bool):

@@ -128,6 +128,7 @@ def spec(
 
 
 PARTS: dict[str, type] = {}  # the record's parts by name: the names their annotations use
+_METRIC_PARTS: dict[str, str] = {}  # a metric scope -> the name of the part that holds its registered metrics
 
 
 def _shape(cls: type) -> type:
@@ -275,7 +276,7 @@ def _metric_part(name: str, scope: str, doc: str, before: tuple = (), after: tup
     metrics = registered(scope)
     fields = [*before, *map(_metric_field, metrics), *after, *(f for m in metrics for f in _interval_fields(m))]
     part = dataclasses.make_dataclass(name, fields, frozen=True, kw_only=True, namespace={"__doc__": doc})
-    PARTS[name] = part
+    PARTS[name], _METRIC_PARTS[scope] = part, name
     return part
 
 
@@ -513,6 +514,13 @@ def _resolved(cls: type, parts: tuple[type, ...]) -> tuple[Field, ...]:  # parts
             raise TypeError(f"{cls.__name__}.{f.name}: a number field needs a range (or an enum)")
         out.append(Field(f.name, kind, item, nullable, dict(f.metadata), is_part(kind), kind is list and is_part(item)))
     return tuple(out)
+
+
+def metric_keys(scope: str) -> set[str]:
+    """The keys of the part that holds the registered metrics of ``scope`` (``level``, ``id``, ``summary``), as the
+    registry makes them now."""
+    shape_fields(PARTS["Record"])  # rebuilds the metric parts where a metric was registered since
+    return {f.name for f in shape_fields(PARTS[_METRIC_PARTS[scope]])}
 
 
 def is_part(kind) -> bool:
