@@ -160,7 +160,7 @@ def attainable(pmf: np.ndarray) -> tuple[float, float] | None:
 def accuracy_cells(sizes, accuracies):
     """The exact coverage (binomial sums over every outcome, no replicates needed) of ``accuracy_interval``."""
     for n in sizes:
-        ends = np.array([[accuracy_interval(k, n).low, accuracy_interval(k, n).high] for k in range(n + 1)])
+        ends = np.array([(found.low, found.high) for found in (accuracy_interval(k, n) for k in range(n + 1))])
         for p in accuracies:
             pmf = binom.pmf(np.arange(n + 1), n, p)
             coverage = float(pmf[(ends[:, 0] <= p) & (p <= ends[:, 1])].sum())
