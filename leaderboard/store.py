@@ -243,7 +243,7 @@ def _add(
         config = _new_config(first["benchmark"], first["num_levels"]) if fresh else load_config(directory)
         names = [] if fresh else _index(directory)
         known = _known(directory, names, {entry_id(record) for _, record, _ in items})
-        accepted, files, ids, skipped, conflicts = _sorted(items, attached, config, names, known)
+        accepted, files, ids, skipped, conflicts = _triage(items, attached, config, names, known)
         if accepted:
             table = _table(stored_records(directory) if names else [], accepted, config["num_levels"])
             if fresh:
@@ -268,7 +268,7 @@ def _add(
         return ids
 
 
-def _sorted(items: list[tuple[str, dict, bytes]], attached: list, config: dict, names: list[str], known: dict) -> tuple:
+def _triage(items: list[tuple[str, dict, bytes]], attached: list, config: dict, names: list[str], known: dict) -> tuple:
     """Each record of ``items`` that belongs to the board, skipped as a repeat of a ``known`` one or accepted under its
     new file name: ``(accepted, their files, every entry id, the skipped lines, the conflicts' lines)``."""
     accepted, files, ids, skipped, conflicts = [], [], [], [], []
